@@ -1,0 +1,55 @@
+# Finds every dependency and wraps Kokkos + Kokkos Kernels behind one target,
+# reformer_kokkos, whatever the install looks like:
+#  - standalone installs (3.4 built from source, 4.x) export Kokkos::kokkoskernels;
+#  - Debian's trilinos packages (3.4.01, Serial) export no usable Kokkos target
+#    (Kokkos::kokkos points at a missing include directory) and only variables.
+
+find_package(Kokkos REQUIRED)
+find_package(KokkosKernels REQUIRED)
+
+add_library(reformer_kokkos INTERFACE)
+if(TARGET Kokkos::kokkoskernels)
+  target_link_libraries(reformer_kokkos INTERFACE Kokkos::kokkoskernels Kokkos::kokkos)
+else()
+  target_include_directories(reformer_kokkos SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS}
+                                                               ${Kokkos_INCLUDE_DIRS})
+  target_link_directories(reformer_kokkos INTERFACE ${KokkosKernels_LIBRARY_DIRS})
+  target_link_libraries(reformer_kokkos INTERFACE ${KokkosKernels_LIBRARIES}
+                                                  ${KokkosKernels_TPL_LIBRARIES})
+endif()
+
+# Which backends this Kokkos was built with (for messages and the ctest labels).
+set(REFORMER_BACKENDS "")
+foreach(backend SERIAL OPENMP CUDA HIP)
+  if(COMMAND kokkos_check)
+    kokkos_check(DEVICES ${backend} RETURN_VALUE has_backend)
+  elseif(DEFINED Kokkos_DEVICES)
+    list(FIND Kokkos_DEVICES ${backend} found)
+    if(found GREATER -1)
+      set(has_backend TRUE)
+    else()
+      set(has_backend FALSE)
+    endif()
+  else()
+    # Debian's TriBITS config: Serial only.
+    if(backend STREQUAL "SERIAL")
+      set(has_backend TRUE)
+    else()
+      set(has_backend FALSE)
+    endif()
+  endif()
+  if(has_backend)
+    list(APPEND REFORMER_BACKENDS ${backend})
+  endif()
+endforeach()
+message(STATUS "Reformer: Kokkos ${Kokkos_VERSION} with backends: ${REFORMER_BACKENDS}")
+
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(CLI11 CONFIG REQUIRED)
+if(REFORMER_ENABLE_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(REFORMER_ENABLE_BENCH)
+  find_package(benchmark REQUIRED)
+  find_package(BLAS)  # for the benchmark that calls the host BLAS directly
+endif()

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Provides Kokkos + Kokkos Kernels (and the other libraries the project needs) for
+# each requested backend, in a cache prefix outside the work tree. Re-running it is
+# cheap: installed packages and finished builds are detected and reused.
+#
+#   cmake/install-deps.sh [serial] [openmp] [cuda] [hip] [testing]   (default: openmp)
+#
+# Backends:
+#   serial  Debian's libtrilinos-kokkos-dev / libtrilinos-kokkos-kernels-dev (3.4.01)
+#   openmp  Kokkos + Kokkos Kernels 3.4.01 built from Debian's trilinos source package
+#   cuda    same sources, Debian non-free nvidia-cuda-toolkit 11.8, g++-11 host, sm_80
+#   hip     same sources, Debian hipcc 5.2, gfx908
+#   testing GoogleTest (only the test suite needs it)
+# A user with their own Kokkos 4.x passes -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
+# to CMake and does not need this script.
+#
+# Environment: REFORMER_DEPS (cache prefix, default ~/.cache/reformer-deps).
+# Prints, for every backend, the CMake prefix path to use on the last lines.
+set -euo pipefail
+
+DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
+JOBS=${JOBS:-$(nproc)}
+mkdir -p "$DEPS"
+backends=("$@")
+[ ${#backends[@]} -eq 0 ] && backends=(openmp)
+
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+die() { printf '[install-deps] error: %s\n' "$*" >&2; exit 1; }
+
+for b in "${backends[@]}"; do
+  case "$b" in serial | openmp | cuda | hip | testing) ;;
+  *) die "unknown backend '$b' (expected serial, openmp, cuda, hip or testing)" ;;
+  esac
+done
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+apt_updated=0
+apt_update() {
+  [ $apt_updated -eq 1 ] && return 0
+  log "apt-get update"
+  $SUDO apt-get update -qq >&2
+  apt_updated=1
+}
+# Installs the Debian packages that are not installed yet.
+apt_need() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt_update
+  log "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    "${missing[@]}" >"$DEPS/apt.log" 2>&1 || { tail -n 30 "$DEPS/apt.log" >&2; die "apt-get install failed"; }
+}
+# Adds an apt source file once (for deb-src or the non-free component).
+apt_source() {
+  local name=$1 types=$2 components=$3 file=/etc/apt/sources.list.d/$1.sources
+  [ -f "$file" ] && return 0
+  log "adding apt source $file ($types: $components)"
+  printf 'Types: %s\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: %s\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$types" "$components" | $SUDO tee "$file" >/dev/null
+  apt_updated=0
+}
+
+# Libraries every build uses.
+apt_need cmake ninja-build g++ pkg-config libhdf5-dev libbenchmark-dev libopenblas-dev \
+  libcli11-dev python3
+
+# Unpacks packages/kokkos and packages/kokkos-kernels from Debian's trilinos source.
+SRC=$DEPS/src/kokkos-3.4.01
+kokkos_sources() {
+  [ -f "$SRC/.complete" ] && return 0
+  apt_source reformer-deb-src deb-src main
+  apt_update
+  mkdir -p "$DEPS/src/download"
+  log "downloading Debian's trilinos source package"
+  (cd "$DEPS/src/download" && apt-get source --download-only -qq trilinos 2>&1 | grep -v unsandboxed >&2 || true)
+  local tarball
+  tarball=$(ls "$DEPS"/src/download/trilinos_*.orig.tar.* | head -n 1)
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  log "unpacking Kokkos and Kokkos Kernels from $(basename "$tarball")"
+  tar -xf "$tarball" -C "$SRC" --strip-components=2 --wildcards \
+    '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
+  [ -f "$SRC/kokkos/CMakeLists.txt" ] || die "kokkos sources missing in $tarball"
+  touch "$SRC/.complete"
+}
+
+# Kokkos Kernels with every explicit instantiation off: the project instantiates
+# the few kernels it uses from the headers, so the library builds in seconds.
+KK_NO_ETI=(
+  -DKokkosKernels_INST_FLOAT=OFF -DKokkosKernels_INST_DOUBLE=OFF
+  -DKokkosKernels_INST_COMPLEX_FLOAT=OFF -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF
+  -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF
+  -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF
+  -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF
+  -DKokkosKernels_INST_EXECSPACE_SERIAL=OFF -DKokkosKernels_INST_EXECSPACE_OPENMP=OFF
+  -DKokkosKernels_INST_EXECSPACE_CUDA=OFF -DKokkosKernels_INST_MEMSPACE_CUDASPACE=OFF
+  -DKokkosKernels_INST_MEMSPACE_CUDAUVMSPACE=OFF -DKokkosKernels_INST_EXECSPACE_HIP=OFF
+  -DKokkosKernels_INST_MEMSPACE_HIPSPACE=OFF -DKokkosKernels_INST_MEMSPACE_HOSTSPACE=OFF
+  -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+)
+
+# build_kokkos <backend> <kokkos cmake args...> -- <kernels cmake args...>
+build_kokkos() {
+  local backend=$1
+  shift
+  local prefix=$DEPS/$backend
+  if [ -f "$prefix/.complete" ]; then
+    log "$backend: reusing $prefix"
+    return 0
+  fi
+  kokkos_sources
+  local kargs=() kkargs=() seen=0
+  for a in "$@"; do
+    if [ "$a" = "--" ]; then seen=1; elif [ $seen -eq 0 ]; then kargs+=("$a"); else kkargs+=("$a"); fi
+  done
+  local build=$DEPS/build/$backend
+  rm -rf "$build" "$prefix"
+  mkdir -p "$build"
+  log "$backend: building Kokkos 3.4.01 into $prefix"
+  cmake -S "$SRC/kokkos" -B "$build/kokkos" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_SERIAL=ON \
+    "${kargs[@]}" >"$build.kokkos.log" 2>&1 || { tail -n 40 "$build.kokkos.log" >&2; die "$backend: Kokkos configure failed"; }
+  cmake --build "$build/kokkos" -j "$JOBS" >>"$build.kokkos.log" 2>&1 &&
+    cmake --install "$build/kokkos" >>"$build.kokkos.log" 2>&1 ||
+    { tail -n 40 "$build.kokkos.log" >&2; die "$backend: Kokkos build failed (log: $build.kokkos.log)"; }
+  log "$backend: building Kokkos Kernels 3.4.01 (no explicit instantiation)"
+  cmake -S "$SRC/kokkos-kernels" -B "$build/kernels" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DKokkos_ROOT="$prefix" "${KK_NO_ETI[@]}" \
+    "${kkargs[@]}" >"$build.kernels.log" 2>&1 || { tail -n 40 "$build.kernels.log" >&2; die "$backend: Kokkos Kernels configure failed"; }
+  cmake --build "$build/kernels" -j "$JOBS" >>"$build.kernels.log" 2>&1 &&
+    cmake --install "$build/kernels" >>"$build.kernels.log" 2>&1 ||
+    { tail -n 40 "$build.kernels.log" >&2; die "$backend: Kokkos Kernels build failed (log: $build.kernels.log)"; }
+  rm -rf "$build"
+  touch "$prefix/.complete"
+}
+
+for b in "${backends[@]}"; do
+  case "$b" in
+  testing)
+    apt_need libgtest-dev libgmock-dev
+    ;;
+  serial)
+    apt_need libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
+    echo "serial=/usr"
+    ;;
+  openmp)
+    build_kokkos openmp -DKokkos_ENABLE_OPENMP=ON -- -DKokkosKernels_ENABLE_TPL_BLAS=ON
+    echo "openmp=$DEPS/openmp"
+    ;;
+  cuda)
+    apt_source reformer-non-free deb "contrib non-free"
+    apt_need nvidia-cuda-toolkit g++-11
+    # The hard-coded default architecture of 3.4's nvcc_wrapper (sm_35) is rejected
+    # by CUDA 11.8; a patched copy defaults to sm_80 and uses g++-11 as host compiler.
+    kokkos_sources
+    # Some images link a newer CUDA's headers into /usr/local/include, which the host
+    # compiler searches before /usr/include; a folder of links to the 11.8 headers,
+    # passed with -I, puts the toolkit's own headers first.
+    shadow=$DEPS/cuda-11.8-include
+    if [ ! -d "$shadow" ]; then
+      mkdir -p "$shadow.tmp"
+      for h in /usr/local/include/*; do
+        name=$(basename "$h")
+        [ -e "/usr/include/$name" ] && [ -L "$h" ] && readlink "$h" | grep -q cuda &&
+          ln -s "/usr/include/$name" "$shadow.tmp/$name"
+      done
+      mv "$shadow.tmp" "$shadow"
+    fi
+    wrapper=$DEPS/nvcc_wrapper
+    if [ ! -x "$wrapper" ]; then
+      sed -e 's/^default_arch="sm_35"/default_arch="sm_80"/' \
+        -e "2i set -- -I$shadow \"\$@\"" "$SRC/kokkos/bin/nvcc_wrapper" >"$wrapper.tmp"
+      grep -q 'default_arch="sm_80"' "$wrapper.tmp" || die "could not patch nvcc_wrapper's default arch"
+      chmod +x "$wrapper.tmp" && mv "$wrapper.tmp" "$wrapper"
+    fi
+    PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 build_kokkos cuda \
+      -DCMAKE_CXX_COMPILER="$wrapper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON \
+      -DKokkos_ARCH_AMPERE80=ON -- -DCMAKE_CXX_COMPILER="$wrapper" -DKokkosKernels_ENABLE_TPL_CUBLAS=ON
+    echo "cuda=$DEPS/cuda"
+    ;;
+  hip)
+    apt_need hipcc libamdhip64-dev rocm-device-libs
+    build_kokkos hip -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_VEGA908=ON \
+      -- -DCMAKE_CXX_COMPILER=hipcc
+    echo "hip=$DEPS/hip"
+    ;;
+  esac
+done

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job on the OpenMP backend: installs only what it needs, builds, then
+# runs `reformer info` and a short benchmark of the core ops.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${REFORMER_BUILD:-$root/build}/openmp
+DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
+"$root/cmake/install-deps.sh" openmp >/dev/null
+cmake -S "$root" -B "$build" -G Ninja -DKokkos_ROOT="$DEPS/openmp" \
+  -DKokkosKernels_ROOT="$DEPS/openmp" -DREFORMER_ENABLE_TESTS=OFF >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)"
+"$build/bin/reformer" info
+if [ -x "$build/bench/bench_ops" ]; then
+  "$build/bench/bench_ops" --benchmark_filter="${REFORMER_QUICK_BENCH:-quick}" --benchmark_min_time=0.05
+fi

@@ -1,0 +1,51 @@
+// Error types. Every check on user input throws one of these with a message that
+// names the operation, the offending value and the rule it breaks.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace reformer {
+
+// Base of all errors the library reports.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor has the wrong rank or extents for an operation.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A configuration value, option or hyper-parameter is invalid.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file (checkpoint, config, data) is missing, corrupt or does not match.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <class... Parts>
+std::string concat(Parts&&... parts) {
+  std::ostringstream out;
+  (out << ... << std::forward<Parts>(parts));
+  return out.str();
+}
+}  // namespace detail
+
+// Throws E with the concatenated message parts unless `condition` holds.
+template <class E = Error, class... Parts>
+void require(bool condition, Parts&&... parts) {
+  if (!condition) throw E(detail::concat(std::forward<Parts>(parts)...));
+}
+
+}  // namespace reformer

@@ -1,0 +1,99 @@
+// In-process memory accounting through the Kokkos Tools allocate/deallocate hooks.
+//
+// Counts every Kokkos allocation (Views, scratch pools, sort buffers) per memory
+// space ("Host", "Cuda", "HIP", ...): current bytes, peak bytes and the number of
+// live allocations. Named phases record the peak reached while they were open,
+// so an experiment can report "forward", "backward" and "optimizer" separately.
+// Vendor library workspaces (cuBLAS, rocBLAS) do not go through Kokkos and are
+// therefore not counted.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace reformer {
+
+struct SpaceMemory {
+  std::int64_t current_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::int64_t live_allocations = 0;
+};
+
+// What one closed (or still open) phase saw in one memory space.
+struct PhaseMemory {
+  std::string phase;
+  std::string space;
+  std::int64_t start_bytes = 0;  // current bytes when the phase began
+  std::int64_t peak_bytes = 0;   // highest current bytes while it was open
+  std::int64_t end_bytes = 0;    // current bytes when it ended
+};
+
+class MemoryTracker {
+ public:
+  // The process-wide tracker. Kokkos Tools callbacks are plain function
+  // pointers, so there can only be one.
+  static MemoryTracker& instance();
+
+  // Registers the callbacks (idempotent). Callbacks that were registered before
+  // (an external Kokkos tool) keep being called. Allocations made before
+  // install() are not seen; their release is ignored.
+  void install();
+  // Restores the callbacks that were registered before install().
+  void uninstall();
+  bool installed() const;
+
+  // Statistics of one space; zeros for a space that never allocated.
+  SpaceMemory space(const std::string& name) const;
+  std::map<std::string, SpaceMemory> spaces() const;
+
+  // Sets every space's peak to its current bytes.
+  void reset_peaks();
+
+  // Phases nest; each records its own peak. Prefer ScopedMemoryPhase.
+  void begin_phase(const std::string& name);
+  void end_phase();
+  // Closed phases in the order they ended, one row per space they saw.
+  std::vector<PhaseMemory> phases() const;
+  void clear_phases();
+
+  // Human-readable table of spaces and phases.
+  std::string report() const;
+
+  // Entry points for the Kokkos callbacks (public for the C-style trampolines).
+  void on_allocate(const char* space, const void* ptr, std::uint64_t bytes);
+  void on_deallocate(const char* space, const void* ptr, std::uint64_t bytes);
+
+ private:
+  MemoryTracker() = default;
+
+  struct OpenPhase {
+    std::string name;
+    std::map<std::string, PhaseMemory> per_space;
+  };
+
+  mutable std::mutex mutex_;
+  bool installed_ = false;
+  std::map<std::string, SpaceMemory> spaces_;
+  std::map<const void*, std::pair<std::string, std::uint64_t>> live_;
+  std::vector<OpenPhase> open_;
+  std::vector<PhaseMemory> closed_;
+};
+
+// Opens a phase for the lifetime of the object.
+class ScopedMemoryPhase {
+ public:
+  explicit ScopedMemoryPhase(const std::string& name) {
+    MemoryTracker::instance().begin_phase(name);
+  }
+  ~ScopedMemoryPhase() { MemoryTracker::instance().end_phase(); }
+  ScopedMemoryPhase(const ScopedMemoryPhase&) = delete;
+  ScopedMemoryPhase& operator=(const ScopedMemoryPhase&) = delete;
+};
+
+// "1.50 MiB" style formatting used by reports.
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace reformer

@@ -1,0 +1,42 @@
+// Process-wide setup: Kokkos initialisation, the memory tracker, and a
+// description of the backend the binary was built for.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace reformer {
+
+struct RuntimeOptions {
+  int num_threads = -1;  // host threads; -1: Kokkos' choice (OMP_NUM_THREADS)
+  int device_id = -1;    // GPU ordinal; -1: Kokkos' choice
+  bool track_memory = true;
+};
+
+// Initialises Kokkos (unless it already is) and installs the memory tracker;
+// finalises Kokkos on destruction if it initialised it. All Views must be gone
+// by then.
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeOptions& options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+ private:
+  bool owns_kokkos_ = false;
+};
+
+struct BackendInfo {
+  std::string kokkos_version;           // "3.4.1"
+  std::vector<std::string> backends;    // enabled at build time: "Serial", "OpenMP", ...
+  std::string default_execution_space;  // Kokkos' name of the space kernels run in
+  std::string default_memory_space;
+  int concurrency = 0;  // threads, or GPU threads in flight
+  std::string device;   // GPU name and memory, or "none (host only)"
+};
+
+// Requires an initialised Kokkos.
+BackendInfo backend_info();
+
+}  // namespace reformer

@@ -1,0 +1,61 @@
+// The `reformer` command-line program.
+#include "cli/commands.hpp"
+
+#include "reformer/core/error.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+int main(int argc, char** argv) {
+  using namespace reformer::cli;
+  CLI::App app{"Reformer: memory-efficient Transformers on Kokkos (Serial, OpenMP, CUDA, HIP)",
+               "reformer"};
+  app.set_version_flag("--version", REFORMER_VERSION);
+  GlobalOptions global;
+  app.add_option("--threads", global.threads, "Host threads for Kokkos (default: OMP_NUM_THREADS)")
+      ->check(CLI::Range(1, 1 << 16));
+  std::function<int()> run;
+  add_info_command(app, global, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // A leading word that is not a subcommand is most likely a typo of one.
+    const std::string first = argc > 1 ? argv[1] : "";
+    if (!first.empty() && first[0] != '-') {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({}))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::fprintf(stderr, "reformer: error: unknown subcommand '%s' (available: %s)\n",
+                   first.c_str(), names.c_str());
+    } else {
+      std::fprintf(stderr, "reformer: error: %s\n", e.what());
+    }
+    std::fprintf(stderr, "Run 'reformer --help' for usage.\n");
+    return 2;
+  } catch (const CLI::ParseError& e) {
+    // Usage errors (unknown subcommand or option, bad value) exit with 2.
+    std::fprintf(stderr, "reformer: error: %s\nRun 'reformer --help' for usage.\n", e.what());
+    return 2;
+  }
+  try {
+    if (!run) {
+      std::fprintf(stderr, "reformer: error: a subcommand is required\n%s", app.help().c_str());
+      return 2;
+    }
+    return run();
+  } catch (const reformer::Error& e) {
+    std::fprintf(stderr, "reformer: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reformer: internal error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,174 @@
+#include "reformer/core/memory_tracker.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/kokkos_compat.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace reformer {
+namespace {
+
+using Kokkos::Tools::Experimental::EventSet;
+
+EventSet previous_callbacks;
+
+void allocate_hook(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr,
+                   std::uint64_t bytes) {
+  MemoryTracker::instance().on_allocate(handle.name, ptr, bytes);
+  if (previous_callbacks.allocate_data != nullptr)
+    previous_callbacks.allocate_data(handle, label, ptr, bytes);
+}
+
+void deallocate_hook(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr,
+                     std::uint64_t bytes) {
+  MemoryTracker::instance().on_deallocate(handle.name, ptr, bytes);
+  if (previous_callbacks.deallocate_data != nullptr)
+    previous_callbacks.deallocate_data(handle, label, ptr, bytes);
+}
+
+}  // namespace
+
+MemoryTracker& MemoryTracker::instance() {
+  static MemoryTracker tracker;
+  return tracker;
+}
+
+void MemoryTracker::install() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (installed_) return;
+  previous_callbacks = Kokkos::Tools::Experimental::get_callbacks();
+  Kokkos::Tools::Experimental::set_allocate_data_callback(&allocate_hook);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(&deallocate_hook);
+  installed_ = true;
+}
+
+void MemoryTracker::uninstall() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!installed_) return;
+  Kokkos::Tools::Experimental::set_allocate_data_callback(previous_callbacks.allocate_data);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(previous_callbacks.deallocate_data);
+  installed_ = false;
+}
+
+bool MemoryTracker::installed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return installed_;
+}
+
+void MemoryTracker::on_allocate(const char* space, const void* ptr, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string name = space != nullptr ? space : "unknown";
+  live_[ptr] = {name, bytes};
+  SpaceMemory& s = spaces_[name];
+  s.current_bytes += static_cast<std::int64_t>(bytes);
+  s.live_allocations += 1;
+  s.peak_bytes = std::max(s.peak_bytes, s.current_bytes);
+  for (OpenPhase& phase : open_) {
+    auto [it, inserted] = phase.per_space.try_emplace(name);
+    if (inserted) {
+      it->second = {phase.name, name, s.current_bytes - static_cast<std::int64_t>(bytes), 0, 0};
+    }
+    it->second.peak_bytes = std::max(it->second.peak_bytes, s.current_bytes);
+  }
+}
+
+void MemoryTracker::on_deallocate(const char* /*space*/, const void* ptr, std::uint64_t /*bytes*/) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Only memory whose allocation was seen is subtracted, so installing the
+  // tracker while Views are alive never drives the counters negative.
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;
+  SpaceMemory& s = spaces_[it->second.first];
+  s.current_bytes -= static_cast<std::int64_t>(it->second.second);
+  s.live_allocations -= 1;
+  live_.erase(it);
+}
+
+SpaceMemory MemoryTracker::space(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = spaces_.find(name);
+  return it == spaces_.end() ? SpaceMemory{} : it->second;
+}
+
+std::map<std::string, SpaceMemory> MemoryTracker::spaces() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return spaces_;
+}
+
+void MemoryTracker::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [name, s] : spaces_) s.peak_bytes = s.current_bytes;
+}
+
+void MemoryTracker::begin_phase(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  OpenPhase phase{name, {}};
+  for (const auto& [space, s] : spaces_)
+    phase.per_space[space] = {name, space, s.current_bytes, s.current_bytes, 0};
+  open_.push_back(std::move(phase));
+}
+
+void MemoryTracker::end_phase() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  require(!open_.empty(), "MemoryTracker::end_phase: no phase is open");
+  for (auto& [space, row] : open_.back().per_space) {
+    row.end_bytes = spaces_[space].current_bytes;
+    closed_.push_back(row);
+  }
+  open_.pop_back();
+}
+
+std::vector<PhaseMemory> MemoryTracker::phases() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
+void MemoryTracker::clear_phases() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_.clear();
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while ((value >= 1024.0 || value <= -1024.0) && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  if (unit == 0)
+    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
+  return text;
+}
+
+std::string MemoryTracker::report() const {
+  const auto all_spaces = spaces();
+  const auto all_phases = phases();
+  std::ostringstream out;
+  out << "memory space       current          peak   live allocations\n";
+  for (const auto& [name, s] : all_spaces) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-12s %13s %13s   %lld\n", name.c_str(),
+                  format_bytes(s.current_bytes).c_str(), format_bytes(s.peak_bytes).c_str(),
+                  static_cast<long long>(s.live_allocations));
+    out << line;
+  }
+  if (!all_phases.empty()) {
+    out << "phase                space          start          peak           end\n";
+    for (const PhaseMemory& p : all_phases) {
+      char line[200];
+      std::snprintf(line, sizeof line, "%-20s %-8s %13s %13s %13s\n", p.phase.c_str(),
+                    p.space.c_str(), format_bytes(p.start_bytes).c_str(),
+                    format_bytes(p.peak_bytes).c_str(), format_bytes(p.end_bytes).c_str());
+      out << line;
+    }
+  }
+  return out.str();
+}
+
+}  // namespace reformer

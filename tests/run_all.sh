@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The whole test suite, from nothing: installs the dependencies of every backend
+# (cached under REFORMER_DEPS, default ~/.cache/reformer-deps), then
+#   1. OpenMP build  -> ctest
+#   2. Serial build (Debian's Kokkos) with AddressSanitizer + UBSan -> ctest
+#   3. CUDA build (sm_80): library, CLI, tests and benchmarks compiled and linked;
+#      the binaries must contain sm_80 device code (nothing runs on a GPU here)
+#   4. HIP build (gfx908): the same, checked for gfx908 code objects
+# Build folders go to build/<backend> (REFORMER_BUILD changes the parent).
+# REFORMER_BACKENDS="openmp serial" limits the run to some backends.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${REFORMER_BUILD:-$root/build}
+backends=${REFORMER_BACKENDS:-openmp serial cuda hip}
+export DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
+jobs=${JOBS:-$(nproc)}
+start=$(date +%s)
+step() { printf '\n=== %s (%ds)\n' "$*" $(($(date +%s) - start)); }
+
+step "dependencies: $backends"
+# shellcheck disable=SC2086
+"$root/cmake/install-deps.sh" testing $backends
+
+passed=0 failed=0
+run_ctest() {  # run_ctest <build dir>
+  local summary
+  if (cd "$1" && ctest --output-on-failure -j 1 2>&1 | tee "$1/ctest.log"); then :; fi
+  summary=$(grep -E "tests passed, [0-9]+ tests failed out of" "$1/ctest.log" | tail -n 1 || true)
+  [ -n "$summary" ] || { echo "no ctest summary in $1/ctest.log"; failed=$((failed + 1)); return; }
+  local total fail
+  fail=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$summary")
+  total=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/' <<<"$summary")
+  passed=$((passed + total - fail))
+  failed=$((failed + fail))
+}
+configure_and_build() {  # configure_and_build <name> <cmake args...>
+  local name=$1
+  shift
+  cmake -S "$root" -B "$build/$name" -G Ninja "$@" >"$build/$name.configure.log" 2>&1 ||
+    { cat "$build/$name.configure.log"; exit 1; }
+  cmake --build "$build/$name" -j "$jobs"
+}
+mkdir -p "$build"
+
+for backend in $backends; do
+  case $backend in
+  openmp)
+    step "OpenMP: build and test"
+    configure_and_build openmp -DKokkos_ROOT="$DEPS/openmp" -DKokkosKernels_ROOT="$DEPS/openmp"
+    run_ctest "$build/openmp"
+    ;;
+  serial)
+    step "Serial (Debian Kokkos 3.4.01) with ASan + UBSan: build and test"
+    configure_and_build serial -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFORMER_SANITIZE=ON \
+      -DREFORMER_ENABLE_BENCH=OFF
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest "$build/serial"
+    ;;
+  cuda)
+    step "CUDA (sm_80): compile and link"
+    PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 configure_and_build cuda \
+      -DCMAKE_CXX_COMPILER="$DEPS/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11 \
+      -DKokkos_ROOT="$DEPS/cuda" -DKokkosKernels_ROOT="$DEPS/cuda"
+    for exe in "$build"/cuda/bin/reformer "$build"/cuda/tests/test_*; do
+      [ -x "$exe" ] || continue
+      if /usr/bin/cuobjdump --list-elf "$exe" | grep -q sm_80; then
+        echo "ok   $(basename "$exe") contains sm_80 device code"
+        passed=$((passed + 1))
+      else
+        echo "FAIL $(basename "$exe") has no sm_80 device code"
+        failed=$((failed + 1))
+      fi
+    done
+    ;;
+  hip)
+    step "HIP (gfx908): compile and link"
+    configure_and_build hip -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ROOT="$DEPS/hip" \
+      -DKokkosKernels_ROOT="$DEPS/hip"
+    for exe in "$build"/hip/bin/reformer "$build"/hip/tests/test_*; do
+      [ -x "$exe" ] || continue
+      if roc-obj-ls "$exe" 2>/dev/null | grep -q "amdgcn-amd-amdhsa--gfx908"; then
+        echo "ok   $(basename "$exe") contains gfx908 code objects"
+        passed=$((passed + 1))
+      else
+        echo "FAIL $(basename "$exe") has no gfx908 code object"
+        failed=$((failed + 1))
+      fi
+    done
+    ;;
+  *)
+    echo "unknown backend '$backend' in REFORMER_BACKENDS (expected openmp, serial, cuda, hip)" >&2
+    exit 2
+    ;;
+  esac
+done
+
+step "done"
+echo "total: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
