@@ -24,6 +24,22 @@ using View3 = Kokkos::View<T***, Layout, MemSpace>;
 template <class T>
 using View4 = Kokkos::View<T****, Layout, MemSpace>;
 
+// Read-only inputs. The alias goes through a dependent type so that it never
+// takes part in template argument deduction: `f(In2<T> x, View2<T> y)` deduces T
+// from the output alone and accepts a View2<float> for x.
+template <class V>
+struct NonDeduced {
+  using type = V;
+};
+template <class T>
+using In1 = typename NonDeduced<Kokkos::View<const T*, Layout, MemSpace>>::type;
+template <class T>
+using In2 = typename NonDeduced<Kokkos::View<const T**, Layout, MemSpace>>::type;
+template <class T>
+using In3 = typename NonDeduced<Kokkos::View<const T***, Layout, MemSpace>>::type;
+template <class T>
+using In4 = typename NonDeduced<Kokkos::View<const T****, Layout, MemSpace>>::type;
+
 using Index = std::int64_t;
 
 // Range policy over [0, n) on the default execution space.

@@ -1,0 +1,24 @@
+// Matrix products. Dense 2-D products go through Kokkos Kernels
+// (KokkosBlas::gemm: host BLAS, cuBLAS or rocBLAS); batched products for
+// per-head work run as one Kokkos kernel over all batch entries.
+#pragma once
+
+#include "reformer/core/types.hpp"
+
+namespace reformer::ops {
+
+enum class Trans { No, Yes };
+
+// C = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T.
+// A, B, C are row-major matrices; shapes are checked.
+template <class T>
+void matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alpha = T(1),
+            T beta = T(0));
+
+// C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for every batch entry i,
+// in a single kernel launch.
+template <class T>
+void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha = T(1),
+                    T beta = T(0));
+
+}  // namespace reformer::ops

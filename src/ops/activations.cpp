@@ -1,0 +1,55 @@
+#include "reformer/ops/activations.hpp"
+
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/shape.hpp"
+
+namespace reformer::ops {
+
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::ReLU;
+  if (name == "gelu") return Activation::GELU;
+  throw ConfigError("activation: unknown activation '" + name + "' (expected relu or gelu)");
+}
+
+template <class T>
+void activation_forward(Activation kind, In1<T> x, View1<T> y) {
+  require_same_shape("activation_forward", "x", x, "y", y);
+  const Index n = x.extent(0);
+  if (kind == Activation::ReLU) {
+    Kokkos::parallel_for(
+        "relu_forward", range(n), KOKKOS_LAMBDA(Index i) { y(i) = x(i) > T(0) ? x(i) : T(0); });
+  } else {
+    Kokkos::parallel_for(
+        "gelu_forward", range(n), KOKKOS_LAMBDA(Index i) {
+          const T v = x(i);
+          y(i) = T(0.5) * v * (T(1) + compat::erf(v * T(0.70710678118654752440)));
+        });
+  }
+}
+
+template <class T>
+void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
+  require_same_shape("activation_backward", "x", x, "dy", dy);
+  require_same_shape("activation_backward", "x", x, "dx", dx);
+  const Index n = x.extent(0);
+  if (kind == Activation::ReLU) {
+    Kokkos::parallel_for(
+        "relu_backward", range(n), KOKKOS_LAMBDA(Index i) { dx(i) = x(i) > T(0) ? dy(i) : T(0); });
+  } else {
+    // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+    Kokkos::parallel_for(
+        "gelu_backward", range(n), KOKKOS_LAMBDA(Index i) {
+          const T v = x(i);
+          const T cdf = T(0.5) * (T(1) + compat::erf(v * T(0.70710678118654752440)));
+          const T pdf = T(0.39894228040143267794) * compat::exp(T(-0.5) * v * v);
+          dx(i) = dy(i) * (cdf + v * pdf);
+        });
+  }
+}
+
+#define REFORMER_INSTANTIATE(T)                                      \
+  template void activation_forward<T>(Activation, In1<T>, View1<T>); \
+  template void activation_backward<T>(Activation, In1<T>, In1<T>, View1<T>);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::ops

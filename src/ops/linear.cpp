@@ -1,0 +1,46 @@
+#include "reformer/ops/linear.hpp"
+
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/gemm.hpp"
+
+namespace reformer::ops {
+
+template <class T>
+void linear_forward(In2<T> x, In2<T> weight, In1<T> bias, View2<T> y) {
+  const Index n = x.extent(0), out = weight.extent(1);
+  if (bias.extent(0) > 0) require_extent("linear_forward", "bias", bias, 0, out);
+  matmul<T>(x, Trans::No, weight, Trans::No, y);
+  if (bias.extent(0) == 0) return;
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "linear_bias", Policy({0, 0}, {n, out}),
+      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) += bias(j); });
+}
+
+template <class T>
+void linear_backward(In2<T> x, In2<T> weight, In2<T> dy, View2<T> dx, View2<T> dweight,
+                     View1<T> dbias) {
+  const Index n = x.extent(0), out = weight.extent(1);
+  require_extent("linear_backward", "dy", dy, 0, n);
+  require_extent("linear_backward", "dy", dy, 1, out);
+  require_same_shape("linear_backward", "weight", weight, "dweight", dweight);
+  if (dx.extent(0) > 0) matmul<T>(dy, Trans::No, weight, Trans::Yes, dx);
+  matmul<T>(x, Trans::Yes, dy, Trans::No, dweight, T(1), T(1));
+  if (dbias.extent(0) == 0) return;
+  require_extent("linear_backward", "dbias", dbias, 0, out);
+  // One thread per output feature sums its column: no atomics, deterministic.
+  Kokkos::parallel_for(
+      "linear_bias_grad", range(out), KOKKOS_LAMBDA(Index j) {
+        T sum = 0;
+        for (Index i = 0; i < n; ++i) sum += dy(i, j);
+        dbias(j) += sum;
+      });
+}
+
+#define REFORMER_INSTANTIATE(T)                                      \
+  template void linear_forward<T>(In2<T>, In2<T>, In1<T>, View2<T>); \
+  template void linear_backward<T>(In2<T>, In2<T>, In2<T>, View2<T>, View2<T>, View1<T>);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::ops

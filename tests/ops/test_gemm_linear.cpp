@@ -1,0 +1,164 @@
+#include "reformer/core/error.hpp"
+#include "reformer/ops/gemm.hpp"
+#include "reformer/ops/linear.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using ops::Trans;
+
+// Plain triple loop: C = alpha op(A) op(B) + beta C on host vectors.
+std::vector<double> reference_product(const std::vector<double>& a, Index a1, bool ta,
+                                      const std::vector<double>& b, Index b1, bool tb,
+                                      std::vector<double> c, Index m, Index n, Index k,
+                                      double alpha, double beta) {
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      double sum = 0;
+      for (Index p = 0; p < k; ++p)
+        sum += (ta ? a[p * a1 + i] : a[i * a1 + p]) * (tb ? b[j * b1 + p] : b[p * b1 + j]);
+      c[i * n + j] = alpha * sum + beta * c[i * n + j];
+    }
+  return c;
+}
+
+TEST(Matmul, AllTransposeCombinationsMatchReference) {
+  const Index m = 5, n = 7, k = 4;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      View2<double> a("a", ta ? k : m, ta ? m : k), b("b", tb ? n : k, tb ? k : n), c("c", m, n);
+      fill_uniform(a, 1);
+      fill_uniform(b, 2);
+      fill_uniform(c, 3);
+      const auto expected = reference_product(to_host(a), a.extent(1), ta, to_host(b), b.extent(1),
+                                              tb, to_host(c), m, n, k, 0.5, 2.0);
+      ops::matmul<double>(a, ta ? Trans::Yes : Trans::No, b, tb ? Trans::Yes : Trans::No, c, 0.5,
+                          2.0);
+      EXPECT_LT(relative_error(to_host(c), expected), 1e-14) << "ta=" << ta << " tb=" << tb;
+    }
+}
+
+TEST(Matmul, FloatMatchesDoubleReference) {
+  View2<float> a("a", 33, 17), b("b", 17, 9), c("c", 33, 9);
+  fill_uniform(a, 4);
+  fill_uniform(b, 5);
+  ops::matmul<float>(a, Trans::No, b, Trans::No, c);
+  const auto expected = reference_product(to_host(a), 17, false, to_host(b), 9, false,
+                                          std::vector<double>(33 * 9), 33, 9, 17, 1, 0);
+  EXPECT_LT(relative_error(to_host(c), expected), 1e-6);
+}
+
+TEST(Matmul, RejectsMismatchedShapes) {
+  View2<double> a("a", 3, 4), b("b", 5, 6), c("c", 3, 6);
+  try {
+    ops::matmul<double>(a, Trans::No, b, Trans::No, c);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("op(A) is [3, 4] and op(B) is [5, 6]"), std::string::npos)
+        << e.what();
+  }
+  View2<double> b2("b2", 4, 6), wrong_c("c", 3, 5);
+  EXPECT_THROW(ops::matmul<double>(a, Trans::No, b2, Trans::No, wrong_c), ShapeError);
+}
+
+TEST(BatchedMatmul, EachBatchEntryMatchesReference) {
+  const Index batch = 3, m = 4, n = 6, k = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      View3<double> a("a", batch, ta ? k : m, ta ? m : k), b("b", batch, tb ? n : k, tb ? k : n),
+          c("c", batch, m, n);
+      fill_uniform(a, 6);
+      fill_uniform(b, 7);
+      fill_uniform(c, 8);
+      const auto ha = to_host(a), hb = to_host(b), hc = to_host(c);
+      ops::batched_matmul<double>(a, ta ? Trans::Yes : Trans::No, b, tb ? Trans::Yes : Trans::No, c,
+                                  1.5, 0.5);
+      const auto got = to_host(c);
+      for (Index bi = 0; bi < batch; ++bi) {
+        const Index sa = a.extent(1) * a.extent(2), sb = b.extent(1) * b.extent(2);
+        const auto expected = reference_product(
+            {ha.begin() + bi * sa, ha.begin() + (bi + 1) * sa}, a.extent(2), ta,
+            {hb.begin() + bi * sb, hb.begin() + (bi + 1) * sb}, b.extent(2), tb,
+            {hc.begin() + bi * m * n, hc.begin() + (bi + 1) * m * n}, m, n, k, 1.5, 0.5);
+        EXPECT_LT(
+            relative_error({got.begin() + bi * m * n, got.begin() + (bi + 1) * m * n}, expected),
+            1e-14);
+      }
+    }
+}
+
+TEST(BatchedMatmul, GradientsThroughTransposedProducts) {
+  // L = sum(r * A B); dA = r B^T, dB = A^T r, both computed with batched_matmul.
+  const Index batch = 2, m = 3, n = 4, k = 5;
+  View3<double> a("a", batch, m, k), b("b", batch, k, n), c("c", batch, m, n), r("r", batch, m, n);
+  View3<double> da("da", batch, m, k), db("db", batch, k, n);
+  fill_uniform(a, 9);
+  fill_uniform(b, 10);
+  fill_uniform(r, 11);
+  auto loss = [&] {
+    ops::batched_matmul<double>(a, Trans::No, b, Trans::No, c);
+    return dot(c, r);
+  };
+  ops::batched_matmul<double>(r, Trans::No, b, Trans::Yes, da);
+  ops::batched_matmul<double>(a, Trans::Yes, r, Trans::No, db);
+  EXPECT_LT(gradient_error(a, da, loss), 1e-6);
+  EXPECT_LT(gradient_error(b, db, loss), 1e-6);
+}
+
+struct LinearCase {
+  Index n = 6, in = 5, out = 4;
+  View2<double> x{"x", n, in}, w{"w", in, out}, y{"y", n, out}, dy{"dy", n, out}, dx{"dx", n, in};
+  View2<double> dw{"dw", in, out};
+  View1<double> b{"b", out}, db{"db", out};
+  LinearCase() {
+    fill_uniform(x, 1);
+    fill_uniform(w, 2);
+    fill_uniform(b, 3);
+    fill_uniform(dy, 4);
+  }
+  double loss() {
+    ops::linear_forward<double>(x, w, b, y);
+    return dot(y, dy);
+  }
+};
+
+TEST(Linear, ForwardMatchesReference) {
+  LinearCase c;
+  c.loss();
+  const auto x = to_host(c.x), w = to_host(c.w), b = to_host(c.b);
+  std::vector<double> expected(c.n * c.out);
+  for (Index i = 0; i < c.n; ++i)
+    for (Index j = 0; j < c.out; ++j) {
+      double s = b[j];
+      for (Index p = 0; p < c.in; ++p) s += x[i * c.in + p] * w[p * c.out + j];
+      expected[i * c.out + j] = s;
+    }
+  EXPECT_LT(relative_error(to_host(c.y), expected), 1e-14);
+}
+
+TEST(Linear, GradientsMatchFiniteDifferences) {
+  LinearCase c;
+  ops::linear_backward<double>(c.x, c.w, c.dy, c.dx, c.dw, c.db);
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.w, c.dw, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.b, c.db, loss), 1e-6);
+}
+
+TEST(Linear, WorksWithoutBiasAndRejectsWrongBias) {
+  LinearCase c;
+  View1<double> none;
+  ops::linear_forward<double>(c.x, c.w, none, c.y);
+  View2<double> expected("expected", c.n, c.out);
+  ops::matmul<double>(c.x, Trans::No, c.w, Trans::No, expected);
+  EXPECT_EQ(to_host(c.y), to_host(expected));
+  View1<double> wrong("wrong", c.out + 1);
+  EXPECT_THROW(ops::linear_forward<double>(c.x, c.w, wrong, c.y), ShapeError);
+}
+
+}  // namespace
+}  // namespace reformer

@@ -1,0 +1,91 @@
+#include "reformer/core/error.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+struct LayerNormCase {
+  Index n = 7, d = 13;
+  double eps = 1e-5;
+  View2<double> x{"x", n, d}, y{"y", n, d}, dy{"dy", n, d}, dx{"dx", n, d};
+  View1<double> gamma{"gamma", d}, beta{"beta", d}, mean{"mean", n}, rstd{"rstd", n};
+  View1<double> dgamma{"dgamma", d}, dbeta{"dbeta", d};
+
+  LayerNormCase() {
+    fill_uniform(x, 1, -2, 3);
+    fill_uniform(gamma, 2, 0.5, 1.5);
+    fill_uniform(beta, 3);
+    fill_uniform(dy, 4);
+  }
+  double loss() {
+    ops::layer_norm_forward<double>(x, gamma, beta, eps, y, mean, rstd);
+    return dot(y, dy);
+  }
+  void backward() {
+    loss();
+    Kokkos::deep_copy(dgamma, 0.0);
+    Kokkos::deep_copy(dbeta, 0.0);
+    ops::layer_norm_backward<double>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  }
+};
+
+TEST(LayerNorm, ForwardMatchesHostReference) {
+  LayerNormCase c;
+  c.loss();
+  const auto x = to_host(c.x), g = to_host(c.gamma), b = to_host(c.beta), y = to_host(c.y);
+  std::vector<double> expected(x.size());
+  for (Index i = 0; i < c.n; ++i) {
+    double mu = 0, var = 0;
+    for (Index j = 0; j < c.d; ++j) mu += x[i * c.d + j] / c.d;
+    for (Index j = 0; j < c.d; ++j) var += (x[i * c.d + j] - mu) * (x[i * c.d + j] - mu) / c.d;
+    for (Index j = 0; j < c.d; ++j)
+      expected[i * c.d + j] = (x[i * c.d + j] - mu) / std::sqrt(var + c.eps) * g[j] + b[j];
+  }
+  EXPECT_LT(relative_error(y, expected), 1e-13);
+}
+
+TEST(LayerNorm, GradientsMatchFiniteDifferences) {
+  LayerNormCase c;
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.gamma, c.dgamma, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.beta, c.dbeta, loss), 1e-6);
+}
+
+TEST(LayerNorm, ParameterGradientsAccumulate) {
+  LayerNormCase c;
+  c.backward();
+  const auto once = to_host(c.dgamma);
+  ops::layer_norm_backward<double>(c.x, c.gamma, c.mean, c.rstd, c.dy, c.dx, c.dgamma, c.dbeta);
+  const auto twice = to_host(c.dgamma);
+  for (size_t j = 0; j < once.size(); ++j) EXPECT_NEAR(twice[j], 2 * once[j], 1e-12);
+}
+
+TEST(LayerNorm, RejectsBadShapesAndEps) {
+  LayerNormCase c;
+  View1<double> short_gamma("g", c.d - 1);
+  try {
+    ops::layer_norm_forward<double>(c.x, short_gamma, c.beta, c.eps, c.y, c.mean, c.rstd);
+    FAIL() << "no error for a short gamma";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("gamma has shape [12]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("must be 13"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::layer_norm_forward<double>(c.x, c.gamma, c.beta, 0.0, c.y, c.mean, c.rstd),
+               ConfigError);
+  View2<double> empty("empty", 0, c.d);
+  EXPECT_THROW(
+      ops::layer_norm_forward<double>(empty, c.gamma, c.beta, c.eps, empty, c.mean, c.rstd),
+      ShapeError);
+}
+
+}  // namespace
+}  // namespace reformer
