@@ -93,6 +93,19 @@ for backend in $backends; do
   esac
 done
 
+# Serial and OpenMP must agree: random draws bitwise, every op within 1e-6.
+if [[ " $backends " == *" openmp "* && " $backends " == *" serial "* ]]; then
+  step "backend agreement: Serial vs OpenMP"
+  "$build/serial/tests/op_fingerprint" write "$build/fingerprint-serial.bin"
+  OMP_NUM_THREADS=2 "$build/openmp/tests/op_fingerprint" write "$build/fingerprint-openmp.bin"
+  if "$build/openmp/tests/op_fingerprint" compare "$build/fingerprint-openmp.bin" \
+    "$build/fingerprint-serial.bin"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+fi
+
 step "done"
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
