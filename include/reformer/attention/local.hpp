@@ -1,0 +1,33 @@
+// Local (chunked) attention: the sequence is cut into chunks of `chunk`
+// positions and every query attends to the keys of its own chunk and of the
+// `n_before` chunks before it (no wrap-around), with separate q, k, v:
+//   score_ij = q_i . k_j / sqrt(d_head),  out_i = sum_j softmax_j(score_ij) v_j.
+// Memory is O(L * d_head): only the output and each query's logsumexp are kept.
+//
+// Tensors are [batch, length, heads, d_head] (the projection output viewed per
+// head, no transpose).
+#pragma once
+
+#include "reformer/attention/masks.hpp"
+
+namespace reformer::attention {
+
+struct LocalAttentionConfig {
+  Index chunk = 128;    // positions per chunk; length must be a multiple
+  Index n_before = 1;   // previous chunks each chunk attends to
+  MaskOptions masks{};  // causal is what language models want
+  AttentionDropout dropout{};
+};
+
+// out [batch, length, heads, d_head]; lse [batch, length, heads] is saved for backward.
+template <class T>
+void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionConfig& config,
+                             View4<T> out, View3<T> lse);
+
+// Gradients of q, k, v (overwritten) from dout, recomputing the scores from lse.
+template <class T>
+void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
+                              const LocalAttentionConfig& config, View4<T> dq, View4<T> dk,
+                              View4<T> dv);
+
+}  // namespace reformer::attention

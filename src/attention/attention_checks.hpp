@@ -1,0 +1,49 @@
+// Input validation shared by the attention variants (internal header).
+#pragma once
+
+#include "reformer/attention/masks.hpp"
+#include "reformer/core/shape.hpp"
+
+namespace reformer::attention::detail {
+
+// q, k, v must all be [batch, length, heads, d_head] with d_head <= kMaxHeadDim
+// (k and v may have another length for cross-attention when allowed).
+template <class A, class B>
+void check_qkv(const char* op, const A& q, const B& k, const B& v, bool same_length = true) {
+  require_nonempty(op, "q", q);
+  require_nonempty(op, "k", k);
+  require_same_shape(op, "k", k, "v", v);
+  require<ShapeError>(q.extent(0) == k.extent(0), op, ": batch of q is ", q.extent(0),
+                      " but batch of k is ", k.extent(0));
+  require<ShapeError>(q.extent(2) == k.extent(2), op, ": q has ", q.extent(2), " heads but k has ",
+                      k.extent(2));
+  require<ShapeError>(q.extent(3) == k.extent(3), op, ": head size mismatch: q has d_head ",
+                      q.extent(3), " but k has d_head ", k.extent(3));
+  require<ShapeError>(Index(q.extent(3)) <= kMaxHeadDim, op, ": d_head is ", q.extent(3),
+                      " but the fused kernels support at most ", kMaxHeadDim);
+  if (same_length)
+    require<ShapeError>(q.extent(1) == k.extent(1), op, ": q has length ", q.extent(1),
+                        " but k has length ", k.extent(1));
+}
+
+// The sequence length must be a multiple of the chunk length.
+inline void check_chunking(const char* op, Index length, Index chunk) {
+  require<ConfigError>(chunk > 0, op, ": chunk length is ", chunk, " but must be positive");
+  require<ShapeError>(length % chunk == 0, op, ": sequence length ", length,
+                      " is not a multiple of the chunk length ", chunk,
+                      "; pad the sequence to a multiple of ", chunk,
+                      " (next: ", (length / chunk + 1) * chunk, ")");
+}
+
+inline void check_masks(const char* op, const MaskOptions& masks, Index batch, Index length) {
+  if (masks.key_valid.extent(0) == 0) return;
+  require_extent(op, "key_valid", masks.key_valid, 0, batch);
+  require_extent(op, "key_valid", masks.key_valid, 1, length);
+}
+
+inline void check_dropout(const char* op, const AttentionDropout& dropout) {
+  require<ConfigError>(dropout.rate >= 0.0 && dropout.rate < 1.0, op, ": dropout rate is ",
+                       dropout.rate, " but must be in [0, 1)");
+}
+
+}  // namespace reformer::attention::detail

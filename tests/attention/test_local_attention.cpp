@@ -1,0 +1,186 @@
+#include "reformer/attention/local.hpp"
+#include "reformer/core/error.hpp"
+#include "support/attention_reference.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using attention::LocalAttentionConfig;
+
+struct LocalCase {
+  Index batch = 2, length = 12, heads = 2, d = 5;
+  LocalAttentionConfig config;
+  View4<double> q{"q", batch, length, heads, d}, k{"k", batch, length, heads, d},
+      v{"v", batch, length, heads, d}, out{"out", batch, length, heads, d},
+      r{"r", batch, length, heads, d}, dq{"dq", batch, length, heads, d},
+      dk{"dk", batch, length, heads, d}, dv{"dv", batch, length, heads, d};
+  View3<double> lse{"lse", batch, length, heads};
+  Kokkos::View<int**, Layout, MemSpace> valid{"valid", batch, length};
+
+  explicit LocalCase(Index chunk = 4, Index n_before = 1, bool causal = true) {
+    config.chunk = chunk;
+    config.n_before = n_before;
+    config.masks.causal = causal;
+    fill_uniform(q, 1);
+    fill_uniform(k, 2);
+    fill_uniform(v, 3);
+    fill_uniform(r, 4);
+  }
+  void pad_positions(std::vector<std::pair<int, int>> padded) {
+    Kokkos::deep_copy(valid, 1);
+    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
+    for (auto [b, i] : padded) host(b, i) = 0;
+    Kokkos::deep_copy(valid, host);
+    config.masks.key_valid = valid;
+  }
+  double loss() {
+    attention::local_attention_forward<double>(q, k, v, config, out, lse);
+    return dot(out, r);
+  }
+  void backward() {
+    loss();
+    attention::local_attention_backward<double>(q, k, v, out, lse, r, config, dq, dk, dv);
+  }
+  // The window rule of local attention on original positions.
+  std::vector<double> reference() const {
+    std::vector<int> host_valid(batch * length, 1);
+    if (config.masks.key_valid.extent(0)) {
+      auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
+      for (Index i = 0; i < batch * length; ++i) host_valid[i] = hv.data()[i];
+    }
+    const auto cfg = config;
+    const Index len = length;
+    auto rule = [cfg, host_valid, len](long b, long, long i, long j) {
+      const long qc = i / cfg.chunk, kc = j / cfg.chunk;
+      if (kc > qc || kc < qc - cfg.n_before) return RefScore{RefScore::Absent};
+      if ((cfg.masks.causal && j > i) || host_valid[b * len + j] == 0)
+        return RefScore{RefScore::Constant, -1e9};
+      return RefScore{};
+    };
+    return reference_attention({batch, length, heads, d}, to_host(q), to_host(k), to_host(v),
+                               1.0 / std::sqrt(double(d)), rule);
+  }
+};
+
+TEST(LocalAttention, ForwardMatchesDenseReference) {
+  for (bool causal : {true, false})
+    for (Index n_before : {0, 1, 2}) {
+      LocalCase c(4, n_before, causal);
+      c.loss();
+      EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13)
+          << "causal " << causal << " n_before " << n_before;
+    }
+}
+
+TEST(LocalAttention, GradientsMatchFiniteDifferences) {
+  for (bool causal : {true, false}) {
+    LocalCase c(4, 1, causal);
+    c.config.masks.causal = causal;
+    c.backward();
+    auto loss = [&] { return c.loss(); };
+    EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << causal;
+    EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << causal;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << causal;
+  }
+}
+
+TEST(LocalAttention, PaddingMaskIncludingPositionZero) {
+  LocalCase c(4, 1, true);
+  c.pad_positions({{0, 0}, {1, 5}, {1, 6}});
+  c.loss();
+  EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
+  // A padded key receives no gradient from any query that can see a real key.
+  const auto dk = to_host(c.dk);
+  Dims dm{c.batch, c.length, c.heads, c.d};
+  for (long x = 0; x < c.d; ++x) EXPECT_NEAR(dk[dm.at(1, 5, 0, x)], 0.0, 1e-12);
+}
+
+TEST(LocalAttention, ChunkCoveringTheSequenceIsFullCausalAttention) {
+  LocalCase c(12, 1, true);
+  c.loss();
+  auto rule = [](long, long, long i, long j) {
+    return j > i ? RefScore{RefScore::Constant, -1e9} : RefScore{};
+  };
+  const auto full = reference_attention({c.batch, c.length, c.heads, c.d}, to_host(c.q),
+                                        to_host(c.k), to_host(c.v), 1 / std::sqrt(5.0), rule);
+  EXPECT_LT(relative_error(to_host(c.out), full), 1e-13);
+}
+
+TEST(LocalAttention, CausalOutputsIgnoreLaterTokens) {
+  LocalCase c(4, 1, true);
+  c.loss();
+  const auto before = to_host(c.out);
+  const Index t = 6;
+  // Perturb token t's q, k and v in every batch and head.
+  auto hq = Kokkos::create_mirror_view_and_copy(HostSpace(), c.k);
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x) hq(b, t, h, x) += 3.0;
+  Kokkos::deep_copy(c.k, hq);
+  auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), c.v);
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x) hv(b, t, h, x) -= 2.0;
+  Kokkos::deep_copy(c.v, hv);
+  c.loss();
+  const auto after = to_host(c.out);
+  Dims dm{c.batch, c.length, c.heads, c.d};
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index i = 0; i < c.length; ++i)
+      for (Index h = 0; h < c.heads; ++h)
+        for (Index x = 0; x < c.d; ++x) {
+          const long at = dm.at(b, i, h, x);
+          if (i < t)
+            EXPECT_EQ(before[at], after[at]) << "position " << i;
+          else if (i == t && x == 0)
+            EXPECT_NE(before[at], after[at]);
+        }
+}
+
+TEST(LocalAttention, DropoutIsReplayedInBackward) {
+  LocalCase c(4, 1, true);
+  c.config.dropout = {0.3, {9, 4}};
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
+  // Dropout changes the output.
+  const auto dropped = to_host(c.out);
+  c.config.dropout.rate = 0;
+  c.loss();
+  EXPECT_GT(relative_error(dropped, to_host(c.out)), 1e-3);
+}
+
+TEST(LocalAttention, ClearErrors) {
+  LocalCase c(5, 1, true);  // 12 is not a multiple of 5
+  try {
+    c.loss();
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence length 12 is not a multiple of the chunk "
+                                         "length 5"),
+              std::string::npos)
+        << e.what();
+  }
+  LocalCase ok(4, 1, true);
+  View4<double> wrong_k("k", ok.batch, ok.length, ok.heads, ok.d + 1);
+  try {
+    attention::local_attention_forward<double>(ok.q, wrong_k, wrong_k, ok.config, ok.out, ok.lse);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("head size mismatch: q has d_head 5 but k has d_head 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace reformer
