@@ -65,7 +65,7 @@ struct ChunkedInputs {
   Kokkos::View<const int**, Layout, MemSpace> key_valid;  // [batch, length] or empty
   bool causal = false;
   bool self_mask = false;             // LSH: own position gets MaskValues::self
-  bool duplicate_correction = false;  // LSH: subtract log(#rounds sharing the pair)
+  bool duplicate_correction = false;  // LSH: subtract log(#windows sharing the pair)
   Index rounds = 1;
   Index length = 0;
   Index heads = 0;
@@ -79,15 +79,19 @@ struct ChunkedInputs {
   KOKKOS_INLINE_FUNCTION T scale_of(Index b, Index pos, Index h) const {
     return key_scale.extent(0) ? key_scale(b, pos, h) : key_scale_constant;
   }
-  // How many rounds put key position pk in the window of query position pq.
-  KOKKOS_INLINE_FUNCTION int shared_rounds(Index bh, Index pq, Index pk) const {
+  // How often key position pk appears in the windows of query position pq over
+  // all rounds (windows can reach into the previous round's items, so every
+  // item of pk is checked against every item of pq): O(rounds^2).
+  KOKKOS_INLINE_FUNCTION int shared_windows(Index bh, Index pq, Index pk) const {
     int count = 0;
-    for (Index r = 0; r < rounds; ++r) {
-      const Index qc = undo(bh, r * length + pq) / window.chunk;
-      const Index kc = undo(bh, r * length + pk) / window.chunk;
-      Index back = qc - kc;
-      if (back < 0 && window.wrap) back += window.n_chunks;
-      count += back >= 0 && back <= window.n_before;
+    for (Index rq = 0; rq < rounds; ++rq) {
+      const Index qc = undo(bh, rq * length + pq) / window.chunk;
+      for (Index rk = 0; rk < rounds; ++rk) {
+        const Index kc = undo(bh, rk * length + pk) / window.chunk;
+        Index back = qc - kc;
+        if (back < 0 && window.wrap) back += window.n_chunks;
+        count += back >= 0 && back <= window.n_before;
+      }
     }
     return count;
   }
@@ -107,7 +111,7 @@ struct ChunkedInputs {
     T dot = 0;
     for (Index d = 0; d < d_head; ++d) dot += qv[d] * k(b, pk, h, d);
     T s = dot * scale_of(b, pk, h);
-    if (duplicate_correction) s -= compat::log(T(shared_rounds(bh, pq, pk)));
+    if (duplicate_correction) s -= compat::log(T(shared_windows(bh, pq, pk)));
     return s;
   }
   KOKKOS_INLINE_FUNCTION T drop_factor(Index bh, Index s, Index slot) const {

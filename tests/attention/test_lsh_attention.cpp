@@ -1,0 +1,354 @@
+#include "reformer/attention/lsh.hpp"
+#include "reformer/core/error.hpp"
+#include "support/attention_reference.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using attention::LshAttentionConfig;
+
+// The whole LSH algorithm written as plainly as possible on the host.
+std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
+                                  const std::vector<double>& v, const std::vector<double>& rot,
+                                  const LshAttentionConfig& cfg, const std::vector<int>& valid) {
+  const long L = dm.length, R = cfg.n_hashes, d = dm.d;
+  std::vector<long> factors(cfg.n_buckets.begin(), cfg.n_buckets.end());
+  if (factors.empty()) factors = {2 * std::max<long>(1, L / cfg.chunk)};
+  long width = 0, nb = 1;
+  for (long f : factors) width += f / 2, nb *= f;
+  auto rot_at = [&](long h, long x, long r, long c) {
+    return rot[((h * d + x) * R + r) * width + c];
+  };
+  std::vector<double> out(qk.size(), 0.0);
+  for (long b = 0; b < dm.batch; ++b)
+    for (long h = 0; h < dm.heads; ++h) {
+      // Hash.
+      std::vector<long> bucket(R * L);
+      for (long r = 0; r < R; ++r)
+        for (long i = 0; i < L; ++i) {
+          if (!valid.empty() && valid[b * L + i] == 0) {
+            bucket[r * L + i] = nb;
+            continue;
+          }
+          long combined = 0, stride = 1, column = 0;
+          for (long f : factors) {
+            std::vector<double> proj;
+            for (long c = 0; c < f / 2; ++c) {
+              double p = 0;
+              for (long x = 0; x < d; ++x) p += qk[dm.at(b, i, h, x)] * rot_at(h, x, r, column + c);
+              proj.push_back(p);
+            }
+            for (long c = 0; c < f / 2; ++c) proj.push_back(-proj[c]);
+            combined += (std::max_element(proj.begin(), proj.end()) - proj.begin()) * stride;
+            stride *= f;
+            column += f / 2;
+          }
+          bucket[r * L + i] = combined;
+        }
+      // Sort items (round, bucket, position).
+      std::vector<long> order(R * L);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](long x, long y) {
+        return std::make_pair(x / L, bucket[x]) < std::make_pair(y / L, bucket[y]);
+      });
+      // Normalised keys.
+      std::vector<double> key(L * d);
+      for (long i = 0; i < L; ++i) {
+        double sq = 0;
+        for (long x = 0; x < d; ++x) sq += qk[dm.at(b, i, h, x)] * qk[dm.at(b, i, h, x)];
+        for (long x = 0; x < d; ++x)
+          key[i * d + x] = qk[dm.at(b, i, h, x)] / std::sqrt(sq / d + 1e-6) / std::sqrt(double(d));
+      }
+      const long chunk = std::min<long>(cfg.chunk, L), n_chunks = R * L / chunk;
+      const long back = cfg.chunk >= L ? 0 : std::min<long>(cfg.n_before, n_chunks - 1);
+      std::vector<double> o(R * L * d), lse(R * L);
+      for (long s = 0; s < R * L; ++s) {
+        const long pq = order[s] % L, qc = s / chunk;
+        std::vector<double> sc;
+        std::vector<long> keys;
+        for (long w = back; w >= 0; --w) {
+          const long kc = ((qc - w) % n_chunks + n_chunks) % n_chunks;
+          for (long t = kc * chunk; t < (kc + 1) * chunk; ++t) {
+            const long pk = order[t] % L;
+            double score;
+            if (pk == pq)
+              score = -1e5;
+            else if ((cfg.masks.causal && pk > pq) || (!valid.empty() && valid[b * L + pk] == 0))
+              score = -1e9;
+            else {
+              score = 0;
+              for (long x = 0; x < d; ++x) score += qk[dm.at(b, pq, h, x)] * key[pk * d + x];
+            }
+            sc.push_back(score);
+            keys.push_back(pk);
+          }
+        }
+        const double m = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - m);
+        lse[s] = m + std::log(sum);
+        for (size_t n = 0; n < keys.size(); ++n)
+          for (long x = 0; x < d; ++x)
+            o[s * d + x] += std::exp(sc[n] - lse[s]) * v[dm.at(b, keys[n], h, x)];
+      }
+      // Unsort and combine rounds.
+      std::vector<long> where(R * L);
+      for (long s = 0; s < R * L; ++s) where[order[s]] = s;
+      for (long i = 0; i < L; ++i) {
+        double m = -1e300, total = 0;
+        for (long r = 0; r < R; ++r) m = std::max(m, lse[where[r * L + i]]);
+        for (long r = 0; r < R; ++r) total += std::exp(lse[where[r * L + i]] - m);
+        for (long r = 0; r < R; ++r) {
+          const long s = where[r * L + i];
+          const double w = std::exp(lse[s] - m) / total;
+          for (long x = 0; x < d; ++x) out[dm.at(b, i, h, x)] += w * o[s * d + x];
+        }
+      }
+    }
+  return out;
+}
+
+struct LshCase {
+  Index batch = 2, length = 16, heads = 2, d = 4;
+  LshAttentionConfig config;
+  View4<double> qk{"qk", batch, length, heads, d}, v{"v", batch, length, heads, d},
+      out{"out", batch, length, heads, d}, r{"r", batch, length, heads, d},
+      dqk{"dqk", batch, length, heads, d}, dv{"dv", batch, length, heads, d}, rot;
+  Kokkos::View<int**, Layout, MemSpace> valid{"valid", batch, length};
+  attention::LshSaved<double> saved;
+
+  LshCase(Index chunk, Index n_hashes, std::vector<Index> buckets, bool causal) {
+    config.chunk = chunk;
+    config.n_hashes = n_hashes;
+    config.n_buckets = buckets;
+    config.masks.causal = causal;
+    fill_uniform(qk, 1);
+    fill_uniform(v, 2);
+    fill_uniform(r, 3);
+    rot = View4<double>("rot", heads, d, n_hashes, attention::lsh_rotation_width(config, length));
+    attention::lsh_random_rotations<double>({5, 6}, rot);
+  }
+  void pad(std::vector<std::pair<int, int>> padded) {
+    Kokkos::deep_copy(valid, 1);
+    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
+    for (auto [b, i] : padded) host(b, i) = 0;
+    Kokkos::deep_copy(valid, host);
+    config.masks.key_valid = valid;
+  }
+  double loss() {
+    attention::lsh_attention_forward<double>(qk, v, rot, config, out, saved);
+    return dot(out, r);
+  }
+  void backward() {
+    loss();
+    attention::lsh_attention_backward<double>(qk, v, saved, r, config, dqk, dv);
+  }
+  std::vector<double> reference() const {
+    std::vector<int> host_valid;
+    if (config.masks.key_valid.extent(0)) {
+      auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
+      host_valid.assign(hv.data(), hv.data() + hv.size());
+    }
+    return reference_lsh({batch, length, heads, d}, to_host(qk), to_host(v), to_host(rot), config,
+                         host_valid);
+  }
+};
+
+struct Variant {
+  Index chunk, n_hashes;
+  std::vector<Index> buckets;
+  bool causal;
+};
+const Variant kVariants[] = {{4, 1, {4}, false},    {4, 2, {4}, true}, {4, 3, {8}, true},
+                             {2, 2, {2, 4}, false}, {8, 2, {}, true},  {4, 1, {6}, true}};
+
+TEST(LshAttention, ForwardMatchesPlainReference) {
+  for (const auto& var : kVariants) {
+    LshCase c(var.chunk, var.n_hashes, var.buckets, var.causal);
+    c.loss();
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12)
+        << "chunk " << var.chunk << " hashes " << var.n_hashes << " causal " << var.causal;
+  }
+}
+
+TEST(LshAttention, GradientsMatchFiniteDifferences) {
+  for (const auto& var : kVariants) {
+    LshCase c(var.chunk, var.n_hashes, var.buckets, var.causal);
+    c.backward();
+    auto loss = [&] { return c.loss(); };
+    EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6) << "hashes " << var.n_hashes;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << "hashes " << var.n_hashes;
+  }
+}
+
+TEST(LshAttention, PaddingIncludingPositionZero) {
+  LshCase c(4, 2, {4}, true);
+  c.pad({{0, 0}, {1, 7}, {1, 15}});
+  c.backward();
+  EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12);
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
+}
+
+TEST(LshAttention, DuplicateCorrectionAndDropoutGradients) {
+  LshCase c(4, 3, {4}, false);
+  c.config.duplicate_correction = true;
+  c.config.dropout = {0.2, {3, 3}};
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
+  const auto corrected = to_host(c.out);
+  c.config.duplicate_correction = false;
+  c.config.dropout.rate = 0;
+  c.loss();
+  EXPECT_GT(relative_error(corrected, to_host(c.out)), 1e-4);
+}
+
+TEST(LshAttention, SingleChunkIsSharedQkFullAttentionWithSelfMask) {
+  for (bool causal : {false, true}) {
+    LshCase c(16, 2, {4}, causal);
+    c.loss();
+    // Dense shared-QK attention: keys are the normalised queries.
+    const auto qk = to_host(c.qk);
+    Dims dm{c.batch, c.length, c.heads, c.d};
+    std::vector<double> keys(qk.size());
+    for (long b = 0; b < dm.batch; ++b)
+      for (long i = 0; i < dm.length; ++i)
+        for (long h = 0; h < dm.heads; ++h) {
+          double sq = 0;
+          for (long x = 0; x < dm.d; ++x) sq += qk[dm.at(b, i, h, x)] * qk[dm.at(b, i, h, x)];
+          for (long x = 0; x < dm.d; ++x)
+            keys[dm.at(b, i, h, x)] = qk[dm.at(b, i, h, x)] / std::sqrt(sq / dm.d + 1e-6);
+        }
+    auto rule = [causal](long, long, long i, long j) {
+      if (i == j) return RefScore{RefScore::Constant, -1e5};
+      if (causal && j > i) return RefScore{RefScore::Constant, -1e9};
+      return RefScore{};
+    };
+    const auto full =
+        reference_attention(dm, qk, keys, to_host(c.v), 1 / std::sqrt(double(dm.d)), rule);
+    EXPECT_LT(relative_error(to_host(c.out), full), 1e-12) << causal;
+  }
+}
+
+TEST(LshAttention, IdenticalRoundsEqualOneRound) {
+  LshCase one(4, 1, {4}, true);
+  LshCase three(4, 3, {4}, true);
+  // Copy round 0's rotation into every round of the 3-round case.
+  auto r1 = Kokkos::create_mirror_view_and_copy(HostSpace(), one.rot);
+  auto r3 = Kokkos::create_mirror_view_and_copy(HostSpace(), three.rot);
+  for (Index h = 0; h < one.heads; ++h)
+    for (Index x = 0; x < one.d; ++x)
+      for (Index r = 0; r < 3; ++r)
+        for (Index c = 0; c < Index(r1.extent(3)); ++c) r3(h, x, r, c) = r1(h, x, 0, c);
+  Kokkos::deep_copy(three.rot, r3);
+  one.loss();
+  three.loss();
+  EXPECT_LT(relative_error(to_host(three.out), to_host(one.out)), 1e-14);
+}
+
+TEST(LshAttention, CausalOutputsIgnoreLaterTokens) {
+  LshCase c(4, 2, {4}, true);
+  c.loss();
+  const auto before = to_host(c.out);
+  const Index t = 9;
+  // Scaling qk_t by a positive factor keeps its buckets and normalised key but
+  // changes its query; v_t changes too.
+  auto hq = Kokkos::create_mirror_view_and_copy(HostSpace(), c.qk);
+  auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), c.v);
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x) {
+        hq(b, t, h, x) *= 2.5;
+        hv(b, t, h, x) += 1.0;
+      }
+  Kokkos::deep_copy(c.qk, hq);
+  Kokkos::deep_copy(c.v, hv);
+  c.loss();
+  const auto after = to_host(c.out);
+  Dims dm{c.batch, c.length, c.heads, c.d};
+  Index changed_at_t = 0;
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x) {
+        for (Index i = 0; i < t; ++i)
+          EXPECT_EQ(before[dm.at(b, i, h, x)], after[dm.at(b, i, h, x)]) << "position " << i;
+        changed_at_t += before[dm.at(b, t, h, x)] != after[dm.at(b, t, h, x)];
+      }
+  EXPECT_GT(changed_at_t, 0);
+}
+
+TEST(LshAttention, TokenWithNoAllowedTargetAttendsToItself) {
+  LshCase c(4, 2, {4}, true);
+  c.loss();
+  // Causal: position 0 may attend to nothing but itself.
+  const auto out = to_host(c.out), v = to_host(c.v);
+  Dims dm{c.batch, c.length, c.heads, c.d};
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x)
+        EXPECT_NEAR(out[dm.at(b, 0, h, x)], v[dm.at(b, 0, h, x)], 1e-12);
+}
+
+TEST(LshAttention, BucketsAreSortedStably) {
+  LshCase c(4, 2, {8}, false);
+  c.loss();
+  auto perm = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.perm);
+  auto undo = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.undo);
+  auto buckets = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.buckets);
+  const Index L = c.length;
+  for (Index bh = 0; bh < c.batch * c.heads; ++bh)
+    for (Index s = 0; s < 2 * L; ++s) {
+      const Index r = s / L, i = perm(bh, s);
+      EXPECT_EQ(undo(bh, r * L + i), s);
+      if (s % L == 0) continue;
+      const Index prev = perm(bh, s - 1);
+      const auto key = std::make_pair(buckets(bh, r * L + i), i);
+      EXPECT_LT(std::make_pair(buckets(bh, r * L + prev), prev), key);
+    }
+}
+
+TEST(LshAttention, ClearErrors) {
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  LshCase c(4, 1, {4}, true);
+  c.config.chunk = 5;
+  EXPECT_NE(message([&] { c.loss(); })
+                .find("sequence length 16 is not a multiple of the chunk "
+                      "length 5"),
+            std::string::npos);
+  c.config.chunk = 4;
+  c.config.n_buckets = {5};
+  EXPECT_NE(message([&] { c.loss(); }).find("bucket count 5 must be even"), std::string::npos);
+  c.config.n_buckets = {4};
+  View4<double> v_wrong("v", c.batch, c.length, c.heads, c.d + 2);
+  EXPECT_NE(message([&] {
+              attention::lsh_attention_forward<double>(c.qk, v_wrong, c.rot, c.config, c.out,
+                                                       c.saved);
+            }).find("head size mismatch: q has d_head 4 but k has d_head 6"),
+            std::string::npos);
+  View4<double> rot_wrong("rot", c.heads, c.d, 2, 2);
+  EXPECT_NE(message([&] {
+              attention::lsh_attention_forward<double>(c.qk, c.v, rot_wrong, c.config, c.out,
+                                                       c.saved);
+            }).find("rotations have shape [2, 4, 2, 2] but must be [2, 4, 1, 2]"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace reformer
