@@ -49,6 +49,45 @@ void BM_Matmul(benchmark::State& state) {
 }
 BENCHMARK(BM_Matmul)->Apply(transformer_sizes);
 
+// Per-head attention products: batch * heads = 4, [L, 64] x [64, L] and back.
+void BM_BatchedMatmulScores(benchmark::State& state) {
+  const Index bh = 4, l = state.range(0), dh = 64;
+  View3<float> q("q", bh, l, dh), k("k", bh, l, dh), s("s", bh, l, l);
+  fill(q, 1);
+  fill(k, 2);
+  for (auto _ : state) {
+    ops::batched_matmul<float>(q, ops::Trans::No, k, ops::Trans::Yes, s);
+    Kokkos::fence();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * bh * l * l * dh * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BatchedMatmulScores)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_BatchedMatmulValues(benchmark::State& state) {
+  const Index bh = 4, l = state.range(0), dh = 64;
+  View3<float> p("p", bh, l, l), v("v", bh, l, dh), o("o", bh, l, dh);
+  fill(p, 1);
+  fill(v, 2);
+  for (auto _ : state) {
+    ops::batched_matmul<float>(p, ops::Trans::No, v, ops::Trans::No, o);
+    Kokkos::fence();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * bh * l * l * dh * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BatchedMatmulValues)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_LinearBackward(benchmark::State& state) {
   const Index rows = state.range(0), d = state.range(1);
   View2<float> x("x", rows, d), w("w", d, d), dy("dy", rows, d), dx("dx", rows, d), dw("dw", d, d);

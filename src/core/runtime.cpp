@@ -4,6 +4,7 @@
 #include "reformer/core/types.hpp"
 
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -63,6 +64,24 @@ std::string device_description() {
 }
 
 }  // namespace
+
+std::int64_t available_memory_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) return std::int64_t(free_bytes);
+#elif defined(KOKKOS_ENABLE_HIP)
+  size_t free_bytes = 0, total = 0;
+  if (hipMemGetInfo(&free_bytes, &total) == hipSuccess) return std::int64_t(free_bytes);
+#else
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+#endif
+  return -1;  // unknown
+}
 
 BackendInfo backend_info() {
   BackendInfo info;

@@ -33,6 +33,12 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// An allocation would not fit into the memory that is available.
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(Parts&&... parts) {

@@ -2,6 +2,7 @@
 // description of the backend the binary was built for.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,9 @@ struct BackendInfo {
 
 // Requires an initialised Kokkos.
 BackendInfo backend_info();
+
+// Bytes that can still be allocated in the default memory space: free device
+// memory on GPUs, MemAvailable from /proc/meminfo on the host.
+std::int64_t available_memory_bytes();
 
 }  // namespace reformer

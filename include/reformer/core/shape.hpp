@@ -32,7 +32,7 @@ void require_extent(const char* op, const char* name, const V& v, unsigned dim, 
 template <class A, class B>
 void require_same_shape(const char* op, const char* name_a, const A& a, const char* name_b,
                         const B& b) {
-  static_assert(A::rank == B::rank, "require_same_shape: ranks differ");
+  static_assert(unsigned(A::rank) == unsigned(B::rank), "require_same_shape: ranks differ");
   for (unsigned r = 0; r < A::rank; ++r)
     if (a.extent(r) != b.extent(r))
       throw ShapeError(detail::concat(op, ": ", name_a, " has shape ", shape_string(a), " but ",

@@ -1,0 +1,46 @@
+// Full (dense) multi-head attention, the O(L^2)-memory baseline:
+//   S = scale * Q K^T (masked),  P = softmax(S),  out = dropout(P) V
+// It materialises P [batch * heads, Lq, Lk] and keeps it for backward. Keys and
+// values may come from another sequence (cross-attention: Lk != Lq).
+// Tensors are [batch, length, heads, d_head].
+#pragma once
+
+#include "reformer/attention/masks.hpp"
+
+namespace reformer::attention {
+
+struct FullAttentionConfig {
+  MaskOptions masks{};  // causal needs Lq == Lk
+  AttentionDropout dropout{};
+  // Shared-QK attention: the own position gets MaskValues::self (Lq == Lk).
+  bool self_mask = false;
+  // Score scale; 0 means 1 / sqrt(d_head).
+  double scale = 0.0;
+};
+
+template <class T>
+struct FullAttentionSaved {
+  View3<T> probs;  // softmax(S), [batch * heads, Lq, Lk]
+};
+
+// Bytes the L x L buffers of one forward + backward need (probabilities and
+// one gradient-sized buffer, plus one more with dropout).
+std::int64_t full_attention_score_bytes(Index batch, Index heads, Index length_q, Index length_k,
+                                        std::int64_t scalar_bytes, bool dropout);
+
+// Throws MemoryError naming the bytes needed when the score buffers would not
+// fit into the memory that is free now.
+void check_full_attention_fits(Index batch, Index heads, Index length_q, Index length_k,
+                               std::int64_t scalar_bytes, bool dropout);
+
+template <class T>
+void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
+                            View4<T> out, FullAttentionSaved<T>& saved);
+
+// Gradients of q, k and v (overwritten).
+template <class T>
+void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSaved<T>& saved,
+                             In4<T> dout, const FullAttentionConfig& config, View4<T> dq,
+                             View4<T> dk, View4<T> dv);
+
+}  // namespace reformer::attention

@@ -1,0 +1,262 @@
+#include "reformer/attention/full.hpp"
+
+#include "attention/attention_checks.hpp"
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/runtime.hpp"
+#include "reformer/ops/dropout.hpp"
+#include "reformer/ops/gemm.hpp"
+
+#include <cmath>
+
+namespace reformer::attention {
+namespace {
+
+using ops::Trans;
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+
+// [batch, length, heads, d] <-> [batch * heads, length, d], so that every head's
+// matrix is contiguous for the batched products.
+template <class T>
+View3<T> to_heads(In4<T> x, const char* label) {
+  const Index batch = x.extent(0), length = x.extent(1), heads = x.extent(2), d = x.extent(3);
+  View3<T> y(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), batch * heads,
+             length, d);
+  Kokkos::parallel_for(
+      "attention_to_heads", range(batch * length * heads * d), KOKKOS_LAMBDA(Index e) {
+        const Index c = e % d, h = e / d % heads, i = e / (d * heads) % length;
+        const Index b = e / (d * heads * length);
+        y(b * heads + h, i, c) = x(b, i, h, c);
+      });
+  return y;
+}
+
+template <class T>
+void from_heads(In3<T> y, View4<T> x) {
+  const Index batch = x.extent(0), length = x.extent(1), heads = x.extent(2), d = x.extent(3);
+  Kokkos::parallel_for(
+      "attention_from_heads", range(batch * length * heads * d), KOKKOS_LAMBDA(Index e) {
+        const Index c = e % d, h = e / d % heads, i = e / (d * heads) % length;
+        const Index b = e / (d * heads * length);
+        x(b, i, h, c) = y(b * heads + h, i, c);
+      });
+}
+
+// Which scores are replaced by a mask constant, and by which.
+struct ScoreMask {
+  Kokkos::View<const int**, Layout, MemSpace> key_valid;
+  bool causal, self_mask;
+  Index heads;
+  // 0: keep, 1: masked (causal or padding), 2: own position.
+  KOKKOS_INLINE_FUNCTION int kind(Index bh, Index i, Index j) const {
+    if (self_mask && i == j) return 2;
+    if ((causal && j > i) || (key_valid.extent(0) && key_valid(bh / heads, j) == 0)) return 1;
+    return 0;
+  }
+};
+
+KOKKOS_INLINE_FUNCTION std::uint64_t score_index(Index bh, Index i, Index j, Index lq, Index lk) {
+  return (std::uint64_t(bh) * lq + i) * lk + j;
+}
+
+// In place: S -> softmax(masked S), row by row.
+template <class T>
+void masked_softmax(View3<T> s, ScoreMask mask) {
+  const Index lq = s.extent(1), lk = s.extent(2);
+  Kokkos::parallel_for(
+      "full_attention_softmax", TeamPolicy(s.extent(0) * lq, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const Index bh = team.league_rank() / lq, i = team.league_rank() % lq;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
+          const int kind = mask.kind(bh, i, j);
+          if (kind == 1) s(bh, i, j) = T(MaskValues<T>::masked);
+          if (kind == 2) s(bh, i, j) = T(MaskValues<T>::self);
+        });
+        team.team_barrier();
+        T row_max = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lk),
+            [&](Index j, T& m) { m = s(bh, i, j) > m ? s(bh, i, j) : m; }, Kokkos::Max<T>(row_max));
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lk),
+            [&](Index j, T& acc) { acc += compat::exp(s(bh, i, j) - row_max); }, sum);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
+          s(bh, i, j) = compat::exp(s(bh, i, j) - row_max) / sum;
+        });
+      });
+}
+
+// dropped = P * keep / (1 - rate), with the mask of score (bh, i, j).
+template <class T>
+void apply_dropout(In3<T> p, const AttentionDropout& dropout, View3<T> dropped) {
+  const Index lq = p.extent(1), lk = p.extent(2);
+  const double rate = dropout.rate;
+  const RandomKey key = dropout.key;
+  const T scale = T(1.0 / (1.0 - rate));
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "full_attention_dropout", Policy({0, 0, 0}, {Index(p.extent(0)), lq, lk}),
+      KOKKOS_LAMBDA(Index bh, Index i, Index j) {
+        dropped(bh, i, j) = ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate)
+                                ? p(bh, i, j) * scale
+                                : T(0);
+      });
+}
+
+// In place: dP' -> dS = P * (dP - sum_j P dP), dP = dP' * drop; zero for
+// constant (masked) scores.
+template <class T>
+void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
+                             const AttentionDropout& dropout) {
+  const Index lq = p.extent(1), lk = p.extent(2);
+  const double rate = dropout.rate;
+  const RandomKey key = dropout.key;
+  const T scale = T(1.0 / (1.0 - rate));
+  Kokkos::parallel_for(
+      "full_attention_softmax_backward", TeamPolicy(p.extent(0) * lq, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const Index bh = team.league_rank() / lq, i = team.league_rank() % lq;
+        auto drop = [&](Index j) {
+          return rate == 0.0                                                    ? T(1)
+                 : ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate) ? scale
+                                                                                : T(0);
+        };
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lk),
+            [&](Index j, T& acc) { acc += p(bh, i, j) * grad(bh, i, j) * drop(j); }, dot);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
+          grad(bh, i, j) =
+              mask.kind(bh, i, j) ? T(0) : p(bh, i, j) * (grad(bh, i, j) * drop(j) - dot);
+        });
+      });
+}
+
+template <class T>
+void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config) {
+  detail::check_qkv(op, q, k, v, /*same_length=*/false);
+  if (config.masks.causal || config.self_mask)
+    require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
+                        "and key lengths, got ", q.extent(1), " and ", k.extent(1));
+  detail::check_masks(op, config.masks, k.extent(0), k.extent(1));
+  detail::check_dropout(op, config.dropout);
+}
+
+ScoreMask score_mask(const FullAttentionConfig& config, Index heads) {
+  return {config.masks.key_valid, config.masks.causal, config.self_mask, heads};
+}
+
+template <class T>
+T score_scale(const FullAttentionConfig& config, Index d_head) {
+  return T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(d_head)));
+}
+
+}  // namespace
+
+std::int64_t full_attention_score_bytes(Index batch, Index heads, Index length_q, Index length_k,
+                                        std::int64_t scalar_bytes, bool dropout) {
+  return std::int64_t(batch) * heads * length_q * length_k * scalar_bytes * (dropout ? 3 : 2);
+}
+
+void check_full_attention_fits(Index batch, Index heads, Index length_q, Index length_k,
+                               std::int64_t scalar_bytes, bool dropout) {
+  const std::int64_t needed =
+      full_attention_score_bytes(batch, heads, length_q, length_k, scalar_bytes, dropout);
+  const std::int64_t available = available_memory_bytes();
+  require<MemoryError>(available < 0 || needed <= available, "full attention at length ", length_q,
+                       " x ", length_k, " (batch ", batch, ", heads ", heads, ") needs ",
+                       format_bytes(needed), " for its L x L score buffers but only ",
+                       format_bytes(available),
+                       " are available; use LSH or local attention for this length");
+}
+
+template <class T>
+void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
+                            View4<T> out, FullAttentionSaved<T>& saved) {
+  const char* op = "full_attention_forward";
+  check_inputs<T>(op, q, k, v, config);
+  require_same_shape(op, "q", q, "out", out);
+  const Index batch = q.extent(0), lq = q.extent(1), lk = k.extent(1), heads = q.extent(2);
+  const bool dropout = config.dropout.rate > 0;
+  if (Index(saved.probs.extent(0)) != batch * heads || Index(saved.probs.extent(1)) != lq ||
+      Index(saved.probs.extent(2)) != lk) {
+    saved.probs = View3<T>();
+    check_full_attention_fits(batch, heads, lq, lk, sizeof(T), dropout);
+    saved.probs = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_probs"),
+                           batch * heads, lq, lk);
+  }
+  auto qh = to_heads<T>(q, "full_attention_q");
+  auto kh = to_heads<T>(k, "full_attention_k");
+  auto vh = to_heads<T>(v, "full_attention_v");
+  ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs,
+                         score_scale<T>(config, q.extent(3)));
+  masked_softmax<T>(saved.probs, score_mask(config, heads));
+  View3<T> oh(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_out"), batch * heads,
+              lq, q.extent(3));
+  if (dropout) {
+    View3<T> dropped(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_dropped"),
+                     batch * heads, lq, lk);
+    apply_dropout<T>(saved.probs, config.dropout, dropped);
+    ops::batched_matmul<T>(dropped, Trans::No, vh, Trans::No, oh);
+  } else {
+    ops::batched_matmul<T>(saved.probs, Trans::No, vh, Trans::No, oh);
+  }
+  from_heads<T>(oh, out);
+}
+
+template <class T>
+void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSaved<T>& saved,
+                             In4<T> dout, const FullAttentionConfig& config, View4<T> dq,
+                             View4<T> dk, View4<T> dv) {
+  const char* op = "full_attention_backward";
+  check_inputs<T>(op, q, k, v, config);
+  require_same_shape(op, "q", q, "dout", dout);
+  require_same_shape(op, "q", q, "dq", dq);
+  require_same_shape(op, "k", k, "dk", dk);
+  require_same_shape(op, "v", v, "dv", dv);
+  const Index batch = q.extent(0), lq = q.extent(1), lk = k.extent(1), heads = q.extent(2);
+  require<ShapeError>(Index(saved.probs.extent(0)) == batch * heads &&
+                          Index(saved.probs.extent(1)) == lq && Index(saved.probs.extent(2)) == lk,
+                      op, ": saved probabilities have shape ", shape_string(saved.probs),
+                      "; run full_attention_forward on these inputs first");
+  const T scale = score_scale<T>(config, q.extent(3));
+  auto qh = to_heads<T>(q, "full_attention_q");
+  auto kh = to_heads<T>(k, "full_attention_k");
+  auto vh = to_heads<T>(v, "full_attention_v");
+  auto doh = to_heads<T>(dout, "full_attention_dout");
+  View3<T> grad(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_grad"),
+                batch * heads, lq, lk);
+  // dV = P'^T dO (P' = dropout(P), built in the gradient buffer before it is needed).
+  View3<T> dvh("full_attention_dv", batch * heads, lk, v.extent(3));
+  if (config.dropout.rate > 0) {
+    apply_dropout<T>(saved.probs, config.dropout, grad);
+    ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh);
+  } else {
+    ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh);
+  }
+  // dP' = dO V^T, then dS through dropout and softmax, in place.
+  ops::batched_matmul<T>(doh, Trans::No, vh, Trans::Yes, grad);
+  softmax_backward_masked<T>(saved.probs, grad, score_mask(config, heads), config.dropout);
+  // dQ = scale dS K, dK = scale dS^T Q.
+  View3<T> dqh("full_attention_dq", batch * heads, lq, q.extent(3));
+  View3<T> dkh("full_attention_dk", batch * heads, lk, k.extent(3));
+  ops::batched_matmul<T>(grad, Trans::No, kh, Trans::No, dqh, scale);
+  ops::batched_matmul<T>(grad, Trans::Yes, qh, Trans::No, dkh, scale);
+  from_heads<T>(dqh, dq);
+  from_heads<T>(dkh, dk);
+  from_heads<T>(dvh, dv);
+}
+
+#define REFORMER_INSTANTIATE(T)                                                                    \
+  template void full_attention_forward<T>(In4<T>, In4<T>, In4<T>, const FullAttentionConfig&,      \
+                                          View4<T>, FullAttentionSaved<T>&);                       \
+  template void full_attention_backward<T>(In4<T>, In4<T>, In4<T>, const FullAttentionSaved<T>&,   \
+                                           In4<T>, const FullAttentionConfig&, View4<T>, View4<T>, \
+                                           View4<T>);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::attention
