@@ -1,0 +1,50 @@
+// Cross-entropy of the output projection with label smoothing, computed in chunks
+// of rows so that the full [n, vocab] logits never exist at once.
+//
+// For hidden states h [n, d], output weight W [d, V], bias b [V] (or empty) and
+// targets t [n], row i has logits z = h_i W + b, p = softmax(z) and the smoothed
+// target distribution
+//   q_c = 1 - eps          for c = t_i,
+//   q_c = 0                for c = pad_id,
+//   q_c = eps / (V - 2)    for every other class (pad_id >= 0), or
+//   q_c = eps / (V - 1)    for every other class (pad_id = -1: no pad class),
+// so the smoothing mass goes to the non-target, non-pad classes (the trax / tensor2tensor
+// convention). Rows with t_i = pad_id are ignored. With N the number of other rows,
+//   loss = (1 / N) sum_{i : t_i != pad_id} -sum_c q_c log p_c.
+// This is the cross-entropy, not the KL divergence: with eps > 0 it stays above
+// the entropy of q instead of reaching 0.
+#pragma once
+
+#include "reformer/core/types.hpp"
+
+namespace reformer::ops {
+
+struct CrossEntropyOptions {
+  int pad_id = -1;          // target class whose rows are ignored; -1: none
+  double smoothing = 0.0;   // label smoothing eps, in [0, 1)
+  Index chunk_rows = 1024;  // rows whose logits are materialised at a time
+};
+
+struct CrossEntropyResult {
+  double loss = 0.0;  // mean over the non-pad rows; 0 if there are none
+  Index tokens = 0;   // number of non-pad rows N
+  Index correct = 0;  // non-pad rows whose argmax logit (lowest index on ties) is the target
+};
+
+// Loss, token count and correct predictions. Temporaries: one [chunk_rows, V]
+// logits buffer and per-row statistics.
+template <class T>
+CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, In1<int> targets,
+                                         const CrossEntropyOptions& options);
+
+// The same result plus the gradients of the loss, chunk by chunk:
+//   dz = (p - q) / N for non-pad rows and 0 for pad rows,
+//   dh = dz W^T (overwritten), dW += h^T dz, db += sum_rows dz (accumulated).
+// dbias must have the extent of bias (empty when there is no bias).
+template <class T>
+CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<T> weight, In1<T> bias,
+                                                  In1<int> targets,
+                                                  const CrossEntropyOptions& options, View2<T> dh,
+                                                  View2<T> dweight, View1<T> dbias);
+
+}  // namespace reformer::ops

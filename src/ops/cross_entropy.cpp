@@ -1,0 +1,187 @@
+#include "reformer/ops/cross_entropy.hpp"
+
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "reformer/ops/linear.hpp"
+
+#include <algorithm>
+
+namespace reformer::ops {
+namespace {
+
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+
+// The smoothed target distribution of a non-pad row: q = target_q on the target,
+// 0 on the pad class, other_q elsewhere.
+struct Smoothing {
+  double target_q, other_q;
+};
+
+template <class T>
+Smoothing check_inputs(const char* op, const In2<T>& h, const In2<T>& weight, const In1<T>& bias,
+                       const In1<int>& targets, const CrossEntropyOptions& options) {
+  require_nonempty(op, "h", h);
+  require_nonempty(op, "weight", weight);
+  const Index n = h.extent(0), d = h.extent(1), vocab = weight.extent(1);
+  require_extent(op, "weight", weight, 0, d);
+  if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, vocab);
+  require_extent(op, "targets", targets, 0, n);
+  const double eps = options.smoothing;
+  const int pad = options.pad_id;
+  require<ConfigError>(options.chunk_rows > 0, op, ": chunk_rows is ", options.chunk_rows,
+                       " but must be positive");
+  require<ConfigError>(eps >= 0 && eps < 1, op, ": smoothing is ", eps, " but must be in [0, 1)");
+  require<ConfigError>(pad == -1 || (pad >= 0 && pad < vocab), op, ": pad_id is ", pad,
+                       " but must be -1 (none) or in [0, ", vocab, ")");
+  const Index others = vocab - 1 - (pad >= 0 ? 1 : 0);
+  require<ConfigError>(eps == 0 || others > 0, op, ": smoothing ", eps,
+                       " needs a class besides the target and pad_id, but the vocabulary has ",
+                       vocab, " classes");
+  require_ids_in_range(op, "targets", targets, vocab);
+  return {1 - eps, others > 0 ? eps / others : 0.0};
+}
+
+Index count_tokens(const In1<int>& targets, int pad) {
+  Index tokens = 0;
+  Kokkos::parallel_reduce(
+      "cross_entropy_tokens", range(targets.extent(0)),
+      KOKKOS_LAMBDA(Index i, Index & sum) { sum += targets(i) != pad ? 1 : 0; }, tokens);
+  return tokens;
+}
+
+// For the chunk rows i (global row row0 + i) of the logits z [m, V]:
+//   log p_c = z_c - lse,  loss_i = -sum_c q_c log p_c,  correct_i = (argmax z == t_i),
+// and if kGradient, z is overwritten with dz = (p - q) * inv_tokens (0 on pad rows).
+template <class T, bool kGradient>
+void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoothing smoothing,
+                        T inv_tokens, View1<double> row_loss, View1<int> row_correct) {
+  const Index m = z.extent(0), vocab = z.extent(1);
+  const T target_q = static_cast<T>(smoothing.target_q);
+  const T other_q = static_cast<T>(smoothing.other_q);
+  Kokkos::parallel_for(
+      "cross_entropy_rows", TeamPolicy(m, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const Index i = team.league_rank(), row = row0 + i;
+        const int t = targets(row);
+        if (t == pad) {
+          if (kGradient)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
+                                 [&](Index c) { z(i, c) = T(0); });
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            row_loss(row) = 0;
+            row_correct(row) = 0;
+          });
+          return;
+        }
+        T z_max = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab),
+            [&](Index c, T& mx) { mx = z(i, c) > mx ? z(i, c) : mx; }, Kokkos::Max<T>(z_max));
+        Index argmax = vocab;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab),
+            [&](Index c, Index& first) {
+              if (z(i, c) == z_max && c < first) first = c;
+            },
+            Kokkos::Min<Index>(argmax));
+        T sum_exp = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab),
+            [&](Index c, T& acc) { acc += compat::exp(z(i, c) - z_max); }, sum_exp);
+        const T lse = z_max + compat::log(sum_exp);
+        const T logp_target = z(i, t) - lse;
+        const T logp_pad = pad >= 0 ? z(i, pad) - lse : T(0);
+        T sum_logp = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab), [&](Index c, T& acc) { acc += z(i, c) - lse; },
+            sum_logp);
+        // -sum_c q_c log p_c, the other classes being all but the target and pad.
+        const T loss = -(target_q * logp_target + other_q * (sum_logp - logp_target - logp_pad));
+        if (kGradient) {
+          team.team_barrier();  // every thread has read z before it is overwritten
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](Index c) {
+            const T q = c == t ? target_q : (c == pad ? T(0) : other_q);
+            z(i, c) = (compat::exp(z(i, c) - lse) - q) * inv_tokens;
+          });
+        }
+        Kokkos::single(Kokkos::PerTeam(team), [&] {
+          row_loss(row) = static_cast<double>(loss);
+          row_correct(row) = argmax == t ? 1 : 0;
+        });
+      });
+}
+
+// The loop over chunks shared by the forward and the forward-backward passes.
+template <class T, bool kGradient>
+CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bias,
+                              In1<int> targets, const CrossEntropyOptions& options, View2<T> dh,
+                              View2<T> dweight, View1<T> dbias) {
+  const Smoothing smoothing = check_inputs<T>(op, h, weight, bias, targets, options);
+  if constexpr (kGradient) {
+    require_same_shape(op, "h", h, "dh", dh);
+    require_same_shape(op, "weight", weight, "dweight", dweight);
+    require_same_shape(op, "bias", bias, "dbias", dbias);
+  }
+  const Index n = h.extent(0), vocab = weight.extent(1);
+  const int pad = options.pad_id;
+  CrossEntropyResult result;
+  result.tokens = count_tokens(targets, pad);
+  if (result.tokens == 0) {
+    if constexpr (kGradient) Kokkos::deep_copy(dh, T(0));
+    return result;
+  }
+  const T inv_tokens = T(1) / static_cast<T>(result.tokens);
+  const Index chunk = std::min(options.chunk_rows, n);
+  View2<T> logits("cross_entropy_logits", chunk, vocab);
+  View1<double> row_loss("cross_entropy_row_loss", n);
+  View1<int> row_correct("cross_entropy_row_correct", n);
+  for (Index row0 = 0; row0 < n; row0 += chunk) {
+    const auto rows = Kokkos::make_pair(row0, std::min(row0 + chunk, n));
+    const In2<T> h_chunk = Kokkos::subview(h, rows, Kokkos::ALL);
+    const View2<T> z =
+        Kokkos::subview(logits, Kokkos::make_pair(Index(0), rows.second - row0), Kokkos::ALL);
+    linear_forward<T>(h_chunk, weight, bias, z);
+    chunk_rows_softmax<T, kGradient>(z, targets, row0, pad, smoothing, inv_tokens, row_loss,
+                                     row_correct);
+    if constexpr (kGradient)
+      linear_backward<T>(h_chunk, weight, z, Kokkos::subview(dh, rows, Kokkos::ALL), dweight,
+                         dbias);
+  }
+  double loss_sum = 0;
+  Kokkos::parallel_reduce(
+      "cross_entropy_loss", range(n), KOKKOS_LAMBDA(Index i, double& sum) { sum += row_loss(i); },
+      loss_sum);
+  Kokkos::parallel_reduce(
+      "cross_entropy_correct", range(n),
+      KOKKOS_LAMBDA(Index i, Index & sum) { sum += row_correct(i); }, result.correct);
+  result.loss = loss_sum / static_cast<double>(result.tokens);
+  return result;
+}
+
+}  // namespace
+
+template <class T>
+CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, In1<int> targets,
+                                         const CrossEntropyOptions& options) {
+  return run_chunks<T, false>("cross_entropy_forward", h, weight, bias, targets, options, {}, {},
+                              {});
+}
+
+template <class T>
+CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<T> weight, In1<T> bias,
+                                                  In1<int> targets,
+                                                  const CrossEntropyOptions& options, View2<T> dh,
+                                                  View2<T> dweight, View1<T> dbias) {
+  return run_chunks<T, true>("cross_entropy_forward_backward", h, weight, bias, targets, options,
+                             dh, dweight, dbias);
+}
+
+#define REFORMER_INSTANTIATE(T)                                                          \
+  template CrossEntropyResult cross_entropy_forward<T>(In2<T>, In2<T>, In1<T>, In1<int>, \
+                                                       const CrossEntropyOptions&);      \
+  template CrossEntropyResult cross_entropy_forward_backward<T>(                         \
+      In2<T>, In2<T>, In1<T>, In1<int>, const CrossEntropyOptions&, View2<T>, View2<T>, View1<T>);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::ops

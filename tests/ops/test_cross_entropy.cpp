@@ -1,0 +1,319 @@
+#include "reformer/core/error.hpp"
+#include "reformer/ops/cross_entropy.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+View1<int> device_ints(const std::vector<int>& values) {
+  View1<int> v("ints", values.size());
+  auto host = Kokkos::create_mirror_view(v);
+  for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(v, host);
+  return v;
+}
+
+template <class T>
+View2<T> device_matrix(const std::vector<double>& values, Index rows, Index cols) {
+  View2<T> m("m", rows, cols);
+  auto host = Kokkos::create_mirror_view(m);
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) host(i, j) = static_cast<T>(values[i * cols + j]);
+  Kokkos::deep_copy(m, host);
+  return m;
+}
+
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    FAIL() << "no error thrown";
+  } catch (const E& e) {
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' not in: " << e.what();
+  }
+}
+
+// n = 10 rows, d = 6 features, V = 11 classes; class 0 is the pad class by default
+// and is the target of rows 1 and 5.
+struct CrossEntropyCase {
+  Index n = 10, d = 6, vocab = 11;
+  std::vector<int> target_values{3, 0, 7, 10, 1, 0, 5, 7, 2, 9};
+  ops::CrossEntropyOptions options;
+  View2<double> h, w, dh, dw;
+  View1<double> b, db;
+  View1<int> targets = device_ints(target_values);
+
+  explicit CrossEntropyCase(int pad_id = 0, double smoothing = 0.1, Index chunk_rows = 4,
+                            bool with_bias = true)
+      : h("h", n, d),
+        w("w", d, vocab),
+        dh("dh", n, d),
+        dw("dw", d, vocab),
+        b("b", with_bias ? vocab : 0),
+        db("db", with_bias ? vocab : 0) {
+    options.pad_id = pad_id;
+    options.smoothing = smoothing;
+    options.chunk_rows = chunk_rows;
+    fill_uniform(h, 1, -1.5, 1.5);
+    fill_uniform(w, 2, -1.5, 1.5);
+    fill_uniform(b, 3, -0.5, 0.5);
+  }
+  void set_targets(const std::vector<int>& values) {
+    target_values = values;
+    targets = device_ints(values);
+  }
+  ops::CrossEntropyResult forward() {
+    return ops::cross_entropy_forward<double>(h, w, b, targets, options);
+  }
+  ops::CrossEntropyResult backward() {
+    Kokkos::deep_copy(dw, 0.0);
+    Kokkos::deep_copy(db, 0.0);
+    return ops::cross_entropy_forward_backward<double>(h, w, b, targets, options, dh, dw, db);
+  }
+};
+
+struct Reference {
+  double loss = 0;
+  Index tokens = 0, correct = 0;
+  std::vector<double> dh, dw, db;
+};
+
+// Plain loops over the full logits.
+Reference host_reference(const CrossEntropyCase& c) {
+  const auto h = to_host(c.h), w = to_host(c.w), b = to_host(c.b);
+  const Index n = c.n, d = c.d, V = c.vocab;
+  const int pad = c.options.pad_id;
+  const double eps = c.options.smoothing;
+  const double other_q = eps / (pad >= 0 ? V - 2 : V - 1);
+  Reference r;
+  r.dh.assign(n * d, 0.0);
+  r.dw.assign(d * V, 0.0);
+  r.db.assign(b.size(), 0.0);
+  for (Index i = 0; i < n; ++i) r.tokens += c.target_values[i] != pad;
+  for (Index i = 0; i < n; ++i) {
+    const int t = c.target_values[i];
+    if (t == pad) continue;
+    std::vector<double> z(V);
+    for (Index k = 0; k < V; ++k) {
+      z[k] = b.empty() ? 0.0 : b[k];
+      for (Index j = 0; j < d; ++j) z[k] += h[i * d + j] * w[j * V + k];
+    }
+    Index argmax = 0;
+    for (Index k = 1; k < V; ++k)
+      if (z[k] > z[argmax]) argmax = k;
+    r.correct += argmax == t;
+    double sum = 0;
+    for (Index k = 0; k < V; ++k) sum += std::exp(z[k] - z[argmax]);
+    const double lse = z[argmax] + std::log(sum);
+    for (Index k = 0; k < V; ++k) {
+      const double q = k == t ? 1 - eps : (k == pad ? 0.0 : other_q);
+      r.loss -= q * (z[k] - lse);
+      const double dz = (std::exp(z[k] - lse) - q) / r.tokens;
+      for (Index j = 0; j < d; ++j) {
+        r.dh[i * d + j] += dz * w[j * V + k];
+        r.dw[j * V + k] += h[i * d + j] * dz;
+      }
+      if (!b.empty()) r.db[k] += dz;
+    }
+  }
+  r.loss /= r.tokens;
+  return r;
+}
+
+struct Config {
+  int pad_id;
+  double smoothing;
+  Index chunk_rows;
+  bool with_bias;
+};
+const std::vector<Config> kConfigs = {
+    {0, 0.1, 4, true}, {-1, 0.1, 3, true}, {0, 0.0, 10, true}, {5, 0.2, 1, false}};
+
+TEST(CrossEntropy, ForwardMatchesHostReference) {
+  for (const auto& config : kConfigs) {
+    CrossEntropyCase c(config.pad_id, config.smoothing, config.chunk_rows, config.with_bias);
+    const auto result = c.forward();
+    const auto expected = host_reference(c);
+    EXPECT_NEAR(result.loss, expected.loss, 1e-12 * expected.loss) << "pad " << config.pad_id;
+    EXPECT_EQ(result.tokens, expected.tokens) << "pad " << config.pad_id;
+    EXPECT_EQ(result.correct, expected.correct) << "pad " << config.pad_id;
+  }
+}
+
+TEST(CrossEntropy, GradientsMatchHostReferenceAndFiniteDifferences) {
+  for (const auto& config : kConfigs) {
+    CrossEntropyCase c(config.pad_id, config.smoothing, config.chunk_rows, config.with_bias);
+    const auto result = c.backward();
+    const auto expected = host_reference(c);
+    EXPECT_NEAR(result.loss, expected.loss, 1e-12 * expected.loss);
+    EXPECT_LT(relative_error(to_host(c.dh), expected.dh), 1e-12) << "pad " << config.pad_id;
+    EXPECT_LT(relative_error(to_host(c.dw), expected.dw), 1e-12) << "pad " << config.pad_id;
+    // Finite differences at 24 elements of each tensor (each costs two forward passes).
+    auto loss = [&] { return c.forward().loss; };
+    EXPECT_LT(gradient_error(c.h, c.dh, loss, 24), 1e-6) << "pad " << config.pad_id;
+    EXPECT_LT(gradient_error(c.w, c.dw, loss, 24), 1e-6) << "pad " << config.pad_id;
+    if (config.with_bias) {
+      EXPECT_LT(relative_error(to_host(c.db), expected.db), 1e-12);
+      EXPECT_LT(gradient_error(c.b, c.db, loss, 24), 1e-6) << "pad " << config.pad_id;
+    }
+  }
+}
+
+TEST(CrossEntropy, ChunkedEqualsUnchunked) {
+  CrossEntropyCase whole(0, 0.1, 10);
+  const auto expected = whole.backward();
+  for (Index chunk_rows : {3, 1, 64}) {
+    CrossEntropyCase c(0, 0.1, chunk_rows);
+    const auto result = c.backward();
+    EXPECT_NEAR(result.loss, expected.loss, 1e-13 * expected.loss) << "chunk " << chunk_rows;
+    EXPECT_EQ(result.tokens, expected.tokens);
+    EXPECT_EQ(result.correct, expected.correct);
+    EXPECT_LT(relative_error(to_host(c.dh), to_host(whole.dh)), 1e-13) << "chunk " << chunk_rows;
+    EXPECT_LT(relative_error(to_host(c.dw), to_host(whole.dw)), 1e-13) << "chunk " << chunk_rows;
+    EXPECT_LT(relative_error(to_host(c.db), to_host(whole.db)), 1e-13) << "chunk " << chunk_rows;
+    EXPECT_NEAR(c.forward().loss, result.loss, 1e-14 * result.loss) << "chunk " << chunk_rows;
+  }
+}
+
+TEST(CrossEntropy, PaddingRowsContributeNothing) {
+  CrossEntropyCase c(0, 0.1, 3);
+  const auto full = c.backward();
+  EXPECT_EQ(full.tokens, 8);
+  const auto dh = to_host(c.dh);
+  for (Index i : {1, 5})
+    for (Index j = 0; j < c.d; ++j) EXPECT_EQ(dh[i * c.d + j], 0.0) << "row " << i;
+
+  // Changing the hidden states of pad rows changes nothing.
+  CrossEntropyCase changed(0, 0.1, 3);
+  auto h = to_host(changed.h);
+  for (Index j = 0; j < c.d; ++j) h[1 * c.d + j] = h[5 * c.d + j] = 7.0 + j;
+  changed.h = device_matrix<double>(h, c.n, c.d);
+  EXPECT_EQ(changed.backward().loss, full.loss);
+  EXPECT_EQ(to_host(changed.dw), to_host(c.dw));
+
+  // The same problem without the pad rows gives the same mean loss and gradients.
+  CrossEntropyCase kept(0, 0.1, 3);
+  std::vector<double> h_kept;
+  std::vector<int> t_kept;
+  const auto h_all = to_host(c.h);
+  for (Index i = 0; i < c.n; ++i) {
+    if (c.target_values[i] == 0) continue;
+    t_kept.push_back(c.target_values[i]);
+    h_kept.insert(h_kept.end(), h_all.begin() + i * c.d, h_all.begin() + (i + 1) * c.d);
+  }
+  kept.n = 8;
+  kept.h = device_matrix<double>(h_kept, kept.n, c.d);
+  kept.dh = View2<double>("dh", kept.n, c.d);
+  kept.set_targets(t_kept);
+  const auto without = kept.backward();
+  EXPECT_EQ(without.tokens, 8);
+  EXPECT_NEAR(without.loss, full.loss, 1e-13 * full.loss);
+  EXPECT_LT(relative_error(to_host(kept.dw), to_host(c.dw)), 1e-13);
+}
+
+TEST(CrossEntropy, AllPadRowsGiveZeroLossAndGradient) {
+  CrossEntropyCase c(0, 0.1, 4);
+  c.set_targets(std::vector<int>(c.n, 0));
+  Kokkos::deep_copy(c.dh, 1.0);
+  const auto result = c.backward();
+  EXPECT_EQ(result.loss, 0.0);
+  EXPECT_EQ(result.tokens, 0);
+  EXPECT_EQ(result.correct, 0);
+  for (double v : to_host(c.dh)) EXPECT_EQ(v, 0.0);
+  for (double v : to_host(c.dw)) EXPECT_EQ(v, 0.0);
+}
+
+TEST(CrossEntropy, CountsCorrectArgmaxPredictions) {
+  CrossEntropyCase c(-1, 0.1, 4);
+  // Targets: the argmax class on even rows, another class on odd rows.
+  const auto h = to_host(c.h), w = to_host(c.w), b = to_host(c.b);
+  std::vector<int> targets(c.n);
+  for (Index i = 0; i < c.n; ++i) {
+    int best = 0;
+    double best_z = -INFINITY;
+    for (Index k = 0; k < c.vocab; ++k) {
+      double z = b[k];
+      for (Index j = 0; j < c.d; ++j) z += h[i * c.d + j] * w[j * c.vocab + k];
+      if (z > best_z) best_z = z, best = static_cast<int>(k);
+    }
+    targets[i] = i % 2 == 0 ? best : (best + 1) % static_cast<int>(c.vocab);
+  }
+  c.set_targets(targets);
+  const auto result = c.forward();
+  EXPECT_EQ(result.correct, 5);
+  EXPECT_EQ(result.tokens, 10);
+}
+
+TEST(CrossEntropy, FloatMatchesDouble) {
+  CrossEntropyCase c(0, 0.1, 3);
+  const auto expected = c.backward();
+  const auto h = device_matrix<float>(to_host(c.h), c.n, c.d);
+  const auto w = device_matrix<float>(to_host(c.w), c.d, c.vocab);
+  View1<float> b("b", c.vocab), db("db", c.vocab);
+  Kokkos::deep_copy(b, Kokkos::create_mirror_view_and_copy(HostSpace(), c.b));
+  View2<float> dh("dh", c.n, c.d), dw("dw", c.d, c.vocab);
+  const auto result =
+      ops::cross_entropy_forward_backward<float>(h, w, b, c.targets, c.options, dh, dw, db);
+  EXPECT_NEAR(result.loss, expected.loss, 1e-5 * expected.loss);
+  EXPECT_EQ(result.correct, expected.correct);
+  EXPECT_LT(relative_error(to_host(dh), to_host(c.dh)), 1e-5);
+  EXPECT_LT(relative_error(to_host(dw), to_host(c.dw)), 1e-5);
+  EXPECT_LT(relative_error(to_host(db), to_host(c.db)), 1e-5);
+}
+
+TEST(CrossEntropy, RejectsBadInputs) {
+  CrossEntropyCase c;
+  const char* op = "cross_entropy_forward";
+  auto with = [&](auto change) {
+    CrossEntropyCase bad;
+    change(bad);
+    return [bad]() mutable { bad.forward(); };
+  };
+  expect_error<ConfigError>(with([](auto& x) { x.options.chunk_rows = 0; }),
+                            {op, "chunk_rows is 0"});
+  expect_error<ConfigError>(with([](auto& x) { x.options.smoothing = 1.0; }),
+                            {op, "smoothing is 1 ", "[0, 1)"});
+  expect_error<ConfigError>(with([](auto& x) { x.options.smoothing = -0.25; }),
+                            {op, "smoothing is -0.25"});
+  expect_error<ConfigError>(with([](auto& x) { x.options.pad_id = 11; }),
+                            {op, "pad_id is 11", "[0, 11)"});
+  expect_error<ConfigError>(with([](auto& x) {
+                              auto t = x.target_values;
+                              t[5] = 11;
+                              x.set_targets(t);
+                            }),
+                            {op, "targets[5] is 11", "[0, 11)"});
+  expect_error<ShapeError>(with([](auto& x) { x.w = View2<double>("w", 5, 11); }),
+                           {op, "weight has shape [5, 11]", "must be 6"});
+  expect_error<ShapeError>(with([](auto& x) { x.b = View1<double>("b", 10); }),
+                           {op, "bias has shape [10]", "must be 11"});
+  expect_error<ShapeError>(with([](auto& x) { x.set_targets(std::vector<int>(9, 1)); }),
+                           {op, "targets has shape [9]", "must be 10"});
+  View2<double> short_dh("dh", c.n - 1, c.d);
+  expect_error<ShapeError>(
+      [&] {
+        ops::cross_entropy_forward_backward<double>(c.h, c.w, c.b, c.targets, c.options, short_dh,
+                                                    c.dw, c.db);
+      },
+      {"cross_entropy_forward_backward", "dh has shape [9, 6]"});
+  CrossEntropyCase tiny;
+  tiny.vocab = 2;
+  tiny.w = View2<double>("w", tiny.d, 2);
+  tiny.b = View1<double>();
+  tiny.set_targets(std::vector<int>(tiny.n, 1));
+  expect_error<ConfigError>([&] { tiny.forward(); },
+                            {"smoothing 0.1 needs a class", "vocabulary has 2 classes"});
+}
+
+}  // namespace
+}  // namespace reformer

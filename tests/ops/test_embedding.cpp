@@ -1,0 +1,275 @@
+#include "reformer/core/error.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+View1<int> device_ids(const std::vector<int>& values) {
+  View1<int> ids("ids", values.size());
+  auto host = Kokkos::create_mirror_view(ids);
+  for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(ids, host);
+  return ids;
+}
+
+// Runs f and checks that it throws E with every one of `parts` in its message.
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    FAIL() << "no error thrown";
+  } catch (const E& e) {
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' not in: " << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- token embedding
+
+struct TokenCase {
+  Index vocab = 11, d = 6, n = 10;
+  std::vector<int> id_values{3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
+  View1<int> ids = device_ids(id_values);
+  View2<double> table, y, dy, dtable;
+  bool scale = true;
+
+  TokenCase() : table("table", vocab, d), y("y", n, d), dy("dy", n, d), dtable("dtable", vocab, d) {
+    fill_uniform(table, 1);
+    fill_uniform(dy, 2);
+  }
+  double loss() {
+    ops::token_embedding_forward<double>(table, ids, scale, y);
+    return dot(y, dy);
+  }
+  void backward() {
+    Kokkos::deep_copy(dtable, 0.0);
+    ops::token_embedding_backward<double>(ids, dy, scale, dtable);
+  }
+};
+
+TEST(TokenEmbedding, ForwardMatchesHostReference) {
+  for (bool scale : {false, true}) {
+    TokenCase c;
+    c.scale = scale;
+    c.loss();
+    const auto table = to_host(c.table), y = to_host(c.y);
+    const double s = scale ? std::sqrt(double(c.d)) : 1.0;
+    std::vector<double> expected(c.n * c.d);
+    for (Index i = 0; i < c.n; ++i)
+      for (Index j = 0; j < c.d; ++j) expected[i * c.d + j] = s * table[c.id_values[i] * c.d + j];
+    EXPECT_LT(relative_error(y, expected), 1e-15) << "scale " << scale;
+  }
+}
+
+TEST(TokenEmbedding, GradientMatchesFiniteDifferences) {
+  TokenCase c;
+  c.backward();
+  EXPECT_LT(gradient_error(c.table, c.dtable, [&] { return c.loss(); }), 1e-6);
+}
+
+// Sizes that need one, two and three radix passes and several sort blocks; the
+// rows of each id are summed in position order, so a host loop gives the same bits.
+TEST(TokenEmbedding, BackwardIsExactScatterAddInPositionOrder) {
+  struct Size {
+    Index vocab, n, d;
+  };
+  for (const Size size : {Size{200, 700, 3}, Size{300, 1000, 4}, Size{70000, 600, 2}}) {
+    std::vector<int> id_values(size.n);
+    for (Index i = 0; i < size.n; ++i)  // skewed: small ids repeat often
+      id_values[i] = static_cast<int>(size.vocab * std::pow(random_uniform({5, 6}, i), 3.0));
+    const auto ids = device_ids(id_values);
+    View2<double> dy("dy", size.n, size.d), dtable("dtable", size.vocab, size.d);
+    fill_uniform(dy, 7);
+    ops::token_embedding_backward<double>(ids, dy, false, dtable);
+    const auto dy_host = to_host(dy);
+    std::vector<double> expected(size.vocab * size.d, 0.0);
+    for (Index i = 0; i < size.n; ++i)
+      for (Index j = 0; j < size.d; ++j)
+        expected[id_values[i] * size.d + j] += dy_host[i * size.d + j];
+    const auto once = to_host(dtable);
+    ASSERT_EQ(once.size(), expected.size());
+    for (size_t k = 0; k < expected.size(); ++k)
+      ASSERT_EQ(once[k], expected[k]) << "vocab " << size.vocab << " element " << k;
+    ops::token_embedding_backward<double>(ids, dy, false, dtable);  // accumulates
+    const auto twice = to_host(dtable);
+    for (size_t k = 0; k < expected.size(); ++k) ASSERT_EQ(twice[k], 2 * expected[k]);
+  }
+}
+
+TEST(TokenEmbedding, RejectsOutOfRangeIdsAndBadShapes) {
+  TokenCase c;
+  auto too_large = c.id_values, negative = c.id_values;
+  too_large[4] = 11;
+  negative[6] = -2;
+  expect_error<ConfigError>(
+      [&] { ops::token_embedding_forward<double>(c.table, device_ids(too_large), true, c.y); },
+      {"token_embedding_forward", "ids[4] is 11", "[0, 11)"});
+  expect_error<ConfigError>(
+      [&] { ops::token_embedding_backward<double>(device_ids(negative), c.dy, true, c.dtable); },
+      {"token_embedding_backward", "ids[6] is -2", "[0, 11)"});
+  View2<double> wide("y", c.n, c.d + 1);
+  expect_error<ShapeError>(
+      [&] { ops::token_embedding_forward<double>(c.table, c.ids, true, wide); },
+      {"y has shape [10, 7]", "must be 6"});
+}
+
+// ---------------------------------------------------------------- sinusoidal positions
+
+TEST(SinusoidalPositionalEncoding, ForwardMatchesHostReference) {
+  const Index batch = 2, length = 5, d = 7, offset = 3, rows = batch * length;
+  View2<double> x("x", rows, d), y("y", rows, d);
+  fill_uniform(x, 1);
+  const auto x_host = to_host(x);
+  ops::sinusoidal_positions_forward<double>(x, length, offset, y);
+  std::vector<double> expected(rows * d);
+  for (Index r = 0; r < rows; ++r)
+    for (Index j = 0; j < d; ++j) {
+      const double p = offset + r % length, i2 = j - j % 2;
+      const double angle = p / std::pow(10000.0, i2 / d);
+      expected[r * d + j] = x_host[r * d + j] + (j % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+  EXPECT_LT(relative_error(to_host(y), expected), 1e-14);
+  ops::sinusoidal_positions_forward<double>(x, length, offset, x);  // in place
+  EXPECT_LT(relative_error(to_host(x), expected), 1e-14);
+}
+
+TEST(SinusoidalPositionalEncoding, RejectsBadLengthAndOffset) {
+  View2<double> x("x", 10, 4);
+  expect_error<ShapeError>(
+      [&] { ops::sinusoidal_positions_forward<double>(x, 4, 0, x); },
+      {"sinusoidal_positions_forward", "x has 10 rows", "not a multiple of length 4"});
+  expect_error<ConfigError>([&] { ops::sinusoidal_positions_forward<double>(x, 0, 0, x); },
+                            {"length is 0"});
+  expect_error<ConfigError>([&] { ops::sinusoidal_positions_forward<double>(x, 5, -1, x); },
+                            {"offset is -1"});
+}
+
+// ---------------------------------------------------------------- learned positions
+
+struct LearnedCase {
+  Index batch = 2, length = 5, d = 6, max_len = 9, offset = 3, rows = batch * length;
+  View2<double> x, y, dy, table, dtable;
+
+  LearnedCase()
+      : x("x", rows, d),
+        y("y", rows, d),
+        dy("dy", rows, d),
+        table("table", max_len, d),
+        dtable("dtable", max_len, d) {
+    fill_uniform(x, 1);
+    fill_uniform(table, 2);
+    fill_uniform(dy, 3);
+  }
+  double loss() {
+    ops::learned_positions_forward<double>(x, table, length, offset, y);
+    return dot(y, dy);
+  }
+};
+
+TEST(LearnedPositionalEmbedding, ForwardMatchesHostReference) {
+  LearnedCase c;
+  c.loss();
+  const auto x = to_host(c.x), table = to_host(c.table);
+  std::vector<double> expected(c.rows * c.d);
+  for (Index r = 0; r < c.rows; ++r)
+    for (Index j = 0; j < c.d; ++j)
+      expected[r * c.d + j] = x[r * c.d + j] + table[(c.offset + r % c.length) * c.d + j];
+  EXPECT_LT(relative_error(to_host(c.y), expected), 1e-15);
+}
+
+TEST(LearnedPositionalEmbedding, GradientMatchesFiniteDifferences) {
+  LearnedCase c;
+  ops::learned_positions_backward<double>(c.dy, c.length, c.offset, c.dtable);
+  EXPECT_LT(gradient_error(c.table, c.dtable, [&] { return c.loss(); }), 1e-6);
+}
+
+TEST(LearnedPositionalEmbedding, RejectsPositionsPastMaxLen) {
+  LearnedCase c;
+  expect_error<ConfigError>(
+      [&] { ops::learned_positions_forward<double>(c.x, c.table, c.length, 5, c.y); },
+      {"learned_positions_forward", "offset + length = 5 + 5 = 10", "max_len = 9"});
+  expect_error<ConfigError>(
+      [&] { ops::learned_positions_backward<double>(c.dy, 10, 0, c.dtable); },
+      {"learned_positions_backward", "offset + length = 0 + 10 = 10", "max_len = 9"});
+  View2<double> narrow("table", c.max_len, c.d - 1);
+  expect_error<ShapeError>(
+      [&] { ops::learned_positions_forward<double>(c.x, narrow, c.length, 0, c.y); },
+      {"table has shape [9, 5]", "must be 6"});
+}
+
+// ---------------------------------------------------------------- axial positions
+
+struct AxialCase {
+  Index n1 = 3, n2 = 4, d1 = 2, d2 = 4, d = d1 + d2;
+  Index batch = 2, length = 10, offset = 1, rows = batch * length;
+  View2<double> x, y, dy, e1, e2, de1, de2;
+
+  AxialCase()
+      : x("x", rows, d),
+        y("y", rows, d),
+        dy("dy", rows, d),
+        e1("e1", n1, d1),
+        e2("e2", n2, d2),
+        de1("de1", n1, d1),
+        de2("de2", n2, d2) {
+    fill_uniform(x, 1);
+    fill_uniform(e1, 2);
+    fill_uniform(e2, 3);
+    fill_uniform(dy, 4);
+  }
+  double loss() {
+    ops::axial_positions_forward<double>(x, e1, e2, length, offset, y);
+    return dot(y, dy);
+  }
+};
+
+TEST(AxialPositionalEmbedding, ForwardMatchesHostReference) {
+  AxialCase c;
+  c.loss();
+  const auto x = to_host(c.x), e1 = to_host(c.e1), e2 = to_host(c.e2);
+  std::vector<double> expected(c.rows * c.d);
+  for (Index r = 0; r < c.rows; ++r) {
+    const Index p = c.offset + r % c.length;
+    for (Index j = 0; j < c.d; ++j)
+      expected[r * c.d + j] = x[r * c.d + j] + (j < c.d1 ? e1[(p / c.n2) * c.d1 + j]
+                                                         : e2[(p % c.n2) * c.d2 + j - c.d1]);
+  }
+  EXPECT_LT(relative_error(to_host(c.y), expected), 1e-15);
+}
+
+TEST(AxialPositionalEmbedding, GradientsMatchFiniteDifferences) {
+  AxialCase c;
+  ops::axial_positions_backward<double>(c.dy, c.length, c.offset, c.de1, c.de2);
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.e1, c.de1, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.e2, c.de2, loss), 1e-6);
+}
+
+TEST(AxialPositionalEmbedding, RejectsBadWidthsAndLengths) {
+  AxialCase c;
+  View2<double> e2_narrow("e2", c.n2, c.d2 - 1);
+  expect_error<ShapeError>(
+      [&] { ops::axial_positions_forward<double>(c.x, c.e1, e2_narrow, c.length, 0, c.y); },
+      {"axial_positions_forward", "e1 has shape [3, 2]", "e2 has shape [4, 3]",
+       "d1 + d2 = 2 + 3 = 5", "model width 6"});
+  View2<double> long_x("x", 13, c.d), long_y("y", 13, c.d);
+  expect_error<ConfigError>(
+      [&] { ops::axial_positions_forward<double>(long_x, c.e1, c.e2, 13, 0, long_y); },
+      {"offset + length = 0 + 13 = 13", "n1 * n2 = 3 * 4 = 12"});
+  expect_error<ConfigError>(
+      [&] { ops::axial_positions_backward<double>(c.dy, c.length, 3, c.de1, c.de2); },
+      {"axial_positions_backward", "offset + length = 3 + 10 = 13", "n1 * n2 = 3 * 4 = 12"});
+}
+
+}  // namespace
+}  // namespace reformer
