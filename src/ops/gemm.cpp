@@ -38,16 +38,24 @@ void matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alph
                    beta, c);
 }
 
-// Tiled batched product. One team computes a kTile x kTile block of C for one
-// batch entry: it packs kTile x kDepth blocks of op(A) and kDepth x kTile blocks of
+// Tiled batched product. One team computes a kTileM x kTileN block of C for one
+// batch entry: it packs kTileM x kDepth blocks of op(A) and kDepth x kTileN blocks of
 // op(B) into scratch (so transposes cost nothing in the inner loop), and its
 // threads each own kMicroRows x kMicroCols micro-tiles of the block whose
 // partial sums also live in scratch. The inner loop over kMicroCols contiguous
 // columns vectorises on CPUs; on GPUs the threads of a team share the tiles.
 template <class T>
 struct BatchedMatmulKernel {
-  static constexpr Index kTile = 64, kDepth = 64, kMicroRows = 4, kMicroCols = 16;
-  static constexpr Index kMicroTiles = (kTile / kMicroRows) * (kTile / kMicroCols);
+  // A 6 x 64-byte micro-tile (6 x 16 float, 6 x 8 double) is 12 AVX2 registers
+  // of accumulators: enough independent FMAs to hide their latency while
+  // leaving registers for the operands. Host threads use large tiles so that
+  // packing (done once per tile and depth block) costs little next to the
+  // products; GPU teams use tiles that fit into fast scratch memory.
+  static constexpr bool kHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  static constexpr Index kMicroRows = 6, kMicroCols = 64 / sizeof(T);
+  static constexpr Index kTileM = (kHost ? 16 : 4) * kMicroRows, kTileN = 64;
+  static constexpr Index kDepth = kHost ? 256 : 32;
+  static constexpr Index kMicroTiles = (kTileM / kMicroRows) * (kTileN / kMicroCols);
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   using Scratch = Kokkos::View<T**, Kokkos::LayoutRight, ExecSpace::scratch_memory_space,
@@ -59,56 +67,84 @@ struct BatchedMatmulKernel {
   T alpha, beta;
   Index m, n, k, tiles_m, tiles_n;
 
-  static size_t scratch_bytes() { return 3 * Scratch::shmem_size(kTile, kDepth); }
-
-  KOKKOS_INLINE_FUNCTION T a_at(Index bi, Index i, Index p) const {
-    return ta ? a(bi, p, i) : a(bi, i, p);
-  }
-  KOKKOS_INLINE_FUNCTION T b_at(Index bi, Index p, Index j) const {
-    return tb ? b(bi, j, p) : b(bi, p, j);
+  static size_t scratch_bytes() {
+    return Scratch::shmem_size(kTileM, kDepth) + Scratch::shmem_size(kDepth, kTileN) +
+           Scratch::shmem_size(kTileM, kTileN);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Index tile = team.league_rank();
     const Index bi = tile / (tiles_m * tiles_n);
-    const Index i0 = tile / tiles_n % tiles_m * kTile, j0 = tile % tiles_n * kTile;
-    Scratch pa(team.team_scratch(0), kTile, kDepth);
-    Scratch pb(team.team_scratch(0), kDepth, kTile);
-    Scratch acc(team.team_scratch(0), kTile, kTile);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kTile),
-                         [&](Index e) { acc(e / kTile, e % kTile) = 0; });
+    const Index i0 = tile / tiles_n % tiles_m * kTileM, j0 = tile % tiles_n * kTileN;
+    Scratch pa(team.team_scratch(0), kTileM, kDepth);
+    Scratch pb(team.team_scratch(0), kDepth, kTileN);
+    Scratch acc(team.team_scratch(0), kTileM, kTileN);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileM * kTileN),
+                         [&](Index e) { acc(e / kTileN, e % kTileN) = 0; });
     for (Index p0 = 0; p0 < k; p0 += kDepth) {
       team.team_barrier();
-      // Pack, padding with zeros outside the matrices.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kDepth), [&](Index e) {
-        const Index r = e / kDepth, p = e % kDepth;
-        pa(r, p) = (i0 + r < m && p0 + p < k) ? a_at(bi, i0 + r, p0 + p) : T(0);
-        const Index q = e / kTile, col = e % kTile;
-        pb(q, col) = (p0 + q < k && j0 + col < n) ? b_at(bi, p0 + q, j0 + col) : T(0);
-      });
-      team.team_barrier();
+      // Pack, padding with zeros outside the matrices. Each thread copies whole
+      // rows (or columns, for a transposed operand) so that the reads are
+      // contiguous and the copies vectorise.
       const Index depth = k - p0 < kDepth ? k - p0 : kDepth;
+      const Index rows = m - i0 < kTileM ? m - i0 : kTileM,
+                  cols = n - j0 < kTileN ? n - j0 : kTileN;
+      if (!ta) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileM), [&](Index r) {
+          T* dst = &pa(r, 0);
+          if (r >= rows) {
+            for (Index p = 0; p < depth; ++p) dst[p] = T(0);
+            return;
+          }
+          const T* src = &a(bi, i0 + r, p0);
+          for (Index p = 0; p < depth; ++p) dst[p] = src[p];
+        });
+      } else {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, depth), [&](Index p) {
+          const T* src = &a(bi, p0 + p, i0);
+          for (Index r = 0; r < kTileM; ++r) pa(r, p) = r < rows ? src[r] : T(0);
+        });
+      }
+      if (!tb) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, depth), [&](Index q) {
+          T* dst = &pb(q, 0);
+          const T* src = &b(bi, p0 + q, j0);
+          for (Index col = 0; col < kTileN; ++col) dst[col] = col < cols ? src[col] : T(0);
+        });
+      } else {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileN), [&](Index col) {
+          if (col >= cols) {
+            for (Index q = 0; q < depth; ++q) pb(q, col) = T(0);
+            return;
+          }
+          const T* src = &b(bi, j0 + col, p0);
+          for (Index q = 0; q < depth; ++q) pb(q, col) = src[q];
+        });
+      }
+      team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kMicroTiles), [&](Index t) {
-        const Index r0 = t / (kTile / kMicroCols) * kMicroRows;
-        const Index c0 = t % (kTile / kMicroCols) * kMicroCols;
+        const Index r0 = t / (kTileN / kMicroCols) * kMicroRows;
+        const Index c0 = t % (kTileN / kMicroCols) * kMicroCols;
         T sum[kMicroRows][kMicroCols];
         for (Index r = 0; r < kMicroRows; ++r)
           for (Index col = 0; col < kMicroCols; ++col) sum[r][col] = acc(r0 + r, c0 + col);
-        for (Index p = 0; p < depth; ++p)
+        for (Index p = 0; p < depth; ++p) {
+          const T* b_row = &pb(p, c0);
           for (Index r = 0; r < kMicroRows; ++r) {
             const T av = pa(r0 + r, p);
-            for (Index col = 0; col < kMicroCols; ++col) sum[r][col] += av * pb(p, c0 + col);
+            for (Index col = 0; col < kMicroCols; ++col) sum[r][col] += av * b_row[col];
           }
+        }
         for (Index r = 0; r < kMicroRows; ++r)
           for (Index col = 0; col < kMicroCols; ++col) acc(r0 + r, c0 + col) = sum[r][col];
       });
     }
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kTile), [&](Index e) {
-      const Index i = i0 + e / kTile, j = j0 + e % kTile;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileM * kTileN), [&](Index e) {
+      const Index i = i0 + e / kTileN, j = j0 + e % kTileN;
       if (i < m && j < n)
         c(bi, i, j) =
-            alpha * acc(e / kTile, e % kTile) + (beta == T(0) ? T(0) : beta * c(bi, i, j));
+            alpha * acc(e / kTileN, e % kTileN) + (beta == T(0) ? T(0) : beta * c(bi, i, j));
     });
   }
 };
@@ -122,8 +158,8 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
   const auto [m, n, k] = check_product("batched_matmul", a.extent(1), a.extent(2), trans_a,
                                        b.extent(1), b.extent(2), trans_b, c.extent(1), c.extent(2));
   using Kernel = BatchedMatmulKernel<T>;
-  const Index tiles_m = (m + Kernel::kTile - 1) / Kernel::kTile;
-  const Index tiles_n = (n + Kernel::kTile - 1) / Kernel::kTile;
+  const Index tiles_m = (m + Kernel::kTileM - 1) / Kernel::kTileM;
+  const Index tiles_n = (n + Kernel::kTileN - 1) / Kernel::kTileN;
   const Kernel kernel{
       a, b,       c,      trans_a == Trans::Yes, trans_b == Trans::Yes, alpha, beta, m, n,
       k, tiles_m, tiles_n};

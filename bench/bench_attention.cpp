@@ -1,0 +1,143 @@
+// Forward + backward time and measured peak memory of the attention variants on
+// the same inputs: d_model 256 as 4 heads of 64, batch 1, causal, float.
+//   BM_FullAttention/L, BM_LshAttention/L/n_hashes (chunk 64, automatic buckets),
+//   BM_LocalAttention/L (chunk 128, one chunk back).
+// Counters: ms_per_token (time / L * 1000), peak_MiB (memory tracker: the peak of
+// the attention's own buffers above the inputs and gradients, which are
+// allocated beforehand and total 8 * L * 256 floats).
+#include "reformer/attention/full.hpp"
+#include "reformer/attention/local.hpp"
+#include "reformer/attention/lsh.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/shape.hpp"
+
+#include <benchmark/benchmark.h>
+
+namespace reformer {
+namespace {
+
+constexpr Index kHeads = 4, kHeadDim = 64;
+
+struct Tensors {
+  View4<float> q, k, v, out, dout, dq, dk, dv;
+  explicit Tensors(Index length)
+      : q("q", 1, length, kHeads, kHeadDim),
+        k("k", 1, length, kHeads, kHeadDim),
+        v("v", 1, length, kHeads, kHeadDim),
+        out("out", 1, length, kHeads, kHeadDim),
+        dout("dout", 1, length, kHeads, kHeadDim),
+        dq("dq", 1, length, kHeads, kHeadDim),
+        dk("dk", 1, length, kHeads, kHeadDim),
+        dv("dv", 1, length, kHeads, kHeadDim) {
+    for (auto* t : {&q, &k, &v, &dout}) {
+      auto flat = as_vector(*t);
+      const std::uint64_t seed = reinterpret_cast<std::uintptr_t>(t) % 97;
+      Kokkos::parallel_for(
+          "bench_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+            flat(i) = float(random_uniform({seed, 3}, i) - 0.5);
+          });
+    }
+    Kokkos::fence();
+  }
+};
+
+// Times `step` (forward + backward) and records the tracker's peak above the
+// memory in use before it.
+template <class Step>
+void measure(benchmark::State& state, Index length, Step&& step) {
+  auto& tracker = MemoryTracker::instance();
+  const std::string space = MemSpace::name();
+  std::int64_t peak = 0;
+  try {
+    for (auto _ : state) {
+      tracker.reset_peaks();
+      const auto before = tracker.space(space).current_bytes;
+      step();
+      Kokkos::fence();
+      peak = std::max(peak, tracker.space(space).peak_bytes - before);
+    }
+  } catch (const MemoryError& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  state.counters["peak_MiB"] = double(peak) / (1 << 20);
+  state.counters["ms_per_token"] =
+      benchmark::Counter(double(length) * state.iterations() / 1000.0,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_FullAttention(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  attention::FullAttentionConfig config;
+  config.masks.causal = true;
+  measure(state, length, [&] {
+    attention::FullAttentionSaved<float> saved;
+    attention::full_attention_forward<float>(t.q, t.k, t.v, config, t.out, saved);
+    attention::full_attention_backward<float>(t.q, t.k, t.v, saved, t.dout, config, t.dq, t.dk,
+                                              t.dv);
+  });
+}
+
+void BM_LshAttention(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  attention::LshAttentionConfig config;
+  config.chunk = 64;
+  config.n_hashes = state.range(1);
+  config.masks.causal = true;
+  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
+                         attention::lsh_rotation_width(config, length));
+  attention::lsh_random_rotations<float>({1, 2}, rotations);
+  measure(state, length, [&] {
+    attention::LshSaved<float> saved;
+    attention::lsh_attention_forward<float>(t.q, t.v, rotations, config, t.out, saved);
+    attention::lsh_attention_backward<float>(t.q, t.v, saved, t.dout, config, t.dq, t.dv);
+  });
+}
+
+void BM_LocalAttention(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  attention::LocalAttentionConfig config;
+  config.chunk = 128;
+  config.masks.causal = true;
+  measure(state, length, [&] {
+    View3<float> lse("lse", 1, length, kHeads);
+    attention::local_attention_forward<float>(t.q, t.k, t.v, config, t.out, lse);
+    attention::local_attention_backward<float>(t.q, t.k, t.v, t.out, lse, t.dout, config, t.dq,
+                                               t.dk, t.dv);
+  });
+}
+
+constexpr int kLengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
+
+int iterations_for(Index length) { return length <= 4096 ? 3 : 1; }
+
+void full_cases(benchmark::internal::Benchmark* b) {
+  for (int l : kLengths) b->Args({l});
+}
+void lsh_cases(benchmark::internal::Benchmark* b) {
+  for (int hashes : {1, 2, 4, 8})
+    for (int l : kLengths) b->Args({l, hashes});
+}
+
+BENCHMARK(BM_FullAttention)
+    ->Apply(full_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_LshAttention)
+    ->Apply(lsh_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_LocalAttention)
+    ->Apply(full_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace reformer
