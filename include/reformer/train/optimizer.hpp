@@ -1,0 +1,68 @@
+// Adam (Kingma and Ba 2015) and AdamW (Loshchilov and Hutter 2019) over a
+// ParameterSet, with bias correction. At step t, with gradient g of parameter p:
+//   g <- g + wd * p                                    (Adam's L2 weight decay)
+//   m <- beta1 * m + (1 - beta1) * g
+//   v <- beta2 * v + (1 - beta2) * g^2
+//   p <- p - lr * wd * p                               (AdamW's decoupled decay)
+//   p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+// Each parameter is updated by one fused kernel on the default execution space.
+#pragma once
+
+#include "reformer/train/parameter_set.hpp"
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace reformer::train {
+
+struct AdamConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;  // true = AdamW
+};
+
+// ConfigError naming the value unless betas are in [0, 1), eps > 0 and
+// weight_decay >= 0 (all finite).
+void validate(const AdamConfig& config);
+
+template <class T>
+class Adam {
+ public:
+  // Allocates zero moments for every parameter registered so far; register all
+  // parameters before building the optimizer. `params` must outlive it.
+  Adam(ParameterSet<T>& params, AdamConfig config = {});
+
+  // One update of every parameter from its gradient. learning_rate must be
+  // finite and >= 0 (ConfigError otherwise).
+  void step(double learning_rate);
+
+  // Number of steps taken; t in the bias correction of the next step is steps() + 1.
+  std::int64_t steps() const { return steps_; }
+  // Restores the step count from a checkpoint (>= 0).
+  void set_steps(std::int64_t steps);
+
+  // The moments m and v of a parameter, by name, for checkpoints (ConfigError
+  // naming an unknown name). Writing into them sets the optimizer's state.
+  View1<T> first_moment(const std::string& name) const;
+  View1<T> second_moment(const std::string& name) const;
+
+  const AdamConfig& config() const { return config_; }
+
+ private:
+  struct Moments {
+    View1<T> m, v;
+  };
+  const Moments& moments(const char* op, const std::string& name) const;
+
+  ParameterSet<T>& params_;
+  AdamConfig config_;
+  std::int64_t steps_ = 0;
+  std::vector<Moments> moments_;  // in the registration order of params_
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+}  // namespace reformer::train

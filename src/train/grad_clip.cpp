@@ -1,0 +1,54 @@
+#include "reformer/train/grad_clip.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+
+#include <cmath>
+
+namespace reformer::train {
+namespace {
+
+// sum_i g_i^2
+template <class T>
+double sum_of_squares(In1<T> g) {
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "grad_sum_of_squares", range(g.extent(0)),
+      KOKKOS_LAMBDA(Index i, double& acc) { acc += double(g(i)) * double(g(i)); }, sum);
+  return sum;
+}
+
+// g_i <- scale * g_i
+template <class T>
+void scale_in_place(View1<T> g, T scale) {
+  Kokkos::parallel_for(
+      "grad_clip_scale", range(g.extent(0)), KOKKOS_LAMBDA(Index i) { g(i) *= scale; });
+}
+
+}  // namespace
+
+template <class T>
+double global_grad_norm(const ParameterSet<T>& params) {
+  double sum = 0;
+  for (const auto& p : params) sum += sum_of_squares<T>(p.grad);
+  return std::sqrt(sum);
+}
+
+template <class T>
+double clip_grad_norm(ParameterSet<T>& params, double max_norm) {
+  require<ConfigError>(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm is ",
+                       max_norm, " but must be finite and positive");
+  const double norm = global_grad_norm(params);
+  require<Error>(std::isfinite(norm), "clip_grad_norm: the global gradient norm is ", norm,
+                 "; a gradient holds inf or nan");
+  if (norm > max_norm)
+    for (auto& p : params) scale_in_place<T>(p.grad, static_cast<T>(max_norm / norm));
+  return norm;
+}
+
+#define REFORMER_INSTANTIATE(T)                                \
+  template double global_grad_norm<T>(const ParameterSet<T>&); \
+  template double clip_grad_norm<T>(ParameterSet<T>&, double);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::train

@@ -1,0 +1,114 @@
+#include "reformer/train/optimizer.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+
+#include <cmath>
+
+namespace reformer::train {
+namespace {
+
+// Per-step constants of the update, computed on the host.
+struct AdamStep {
+  double lr, beta1, beta2, eps;
+  double l2;           // Adam: wd, added to the gradient as wd * p; AdamW: 0
+  double decay;        // AdamW: lr * wd, subtracted from p as lr * wd * p; Adam: 0
+  double correction1;  // 1 - beta1^t
+  double correction2;  // 1 - beta2^t
+};
+
+// The fused update of one parameter (equations in optimizer.hpp).
+template <class T>
+void adam_update(View1<T> p, In1<T> grad, View1<T> m, View1<T> v, AdamStep s) {
+  const T lr = s.lr, beta1 = s.beta1, beta2 = s.beta2, eps = s.eps, l2 = s.l2, decay = s.decay;
+  const T c1 = s.correction1, c2 = s.correction2;
+  Kokkos::parallel_for(
+      "adam_update", range(p.extent(0)), KOKKOS_LAMBDA(Index i) {
+        const T w = p(i);
+        const T g = grad(i) + l2 * w;
+        const T mi = beta1 * m(i) + (T(1) - beta1) * g;
+        const T vi = beta2 * v(i) + (T(1) - beta2) * g * g;
+        m(i) = mi;
+        v(i) = vi;
+        p(i) = w - decay * w - lr * (mi / c1) / (compat::sqrt(vi / c2) + eps);
+      });
+}
+
+}  // namespace
+
+void validate(const AdamConfig& c) {
+  const char* op = "AdamConfig";
+  require<ConfigError>(std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1, op, ": beta1 is ",
+                       c.beta1, " but must be in [0, 1)");
+  require<ConfigError>(std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1, op, ": beta2 is ",
+                       c.beta2, " but must be in [0, 1)");
+  require<ConfigError>(std::isfinite(c.eps) && c.eps > 0, op, ": eps is ", c.eps,
+                       " but must be finite and > 0");
+  require<ConfigError>(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op,
+                       ": weight_decay is ", c.weight_decay, " but must be finite and >= 0");
+}
+
+template <class T>
+Adam<T>::Adam(ParameterSet<T>& params, AdamConfig config) : params_(params), config_(config) {
+  validate(config_);
+  for (const auto& p : params_) {
+    index_.emplace(p.name, moments_.size());
+    moments_.push_back(
+        {View1<T>(p.name + ".adam_m", p.size()), View1<T>(p.name + ".adam_v", p.size())});
+  }
+}
+
+template <class T>
+void Adam<T>::step(double learning_rate) {
+  require<ConfigError>(std::isfinite(learning_rate) && learning_rate >= 0,
+                       "Adam::step: learning rate is ", learning_rate,
+                       " but must be finite and >= 0");
+  require<ConfigError>(params_.size() == moments_.size(), "Adam::step: the parameter set has ",
+                       params_.size(), " parameters but the optimizer was built for ",
+                       moments_.size(), "; build it after registering every parameter");
+  const double t = double(steps_ + 1);
+  const double wd = config_.weight_decay;
+  const bool decoupled = config_.decoupled_weight_decay;
+  const AdamStep s{learning_rate,
+                   config_.beta1,
+                   config_.beta2,
+                   config_.eps,
+                   decoupled ? 0.0 : wd,
+                   decoupled ? learning_rate * wd : 0.0,
+                   1.0 - std::pow(config_.beta1, t),
+                   1.0 - std::pow(config_.beta2, t)};
+  std::size_t k = 0;
+  for (auto& p : params_) {
+    const Moments& mv = moments_[k++];
+    adam_update<T>(p.value, p.grad, mv.m, mv.v, s);
+  }
+  ++steps_;
+}
+
+template <class T>
+void Adam<T>::set_steps(std::int64_t steps) {
+  require<ConfigError>(steps >= 0, "Adam::set_steps: steps is ", steps, " but must be >= 0");
+  steps_ = steps;
+}
+
+template <class T>
+const typename Adam<T>::Moments& Adam<T>::moments(const char* op, const std::string& name) const {
+  const auto it = index_.find(name);
+  require<ConfigError>(it != index_.end(), op, ": the optimizer has no moments for \"", name, "\"");
+  return moments_[it->second];
+}
+
+template <class T>
+View1<T> Adam<T>::first_moment(const std::string& name) const {
+  return moments("Adam::first_moment", name).m;
+}
+
+template <class T>
+View1<T> Adam<T>::second_moment(const std::string& name) const {
+  return moments("Adam::second_moment", name).v;
+}
+
+#define REFORMER_INSTANTIATE(T) template class Adam<T>;
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::train

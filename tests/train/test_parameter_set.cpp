@@ -1,0 +1,155 @@
+#include "reformer/core/error.hpp"
+#include "reformer/train/parameter_set.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using train::ParameterSet;
+
+// Expects `f` to throw E with every fragment in its message.
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << fragments.front();
+  } catch (const E& e) {
+    for (const auto& fragment : fragments)
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << "'" << fragment << "' missing from: " << e.what();
+  }
+}
+
+TEST(ParameterSet, RegistersZeroedTensorsInOrder) {
+  ParameterSet<double> params;
+  params.add("embed.tokens", {10, 4});
+  params.add("layers.0.attn.w_qk", {4, 8});
+  params.add("final_norm.scale", {4});
+  EXPECT_EQ(params.names(),
+            (std::vector<std::string>{"embed.tokens", "layers.0.attn.w_qk", "final_norm.scale"}));
+  EXPECT_EQ(params.size(), 3u);
+  EXPECT_EQ(params.total_elements(), 40 + 32 + 4);
+  EXPECT_TRUE(params.contains("layers.0.attn.w_qk"));
+  EXPECT_FALSE(params.contains("layers.0.attn"));
+
+  const auto& w = params.get("layers.0.attn.w_qk");
+  EXPECT_EQ(w.shape, (std::vector<Index>{4, 8}));
+  EXPECT_EQ(w.size(), 32);
+  EXPECT_EQ(static_cast<Index>(w.value.extent(0)), 32);
+  EXPECT_EQ(static_cast<Index>(w.grad.extent(0)), 32);
+  EXPECT_NE(w.value.data(), w.grad.data());
+  for (double x : to_host(w.value)) EXPECT_EQ(x, 0.0);
+  for (double x : to_host(w.grad)) EXPECT_EQ(x, 0.0);
+}
+
+TEST(ParameterSet, IteratesInRegistrationOrder) {
+  ParameterSet<float> params;
+  params.add("b", {3});
+  params.add("a", {2, 5});
+  std::vector<std::string> seen;
+  Index elements = 0;
+  for (const auto& p : params) {
+    seen.push_back(p.name);
+    elements += p.size();
+  }
+  EXPECT_EQ(seen, params.names());
+  EXPECT_EQ(elements, params.total_elements());
+}
+
+TEST(ParameterSet, ReferencesStayValidAsTheSetGrows) {
+  ParameterSet<double> params;
+  auto& first = params.add("first", {3});
+  const double* storage = first.value.data();
+  for (int i = 0; i < 1000; ++i) params.add("p" + std::to_string(i), {2});
+  EXPECT_EQ(&first, &params.get("first"));
+  EXPECT_EQ(first.name, "first");
+  EXPECT_EQ(first.value.data(), storage);
+  EXPECT_EQ(&params.get("p999"), &params.get("p999"));
+  EXPECT_EQ(params.total_elements(), 3 + 2000);
+}
+
+TEST(ParameterSet, RejectsBadNames) {
+  ParameterSet<double> params;
+  params.add("layers.0.w", {2});
+  const std::string rule = "[a-z0-9_.]";
+  expect_error<ConfigError>([&] { params.add("Layers.0.w", {2}); },
+                            {"ParameterSet::add", "\"Layers.0.w\"", "'L'", rule});
+  expect_error<ConfigError>([&] { params.add("layers-0", {2}); }, {"\"layers-0\"", "'-'", rule});
+  expect_error<ConfigError>([&] { params.add("a b", {2}); }, {"\"a b\"", rule});
+  expect_error<ConfigError>([&] { params.add("", {2}); }, {"empty"});
+  for (const std::string bad : {".w", "w.", "layers..w"})
+    expect_error<ConfigError>([&] { params.add(bad, {2}); }, {"\"" + bad + "\"", "empty segment"});
+  expect_error<ConfigError>([&] { params.add("layers.0.w", {3}); },
+                            {"\"layers.0.w\"", "already registered"});
+  EXPECT_EQ(params.size(), 1u);
+}
+
+TEST(ParameterSet, RejectsBadShapes) {
+  ParameterSet<double> params;
+  expect_error<ShapeError>([&] { params.add("w", {3, 0}); }, {"w", "[3, 0]", "positive"});
+  expect_error<ShapeError>([&] { params.add("v", {-2}); }, {"[-2]", "positive"});
+  expect_error<ShapeError>([&] { params.add("s", {}); }, {"s", "at least one dimension"});
+  EXPECT_EQ(params.size(), 0u);
+  EXPECT_FALSE(params.contains("w"));
+}
+
+TEST(ParameterSet, GetNamesAMissingParameter) {
+  ParameterSet<double> params;
+  params.add("layers.1.ff.w_in", {2, 2});
+  const auto& constant_params = params;
+  expect_error<ConfigError>([&] { params.get("layers.1.ff.w_out"); },
+                            {"ParameterSet::get", "\"layers.1.ff.w_out\""});
+  expect_error<ConfigError>([&] { constant_params.get("nothing"); }, {"\"nothing\""});
+  EXPECT_EQ(constant_params.get("layers.1.ff.w_in").name, "layers.1.ff.w_in");
+}
+
+TEST(ParameterSet, ZeroGradClearsEveryGradient) {
+  ParameterSet<double> params;
+  auto& a = params.add("a", {5, 3});
+  auto& b = params.add("b", {7});
+  fill_uniform(a.grad, 1, 1.0, 2.0);
+  fill_uniform(b.grad, 2, 1.0, 2.0);
+  fill_uniform(a.value, 3, 1.0, 2.0);
+  ASSERT_GT(dot(a.grad, a.grad), 0.0);
+  params.zero_grad();
+  for (const auto& p : params)
+    for (double g : to_host(p.grad)) EXPECT_EQ(g, 0.0);
+  EXPECT_GT(dot(a.value, a.value), 0.0) << "zero_grad must leave values alone";
+}
+
+TEST(ParameterSet, MatrixViewsShareMemoryWithValueAndGrad) {
+  ParameterSet<double> params;
+  auto& w = params.add("w", {3, 4});
+  const auto m = w.matrix();
+  EXPECT_EQ(m.data(), w.value.data());
+  EXPECT_EQ(m.extent(0), 3u);
+  EXPECT_EQ(m.extent(1), 4u);
+  EXPECT_EQ(w.grad_matrix().data(), w.grad.data());
+
+  // Row-major: m(i, j) is value(i * 4 + j).
+  auto host = Kokkos::create_mirror_view(m);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) host(i, j) = 10 * i + j;
+  Kokkos::deep_copy(m, host);
+  const auto flat = to_host(w.value);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(flat[i * 4 + j], 10 * i + j);
+}
+
+TEST(ParameterSet, MatrixViewNeedsRankTwo) {
+  ParameterSet<double> params;
+  auto& t = params.add("layers.2.heads", {2, 3, 4});
+  expect_error<ShapeError>([&] { t.matrix(); }, {"layers.2.heads", "[2, 3, 4]", "rank 2"});
+  expect_error<ShapeError>([&] { t.grad_matrix(); }, {"grad_matrix", "[2, 3, 4]"});
+  auto& v = params.add("bias", {4});
+  expect_error<ShapeError>([&] { v.matrix(); }, {"bias", "[4]"});
+}
+
+}  // namespace
+}  // namespace reformer
