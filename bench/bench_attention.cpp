@@ -97,6 +97,34 @@ void BM_LshAttention(benchmark::State& state) {
   });
 }
 
+// The parts of LSH attention on their own: hashing + sorting, and the forward.
+void BM_LshHashAndSort(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  attention::LshAttentionConfig config;
+  config.chunk = 64;
+  config.n_hashes = state.range(1);
+  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
+                         attention::lsh_rotation_width(config, length));
+  attention::LshSaved<float> saved;
+  measure(state, length, [&] { attention::lsh_hash_and_sort<float>(t.q, rotations, config, saved); });
+}
+
+void BM_LshForward(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  attention::LshAttentionConfig config;
+  config.chunk = 64;
+  config.n_hashes = state.range(1);
+  config.masks.causal = true;
+  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
+                         attention::lsh_rotation_width(config, length));
+  attention::LshSaved<float> saved;
+  measure(state, length, [&] {
+    attention::lsh_attention_forward<float>(t.q, t.v, rotations, config, t.out, saved);
+  });
+}
+
 void BM_LocalAttention(benchmark::State& state) {
   const Index length = state.range(0);
   Tensors t(length);
@@ -133,6 +161,8 @@ BENCHMARK(BM_LshAttention)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_LshHashAndSort)->Apply(lsh_cases)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LshForward)->Apply(lsh_cases)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LocalAttention)
     ->Apply(full_cases)
     ->Iterations(1)

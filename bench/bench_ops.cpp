@@ -3,13 +3,22 @@
 #include "reformer/core/random.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/activations.hpp"
+#include "reformer/ops/cross_entropy.hpp"
 #include "reformer/ops/dropout.hpp"
+#include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/linear.hpp"
 #include "reformer/ops/softmax.hpp"
+#include "reformer/train/grad_clip.hpp"
+#include "reformer/train/optimizer.hpp"
+#include "reformer/train/parameter_set.hpp"
 
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
 
 namespace reformer {
 namespace {
@@ -22,6 +31,27 @@ void fill(const V& v, std::uint64_t seed) {
         flat(i) = float(random_uniform({seed, 1}, i) - 0.5);
       });
   Kokkos::fence();
+}
+
+// Token ids uniform in [0, vocab).
+void fill_ids(const View1<int>& ids, Index vocab, std::uint64_t seed) {
+  Kokkos::parallel_for(
+      "bench_fill_ids", range(ids.extent(0)), KOKKOS_LAMBDA(Index i) {
+        ids(i) = int(random_bits({seed, 2}, i) % std::uint64_t(vocab));
+      });
+  Kokkos::fence();
+}
+
+// Number of distinct values in ids (host side, outside the timed loop).
+Index distinct_ids(const View1<int>& ids, Index vocab) {
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), ids);
+  std::vector<bool> seen(vocab, false);
+  Index count = 0;
+  for (size_t i = 0; i < host.extent(0); ++i) {
+    count += seen[host(i)] ? 0 : 1;
+    seen[host(i)] = true;
+  }
+  return count;
 }
 
 void transformer_sizes(benchmark::internal::Benchmark* b) {
@@ -175,6 +205,200 @@ void BM_DropoutForwardBackward(benchmark::State& state) {
   set_bytes(state, 4.0 * n * sizeof(float));
 }
 BENCHMARK(BM_DropoutForwardBackward)->Apply(transformer_sizes);
+
+// Token embedding lookup y = sqrt(d) * table[ids], for a small (byte-level) and a
+// word-piece vocabulary.
+void BM_TokenEmbeddingForward(benchmark::State& state, Index vocab) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> table("table", vocab, d), y("y", rows, d);
+  View1<int> ids("ids", rows);
+  fill(table, 1);
+  fill_ids(ids, vocab, 2);
+  for (auto _ : state) {
+    ops::token_embedding_forward<float>(table, ids, true, y);
+    Kokkos::fence();
+  }
+  set_bytes(state, 2.0 * rows * d * sizeof(float) + rows * sizeof(int));
+}
+BENCHMARK_CAPTURE(BM_TokenEmbeddingForward, vocab256, Index(256))->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_TokenEmbeddingForward, vocab32000, Index(32000))->Apply(transformer_sizes);
+
+// Deterministic scatter-add into the table (radix sort by id, then ordered sums).
+// Bytes: dy read once, and every table row that occurs read and written.
+void BM_TokenEmbeddingBackward(benchmark::State& state, Index vocab) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> dy("dy", rows, d), dtable("dtable", vocab, d);
+  View1<int> ids("ids", rows);
+  fill(dy, 1);
+  fill_ids(ids, vocab, 2);
+  const Index touched = distinct_ids(ids, vocab);
+  for (auto _ : state) {
+    ops::token_embedding_backward<float>(ids, dy, true, dtable);
+    Kokkos::fence();
+  }
+  set_bytes(state, (rows + 2.0 * touched) * d * sizeof(float) + rows * sizeof(int));
+}
+BENCHMARK_CAPTURE(BM_TokenEmbeddingBackward, vocab256, Index(256))->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_TokenEmbeddingBackward, vocab32000, Index(32000))->Apply(transformer_sizes);
+
+// Axial positions for one sequence of `rows` positions: e1 [rows / 128, d / 4] and
+// e2 [128, 3 d / 4], so n1 * n2 = rows.
+constexpr Index kAxialN2 = 128;
+
+void BM_AxialPositionsForward(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1), d1 = d / 4;
+  View2<float> x("x", rows, d), y("y", rows, d);
+  View2<float> e1("e1", rows / kAxialN2, d1), e2("e2", kAxialN2, d - d1);
+  fill(x, 1);
+  fill(e1, 2);
+  fill(e2, 3);
+  for (auto _ : state) {
+    ops::axial_positions_forward<float>(x, e1, e2, rows, 0, y);
+    Kokkos::fence();
+  }
+  set_bytes(state, 2.0 * rows * d * sizeof(float));
+}
+BENCHMARK(BM_AxialPositionsForward)->Apply(transformer_sizes);
+
+void BM_AxialPositionsBackward(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1), d1 = d / 4;
+  View2<float> dy("dy", rows, d);
+  View2<float> de1("de1", rows / kAxialN2, d1), de2("de2", kAxialN2, d - d1);
+  fill(dy, 1);
+  for (auto _ : state) {
+    ops::axial_positions_backward<float>(dy, rows, 0, de1, de2);
+    Kokkos::fence();
+  }
+  set_bytes(state, 1.0 * rows * d * sizeof(float));
+}
+BENCHMARK(BM_AxialPositionsBackward)->Apply(transformer_sizes);
+
+// Learned absolute positions for one sequence of `rows` positions: table [rows, d].
+void BM_LearnedPositionsForward(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> x("x", rows, d), table("table", rows, d), y("y", rows, d);
+  fill(x, 1);
+  fill(table, 2);
+  for (auto _ : state) {
+    ops::learned_positions_forward<float>(x, table, rows, 0, y);
+    Kokkos::fence();
+  }
+  set_bytes(state, 3.0 * rows * d * sizeof(float));
+}
+BENCHMARK(BM_LearnedPositionsForward)->Apply(transformer_sizes);
+
+void BM_LearnedPositionsBackward(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> dy("dy", rows, d), dtable("dtable", rows, d);
+  fill(dy, 1);
+  for (auto _ : state) {
+    ops::learned_positions_backward<float>(dy, rows, 0, dtable);
+    Kokkos::fence();
+  }
+  set_bytes(state, 3.0 * rows * d * sizeof(float));
+}
+BENCHMARK(BM_LearnedPositionsBackward)->Apply(transformer_sizes);
+
+// Output projection + label-smoothed cross-entropy, forward and backward, in chunks
+// of 1024 rows: three [rows, d] x [d, vocab] products (logits, dh, dW).
+void BM_CrossEntropyForwardBackward(benchmark::State& state, Index vocab) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> h("h", rows, d), w("w", d, vocab), dh("dh", rows, d), dw("dw", d, vocab);
+  View1<float> b("b", vocab), db("db", vocab);
+  View1<int> targets("targets", rows);
+  fill(h, 1);
+  fill(w, 2);
+  fill_ids(targets, vocab, 3);
+  ops::CrossEntropyOptions options;
+  options.pad_id = 0;
+  options.smoothing = 0.1;
+  options.chunk_rows = 1024;
+  for (auto _ : state) {
+    auto result = ops::cross_entropy_forward_backward<float>(h, w, b, targets, options, dh, dw, db);
+    benchmark::DoNotOptimize(result);
+    Kokkos::fence();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(6.0 * rows * d * vocab * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+// At vocab 32000 one iteration costs 6 * rows * d * 32000 flops (about 1.6 s at 4096 x 256
+// on 2 cores), so only the smallest transformer size is run.
+BENCHMARK_CAPTURE(BM_CrossEntropyForwardBackward, vocab256, Index(256))->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_CrossEntropyForwardBackward, vocab32000, Index(32000))
+    ->Args({4096, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The parameters of `layers` Reformer layers of width d: shared query/key, value and
+// output projections [d, d], a feed-forward block [d, 4d] -> [4d, d] with biases, and
+// two layer norms. 11 d^2 + 9 d elements per layer.
+train::ParameterSet<float> transformer_parameters(Index d, int layers) {
+  train::ParameterSet<float> params;
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    for (const char* name : {"attn.w_qk", "attn.w_v", "attn.w_o"}) params.add(p + name, {d, d});
+    params.add(p + "ff.w1", {d, 4 * d});
+    params.add(p + "ff.b1", {4 * d});
+    params.add(p + "ff.w2", {4 * d, d});
+    params.add(p + "ff.b2", {d});
+    for (const char* name : {"ln1.gamma", "ln1.beta", "ln2.gamma", "ln2.beta"})
+      params.add(p + name, {d});
+  }
+  std::uint64_t seed = 1;
+  for (auto& param : params) {
+    fill(param.value, seed++);
+    fill(param.grad, seed++);
+  }
+  return params;
+}
+
+constexpr int kBenchLayers = 6;
+
+void parameter_sizes(benchmark::internal::Benchmark* b) {
+  for (int d : {256, 512, 1024}) b->Arg(d);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+// One AdamW step over 6 layers: per element p, g, m, v read and p, m, v written.
+void BM_AdamStep(benchmark::State& state) {
+  auto params = transformer_parameters(state.range(0), kBenchLayers);
+  train::AdamConfig config;
+  config.weight_decay = 0.01;
+  config.decoupled_weight_decay = true;
+  train::Adam<float> adam(params, config);
+  for (auto _ : state) {
+    adam.step(1e-4);
+    Kokkos::fence();
+  }
+  state.counters["params"] = double(params.total_elements());
+  set_bytes(state, 7.0 * params.total_elements() * sizeof(float));
+}
+BENCHMARK(BM_AdamStep)->Apply(parameter_sizes);
+
+// Global-norm clipping over 6 layers with a max_norm below the norm, so that every
+// iteration reads every gradient (norm) and rescales it; the gradients are restored
+// outside the timed region.
+void BM_ClipGradNorm(benchmark::State& state) {
+  auto params = transformer_parameters(state.range(0), kBenchLayers);
+  std::vector<View1<float>> saved;
+  for (const auto& param : params) {
+    saved.emplace_back("saved_grad", param.grad.extent(0));
+    Kokkos::deep_copy(saved.back(), param.grad);
+  }
+  const double max_norm = 0.5 * train::global_grad_norm(params);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(train::clip_grad_norm(params, max_norm));
+    Kokkos::fence();
+    state.PauseTiming();
+    size_t i = 0;
+    for (auto& param : params) Kokkos::deep_copy(param.grad, saved[i++]);
+    Kokkos::fence();
+    state.ResumeTiming();
+  }
+  state.counters["params"] = double(params.total_elements());
+  set_bytes(state, 3.0 * params.total_elements() * sizeof(float));
+}
+BENCHMARK(BM_ClipGradNorm)->Apply(parameter_sizes);
 
 }  // namespace
 }  // namespace reformer

@@ -48,6 +48,20 @@ for backend in $backends; do
     step "OpenMP: build and test"
     configure_and_build openmp -DKokkos_ROOT="$DEPS/openmp" -DKokkosKernels_ROOT="$DEPS/openmp"
     run_ctest "$build/openmp"
+    step "OpenMP: install and use the CMake package from another project"
+    rm -rf "$build/openmp-install" "$build/package-consumer"
+    if cmake --install "$build/openmp" --prefix "$build/openmp-install" >"$build/package.log" 2>&1 &&
+      cmake -S "$root/tests/package" -B "$build/package-consumer" -G Ninja \
+        -DCMAKE_PREFIX_PATH="$build/openmp-install;$DEPS/openmp" >>"$build/package.log" 2>&1 &&
+      cmake --build "$build/package-consumer" >>"$build/package.log" 2>&1 &&
+      OMP_NUM_THREADS=2 "$build/package-consumer/consumer"; then
+      echo "ok   find_package(Reformer) consumer builds and runs"
+      passed=$((passed + 1))
+    else
+      tail -n 30 "$build/package.log"
+      echo "FAIL find_package(Reformer) consumer"
+      failed=$((failed + 1))
+    fi
     ;;
   serial)
     step "Serial (Debian Kokkos 3.4.01) with ASan + UBSan: build and test"

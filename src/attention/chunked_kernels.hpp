@@ -95,24 +95,18 @@ struct ChunkedInputs {
     }
     return count;
   }
-  // Score of query item (pq) with key item (pk), masks applied. `constant` is
-  // set when the score was replaced by a mask value (no gradient flows).
-  KOKKOS_INLINE_FUNCTION T score(Index b, Index h, Index bh, Index pq, Index pk, const T* qv,
-                                 bool& constant) const {
-    constant = false;
-    if (self_mask && pq == pk) {
-      constant = true;
-      return T(MaskValues<T>::self);
-    }
-    if ((causal && pk > pq) || (key_valid.extent(0) && key_valid(b, pk) == 0)) {
-      constant = true;
+  // Applies the masks to the scaled dot product of query position pq and key
+  // position pk. `constant` is set when the score was replaced by a mask
+  // value, through which no gradient flows.
+  KOKKOS_INLINE_FUNCTION T mask_score(Index b, Index bh, Index pq, Index pk, T dot,
+                                      bool& constant) const {
+    constant = true;
+    if (self_mask && pq == pk) return T(MaskValues<T>::self);
+    if ((causal && pk > pq) || (key_valid.extent(0) && key_valid(b, pk) == 0))
       return T(MaskValues<T>::masked);
-    }
-    T dot = 0;
-    for (Index d = 0; d < d_head; ++d) dot += qv[d] * k(b, pk, h, d);
-    T s = dot * scale_of(b, pk, h);
-    if (duplicate_correction) s -= compat::log(T(shared_windows(bh, pq, pk)));
-    return s;
+    constant = false;
+    if (duplicate_correction) dot -= compat::log(T(shared_windows(bh, pq, pk)));
+    return dot;
   }
   KOKKOS_INLINE_FUNCTION T drop_factor(Index bh, Index s, Index slot) const {
     if (dropout.rate == 0.0) return T(1);
@@ -130,131 +124,300 @@ using ItemView = Kokkos::View<T****, Layout, MemSpace>;
 template <class T>
 using ItemScalars = Kokkos::View<T***, Layout, MemSpace>;
 
-// Splits a flat thread index over (batch, item, head), heads fastest.
-struct ItemIndex {
-  Index b, s, h, bh;
-  KOKKOS_INLINE_FUNCTION ItemIndex(Index idx, Index items, Index heads)
-      : b(idx / (items * heads)), s(idx / heads % items), h(idx % heads), bh(b * heads + h) {}
+// The fused kernels work on one chunk per team. The chunk's queries and the
+// keys and values of its window are gathered into scratch (keys already scaled,
+// and also transposed), so that every product below is a loop over contiguous
+// memory that the compiler vectorises:
+//   S = Q K^T (window), P = softmax(masked S), out = dropout(P) V.
+// Absent window slots (before the first chunk, without wrap-around) have
+// position -1 and take no part in the softmax.
+template <class T>
+struct ChunkTiles {
+  using Scratch2 = Kokkos::View<T**, Layout, ExecSpace::scratch_memory_space,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Scratch1 = Kokkos::View<int*, Layout, ExecSpace::scratch_memory_space,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // Host threads use the fast level-0 scratch; GPU teams need more than it holds.
+  static constexpr bool kHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  static constexpr int kLevel = kHost ? 0 : 1;
 };
 
-// Forward: one thread per (batch, query item, head).
+using TeamMember = Kokkos::TeamPolicy<ExecSpace>::member_type;
+
+// y[0, n) += sum_j coef[j * coef_stride] * x[j * x_stride + (0, n)] for j < count.
+// Four source rows per pass: four multiply-adds per load and store of y, which
+// keeps the vectorised loop from being bound by stores.
+template <class T>
+KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, const T* coef,
+                                            Index coef_stride, Index count, Index n) {
+  Index j = 0;
+  for (; j + 4 <= count; j += 4) {
+    const T a0 = coef[j * coef_stride], a1 = coef[(j + 1) * coef_stride];
+    const T a2 = coef[(j + 2) * coef_stride], a3 = coef[(j + 3) * coef_stride];
+    const T *x0 = x + j * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride, *x3 = x2 + x_stride;
+    for (Index t = 0; t < n; ++t) y[t] += a0 * x0[t] + a1 * x1[t] + a2 * x2[t] + a3 * x3[t];
+  }
+  for (; j < count; ++j) {
+    const T a = coef[j * coef_stride];
+    const T* xj = x + j * x_stride;
+    for (Index t = 0; t < n; ++t) y[t] += a * xj[t];
+  }
+}
+
+// Gathers rows [0, n) of a chunk: row r is item first + r (or absent if the
+// item index is negative); dst_rows [n][d] and, if given, dst_cols [d][n].
+template <class T, class Items, class Source>
+KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Items&& item_of,
+                                        Source&& value, typename ChunkTiles<T>::Scratch2 rows,
+                                        typename ChunkTiles<T>::Scratch2 cols) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index r) {
+    const Index item = item_of(r);
+    for (Index c = 0; c < d; ++c) {
+      const T x = item < 0 ? T(0) : value(item, c);
+      if (rows.extent(0)) rows(r, c) = x;
+      if (cols.extent(0)) cols(c, r) = x;
+    }
+  });
+}
+
+// Forward (one team per query chunk): out and lse of every query item.
 template <class T>
 struct ChunkedForward {
+  using Tiles = ChunkTiles<T>;
+  using Scratch2 = typename Tiles::Scratch2;
+  using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
   ItemView<T> out;
   ItemScalars<T> lse;
 
-  KOKKOS_INLINE_FUNCTION void operator()(Index idx) const {
-    const ItemIndex at(idx, in.window.items, in.heads);
-    const Index b = at.b, s = at.s, h = at.h, bh = at.bh, dh = in.d_head;
-    const Index pq = in.position(bh, s), qc = s / in.window.chunk;
-    T qv[kMaxHeadDim], acc[kMaxHeadDim];
-    for (Index d = 0; d < dh; ++d) {
-      qv[d] = in.q(b, pq, h, d);
-      acc[d] = 0;
-    }
-    T m = T(MaskValues<T>::masked) * 2, l = 0;  // running max and normaliser
-    for (Index slot = 0; slot < in.window.slots(); ++slot) {
-      const Index t = in.window.key_item(qc, slot);
-      if (t < 0) continue;
-      const Index pk = in.position(bh, t);
-      bool constant;
-      const T sc = in.score(b, h, bh, pq, pk, qv, constant);
-      const T m_new = sc > m ? sc : m;
-      const T rescale = compat::exp(m - m_new), p = compat::exp(sc - m_new);
-      const T w = p * in.drop_factor(bh, s, slot);
-      l = l * rescale + p;
-      for (Index d = 0; d < dh; ++d) acc[d] = acc[d] * rescale + w * in.v(b, pk, h, d);
-      m = m_new;
-    }
-    for (Index d = 0; d < dh; ++d) out(b, s, h, d) = acc[d] / l;
-    lse(b, s, h) = m + compat::log(l);
+  size_t scratch_bytes() const {
+    const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
+    return Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
+           Scratch2::shmem_size(w, d) + Scratch2::shmem_size(c, w) +
+           Scratch1::shmem_size(c) + Scratch1::shmem_size(w);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
+    const Index n_chunks = in.window.n_chunks, heads = in.heads;
+    const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
+    const Index b = bh / heads, h = bh % heads;
+    const auto level = team.team_scratch(Tiles::kLevel);
+    Scratch2 qs(level, c, dh), kt(level, dh, w), vs(level, w, dh), s(level, c, w);
+    Scratch1 posq(level, c), posk(level, w);
+    Scratch2 none;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      posq(i) = int(in.position(bh, qc * c + i));
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
+      const Index item = in.window.key_item(qc, t);
+      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
+    });
+    team.team_barrier();
+    gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
+                   [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
+    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
+                   none, kt);
+    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, vs, none);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      T* row = &s(i, 0);
+      for (Index t = 0; t < w; ++t) row[t] = 0;
+      accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
+      const Index pq = posq(i), item = qc * c + i;
+      T m = T(MaskValues<T>::masked) * 2;
+      for (Index t = 0; t < w; ++t) {
+        if (posk(t) < 0) continue;
+        bool constant;
+        row[t] = in.mask_score(b, bh, pq, posk(t), row[t], constant);
+        m = row[t] > m ? row[t] : m;
+      }
+      T sum = 0;
+      for (Index t = 0; t < w; ++t) {
+        const T p = posk(t) < 0 ? T(0) : compat::exp(row[t] - m);
+        sum += p;
+        row[t] = p;
+      }
+      if (in.dropout.rate > 0.0)
+        for (Index t = 0; t < w; ++t) row[t] *= in.drop_factor(bh, item, t);
+      T acc[kMaxHeadDim];
+      for (Index d = 0; d < dh; ++d) acc[d] = 0;
+      accumulate_rows(acc, &vs(0, 0), dh, row, 1, w, dh);
+      for (Index d = 0; d < dh; ++d) out(b, item, h, d) = acc[d] / sum;
+      lse(b, item, h) = m + compat::log(sum);
+    });
   }
 };
 
-// Backward, query side: dq (gradient of the query vector) per query item.
-// dout, dlse: gradients of out and lse; delta = dout_s . out_s per item.
+// Backward, query side (one team per query chunk): recomputes P from lse and
+//   dscore = P (drop (dout . v_t) - dout . out + dlse),  dq = dscore K.
 template <class T>
 struct ChunkedBackwardQuery {
+  using Tiles = ChunkTiles<T>;
+  using Scratch2 = typename Tiles::Scratch2;
+  using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
   ItemScalars<const T> lse, dlse, delta;
   ItemView<const T> dout;
   ItemView<T> dq;
 
-  KOKKOS_INLINE_FUNCTION void operator()(Index idx) const {
-    const ItemIndex at(idx, in.window.items, in.heads);
-    const Index b = at.b, s = at.s, h = at.h, bh = at.bh, dh = in.d_head;
-    const Index pq = in.position(bh, s), qc = s / in.window.chunk;
-    T qv[kMaxHeadDim], grad[kMaxHeadDim];
-    for (Index d = 0; d < dh; ++d) {
-      qv[d] = in.q(b, pq, h, d);
-      grad[d] = 0;
-    }
-    const T base = delta(b, s, h) - dlse(b, s, h);
-    for (Index slot = 0; slot < in.window.slots(); ++slot) {
-      const Index t = in.window.key_item(qc, slot);
-      if (t < 0) continue;
-      const Index pk = in.position(bh, t);
-      bool constant;
-      const T sc = in.score(b, h, bh, pq, pk, qv, constant);
-      if (constant) continue;
-      const T p = compat::exp(sc - lse(b, s, h));
-      T dov = 0;
-      for (Index d = 0; d < dh; ++d) dov += dout(b, s, h, d) * in.v(b, pk, h, d);
-      const T dscore = p * (in.drop_factor(bh, s, slot) * dov - base);
-      const T ks = in.scale_of(b, pk, h);
-      for (Index d = 0; d < dh; ++d) grad[d] += dscore * ks * in.k(b, pk, h, d);
-    }
-    for (Index d = 0; d < dh; ++d) dq(b, s, h, d) = grad[d];
+  size_t scratch_bytes() const {
+    const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
+    return 2 * Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
+           Scratch2::shmem_size(w, d) + 2 * Scratch2::shmem_size(c, w) +
+           Scratch1::shmem_size(c) + Scratch1::shmem_size(w);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
+    const Index n_chunks = in.window.n_chunks, heads = in.heads;
+    const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
+    const Index b = bh / heads, h = bh % heads;
+    const auto level = team.team_scratch(Tiles::kLevel);
+    Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, w), vt(level, dh, w),
+        ks(level, w, dh), s(level, c, w), dp(level, c, w);
+    Scratch1 posq(level, c), posk(level, w);
+    Scratch2 none;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      posq(i) = int(in.position(bh, qc * c + i));
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
+      const Index item = in.window.key_item(qc, t);
+      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
+    });
+    team.team_barrier();
+    gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
+                   [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
+    gather_rows<T>(team, c, dh, [&](Index i) { return qc * c + i; },
+                   [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
+    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
+                   ks, kt);
+    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      T* row = &s(i, 0);
+      T* drow = &dp(i, 0);
+      for (Index t = 0; t < w; ++t) row[t] = drow[t] = 0;
+      accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
+      accumulate_rows(drow, &vt(0, 0), w, &dos(i, 0), 1, dh, w);
+      const Index pq = posq(i), item = qc * c + i;
+      const T l = lse(b, item, h), base = delta(b, item, h) - dlse(b, item, h);
+      // row <- dscore (0 for absent or constant scores)
+      for (Index t = 0; t < w; ++t) {
+        bool constant = true;
+        const T sc = posk(t) < 0 ? T(0) : in.mask_score(b, bh, pq, posk(t), row[t], constant);
+        row[t] = constant ? T(0)
+                          : compat::exp(sc - l) * (in.drop_factor(bh, item, t) * drow[t] - base);
+      }
+      T grad[kMaxHeadDim];
+      for (Index d = 0; d < dh; ++d) grad[d] = 0;
+      accumulate_rows(grad, &ks(0, 0), dh, row, 1, w, dh);
+      for (Index d = 0; d < dh; ++d) dq(b, item, h, d) = grad[d];
+    });
   }
 };
 
-// Backward, key side: gradient of the scaled key vector (k * key_scale) and of
-// v per key item, summing over the queries whose windows contain it.
+// Backward, key side (one team per key chunk): for every query chunk whose
+// window holds this chunk, recomputes P and dscore for the (query, key) block
+// and accumulates dk = dscore^T Q and dv = dropout(P)^T dout.
 template <class T>
 struct ChunkedBackwardKey {
+  using Tiles = ChunkTiles<T>;
+  using Scratch2 = typename Tiles::Scratch2;
+  using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
   ItemScalars<const T> lse, dlse, delta;
   ItemView<const T> dout;
   ItemView<T> dk_scaled, dv;
 
-  KOKKOS_INLINE_FUNCTION void operator()(Index idx) const {
-    const ItemIndex at(idx, in.window.items, in.heads);
-    const Index b = at.b, t = at.s, h = at.h, bh = at.bh, dh = in.d_head, c = in.window.chunk;
-    const Index pk = in.position(bh, t), kc = t / c;
-    T vv[kMaxHeadDim], gk[kMaxHeadDim], gv[kMaxHeadDim];
-    for (Index d = 0; d < dh; ++d) {
-      vv[d] = in.v(b, pk, h, d);
-      gk[d] = gv[d] = 0;
-    }
-    T qv[kMaxHeadDim];
+  size_t scratch_bytes() const {
+    const Index c = in.window.chunk, d = in.d_head;
+    return 4 * Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, c) +
+           2 * Scratch2::shmem_size(c, c) + 2 * Scratch2::shmem_size(c, d) +
+           2 * Scratch1::shmem_size(c);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index c = in.window.chunk, dh = in.d_head;
+    const Index n_chunks = in.window.n_chunks, heads = in.heads;
+    const Index kc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
+    const Index b = bh / heads, h = bh % heads;
+    const auto level = team.team_scratch(Tiles::kLevel);
+    Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, c), vt(level, dh, c),
+        s(level, c, c), dp(level, c, c), gk(level, c, dh), gv(level, c, dh);
+    Scratch1 posq(level, c), posk(level, c);
+    Scratch2 none;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
+      posk(t) = int(in.position(bh, kc * c + t));
+      for (Index d = 0; d < dh; ++d) gk(t, d) = gv(t, d) = 0;
+    });
+    team.team_barrier();
+    gather_rows<T>(team, c, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
+                   none, kt);
+    gather_rows<T>(team, c, dh, [&](Index t) { return Index(posk(t)); },
+                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
     for (Index back = 0; back <= in.window.n_before; ++back) {
       const Index qc = in.window.query_chunk(kc, back);
       if (qc < 0) continue;
-      const Index slot = back * c + t % c;
-      for (Index s = qc * c; s < (qc + 1) * c; ++s) {
-        const Index pq = in.position(bh, s);
-        for (Index d = 0; d < dh; ++d) qv[d] = in.q(b, pq, h, d);
-        bool constant;
-        const T sc = in.score(b, h, bh, pq, pk, qv, constant);
-        const T p = compat::exp(sc - lse(b, s, h));
-        const T drop = in.drop_factor(bh, s, slot);
-        T dov = 0;
-        for (Index d = 0; d < dh; ++d) {
-          gv[d] += p * drop * dout(b, s, h, d);
-          dov += dout(b, s, h, d) * vv[d];
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+        posq(i) = int(in.position(bh, qc * c + i));
+      });
+      team.team_barrier();
+      gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
+                     [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
+      gather_rows<T>(team, c, dh, [&](Index i) { return qc * c + i; },
+                     [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
+      team.team_barrier();
+      // s <- dropout(P), dp <- dscore for this block; rows are queries.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+        T* row = &s(i, 0);
+        T* drow = &dp(i, 0);
+        for (Index t = 0; t < c; ++t) row[t] = drow[t] = 0;
+        accumulate_rows(row, &kt(0, 0), c, &qs(i, 0), 1, dh, c);
+        accumulate_rows(drow, &vt(0, 0), c, &dos(i, 0), 1, dh, c);
+        const Index pq = posq(i), item = qc * c + i;
+        const T l = lse(b, item, h), base = delta(b, item, h) - dlse(b, item, h);
+        for (Index t = 0; t < c; ++t) {
+          bool constant;
+          const T sc = in.mask_score(b, bh, pq, posk(t), row[t], constant);
+          const T p = compat::exp(sc - l), drop = in.drop_factor(bh, item, back * c + t);
+          row[t] = p * drop;
+          drow[t] = constant ? T(0) : p * (drop * drow[t] - base);
         }
-        if (constant) continue;
-        const T dscore = p * (drop * dov - delta(b, s, h) + dlse(b, s, h));
-        for (Index d = 0; d < dh; ++d) gk[d] += dscore * qv[d];
+      });
+      team.team_barrier();
+      // gk[t] += sum_i dscore(i, t) q_i,  gv[t] += sum_i dropout(P)(i, t) dout_i
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
+        accumulate_rows(&gk(t, 0), &qs(0, 0), dh, &dp(0, t), c, c, dh);
+        accumulate_rows(&gv(t, 0), &dos(0, 0), dh, &s(0, t), c, c, dh);
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
+      for (Index d = 0; d < dh; ++d) {
+        dk_scaled(b, kc * c + t, h, d) = gk(t, d);
+        dv(b, kc * c + t, h, d) = gv(t, d);
       }
-    }
-    for (Index d = 0; d < dh; ++d) {
-      dk_scaled(b, t, h, d) = gk[d];
-      dv(b, t, h, d) = gv[d];
-    }
+    });
   }
 };
+
+// Runs a chunk kernel with one team per (batch, head, chunk).
+template <class Kernel>
+void run_chunks(const char* label, const Kernel& kernel, Index batch) {
+  using Tiles = ChunkTiles<double>;
+  Kokkos::TeamPolicy<ExecSpace> policy(batch * kernel.in.heads * kernel.in.window.n_chunks,
+                                       Kokkos::AUTO);
+  Kokkos::parallel_for(
+      label, policy.set_scratch_size(Tiles::kLevel, Kokkos::PerTeam(kernel.scratch_bytes())),
+      kernel);
+}
 
 // delta = dout . out per (batch, item, head).
 template <class T>
@@ -276,11 +439,11 @@ template <class T>
 void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const T> lse,
                       ItemScalars<const T> dlse, ItemScalars<const T> delta, ItemView<const T> dout,
                       ItemView<T> dq, ItemView<T> dk_scaled, ItemView<T> dv) {
-  const Index n = Index(dout.extent(0)) * in.window.items * in.heads;
-  Kokkos::parallel_for("chunked_attention_backward_query", range(n),
-                       ChunkedBackwardQuery<T>{in, lse, dlse, delta, dout, dq});
-  Kokkos::parallel_for("chunked_attention_backward_key", range(n),
-                       ChunkedBackwardKey<T>{in, lse, dlse, delta, dout, dk_scaled, dv});
+  const Index batch = dout.extent(0);
+  run_chunks("chunked_attention_backward_query",
+             ChunkedBackwardQuery<T>{in, lse, dlse, delta, dout, dq}, batch);
+  run_chunks("chunked_attention_backward_key",
+             ChunkedBackwardKey<T>{in, lse, dlse, delta, dout, dk_scaled, dv}, batch);
 }
 
 }  // namespace reformer::attention::detail

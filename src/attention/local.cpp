@@ -47,8 +47,7 @@ void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionC
       lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
       op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
       ", ", q.extent(2), "]");
-  Kokkos::parallel_for("local_attention_forward", range(Index(q.extent(0)) * in.length * in.heads),
-                       detail::ChunkedForward<T>{in, out, lse});
+  detail::run_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse}, q.extent(0));
 }
 
 template <class T>

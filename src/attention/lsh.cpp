@@ -34,37 +34,58 @@ void check_config(const char* op, const LshAttentionConfig& config, Index length
 
 // Buckets of every (batch, position, head, round): argmax over [x R ; -x R]
 // per factor, combined as h1 + b1 * h2. Padding positions get bucket n_buckets.
+// One team hashes kRows positions of one (batch, head, round): the rotation
+// [d_head, width] and the projections [kRows, width] live in scratch, and the
+// projection loop runs over contiguous rotation columns so that it vectorises.
 template <class T>
-struct HashFunctor {
+struct HashKernel {
+  static constexpr Index kRows = 32;
+  using Scratch2 = typename detail::ChunkTiles<T>::Scratch2;
   Kokkos::View<const T****, Layout, MemSpace> qk, rot;
   Kokkos::View<const int**, Layout, MemSpace> key_valid;
   IntView2 buckets;
-  Index length, heads, rounds, d_head, factors, b1, b2;
+  Index length, heads, rounds, d_head, width, factors, b1, b2;
 
-  KOKKOS_INLINE_FUNCTION void operator()(Index idx) const {
-    const Index r = idx % rounds, h = idx / rounds % heads, i = idx / (rounds * heads) % length;
-    const Index b = idx / (rounds * heads * length);
-    const Index bucket_total = b1 * b2;
-    int bucket = int(bucket_total);
-    if (key_valid.extent(0) == 0 || key_valid(b, i) != 0) {
+  Index row_blocks() const { return (length + kRows - 1) / kRows; }
+  size_t scratch_bytes() const {
+    return Scratch2::shmem_size(d_head, width) + Scratch2::shmem_size(kRows, width);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const detail::TeamMember& team) const {
+    const Index blocks = (length + kRows - 1) / kRows;
+    const Index block = team.league_rank() % blocks, r = team.league_rank() / blocks % rounds;
+    const Index bh = team.league_rank() / (blocks * rounds), b = bh / heads, h = bh % heads;
+    const auto level = team.team_scratch(detail::ChunkTiles<T>::kLevel);
+    Scratch2 rt(level, d_head, width), proj(level, kRows, width);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
+      for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRows), [&](Index row) {
+      const Index i = block * kRows + row;
+      if (i >= length) return;
+      if (key_valid.extent(0) && key_valid(b, i) == 0) {
+        buckets(bh, r * length + i) = int(b1 * b2);
+        return;
+      }
+      T* p = &proj(row, 0);
+      for (Index c = 0; c < width; ++c) p[c] = 0;
+      detail::accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
       Index combined = 0, stride = 1, column = 0;
       for (Index f = 0; f < factors; ++f) {
         const Index nb = f == 0 ? b1 : b2, half = nb / 2;
-        T best = 0;
-        Index arg = -1;
+        T best = p[column];
+        Index arg = 0;
         for (Index c = 0; c < half; ++c) {
-          T proj = 0;
-          for (Index d = 0; d < d_head; ++d) proj += qk(b, i, h, d) * rot(h, d, r, column + c);
-          if (arg < 0 || proj > best) best = proj, arg = c;
-          if (-proj > best) best = -proj, arg = c + half;
+          if (p[column + c] > best) best = p[column + c], arg = c;
+          if (-p[column + c] > best) best = -p[column + c], arg = c + half;
         }
         combined += arg * stride;
         stride *= nb;
         column += half;
       }
-      bucket = int(combined);
-    }
-    buckets(b * heads + h, r * length + i) = bucket;
+      buckets(bh, r * length + i) = int(combined);
+    });
   }
 };
 
@@ -179,9 +200,14 @@ void lsh_hash_and_sort(In4<T> qk, In4<T> rotations, const LshAttentionConfig& co
     saved.undo = IntView2("lsh_undo", batch * heads, items);
   }
   const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
-  Kokkos::parallel_for("lsh_hash", range(batch * length * heads * rounds),
-                       HashFunctor<T>{qk, rotations, config.masks.key_valid, saved.buckets, length,
-                                      heads, rounds, dh, Index(factors.size()), b1, b2});
+  const HashKernel<T> hash{qk,     rotations, config.masks.key_valid, saved.buckets, length, heads,
+                           rounds, dh,        width,                   Index(factors.size()),
+                           b1,     b2};
+  Kokkos::TeamPolicy<ExecSpace> policy(batch * heads * rounds * hash.row_blocks(), Kokkos::AUTO);
+  Kokkos::parallel_for(
+      "lsh_hash",
+      policy.set_scratch_size(detail::ChunkTiles<T>::kLevel, Kokkos::PerTeam(hash.scratch_bytes())),
+      hash);
   IntView2 counts("lsh_sort_counts", batch * heads * rounds, bins);
   Kokkos::parallel_for(
       "lsh_sort", range(batch * heads * rounds),
@@ -205,8 +231,8 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, In4<T> rotations, const LshAtten
   }
   compute_key_scale<T>(qk, saved.key_scale);
   const auto in = chunked_inputs<T>(qk, v, saved, config);
-  Kokkos::parallel_for("lsh_attention_chunks", range(batch * items * heads),
-                       detail::ChunkedForward<T>{in, saved.out_sorted, saved.lse_sorted});
+  detail::run_chunks("lsh_attention_chunks",
+                    detail::ChunkedForward<T>{in, saved.out_sorted, saved.lse_sorted}, batch);
   // Unsort and combine rounds: out_i = sum_r softmax_r(lse_i^r) o_i^r.
   auto o = saved.out_sorted;
   auto lse = saved.lse_sorted;

@@ -7,11 +7,17 @@
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/activations.hpp"
+#include "reformer/ops/cross_entropy.hpp"
 #include "reformer/ops/dropout.hpp"
+#include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/linear.hpp"
 #include "reformer/ops/softmax.hpp"
+#include "reformer/train/grad_clip.hpp"
+#include "reformer/train/initializers.hpp"
+#include "reformer/train/optimizer.hpp"
+#include "reformer/train/parameter_set.hpp"
 #include "support/fingerprint.hpp"
 
 #include <cstdio>
@@ -27,6 +33,143 @@ void fill(const V& v, std::uint64_t seed) {
       "fingerprint_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
         flat(i) = float(2 * random_uniform({seed, 5}, i) - 1);
       });
+}
+
+// ids[i] in [0, vocab), with every `pad_every`-th id (if > 0) set to `pad`.
+void fill_ids(const View1<int>& ids, Index vocab, std::uint64_t seed, Index pad_every = 0,
+              int pad = -1) {
+  Kokkos::parallel_for(
+      "fingerprint_fill_ids", range(ids.extent(0)), KOKKOS_LAMBDA(Index i) {
+        const int id = int(random_bits({seed, 7}, i) % std::uint64_t(vocab));
+        ids(i) = pad_every > 0 && i % pad_every == 0 ? pad : id;
+      });
+}
+
+// Embeddings and positional encodings: [batch * length, d] rows.
+void run_embeddings(Fingerprint& out) {
+  const Index vocab = 300, d = 32, length = 24, batch = 3, rows = batch * length;
+  View2<float> table("table", vocab, d), y("y", rows, d), dy("dy", rows, d);
+  View2<float> dtable("dtable", vocab, d), x("x", rows, d);
+  View1<int> ids("ids", rows);
+  fill(table, 20);
+  fill(dy, 21);
+  fill(x, 22);
+  fill(dtable, 23);  // the backward accumulates
+  // Repeated ids (vocab 300 over 72 rows, plus a few forced repeats) exercise the sorted sums.
+  fill_ids(ids, vocab, 24, 5, 7);
+  ops::token_embedding_forward<float>(table, ids, true, y);
+  out.add("token_embedding_forward", y, Rule::Close);
+  ops::token_embedding_backward<float>(ids, dy, true, dtable);
+  out.add("token_embedding_backward", dtable, Rule::Close);
+
+  const Index offset = 5;
+  ops::sinusoidal_positions_forward<float>(x, length, offset, y);
+  out.add("sinusoidal_positions_forward", y, Rule::Close);
+
+  const Index max_len = 40;
+  View2<float> learned("learned", max_len, d), dlearned("dlearned", max_len, d);
+  fill(learned, 25);
+  fill(dlearned, 26);
+  ops::learned_positions_forward<float>(x, learned, length, offset, y);
+  out.add("learned_positions_forward", y, Rule::Close);
+  ops::learned_positions_backward<float>(dy, length, offset, dlearned);
+  out.add("learned_positions_backward", dlearned, Rule::Close);
+
+  const Index n1 = 4, n2 = 8, d1 = 12, d2 = d - d1;  // 32 positions >= offset + length
+  View2<float> e1("e1", n1, d1), e2("e2", n2, d2), de1("de1", n1, d1), de2("de2", n2, d2);
+  fill(e1, 27);
+  fill(e2, 28);
+  fill(de1, 29);
+  fill(de2, 30);
+  ops::axial_positions_forward<float>(x, e1, e2, length, offset, y);
+  out.add("axial_positions_forward", y, Rule::Close);
+  ops::axial_positions_backward<float>(dy, length, offset, de1, de2);
+  out.add("axial_positions_backward.de1", de1, Rule::Close);
+  out.add("axial_positions_backward.de2", de2, Rule::Close);
+}
+
+// Chunked, label-smoothed cross-entropy with a pad id; 3 full chunks and a partial one.
+void run_cross_entropy(Fingerprint& out) {
+  const Index n = 70, d = 24, vocab = 50;
+  View2<float> h("h", n, d), w("w", d, vocab), dh("dh", n, d), dw("dw", d, vocab);
+  View1<float> b("b", vocab), db("db", vocab), loss("loss", 1);
+  View1<int> targets("targets", n);
+  fill(h, 40);
+  fill(w, 41);
+  fill(b, 42);
+  fill(dw, 43);  // dW and db accumulate
+  fill(db, 44);
+  ops::CrossEntropyOptions options;
+  options.pad_id = 0;
+  options.smoothing = 0.1;
+  options.chunk_rows = 16;
+  fill_ids(targets, vocab, 45, 6, options.pad_id);
+  const auto result =
+      ops::cross_entropy_forward_backward<float>(h, w, b, targets, options, dh, dw, db);
+  Kokkos::deep_copy(loss, float(result.loss));
+  out.add("cross_entropy.loss", loss, Rule::Close);
+  out.add("cross_entropy.dh", dh, Rule::Close);
+  out.add("cross_entropy.dw", dw, Rule::Close);
+  out.add("cross_entropy.db", db, Rule::Close);
+}
+
+// Fixed gradients g_i = 0.1 * (2 u - 1) + 0.01 (a mean so Adam has a direction).
+void fill_grads(train::ParameterSet<float>& params, std::uint64_t seed) {
+  for (auto& p : params) {
+    fill(p.grad, seed++);
+    auto g = p.grad;
+    Kokkos::parallel_for(
+        "fingerprint_scale_grad", range(g.extent(0)),
+        KOKKOS_LAMBDA(Index i) { g(i) = 0.1f * g(i) + 0.01f; });
+  }
+}
+
+void build_parameters(train::ParameterSet<float>& params) {
+  params.add("emb.table", {64, 32});
+  params.add("layers.0.attn.w_qk", {4, 32, 8});
+  params.add("layers.0.ff.w1", {32, 48});
+  params.add("layers.0.ff.b1", {48});
+  train::init_normal(params.get("emb.table"), 0.02, {1234, stream_id(0, 1)});
+  train::init_xavier_uniform(params.get("layers.0.attn.w_qk"), {1234, stream_id(1, 2)});
+  train::init_xavier_uniform(params.get("layers.0.ff.w1"), {1234, stream_id(1, 3)});
+  train::init_normal(params.get("layers.0.ff.b1"), 1.0, {1234, stream_id(1, 4)});
+}
+
+// Initial weights (bitwise), then Adam / AdamW steps and gradient clipping.
+void run_training(Fingerprint& out) {
+  {
+    train::ParameterSet<float> params;
+    build_parameters(params);
+    for (const auto& p : params) out.add("init." + p.name, p.value, Rule::Bitwise);
+  }
+  for (const bool decoupled : {false, true}) {
+    const std::string name = decoupled ? "adamw." : "adam.";
+    train::ParameterSet<float> params;
+    build_parameters(params);
+    train::AdamConfig config;
+    config.weight_decay = 0.01;
+    config.decoupled_weight_decay = decoupled;
+    train::Adam<float> adam(params, config);
+    for (int step = 0; step < 3; ++step) {
+      fill_grads(params, 60 + 10 * step);
+      adam.step(1e-2 / (step + 1));
+    }
+    for (const auto& p : params) {
+      out.add(name + p.name, p.value, Rule::Close);
+      out.add(name + p.name + ".m", adam.first_moment(p.name), Rule::Close);
+      out.add(name + p.name + ".v", adam.second_moment(p.name), Rule::Close);
+    }
+  }
+  {
+    train::ParameterSet<float> params;
+    build_parameters(params);
+    fill_grads(params, 90);
+    View1<float> norm("norm", 1);
+    // The norm is about 4 (4656 gradients of rms 0.06) > 0.5: the gradients are scaled.
+    Kokkos::deep_copy(norm, float(train::clip_grad_norm(params, 0.5)));
+    out.add("clip.norm", norm, Rule::Close);
+    for (const auto& p : params) out.add("clip." + p.name, p.grad, Rule::Close);
+  }
 }
 
 void run_ops(Fingerprint& out) {
@@ -88,6 +231,10 @@ void run_ops(Fingerprint& out) {
   Kokkos::deep_copy(ones, 1.0f);
   ops::dropout_forward<float>(ones, 0.25, {11, stream_id(2, 3)}, 1000, dropped);
   out.add("dropout_mask", dropped, Rule::Bitwise);
+
+  run_embeddings(out);
+  run_cross_entropy(out);
+  run_training(out);
 }
 
 }  // namespace
