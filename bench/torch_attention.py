@@ -4,9 +4,10 @@
 Same shapes (d_model 256 as 4 heads of 64, batch 1, causal, float32), same thread
 count, forward + backward of the attention itself (no projections):
   - full attention, written the usual way (scores, masked_fill, softmax, matmul);
-  - a straightforward LSH attention (shared QK, chunk 64, 2 * L / 64 buckets,
-    look one chunk back, self mask -1e5, causal mask -1e9, rounds combined by
-    their logsumexps), as a PyTorch user would write it.
+  - a straightforward LSH attention (shared QK, chunk 64, 2 * L / 64 buckets
+    factorised into two powers of two as in bench_attention, look one chunk
+    back, self mask -1e5, causal mask -1e9, rounds combined by their
+    logsumexps), as a PyTorch user would write it.
 Each case runs in its own process so that its peak memory (max RSS growth) is
 its own. Usage:
   bench/torch_attention.py [--threads 2] [--ours build/openmp/bench/bench_attention]
@@ -32,12 +33,22 @@ def full_attention(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
+def bucket_factors(length):
+    n_buckets = 2 * max(1, length // CHUNK)
+    b1 = 2
+    while b1 * b1 * 2 <= n_buckets:
+        b1 *= 2
+    return b1, n_buckets // b1
+
+
 def lsh_attention(qk, v, n_hashes, rotations):
     bh, length, d = qk.shape
-    n_buckets = 2 * max(1, length // CHUNK)
-    # Hash: argmax over [xR, -xR], one bucket range per round.
+    b1, b2 = bucket_factors(length)
+    n_buckets = b1 * b2
+    # Hash: argmax over [xR, -xR] per factor, h = h1 + b1 * h2; one bucket range per round.
     proj = torch.einsum("bld,drk->brlk", qk, rotations)
-    buckets = torch.cat([proj, -proj], dim=-1).argmax(dim=-1)
+    p1, p2 = proj[..., : b1 // 2], proj[..., b1 // 2 :]
+    buckets = torch.cat([p1, -p1], dim=-1).argmax(dim=-1) + b1 * torch.cat([p2, -p2], dim=-1).argmax(dim=-1)
     buckets = buckets + (torch.arange(n_hashes) * n_buckets).view(1, -1, 1)
     # Stable sort by (round, bucket, position).
     positions = torch.arange(length).view(1, 1, -1)
@@ -80,7 +91,8 @@ def run_case(kind, length, n_hashes, threads):
     k = torch.rand(shape, requires_grad=True)
     v = torch.rand(shape, requires_grad=True)
     dout = torch.rand(shape)
-    rotations = torch.randn(D_HEAD, max(n_hashes, 1), max(1, length // CHUNK))
+    b1, b2 = bucket_factors(length)
+    rotations = torch.randn(D_HEAD, max(n_hashes, 1), b1 // 2 + b2 // 2)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     best = float("inf")
     for _ in range(3 if length <= 4096 else 1):

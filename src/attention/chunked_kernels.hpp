@@ -17,6 +17,7 @@
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/vector_loops.hpp"
 #include "reformer/ops/dropout.hpp"
 
 namespace reformer::attention::detail {
@@ -108,6 +109,29 @@ struct ChunkedInputs {
     if (duplicate_correction) dot -= compat::log(T(shared_windows(bh, pq, pk)));
     return dot;
   }
+  // Masks a row of dot products with the window's keys (posk[t] < 0: absent
+  // slot). With kGradMask, grad_mask[t] is set to 1 where the score depends on
+  // q and k and to 0 where a mask constant replaced it. Without padding or the
+  // duplicate correction the loop has no branches and vectorises.
+  template <bool kGradMask>
+  KOKKOS_INLINE_FUNCTION void mask_row(Index b, Index bh, Index pq, const int* posk, Index w,
+                                       T* row, T* grad_mask) const {
+    if (!duplicate_correction && key_valid.extent(0) == 0) {
+      const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+      for (Index t = 0; t < w; ++t) {
+        const Index pk = posk[t];
+        const bool absent = pk < 0, self = self_mask && pk == pq, future = causal && pk > pq;
+        row[t] = absent ? T(-1e30) : self ? self_value : future ? masked_value : row[t];
+        if (kGradMask) grad_mask[t] = absent || self || future ? T(0) : T(1);
+      }
+      return;
+    }
+    for (Index t = 0; t < w; ++t) {
+      bool constant = true;
+      row[t] = posk[t] < 0 ? T(-1e30) : mask_score(b, bh, pq, posk[t], row[t], constant);
+      if (kGradMask) grad_mask[t] = constant ? T(0) : T(1);
+    }
+  }
   KOKKOS_INLINE_FUNCTION T drop_factor(Index bh, Index s, Index slot) const {
     if (dropout.rate == 0.0) return T(1);
     const std::uint64_t index = (std::uint64_t(bh) * window.items + s) * window.slots() + slot;
@@ -144,26 +168,6 @@ struct ChunkTiles {
 
 using TeamMember = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
-// y[0, n) += sum_j coef[j * coef_stride] * x[j * x_stride + (0, n)] for j < count.
-// Four source rows per pass: four multiply-adds per load and store of y, which
-// keeps the vectorised loop from being bound by stores.
-template <class T>
-KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, const T* coef,
-                                            Index coef_stride, Index count, Index n) {
-  Index j = 0;
-  for (; j + 4 <= count; j += 4) {
-    const T a0 = coef[j * coef_stride], a1 = coef[(j + 1) * coef_stride];
-    const T a2 = coef[(j + 2) * coef_stride], a3 = coef[(j + 3) * coef_stride];
-    const T *x0 = x + j * x_stride, *x1 = x0 + x_stride, *x2 = x1 + x_stride, *x3 = x2 + x_stride;
-    for (Index t = 0; t < n; ++t) y[t] += a0 * x0[t] + a1 * x1[t] + a2 * x2[t] + a3 * x3[t];
-  }
-  for (; j < count; ++j) {
-    const T a = coef[j * coef_stride];
-    const T* xj = x + j * x_stride;
-    for (Index t = 0; t < n; ++t) y[t] += a * xj[t];
-  }
-}
-
 // Gathers rows [0, n) of a chunk: row r is item first + r (or absent if the
 // item index is negative); dst_rows [n][d] and, if given, dst_cols [d][n].
 template <class T, class Items, class Source>
@@ -193,8 +197,8 @@ struct ChunkedForward {
   size_t scratch_bytes() const {
     const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
     return Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
-           Scratch2::shmem_size(w, d) + Scratch2::shmem_size(c, w) +
-           Scratch1::shmem_size(c) + Scratch1::shmem_size(w);
+           Scratch2::shmem_size(w, d) + Scratch2::shmem_size(c, w) + Scratch1::shmem_size(c) +
+           Scratch1::shmem_size(w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -206,40 +210,32 @@ struct ChunkedForward {
     Scratch2 qs(level, c, dh), kt(level, dh, w), vs(level, w, dh), s(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
     Scratch2 none;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-      posq(i) = int(in.position(bh, qc * c + i));
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
+                         [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
       const Index item = in.window.key_item(qc, t);
       posk(t) = item < 0 ? -1 : int(in.position(bh, item));
     });
     team.team_barrier();
-    gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
-                   [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
-    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
-                   none, kt);
-    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, vs, none);
+    gather_rows<T>(
+        team, c, dh, [&](Index i) { return Index(posq(i)); },
+        [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
+    gather_rows<T>(
+        team, w, dh, [&](Index t) { return Index(posk(t)); },
+        [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, none, kt);
+    gather_rows<T>(
+        team, w, dh, [&](Index t) { return Index(posk(t)); },
+        [&](Index pos, Index d) { return in.v(b, pos, h, d); }, vs, none);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
       for (Index t = 0; t < w; ++t) row[t] = 0;
       accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
-      T m = T(MaskValues<T>::masked) * 2;
-      for (Index t = 0; t < w; ++t) {
-        if (posk(t) < 0) continue;
-        bool constant;
-        row[t] = in.mask_score(b, bh, pq, posk(t), row[t], constant);
-        m = row[t] > m ? row[t] : m;
-      }
-      T sum = 0;
-      for (Index t = 0; t < w; ++t) {
-        const T p = posk(t) < 0 ? T(0) : compat::exp(row[t] - m);
-        sum += p;
-        row[t] = p;
-      }
+      in.template mask_row<false>(b, bh, pq, &posk(0), w, row, nullptr);
+      const T m = max_values(row, w);
+      for (Index t = 0; t < w; ++t) row[t] = softmax_weight(row[t] - m);
+      const T sum = sum_values(row, w);
       if (in.dropout.rate > 0.0)
         for (Index t = 0; t < w; ++t) row[t] *= in.drop_factor(bh, item, t);
       T acc[kMaxHeadDim];
@@ -251,53 +247,62 @@ struct ChunkedForward {
   }
 };
 
-// Backward, query side (one team per query chunk): recomputes P from lse and
-//   dscore = P (drop (dout . v_t) - dout . out + dlse),  dq = dscore K.
+// Backward (one team per query chunk): recomputes P from lse and, for the
+// chunk's queries and its window's keys,
+//   dscore = P (drop (dout . v_t) - dout . out + dlse),
+//   dq = dscore K (written),  dk += dscore^T Q,  dv += dropout(P)^T dout.
+// A query chunk adds into the keys of its own and its n_before previous chunks,
+// so chunks are launched in colours (chunk index mod n_before + 1) whose
+// windows do not overlap: no atomics, and the same sums in the same order on
+// every backend and thread count.
 template <class T>
-struct ChunkedBackwardQuery {
+struct ChunkedBackward {
   using Tiles = ChunkTiles<T>;
   using Scratch2 = typename Tiles::Scratch2;
   using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
   ItemScalars<const T> lse, dlse, delta;
   ItemView<const T> dout;
-  ItemView<T> dq;
+  ItemView<T> dq, dk_scaled, dv;
+  Index first_chunk = 0, chunk_stride = 1, chunks = 0;  // the chunks of this launch
 
   size_t scratch_bytes() const {
     const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
     return 2 * Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
-           Scratch2::shmem_size(w, d) + 2 * Scratch2::shmem_size(c, w) +
-           Scratch1::shmem_size(c) + Scratch1::shmem_size(w);
+           Scratch2::shmem_size(w, d) + 3 * Scratch2::shmem_size(c, w) + Scratch1::shmem_size(c) +
+           Scratch1::shmem_size(w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
-    const Index n_chunks = in.window.n_chunks, heads = in.heads;
-    const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
-    const Index b = bh / heads, h = bh % heads;
+    const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head, heads = in.heads;
+    const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
+    const Index bh = team.league_rank() / chunks, b = bh / heads, h = bh % heads;
     const auto level = team.team_scratch(Tiles::kLevel);
     Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, w), vt(level, dh, w),
-        ks(level, w, dh), s(level, c, w), dp(level, c, w);
+        ks(level, w, dh), s(level, c, w), dp(level, c, w), dropw(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
     Scratch2 none;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-      posq(i) = int(in.position(bh, qc * c + i));
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
+                         [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
       const Index item = in.window.key_item(qc, t);
       posk(t) = item < 0 ? -1 : int(in.position(bh, item));
     });
     team.team_barrier();
-    gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
-                   [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
-    gather_rows<T>(team, c, dh, [&](Index i) { return qc * c + i; },
-                   [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
-    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
-                   ks, kt);
-    gather_rows<T>(team, w, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
+    gather_rows<T>(
+        team, c, dh, [&](Index i) { return Index(posq(i)); },
+        [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
+    gather_rows<T>(
+        team, c, dh, [&](Index i) { return qc * c + i; },
+        [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
+    gather_rows<T>(
+        team, w, dh, [&](Index t) { return Index(posk(t)); },
+        [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, ks, kt);
+    gather_rows<T>(
+        team, w, dh, [&](Index t) { return Index(posk(t)); },
+        [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
     team.team_barrier();
+    // Rows are queries: s <- dropout(P), dp <- dscore; then dq.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
       T* drow = &dp(i, 0);
@@ -306,103 +311,39 @@ struct ChunkedBackwardQuery {
       accumulate_rows(drow, &vt(0, 0), w, &dos(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
       const T l = lse(b, item, h), base = delta(b, item, h) - dlse(b, item, h);
-      // row <- dscore (0 for absent or constant scores)
-      for (Index t = 0; t < w; ++t) {
-        bool constant = true;
-        const T sc = posk(t) < 0 ? T(0) : in.mask_score(b, bh, pq, posk(t), row[t], constant);
-        row[t] = constant ? T(0)
-                          : compat::exp(sc - l) * (in.drop_factor(bh, item, t) * drow[t] - base);
+      // s <- dropout(P), dp <- dscore = P * grad_mask * (drop * dP - base).
+      T* grad_mask = &dropw(i, 0);
+      in.template mask_row<true>(b, bh, pq, &posk(0), w, row, grad_mask);
+      if (in.dropout.rate == 0.0) {
+        for (Index t = 0; t < w; ++t) {
+          const T p = softmax_weight(row[t] - l);
+          drow[t] = p * grad_mask[t] * (drow[t] - base);
+          row[t] = p;
+        }
+      } else {
+        for (Index t = 0; t < w; ++t) {
+          const T p = softmax_weight(row[t] - l), drop = in.drop_factor(bh, item, t);
+          drow[t] = p * grad_mask[t] * (drop * drow[t] - base);
+          row[t] = p * drop;
+        }
       }
       T grad[kMaxHeadDim];
       for (Index d = 0; d < dh; ++d) grad[d] = 0;
-      accumulate_rows(grad, &ks(0, 0), dh, row, 1, w, dh);
+      accumulate_rows(grad, &ks(0, 0), dh, drow, 1, w, dh);
       for (Index d = 0; d < dh; ++d) dq(b, item, h, d) = grad[d];
     });
-  }
-};
-
-// Backward, key side (one team per key chunk): for every query chunk whose
-// window holds this chunk, recomputes P and dscore for the (query, key) block
-// and accumulates dk = dscore^T Q and dv = dropout(P)^T dout.
-template <class T>
-struct ChunkedBackwardKey {
-  using Tiles = ChunkTiles<T>;
-  using Scratch2 = typename Tiles::Scratch2;
-  using Scratch1 = typename Tiles::Scratch1;
-  ChunkedInputs<T> in;
-  ItemScalars<const T> lse, dlse, delta;
-  ItemView<const T> dout;
-  ItemView<T> dk_scaled, dv;
-
-  size_t scratch_bytes() const {
-    const Index c = in.window.chunk, d = in.d_head;
-    return 4 * Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, c) +
-           2 * Scratch2::shmem_size(c, c) + 2 * Scratch2::shmem_size(c, d) +
-           2 * Scratch1::shmem_size(c);
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index c = in.window.chunk, dh = in.d_head;
-    const Index n_chunks = in.window.n_chunks, heads = in.heads;
-    const Index kc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
-    const Index b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(Tiles::kLevel);
-    Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, c), vt(level, dh, c),
-        s(level, c, c), dp(level, c, c), gk(level, c, dh), gv(level, c, dh);
-    Scratch1 posq(level, c), posk(level, c);
-    Scratch2 none;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
-      posk(t) = int(in.position(bh, kc * c + t));
-      for (Index d = 0; d < dh; ++d) gk(t, d) = gv(t, d) = 0;
-    });
     team.team_barrier();
-    gather_rows<T>(team, c, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); },
-                   none, kt);
-    gather_rows<T>(team, c, dh, [&](Index t) { return Index(posk(t)); },
-                   [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
-    for (Index back = 0; back <= in.window.n_before; ++back) {
-      const Index qc = in.window.query_chunk(kc, back);
-      if (qc < 0) continue;
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-        posq(i) = int(in.position(bh, qc * c + i));
-      });
-      team.team_barrier();
-      gather_rows<T>(team, c, dh, [&](Index i) { return Index(posq(i)); },
-                     [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
-      gather_rows<T>(team, c, dh, [&](Index i) { return qc * c + i; },
-                     [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
-      team.team_barrier();
-      // s <- dropout(P), dp <- dscore for this block; rows are queries.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-        T* row = &s(i, 0);
-        T* drow = &dp(i, 0);
-        for (Index t = 0; t < c; ++t) row[t] = drow[t] = 0;
-        accumulate_rows(row, &kt(0, 0), c, &qs(i, 0), 1, dh, c);
-        accumulate_rows(drow, &vt(0, 0), c, &dos(i, 0), 1, dh, c);
-        const Index pq = posq(i), item = qc * c + i;
-        const T l = lse(b, item, h), base = delta(b, item, h) - dlse(b, item, h);
-        for (Index t = 0; t < c; ++t) {
-          bool constant;
-          const T sc = in.mask_score(b, bh, pq, posk(t), row[t], constant);
-          const T p = compat::exp(sc - l), drop = in.drop_factor(bh, item, back * c + t);
-          row[t] = p * drop;
-          drow[t] = constant ? T(0) : p * (drop * drow[t] - base);
-        }
-      });
-      team.team_barrier();
-      // gk[t] += sum_i dscore(i, t) q_i,  gv[t] += sum_i dropout(P)(i, t) dout_i
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
-        accumulate_rows(&gk(t, 0), &qs(0, 0), dh, &dp(0, t), c, c, dh);
-        accumulate_rows(&gv(t, 0), &dos(0, 0), dh, &s(0, t), c, c, dh);
-      });
-    }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index t) {
+    // Columns are keys: dk += dscore^T Q, dv += dropout(P)^T dout.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
+      const Index item = in.window.key_item(qc, t);
+      if (item < 0) return;
+      T gk[kMaxHeadDim], gv[kMaxHeadDim];
+      for (Index d = 0; d < dh; ++d) gk[d] = gv[d] = 0;
+      accumulate_rows(gk, &qs(0, 0), dh, &dp(0, t), w, c, dh);
+      accumulate_rows(gv, &dos(0, 0), dh, &s(0, t), w, c, dh);
       for (Index d = 0; d < dh; ++d) {
-        dk_scaled(b, kc * c + t, h, d) = gk(t, d);
-        dv(b, kc * c + t, h, d) = gv(t, d);
+        dk_scaled(b, item, h, d) += gk[d];
+        dv(b, item, h, d) += gv[d];
       }
     });
   }
@@ -434,16 +375,34 @@ void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<T> out) {
       });
 }
 
-// Runs the two backward passes.
+// Runs the backward: dq is written, dk_scaled and dv are zeroed and then
+// accumulated colour by colour.
 template <class T>
 void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const T> lse,
                       ItemScalars<const T> dlse, ItemScalars<const T> delta, ItemView<const T> dout,
                       ItemView<T> dq, ItemView<T> dk_scaled, ItemView<T> dv) {
-  const Index batch = dout.extent(0);
-  run_chunks("chunked_attention_backward_query",
-             ChunkedBackwardQuery<T>{in, lse, dlse, delta, dout, dq}, batch);
-  run_chunks("chunked_attention_backward_key",
-             ChunkedBackwardKey<T>{in, lse, dlse, delta, dout, dk_scaled, dv}, batch);
+  Kokkos::deep_copy(dk_scaled, T(0));
+  Kokkos::deep_copy(dv, T(0));
+  const Index batch = dout.extent(0), n_chunks = in.window.n_chunks;
+  const Index colours = in.window.n_before + 1;
+  // With wrap-around, chunk 0's window reaches the last chunks: the chunks past
+  // the last whole group of colours run one launch each.
+  const Index grouped = in.window.wrap ? n_chunks - n_chunks % colours : n_chunks;
+  ChunkedBackward<T> kernel{in, lse, dlse, delta, dout, dq, dk_scaled, dv};
+  auto launch = [&](Index first, Index stride, Index chunks) {
+    if (chunks <= 0) return;
+    kernel.first_chunk = first;
+    kernel.chunk_stride = stride;
+    kernel.chunks = chunks;
+    Kokkos::TeamPolicy<ExecSpace> policy(batch * in.heads * chunks, Kokkos::AUTO);
+    Kokkos::parallel_for(
+        "chunked_attention_backward",
+        policy.set_scratch_size(ChunkTiles<T>::kLevel, Kokkos::PerTeam(kernel.scratch_bytes())),
+        kernel);
+  };
+  for (Index colour = 0; colour < colours; ++colour)
+    launch(colour, colours, (grouped - colour + colours - 1) / colours);
+  for (Index chunk = grouped; chunk < n_chunks; ++chunk) launch(chunk, 1, 1);
 }
 
 }  // namespace reformer::attention::detail

@@ -4,6 +4,7 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/core/vector_loops.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/gemm.hpp"
 
@@ -12,22 +13,23 @@
 namespace reformer::attention {
 namespace {
 
+using ops::Structure;
 using ops::Trans;
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Member = TeamPolicy::member_type;
 
 // [batch, length, heads, d] <-> [batch * heads, length, d], so that every head's
-// matrix is contiguous for the batched products.
+// matrix is contiguous for the batched products. One thread per (b, i, h)
+// copies a contiguous row of d values.
 template <class T>
 View3<T> to_heads(In4<T> x, const char* label) {
   const Index batch = x.extent(0), length = x.extent(1), heads = x.extent(2), d = x.extent(3);
   View3<T> y(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), batch * heads,
              length, d);
   Kokkos::parallel_for(
-      "attention_to_heads", range(batch * length * heads * d), KOKKOS_LAMBDA(Index e) {
-        const Index c = e % d, h = e / d % heads, i = e / (d * heads) % length;
-        const Index b = e / (d * heads * length);
-        y(b * heads + h, i, c) = x(b, i, h, c);
+      "attention_to_heads", range(batch * length * heads), KOKKOS_LAMBDA(Index e) {
+        const Index h = e % heads, i = e / heads % length, b = e / (heads * length);
+        const T* src = &x(b, i, h, 0);
+        T* dst = &y(b * heads + h, i, 0);
+        for (Index c = 0; c < d; ++c) dst[c] = src[c];
       });
   return y;
 }
@@ -36,10 +38,11 @@ template <class T>
 void from_heads(In3<T> y, View4<T> x) {
   const Index batch = x.extent(0), length = x.extent(1), heads = x.extent(2), d = x.extent(3);
   Kokkos::parallel_for(
-      "attention_from_heads", range(batch * length * heads * d), KOKKOS_LAMBDA(Index e) {
-        const Index c = e % d, h = e / d % heads, i = e / (d * heads) % length;
-        const Index b = e / (d * heads * length);
-        x(b, i, h, c) = y(b * heads + h, i, c);
+      "attention_from_heads", range(batch * length * heads), KOKKOS_LAMBDA(Index e) {
+        const Index h = e % heads, i = e / heads % length, b = e / (heads * length);
+        const T* src = &y(b * heads + h, i, 0);
+        T* dst = &x(b, i, h, 0);
+        for (Index c = 0; c < d; ++c) dst[c] = src[c];
       });
 }
 
@@ -60,32 +63,31 @@ KOKKOS_INLINE_FUNCTION std::uint64_t score_index(Index bh, Index i, Index j, Ind
   return (std::uint64_t(bh) * lq + i) * lk + j;
 }
 
-// In place: S -> softmax(masked S), row by row.
+// In place: S -> softmax(masked S), one thread per row; the loops over the
+// row vectorise.
 template <class T>
 void masked_softmax(View3<T> s, ScoreMask mask) {
   const Index lq = s.extent(1), lk = s.extent(2);
   Kokkos::parallel_for(
-      "full_attention_softmax", TeamPolicy(s.extent(0) * lq, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const Index bh = team.league_rank() / lq, i = team.league_rank() % lq;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
-          const int kind = mask.kind(bh, i, j);
-          if (kind == 1) s(bh, i, j) = T(MaskValues<T>::masked);
-          if (kind == 2) s(bh, i, j) = T(MaskValues<T>::self);
-        });
-        team.team_barrier();
-        T row_max = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lk),
-            [&](Index j, T& m) { m = s(bh, i, j) > m ? s(bh, i, j) : m; }, Kokkos::Max<T>(row_max));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lk),
-            [&](Index j, T& acc) { acc += compat::exp(s(bh, i, j) - row_max); }, sum);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
-          s(bh, i, j) = compat::exp(s(bh, i, j) - row_max) / sum;
-        });
+      "full_attention_softmax", range(s.extent(0) * lq), KOKKOS_LAMBDA(Index r) {
+        const Index bh = r / lq, i = r % lq;
+        T* row = &s(bh, i, 0);
+        if (mask.key_valid.extent(0) == 0) {
+          for (Index j = 0; j < lk; ++j) {
+            const bool self = mask.self_mask && i == j, future = mask.causal && j > i;
+            row[j] = self ? T(MaskValues<T>::self) : future ? T(MaskValues<T>::masked) : row[j];
+          }
+        } else {
+          for (Index j = 0; j < lk; ++j) {
+            const int kind = mask.kind(bh, i, j);
+            if (kind == 1) row[j] = T(MaskValues<T>::masked);
+            if (kind == 2) row[j] = T(MaskValues<T>::self);
+          }
+        }
+        const T m = max_values(row, lk);
+        for (Index j = 0; j < lk; ++j) row[j] = softmax_weight(row[j] - m);
+        const T inverse = T(1) / sum_values(row, lk);
+        for (Index j = 0; j < lk; ++j) row[j] *= inverse;
       });
 }
 
@@ -107,7 +109,7 @@ void apply_dropout(In3<T> p, const AttentionDropout& dropout, View3<T> dropped) 
 }
 
 // In place: dP' -> dS = P * (dP - sum_j P dP), dP = dP' * drop; zero for
-// constant (masked) scores.
+// constant (masked) scores. One thread per row.
 template <class T>
 void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
                              const AttentionDropout& dropout) {
@@ -116,23 +118,29 @@ void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
   const RandomKey key = dropout.key;
   const T scale = T(1.0 / (1.0 - rate));
   Kokkos::parallel_for(
-      "full_attention_softmax_backward", TeamPolicy(p.extent(0) * lq, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const Index bh = team.league_rank() / lq, i = team.league_rank() % lq;
-        auto drop = [&](Index j) {
-          return rate == 0.0                                                    ? T(1)
-                 : ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate) ? scale
-                                                                                : T(0);
-        };
+      "full_attention_softmax_backward", range(p.extent(0) * lq), KOKKOS_LAMBDA(Index r) {
+        const Index bh = r / lq, i = r % lq;
+        const T* prow = &p(bh, i, 0);
+        T* g = &grad(bh, i, 0);
+        if (rate > 0.0)
+          for (Index j = 0; j < lk; ++j)
+            g[j] *= ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate) ? scale : T(0);
+        // Masked probabilities are exactly 0, so they add nothing to the dot product.
+        T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        Index j = 0;
+        for (; j + 8 <= lk; j += 8)
+          for (int u = 0; u < 8; ++u) part[u] += prow[j + u] * g[j + u];
         T dot = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lk),
-            [&](Index j, T& acc) { acc += p(bh, i, j) * grad(bh, i, j) * drop(j); }, dot);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lk), [&](Index j) {
-          grad(bh, i, j) =
-              mask.kind(bh, i, j) ? T(0) : p(bh, i, j) * (grad(bh, i, j) * drop(j) - dot);
-        });
+        for (int u = 0; u < 8; ++u) dot += part[u];
+        for (; j < lk; ++j) dot += prow[j] * g[j];
+        if (mask.key_valid.extent(0) == 0) {
+          for (Index t = 0; t < lk; ++t) {
+            const bool constant = (mask.self_mask && i == t) || (mask.causal && t > i);
+            g[t] = constant ? T(0) : prow[t] * (g[t] - dot);
+          }
+        } else {
+          for (Index t = 0; t < lk; ++t) g[t] = mask.kind(bh, i, t) ? T(0) : prow[t] * (g[t] - dot);
+        }
       });
 }
 
@@ -192,8 +200,12 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
   auto qh = to_heads<T>(q, "full_attention_q");
   auto kh = to_heads<T>(k, "full_attention_k");
   auto vh = to_heads<T>(v, "full_attention_v");
+  // Causal: scores above the diagonal are masked, so P is lower-triangular and
+  // every product below skips the blocks that are known to be zero.
+  const auto lower_c = config.masks.causal ? Structure::LowerC : Structure::Dense;
+  const auto lower_a = config.masks.causal ? Structure::LowerA : Structure::Dense;
   ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs,
-                         score_scale<T>(config, q.extent(3)));
+                         score_scale<T>(config, q.extent(3)), T(0), lower_c);
   masked_softmax<T>(saved.probs, score_mask(config, heads));
   View3<T> oh(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_out"), batch * heads,
               lq, q.extent(3));
@@ -201,9 +213,9 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
     View3<T> dropped(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_dropped"),
                      batch * heads, lq, lk);
     apply_dropout<T>(saved.probs, config.dropout, dropped);
-    ops::batched_matmul<T>(dropped, Trans::No, vh, Trans::No, oh);
+    ops::batched_matmul<T>(dropped, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
   } else {
-    ops::batched_matmul<T>(saved.probs, Trans::No, vh, Trans::No, oh);
+    ops::batched_matmul<T>(saved.probs, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
   }
   from_heads<T>(oh, out);
 }
@@ -224,6 +236,10 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
                       op, ": saved probabilities have shape ", shape_string(saved.probs),
                       "; run full_attention_forward on these inputs first");
   const T scale = score_scale<T>(config, q.extent(3));
+  const bool causal = config.masks.causal;
+  const auto lower_a = causal ? Structure::LowerA : Structure::Dense;
+  const auto upper_a = causal ? Structure::UpperA : Structure::Dense;
+  const auto lower_c = causal ? Structure::LowerC : Structure::Dense;
   auto qh = to_heads<T>(q, "full_attention_q");
   auto kh = to_heads<T>(k, "full_attention_k");
   auto vh = to_heads<T>(v, "full_attention_v");
@@ -234,18 +250,18 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
   View3<T> dvh("full_attention_dv", batch * heads, lk, v.extent(3));
   if (config.dropout.rate > 0) {
     apply_dropout<T>(saved.probs, config.dropout, grad);
-    ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh);
+    ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
   } else {
-    ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh);
+    ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
   }
   // dP' = dO V^T, then dS through dropout and softmax, in place.
-  ops::batched_matmul<T>(doh, Trans::No, vh, Trans::Yes, grad);
+  ops::batched_matmul<T>(doh, Trans::No, vh, Trans::Yes, grad, T(1), T(0), lower_c);
   softmax_backward_masked<T>(saved.probs, grad, score_mask(config, heads), config.dropout);
   // dQ = scale dS K, dK = scale dS^T Q.
   View3<T> dqh("full_attention_dq", batch * heads, lq, q.extent(3));
   View3<T> dkh("full_attention_dk", batch * heads, lk, k.extent(3));
-  ops::batched_matmul<T>(grad, Trans::No, kh, Trans::No, dqh, scale);
-  ops::batched_matmul<T>(grad, Trans::Yes, qh, Trans::No, dkh, scale);
+  ops::batched_matmul<T>(grad, Trans::No, kh, Trans::No, dqh, scale, T(0), lower_a);
+  ops::batched_matmul<T>(grad, Trans::Yes, qh, Trans::No, dkh, scale, T(0), upper_a);
   from_heads<T>(dqh, dq);
   from_heads<T>(dkh, dk);
   from_heads<T>(dvh, dv);

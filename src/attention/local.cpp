@@ -47,7 +47,8 @@ void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionC
       lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
       op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
       ", ", q.extent(2), "]");
-  detail::run_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse}, q.extent(0));
+  detail::run_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse},
+                     q.extent(0));
 }
 
 template <class T>

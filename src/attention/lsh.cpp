@@ -70,7 +70,7 @@ struct HashKernel {
       }
       T* p = &proj(row, 0);
       for (Index c = 0; c < width; ++c) p[c] = 0;
-      detail::accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
+      accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
       Index combined = 0, stride = 1, column = 0;
       for (Index f = 0; f < factors; ++f) {
         const Index nb = f == 0 ? b1 : b2, half = nb / 2;
@@ -195,14 +195,26 @@ void lsh_hash_and_sort(In4<T> qk, In4<T> rotations, const LshAttentionConfig& co
       ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, ", "sum of n_buckets / 2)");
   const Index items = rounds * length, bins = lsh_bucket_count(config, length) + 1;
   if (Index(saved.perm.extent(0)) != batch * heads || Index(saved.perm.extent(1)) != items) {
-    saved.buckets = IntView2("lsh_buckets", batch * heads, items);
-    saved.perm = IntView2("lsh_perm", batch * heads, items);
-    saved.undo = IntView2("lsh_undo", batch * heads, items);
+    saved.buckets = IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_buckets"),
+                             batch * heads, items);
+    saved.perm =
+        IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_perm"), batch * heads, items);
+    saved.undo =
+        IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_undo"), batch * heads, items);
   }
   const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
-  const HashKernel<T> hash{qk,     rotations, config.masks.key_valid, saved.buckets, length, heads,
-                           rounds, dh,        width,                   Index(factors.size()),
-                           b1,     b2};
+  const HashKernel<T> hash{qk,
+                           rotations,
+                           config.masks.key_valid,
+                           saved.buckets,
+                           length,
+                           heads,
+                           rounds,
+                           dh,
+                           width,
+                           Index(factors.size()),
+                           b1,
+                           b2};
   Kokkos::TeamPolicy<ExecSpace> policy(batch * heads * rounds * hash.row_blocks(), Kokkos::AUTO);
   Kokkos::parallel_for(
       "lsh_hash",
@@ -225,14 +237,17 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, In4<T> rotations, const LshAtten
   const Index dh = qk.extent(3), rounds = config.n_hashes, items = rounds * length;
   if (Index(saved.out_sorted.extent(1)) != items || saved.out_sorted.extent(0) != qk.extent(0) ||
       saved.out_sorted.extent(3) != qk.extent(3) || saved.out_sorted.extent(2) != qk.extent(2)) {
-    saved.out_sorted = View4<T>("lsh_out_sorted", batch, items, heads, dh);
-    saved.lse_sorted = View3<T>("lsh_lse_sorted", batch, items, heads);
-    saved.key_scale = View3<T>("lsh_key_scale", batch, length, heads);
+    saved.out_sorted = View4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_out_sorted"),
+                                batch, items, heads, dh);
+    saved.lse_sorted = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_lse_sorted"),
+                                batch, items, heads);
+    saved.key_scale = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_key_scale"),
+                               batch, length, heads);
   }
   compute_key_scale<T>(qk, saved.key_scale);
   const auto in = chunked_inputs<T>(qk, v, saved, config);
   detail::run_chunks("lsh_attention_chunks",
-                    detail::ChunkedForward<T>{in, saved.out_sorted, saved.lse_sorted}, batch);
+                     detail::ChunkedForward<T>{in, saved.out_sorted, saved.lse_sorted}, batch);
   // Unsort and combine rounds: out_i = sum_r softmax_r(lse_i^r) o_i^r.
   auto o = saved.out_sorted;
   auto lse = saved.lse_sorted;
@@ -268,9 +283,11 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshSaved<T>& saved, In4<T
   require<ShapeError>(Index(saved.out_sorted.extent(1)) == items, op, ": saved state has ",
                       saved.out_sorted.extent(1), " items but n_hashes * L is ", items,
                       "; run lsh_attention_forward with the same config first");
-  View4<T> dout_sorted("lsh_dout_sorted", batch, items, heads, dh);
-  View3<T> dlse_sorted("lsh_dlse_sorted", batch, items, heads);
-  View3<T> delta("lsh_delta", batch, items, heads);
+  View4<T> dout_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dout_sorted"), batch,
+                       items, heads, dh);
+  View3<T> dlse_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dlse_sorted"), batch,
+                       items, heads);
+  View3<T> delta(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_delta"), batch, items, heads);
   // Backward of the round combination, w_r = softmax_r(lse^r):
   //   do^r = w_r dout,  dlse^r = w_r (dout . o^r - dout . out).
   auto o = saved.out_sorted;
@@ -303,9 +320,12 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshSaved<T>& saved, In4<T
         }
       });
   detail::item_dot<T>(dout_sorted, saved.out_sorted, delta);
-  View4<T> dq_sorted("lsh_dq_sorted", batch, items, heads, dh);
-  View4<T> dk_sorted("lsh_dk_sorted", batch, items, heads, dh);
-  View4<T> dv_sorted("lsh_dv_sorted", batch, items, heads, dh);
+  View4<T> dq_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dq_sorted"), batch, items,
+                     heads, dh);
+  View4<T> dk_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dk_sorted"), batch, items,
+                     heads, dh);
+  View4<T> dv_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dv_sorted"), batch, items,
+                     heads, dh);
   const auto in = chunked_inputs<T>(qk, v, saved, config);
   detail::chunked_backward<T>(in, saved.lse_sorted, dlse_sorted, delta, dout_sorted, dq_sorted,
                               dk_sorted, dv_sorted);

@@ -44,16 +44,19 @@ void matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alph
 // threads each own kMicroRows x kMicroCols micro-tiles of the block whose
 // partial sums also live in scratch. The inner loop over kMicroCols contiguous
 // columns vectorises on CPUs; on GPUs the threads of a team share the tiles.
-template <class T>
+// kWide selects 256-column blocks on the host, for products with many columns
+// whose B is not transposed (packing a transposed B into wide blocks is slower).
+template <class T, bool kWide>
 struct BatchedMatmulKernel {
-  // A 6 x 64-byte micro-tile (6 x 16 float, 6 x 8 double) is 12 AVX2 registers
-  // of accumulators: enough independent FMAs to hide their latency while
-  // leaving registers for the operands. Host threads use large tiles so that
-  // packing (done once per tile and depth block) costs little next to the
+  // A 6 x 128-byte micro-tile (6 x 32 float, 6 x 16 double) is 12 AVX-512
+  // registers of accumulators: enough independent FMAs to hide their latency
+  // while leaving registers for the operands. Host threads use large tiles so
+  // that packing (done once per tile and depth block) costs little next to the
   // products; GPU teams use tiles that fit into fast scratch memory.
   static constexpr bool kHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  static constexpr Index kMicroRows = 6, kMicroCols = 64 / sizeof(T);
-  static constexpr Index kTileM = (kHost ? 16 : 4) * kMicroRows, kTileN = 64;
+  static constexpr Index kMicroRows = 6, kMicroCols = 128 / sizeof(T);
+  static constexpr Index kTileM = (kHost ? 16 : 4) * kMicroRows;
+  static constexpr Index kTileN = kHost && kWide ? 256 : 64;
   static constexpr Index kDepth = kHost ? 256 : 32;
   static constexpr Index kMicroTiles = (kTileM / kMicroRows) * (kTileN / kMicroCols);
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
@@ -66,6 +69,7 @@ struct BatchedMatmulKernel {
   bool ta, tb;
   T alpha, beta;
   Index m, n, k, tiles_m, tiles_n;
+  Structure structure;
 
   static size_t scratch_bytes() {
     return Scratch::shmem_size(kTileM, kDepth) + Scratch::shmem_size(kDepth, kTileN) +
@@ -76,17 +80,27 @@ struct BatchedMatmulKernel {
     const Index tile = team.league_rank();
     const Index bi = tile / (tiles_m * tiles_n);
     const Index i0 = tile / tiles_n % tiles_m * kTileM, j0 = tile % tiles_n * kTileN;
+    if (structure == Structure::LowerC && j0 > i0 + kTileM - 1) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileM * kTileN), [&](Index e) {
+        const Index i = i0 + e / kTileN, j = j0 + e % kTileN;
+        if (i < m && j < n) c(bi, i, j) = beta == T(0) ? T(0) : beta * c(bi, i, j);
+      });
+      return;
+    }
+    // The range of the inner dimension that can hold non-zeros for these rows.
+    const Index p_begin = structure == Structure::UpperA ? i0 : 0;
+    const Index p_end = structure == Structure::LowerA && i0 + kTileM < k ? i0 + kTileM : k;
     Scratch pa(team.team_scratch(0), kTileM, kDepth);
     Scratch pb(team.team_scratch(0), kDepth, kTileN);
     Scratch acc(team.team_scratch(0), kTileM, kTileN);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTileM * kTileN),
                          [&](Index e) { acc(e / kTileN, e % kTileN) = 0; });
-    for (Index p0 = 0; p0 < k; p0 += kDepth) {
+    for (Index p0 = p_begin; p0 < p_end; p0 += kDepth) {
       team.team_barrier();
       // Pack, padding with zeros outside the matrices. Each thread copies whole
       // rows (or columns, for a transposed operand) so that the reads are
       // contiguous and the copies vectorise.
-      const Index depth = k - p0 < kDepth ? k - p0 : kDepth;
+      const Index depth = p_end - p0 < kDepth ? p_end - p0 : kDepth;
       const Index rows = m - i0 < kTileM ? m - i0 : kTileM,
                   cols = n - j0 < kTileN ? n - j0 : kTileN;
       if (!ta) {
@@ -149,29 +163,49 @@ struct BatchedMatmulKernel {
   }
 };
 
-template <class T>
-void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha, T beta) {
-  const Index batch = a.extent(0);
-  require<ShapeError>(b.extent(0) == a.extent(0) && c.extent(0) == a.extent(0),
-                      "batched_matmul: batch sizes differ: A ", shape_string(a), ", B ",
-                      shape_string(b), ", C ", shape_string(c));
-  const auto [m, n, k] = check_product("batched_matmul", a.extent(1), a.extent(2), trans_a,
-                                       b.extent(1), b.extent(2), trans_b, c.extent(1), c.extent(2));
-  using Kernel = BatchedMatmulKernel<T>;
+template <class Kernel, class T>
+void launch_batched_matmul(In3<T> a, In3<T> b, View3<T> c, Trans trans_a, Trans trans_b, T alpha,
+                           T beta, Index m, Index n, Index k, Structure structure) {
   const Index tiles_m = (m + Kernel::kTileM - 1) / Kernel::kTileM;
   const Index tiles_n = (n + Kernel::kTileN - 1) / Kernel::kTileN;
-  const Kernel kernel{
-      a, b,       c,      trans_a == Trans::Yes, trans_b == Trans::Yes, alpha, beta, m, n,
-      k, tiles_m, tiles_n};
-  typename Kernel::Policy policy(batch * tiles_m * tiles_n, Kokkos::AUTO);
+  const Kernel kernel{a,
+                      b,
+                      c,
+                      trans_a == Trans::Yes,
+                      trans_b == Trans::Yes,
+                      alpha,
+                      beta,
+                      m,
+                      n,
+                      k,
+                      tiles_m,
+                      tiles_n,
+                      structure};
+  typename Kernel::Policy policy(a.extent(0) * tiles_m * tiles_n, Kokkos::AUTO);
   Kokkos::parallel_for("batched_matmul",
                        policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                        kernel);
 }
 
+template <class T>
+void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha, T beta,
+                    Structure structure) {
+  require<ShapeError>(b.extent(0) == a.extent(0) && c.extent(0) == a.extent(0),
+                      "batched_matmul: batch sizes differ: A ", shape_string(a), ", B ",
+                      shape_string(b), ", C ", shape_string(c));
+  const auto [m, n, k] = check_product("batched_matmul", a.extent(1), a.extent(2), trans_a,
+                                       b.extent(1), b.extent(2), trans_b, c.extent(1), c.extent(2));
+  if (n >= 256 && trans_b == Trans::No)
+    launch_batched_matmul<BatchedMatmulKernel<T, true>>(a, b, c, trans_a, trans_b, alpha, beta, m,
+                                                        n, k, structure);
+  else
+    launch_batched_matmul<BatchedMatmulKernel<T, false>>(a, b, c, trans_a, trans_b, alpha, beta, m,
+                                                         n, k, structure);
+}
+
 #define REFORMER_INSTANTIATE(T)                                          \
   template void matmul<T>(In2<T>, Trans, In2<T>, Trans, View2<T>, T, T); \
-  template void batched_matmul<T>(In3<T>, Trans, In3<T>, Trans, View3<T>, T, T);
+  template void batched_matmul<T>(In3<T>, Trans, In3<T>, Trans, View3<T>, T, T, Structure);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

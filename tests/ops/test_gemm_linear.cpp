@@ -109,6 +109,44 @@ TEST(BatchedMatmul, GradientsThroughTransposedProducts) {
   EXPECT_LT(gradient_error(b, db, loss), 1e-6);
 }
 
+// Zeroes the entries of every batch matrix m where zero(i, j) holds.
+template <class Zero>
+void zero_where(View3<double> m, Zero zero) {
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), m);
+  for (Index b = 0; b < Index(m.extent(0)); ++b)
+    for (Index i = 0; i < Index(m.extent(1)); ++i)
+      for (Index j = 0; j < Index(m.extent(2)); ++j)
+        if (zero(i, j)) host(b, i, j) = 0;
+  Kokkos::deep_copy(m, host);
+}
+
+// Triangular structures skip blocks of known zeros; sizes span several tiles.
+TEST(BatchedMatmul, TriangularStructuresMatchDenseProducts) {
+  const Index batch = 2, n = 150, d = 70;
+  View3<double> tri("tri", batch, n, n), b("b", batch, n, d), dense("dense", batch, n, d),
+      fast("fast", batch, n, d);
+  fill_uniform(tri, 12);
+  fill_uniform(b, 13);
+  // LowerA: A(r, p) = 0 for p > r.
+  zero_where(tri, [](Index r, Index p) { return p > r; });
+  ops::batched_matmul<double>(tri, Trans::No, b, Trans::No, dense);
+  ops::batched_matmul<double>(tri, Trans::No, b, Trans::No, fast, 1.0, 0.0, ops::Structure::LowerA);
+  EXPECT_LT(relative_error(to_host(fast), to_host(dense)), 1e-15);
+  // UpperA through a transpose: op(A) = tri^T is upper-triangular.
+  ops::batched_matmul<double>(tri, Trans::Yes, b, Trans::No, dense);
+  ops::batched_matmul<double>(tri, Trans::Yes, b, Trans::No, fast, 1.0, 0.0,
+                              ops::Structure::UpperA);
+  EXPECT_LT(relative_error(to_host(fast), to_host(dense)), 1e-15);
+  // LowerC: the lower triangle is computed, everything above it is zero.
+  View3<double> q("q", batch, n, d), full("full", batch, n, n), lower("lower", batch, n, n);
+  fill_uniform(q, 14);
+  ops::batched_matmul<double>(q, Trans::No, q, Trans::Yes, full);
+  ops::batched_matmul<double>(q, Trans::No, q, Trans::Yes, lower, 1.0, 0.0, ops::Structure::LowerC);
+  zero_where(full, [](Index i, Index j) { return j > i; });
+  zero_where(lower, [](Index i, Index j) { return j > i; });
+  EXPECT_LT(relative_error(to_host(lower), to_host(full)), 1e-15);
+}
+
 struct LinearCase {
   Index n = 6, in = 5, out = 4;
   View2<double> x{"x", n, in}, w{"w", in, out}, y{"y", n, out}, dy{"dy", n, out}, dx{"dx", n, in};

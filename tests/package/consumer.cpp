@@ -28,7 +28,8 @@ int main() {
       max_abs_mean = std::fmax(max_abs_mean, std::fabs(row / 8));
     }
   }
-  const auto peak = reformer::MemoryTracker::instance().space(reformer::MemSpace::name()).peak_bytes;
+  const auto peak =
+      reformer::MemoryTracker::instance().space(reformer::MemSpace::name()).peak_bytes;
   std::printf("consumer: max |row mean| after layer norm %.2e, tracked peak %lld bytes\n",
               max_abs_mean, static_cast<long long>(peak));
   return max_abs_mean < 1e-5 && peak > 0 ? 0 : 1;

@@ -7,6 +7,7 @@
 // token attends to itself only when nothing else is allowed.
 #pragma once
 
+#include "reformer/core/fast_math.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/types.hpp"
 
@@ -18,6 +19,13 @@ struct MaskValues {
   static constexpr double masked = -1e9;  // causal or padding
   static constexpr double self = -1e5;    // own position in shared-QK attention
 };
+
+// exp(x) for softmax weights (x <= 0 after subtracting the row maximum or the
+// logsumexp), without a library call so that the loops over a row vectorise.
+template <class T>
+KOKKOS_INLINE_FUNCTION T softmax_weight(T x) {
+  return fast_exp(x);
+}
 
 // Options every variant understands.
 struct MaskOptions {

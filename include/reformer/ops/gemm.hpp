@@ -9,6 +9,12 @@ namespace reformer::ops {
 
 enum class Trans { No, Yes };
 
+// Known zeros that a batched product may skip (causal attention is triangular):
+//   LowerA: op(A)(r, p) = 0 for p > r;  UpperA: op(A)(r, p) = 0 for p < r;
+//   LowerC: only C(i, j) with j <= i is wanted; blocks wholly above the
+//   diagonal are set to beta * C instead of being computed.
+enum class Structure { Dense, LowerA, UpperA, LowerC };
+
 // C = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T.
 // A, B, C are row-major matrices; shapes are checked.
 template <class T>
@@ -19,6 +25,6 @@ void matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alph
 // in a single kernel launch.
 template <class T>
 void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha = T(1),
-                    T beta = T(0));
+                    T beta = T(0), Structure structure = Structure::Dense);
 
 }  // namespace reformer::ops
