@@ -206,7 +206,7 @@ struct ChunkedForward {
     const Index n_chunks = in.window.n_chunks, heads = in.heads;
     const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
     const Index b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(Tiles::kLevel);
+    const auto level = team.team_scratch(int(Tiles::kLevel));
     Scratch2 qs(level, c, dh), kt(level, dh, w), vs(level, w, dh), s(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
     Scratch2 none;
@@ -277,7 +277,7 @@ struct ChunkedBackward {
     const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head, heads = in.heads;
     const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
     const Index bh = team.league_rank() / chunks, b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(Tiles::kLevel);
+    const auto level = team.team_scratch(int(Tiles::kLevel));
     Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, w), vt(level, dh, w),
         ks(level, w, dh), s(level, c, w), dp(level, c, w), dropw(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
@@ -352,7 +352,7 @@ struct ChunkedBackward {
 // Runs a chunk kernel with one team per (batch, head, chunk).
 template <class Kernel>
 void run_chunks(const char* label, const Kernel& kernel, Index batch) {
-  using Tiles = ChunkTiles<double>;
+  using Tiles = typename Kernel::Tiles;
   Kokkos::TeamPolicy<ExecSpace> policy(batch * kernel.in.heads * kernel.in.window.n_chunks,
                                        Kokkos::AUTO);
   Kokkos::parallel_for(

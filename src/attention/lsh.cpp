@@ -55,7 +55,7 @@ struct HashKernel {
     const Index blocks = (length + kRows - 1) / kRows;
     const Index block = team.league_rank() % blocks, r = team.league_rank() / blocks % rounds;
     const Index bh = team.league_rank() / (blocks * rounds), b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(detail::ChunkTiles<T>::kLevel);
+    const auto level = team.team_scratch(int(detail::ChunkTiles<T>::kLevel));
     Scratch2 rt(level, d_head, width), proj(level, kRows, width);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
       for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
