@@ -39,6 +39,15 @@ attention::LshAttentionConfig lsh_config(Index length, Index n_hashes) {
   return config;
 }
 
+void fill(View4<float> t, std::uint64_t seed) {
+  auto flat = as_vector(t);
+  Kokkos::parallel_for(
+      "bench_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = float(random_uniform({seed, 3}, i) - 0.5);
+      });
+  Kokkos::fence();
+}
+
 struct Tensors {
   View4<float> q, k, v, out, dout, dq, dk, dv;
   explicit Tensors(Index length)
@@ -50,15 +59,10 @@ struct Tensors {
         dq("dq", 1, length, kHeads, kHeadDim),
         dk("dk", 1, length, kHeads, kHeadDim),
         dv("dv", 1, length, kHeads, kHeadDim) {
-    for (auto* t : {&q, &k, &v, &dout}) {
-      auto flat = as_vector(*t);
-      const std::uint64_t seed = reinterpret_cast<std::uintptr_t>(t) % 97;
-      Kokkos::parallel_for(
-          "bench_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
-            flat(i) = float(random_uniform({seed, 3}, i) - 0.5);
-          });
-    }
-    Kokkos::fence();
+    fill(q, 11);
+    fill(k, 12);
+    fill(v, 13);
+    fill(dout, 14);
   }
 };
 

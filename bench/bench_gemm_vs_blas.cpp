@@ -13,20 +13,20 @@ extern "C" void sgemm_(const char* transa, const char* transb, const int* m, con
 namespace reformer {
 namespace {
 
+void fill(View2<float> m, std::uint64_t stream) {
+  auto flat = as_vector(m);
+  Kokkos::parallel_for(
+      "fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = float(random_uniform({1, stream}, i) - 0.5);
+      });
+  Kokkos::fence();
+}
+
 struct Problem {
   View2<float> x, w, y;
   Problem(Index rows, Index d) : x("x", rows, d), w("w", d, d), y("y", rows, d) {
-    auto fx = as_vector(x);
-    auto fw = as_vector(w);
-    Kokkos::parallel_for(
-        "fill", range(fx.extent(0)), KOKKOS_LAMBDA(Index i) {
-          fx(i) = float(random_uniform({1, 1}, i) - 0.5);
-        });
-    Kokkos::parallel_for(
-        "fill", range(fw.extent(0)), KOKKOS_LAMBDA(Index i) {
-          fw(i) = float(random_uniform({1, 2}, i) - 0.5);
-        });
-    Kokkos::fence();
+    fill(x, 1);
+    fill(w, 2);
   }
 };
 

@@ -12,7 +12,7 @@ using namespace reformer::testing;
 using attention::LocalAttentionConfig;
 
 struct LocalCase {
-  Index batch = 2, length = 12, heads = 2, d = 5;
+  static constexpr Index batch = 2, length = 12, heads = 2, d = 5;
   LocalAttentionConfig config;
   View4<double> q{"q", batch, length, heads, d}, k{"k", batch, length, heads, d},
       v{"v", batch, length, heads, d}, out{"out", batch, length, heads, d},

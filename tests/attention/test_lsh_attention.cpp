@@ -116,7 +116,7 @@ std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
 }
 
 struct LshCase {
-  Index batch = 2, length = 16, heads = 2, d = 4;
+  static constexpr Index batch = 2, length = 16, heads = 2, d = 4;
   LshAttentionConfig config;
   View4<double> qk{"qk", batch, length, heads, d}, v{"v", batch, length, heads, d},
       out{"out", batch, length, heads, d}, r{"r", batch, length, heads, d},

@@ -148,7 +148,7 @@ TEST(BatchedMatmul, TriangularStructuresMatchDenseProducts) {
 }
 
 struct LinearCase {
-  Index n = 6, in = 5, out = 4;
+  static constexpr Index n = 6, in = 5, out = 4;
   View2<double> x{"x", n, in}, w{"w", in, out}, y{"y", n, out}, dy{"dy", n, out}, dx{"dx", n, in};
   View2<double> dw{"dw", in, out};
   View1<double> b{"b", out}, db{"db", out};

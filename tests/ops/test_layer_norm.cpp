@@ -12,8 +12,8 @@ namespace {
 using namespace reformer::testing;
 
 struct LayerNormCase {
-  Index n = 7, d = 13;
-  double eps = 1e-5;
+  static constexpr Index n = 7, d = 13;
+  static constexpr double eps = 1e-5;
   View2<double> x{"x", n, d}, y{"y", n, d}, dy{"dy", n, d}, dx{"dx", n, d};
   View1<double> gamma{"gamma", d}, beta{"beta", d}, mean{"mean", n}, rstd{"rstd", n};
   View1<double> dgamma{"dgamma", d}, dbeta{"dbeta", d};
