@@ -3,7 +3,8 @@
 //   BM_FullAttention/L, BM_LshAttention/L/n_hashes (chunk 64, 2 * L / 64 buckets
 //   per round, factorised into two factors so that hashing stays O(L)),
 //   BM_LocalAttention/L (chunk 128, one chunk back).
-// Time is the best of 3 runs up to L = 4096 and one run beyond.
+// Time is the best of 3 runs up to L = 16384 and of 2 beyond (the first run at a
+// new size also pays for first touching its memory).
 // Counters: us_per_token (time / L in microseconds), peak_MiB (memory tracker: the peak of
 // the attention's own buffers above the inputs and gradients, which are
 // allocated beforehand and total 8 * L * 256 floats).
@@ -66,16 +67,15 @@ struct Tensors {
   }
 };
 
-// Times `step` (forward + backward): the best of a few runs for short
-// sequences, one run from 8K on. Records the tracker's peak above the memory in
-// use before the step.
+// Times `step` (forward + backward): the best of 3 runs up to 16K, of 2
+// beyond. Records the tracker's peak above the memory in use before the step.
 template <class Step>
 void measure(benchmark::State& state, Index length, Step&& step) {
   auto& tracker = MemoryTracker::instance();
   const std::string space = MemSpace::name();
   std::int64_t peak = 0;
   double seconds = 0;
-  const int runs = length <= 4096 ? 3 : 1;
+  const int runs = length <= 16384 ? 3 : 2;
   try {
     for (auto _ : state) {
       double best = 1e300;

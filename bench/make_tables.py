@@ -86,21 +86,26 @@ def main():
     parser.add_argument("build")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--sections", default="ops,gemm,attention",
+                        help="comma-separated subset of ops, gemm, attention")
     args = parser.parse_args()
     bench = os.path.join(args.build, "bench")
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"OMP_NUM_THREADS={args.threads}.\n")
+    sections = args.sections.split(",")
     ops_filter = ["--benchmark_filter=/4096/256$"] if args.quick else []
-    print("### Ops\n")
-    ops_table(run(os.path.join(bench, "bench_ops"), args.threads,
-                  ops_filter + ["--benchmark_min_time=0.2"]))
-    if os.path.exists(os.path.join(bench, "bench_gemm_vs_blas")):
+    if "ops" in sections:
+        print("### Ops\n")
+        ops_table(run(os.path.join(bench, "bench_ops"), args.threads,
+                      ops_filter + ["--benchmark_min_time=0.2"]))
+    if "gemm" in sections and os.path.exists(os.path.join(bench, "bench_gemm_vs_blas")):
         print("\n### Matmul wrapper against the BLAS it calls\n")
         gemm_table(run(os.path.join(bench, "bench_gemm_vs_blas"), args.threads,
                        ["--benchmark_min_time=0.3"]))
-    print("\n### Attention (d_model 256 = 4 heads x 64, batch 1, causal, float)\n")
-    att_filter = ["--benchmark_filter=/(1024|4096)/"] if args.quick else []
-    attention_table(run(os.path.join(bench, "bench_attention"), args.threads, att_filter))
+    if "attention" in sections:
+        print("\n### Attention (d_model 256 = 4 heads x 64, batch 1, causal, float)\n")
+        att_filter = ["--benchmark_filter=/(1024|4096)/"] if args.quick else []
+        attention_table(run(os.path.join(bench, "bench_attention"), args.threads, att_filter))
     return 0
 
 

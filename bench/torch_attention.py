@@ -95,7 +95,7 @@ def run_case(kind, length, n_hashes, threads):
     rotations = torch.randn(D_HEAD, max(n_hashes, 1), b1 // 2 + b2 // 2)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     best = float("inf")
-    for _ in range(3 if length <= 4096 else 1):
+    for _ in range(3):
         start = time.perf_counter()
         out = full_attention(q, k, v) if kind == "full" else lsh_attention(q, v, n_hashes, rotations)
         out.backward(dout)
