@@ -1,5 +1,6 @@
 #include "reformer/core/runtime.hpp"
 
+#include "reformer/core/huge_pages.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/types.hpp"
 
@@ -24,7 +25,9 @@ Runtime::Runtime(const RuntimeOptions& options) {
     compat::initialize({options.num_threads, options.device_id});
     owns_kokkos_ = true;
   }
-  // After initialize: Kokkos resets the tool callbacks while it starts.
+  // After initialize: Kokkos resets the tool callbacks while it starts. The
+  // tracker chains to the huge-page hook registered before it.
+  advise_huge_pages_for_host_allocations();
   if (options.track_memory) MemoryTracker::instance().install();
 }
 
