@@ -18,6 +18,14 @@ RandomKey sub_key(RandomKey key, Stream stream) {
   return {key.seed, stream_id(key.stream, stream)};
 }
 
+// A variant's config with the masks and dropout of the current call.
+template <class Config>
+Config for_call(Config config, const MaskOptions& masks, const AttentionDropout& dropout) {
+  config.masks = masks;
+  config.dropout = dropout;
+  return config;
+}
+
 template <class T>
 View4<T> per_head(const View2<T>& m, Index batch, Index length, Index heads, Index d_head) {
   return View4<T>(m.data(), batch, length, heads, d_head);
@@ -129,23 +137,20 @@ void AttentionLayer<T>::attend(Index batch, Index length_q, Index length_k) {
   const MaskOptions masks{config_.causal && length_q == length_k, key_valid_};
   switch (config_.kind) {
     case AttentionKind::Full: {
-      FullAttentionConfig c{masks, dropout, config_.shared_qk, 0.0};
+      auto c = for_call(FullAttentionConfig{}, masks, dropout);
+      c.self_mask = config_.shared_qk;
       full_attention_forward<T>(q, k, v, c, out, full_saved_);
       break;
     }
     case AttentionKind::Lsh: {
-      LshAttentionConfig c = config_.lsh;
-      c.masks = masks;
-      c.dropout = dropout;
+      const auto c = for_call(config_.lsh, masks, dropout);
       rotations_ = View4<T>("lsh_rotations", h, d, c.n_hashes, lsh_rotation_width(c, length_q));
       lsh_random_rotations<T>(sub_key(key_, kRotations), rotations_);
       lsh_attention_forward<T>(q, v, rotations_, c, out, lsh_saved_);
       break;
     }
     case AttentionKind::Local: {
-      LocalAttentionConfig c = config_.local;
-      c.masks = masks;
-      c.dropout = dropout;
+      const auto c = for_call(config_.local, masks, dropout);
       local_lse_ = View3<T>("local_lse", batch, length_q, h);
       local_attention_forward<T>(q, k, v, c, out, local_lse_);
       break;
@@ -221,24 +226,19 @@ void AttentionLayer<T>::backward_common(In3<T> dy, View2<T> dq, View2<T> dk, Vie
   const MaskOptions masks{config_.causal && length_q_ == length_k_, key_valid_};
   switch (config_.kind) {
     case AttentionKind::Full: {
-      FullAttentionConfig c{masks, dropout, config_.shared_qk, 0.0};
+      auto c = for_call(FullAttentionConfig{}, masks, dropout);
+      c.self_mask = config_.shared_qk;
       full_attention_backward<T>(q, k, v, full_saved_, dout, c, gq, gk, gv);
       break;
     }
-    case AttentionKind::Lsh: {
-      LshAttentionConfig c = config_.lsh;
-      c.masks = masks;
-      c.dropout = dropout;
-      lsh_attention_backward<T>(q, v, lsh_saved_, dout, c, gq, gv);
+    case AttentionKind::Lsh:
+      lsh_attention_backward<T>(q, v, lsh_saved_, dout, for_call(config_.lsh, masks, dropout), gq,
+                                gv);
       break;
-    }
-    case AttentionKind::Local: {
-      LocalAttentionConfig c = config_.local;
-      c.masks = masks;
-      c.dropout = dropout;
-      local_attention_backward<T>(q, k, v, out, local_lse_, dout, c, gq, gk, gv);
+    case AttentionKind::Local:
+      local_attention_backward<T>(q, k, v, out, local_lse_, dout,
+                                  for_call(config_.local, masks, dropout), gq, gk, gv);
       break;
-    }
   }
 }
 

@@ -184,6 +184,35 @@ KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d
   });
 }
 
+// Loads chunk qc of (batch, head) bh into scratch: the positions of its queries
+// and of its window's keys (-1 for absent slots), the queries as rows, and the
+// scaled keys and the values as rows and/or transposed (empty views are skipped).
+template <class T, class Ints, class Rows>
+KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInputs<T>& in,
+                                        Index bh, Index qc, Ints posq, Ints posk, Rows q_rows,
+                                        Rows k_rows, Rows k_cols, Rows v_rows, Rows v_cols) {
+  const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
+  const Index b = bh / in.heads, h = bh % in.heads;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
+                       [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
+    const Index item = in.window.key_item(qc, t);
+    posk(t) = item < 0 ? -1 : int(in.position(bh, item));
+  });
+  team.team_barrier();
+  gather_rows<T>(
+      team, c, dh, [&](Index i) { return Index(posq(i)); },
+      [&](Index pos, Index d) { return in.q(b, pos, h, d); }, q_rows, Rows());
+  gather_rows<T>(
+      team, w, dh, [&](Index t) { return Index(posk(t)); },
+      [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, k_rows,
+      k_cols);
+  gather_rows<T>(
+      team, w, dh, [&](Index t) { return Index(posk(t)); },
+      [&](Index pos, Index d) { return in.v(b, pos, h, d); }, v_rows, v_cols);
+  team.team_barrier();
+}
+
 // Forward (one team per query chunk): out and lse of every query item.
 template <class T>
 struct ChunkedForward {
@@ -210,23 +239,7 @@ struct ChunkedForward {
     Scratch2 qs(level, c, dh), kt(level, dh, w), vs(level, w, dh), s(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
     Scratch2 none;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
-                         [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
-      const Index item = in.window.key_item(qc, t);
-      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-    });
-    team.team_barrier();
-    gather_rows<T>(
-        team, c, dh, [&](Index i) { return Index(posq(i)); },
-        [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
-    gather_rows<T>(
-        team, w, dh, [&](Index t) { return Index(posk(t)); },
-        [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, none, kt);
-    gather_rows<T>(
-        team, w, dh, [&](Index t) { return Index(posk(t)); },
-        [&](Index pos, Index d) { return in.v(b, pos, h, d); }, vs, none);
-    team.team_barrier();
+    load_window<T>(team, in, bh, qc, posq, posk, qs, none, kt, vs, none);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
       for (Index t = 0; t < w; ++t) row[t] = 0;
@@ -282,26 +295,10 @@ struct ChunkedBackward {
         ks(level, w, dh), s(level, c, w), dp(level, c, w), dropw(level, c, w);
     Scratch1 posq(level, c), posk(level, w);
     Scratch2 none;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
-                         [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
-      const Index item = in.window.key_item(qc, t);
-      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-    });
-    team.team_barrier();
-    gather_rows<T>(
-        team, c, dh, [&](Index i) { return Index(posq(i)); },
-        [&](Index pos, Index d) { return in.q(b, pos, h, d); }, qs, none);
     gather_rows<T>(
         team, c, dh, [&](Index i) { return qc * c + i; },
         [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
-    gather_rows<T>(
-        team, w, dh, [&](Index t) { return Index(posk(t)); },
-        [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, ks, kt);
-    gather_rows<T>(
-        team, w, dh, [&](Index t) { return Index(posk(t)); },
-        [&](Index pos, Index d) { return in.v(b, pos, h, d); }, none, vt);
-    team.team_barrier();
+    load_window<T>(team, in, bh, qc, posq, posk, qs, ks, kt, none, vt);
     // Rows are queries: s <- dropout(P), dp <- dscore; then dq.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);

@@ -11,6 +11,8 @@ namespace {
 
 using IntView2 = Kokkos::View<int**, Layout, MemSpace>;
 constexpr double kNormEps = 1e-6;
+// Hash rounds the kernels keep per-round values for in registers.
+constexpr Index kMaxHashes = 64;
 
 std::vector<Index> bucket_factors(const LshAttentionConfig& config, Index length) {
   if (config.n_buckets.empty()) return {2 * std::max<Index>(1, length / config.chunk)};
@@ -19,8 +21,8 @@ std::vector<Index> bucket_factors(const LshAttentionConfig& config, Index length
 
 void check_config(const char* op, const LshAttentionConfig& config, Index length) {
   detail::check_chunking(op, length, config.chunk);
-  require<ConfigError>(config.n_hashes >= 1, op, ": n_hashes is ", config.n_hashes,
-                       " but must be at least 1");
+  require<ConfigError>(config.n_hashes >= 1 && config.n_hashes <= kMaxHashes, op, ": n_hashes is ",
+                       config.n_hashes, " but must be in [1, ", kMaxHashes, "]");
   require<ConfigError>(config.n_before >= 0, op, ": n_before is ", config.n_before,
                        " but must be >= 0");
   require<ConfigError>(config.n_buckets.size() <= 2, op, ": n_buckets has ",
@@ -155,6 +157,21 @@ detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshSaved<T>& 
   return in;
 }
 
+// Weights of the rounds of position i: w_r = softmax_r(lse_i^r) (lse of the
+// round's item), written into w[0, rounds).
+template <class T, class Lse, class Undo>
+KOKKOS_INLINE_FUNCTION void round_weights(const Lse& lse, const Undo& undo, Index b, Index bh,
+                                          Index h, Index i, Index length, Index rounds, T* w) {
+  T m = lse(b, undo(bh, i), h);
+  for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(b, undo(bh, r * length + i), h));
+  T total = 0;
+  for (Index r = 0; r < rounds; ++r) {
+    w[r] = compat::exp(lse(b, undo(bh, r * length + i), h) - m);
+    total += w[r];
+  }
+  for (Index r = 0; r < rounds; ++r) w[r] /= total;
+}
+
 }  // namespace
 
 Index lsh_bucket_count(const LshAttentionConfig& config, Index length) {
@@ -256,16 +273,12 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, In4<T> rotations, const LshAtten
       "lsh_combine_rounds", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const Index bh = b * heads + h;
-        T m = lse(b, undo(bh, i), h);
-        for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(b, undo(bh, r * length + i), h));
-        T total = 0;
-        for (Index r = 0; r < rounds; ++r)
-          total += compat::exp(lse(b, undo(bh, r * length + i), h) - m);
+        T w[kMaxHashes];
+        round_weights(lse, undo, b, bh, h, i, length, rounds, w);
         for (Index d = 0; d < dh; ++d) out(b, i, h, d) = 0;
         for (Index r = 0; r < rounds; ++r) {
           const Index s = undo(bh, r * length + i);
-          const T w = compat::exp(lse(b, s, h) - m) / total;
-          for (Index d = 0; d < dh; ++d) out(b, i, h, d) += w * o(b, s, h, d);
+          for (Index d = 0; d < dh; ++d) out(b, i, h, d) += w[r] * o(b, s, h, d);
         }
       });
 }
@@ -297,27 +310,20 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshSaved<T>& saved, In4<T
       "lsh_combine_rounds_backward", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const Index bh = b * heads + h;
-        T m = lse(b, undo(bh, i), h);
-        for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(b, undo(bh, r * length + i), h));
-        T total = 0;
-        for (Index r = 0; r < rounds; ++r)
-          total += compat::exp(lse(b, undo(bh, r * length + i), h) - m);
+        T w[kMaxHashes], dout_dot_o[kMaxHashes];
+        round_weights(lse, undo, b, bh, h, i, length, rounds, w);
         T dout_dot_out = 0;
         for (Index r = 0; r < rounds; ++r) {
           const Index s = undo(bh, r * length + i);
-          const T w = compat::exp(lse(b, s, h) - m) / total;
-          for (Index d = 0; d < dh; ++d) dout_dot_out += w * dout(b, i, h, d) * o(b, s, h, d);
-        }
-        for (Index r = 0; r < rounds; ++r) {
-          const Index s = undo(bh, r * length + i);
-          const T w = compat::exp(lse(b, s, h) - m) / total;
-          T dout_dot_o = 0;
+          dout_dot_o[r] = 0;
           for (Index d = 0; d < dh; ++d) {
-            dout_sorted(b, s, h, d) = w * dout(b, i, h, d);
-            dout_dot_o += dout(b, i, h, d) * o(b, s, h, d);
+            dout_sorted(b, s, h, d) = w[r] * dout(b, i, h, d);
+            dout_dot_o[r] += dout(b, i, h, d) * o(b, s, h, d);
           }
-          dlse_sorted(b, s, h) = w * (dout_dot_o - dout_dot_out);
+          dout_dot_out += w[r] * dout_dot_o[r];
         }
+        for (Index r = 0; r < rounds; ++r)
+          dlse_sorted(b, undo(bh, r * length + i), h) = w[r] * (dout_dot_o[r] - dout_dot_out);
       });
   detail::item_dot<T>(dout_sorted, saved.out_sorted, delta);
   View4<T> dq_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dq_sorted"), batch, items,
