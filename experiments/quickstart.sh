@@ -6,6 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${REFORMER_BUILD:-$root/build}/openmp
 DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
 "$root/cmake/install-deps.sh" openmp >/dev/null
+mkdir -p "$(dirname "$build")"
 cmake -S "$root" -B "$build" -G Ninja -DKokkos_ROOT="$DEPS/openmp" \
   -DKokkosKernels_ROOT="$DEPS/openmp" -DREFORMER_ENABLE_TESTS=OFF >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
