@@ -93,7 +93,7 @@ def main():
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"OMP_NUM_THREADS={args.threads}.\n")
     sections = args.sections.split(",")
-    ops_filter = ["--benchmark_filter=/4096/256$"] if args.quick else []
+    ops_filter = ["--benchmark_filter=/4096/256/"] if args.quick else []
     if "ops" in sections:
         print("### Ops\n")
         ops_table(run(os.path.join(bench, "bench_ops"), args.threads,

@@ -15,7 +15,7 @@ cmake --build "$build" -j "$(nproc)"
 "$build/bin/reformer" info
 # A short benchmark: the core ops at 4K positions x d_model 256, then the three
 # attention variants forward + backward at 4K positions (full at 2K).
-"$build/bench/bench_ops" --benchmark_filter="${REFORMER_QUICK_OPS:-/4096/256$}" \
+"$build/bench/bench_ops" --benchmark_filter="${REFORMER_QUICK_OPS:-/4096/256/}" \
   --benchmark_min_time=0.05
 "$build/bench/bench_attention" \
   --benchmark_filter="${REFORMER_QUICK_ATTENTION:-FullAttention/2048/|LshAttention/4096/2/|LocalAttention/4096/}"
