@@ -46,7 +46,9 @@ for backend in $backends; do
   case $backend in
   openmp)
     step "OpenMP: build and test"
-    configure_and_build openmp -DKokkos_ROOT="$DEPS/openmp" -DKokkosKernels_ROOT="$DEPS/openmp"
+    # Tests on explicitly: the quickstart configures the same folder without them.
+    configure_and_build openmp -DKokkos_ROOT="$DEPS/openmp" -DKokkosKernels_ROOT="$DEPS/openmp" \
+      -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=ON
     run_ctest "$build/openmp"
     step "OpenMP: install and use the CMake package from another project"
     rm -rf "$build/openmp-install" "$build/package-consumer"
@@ -66,7 +68,7 @@ for backend in $backends; do
   serial)
     step "Serial (Debian Kokkos 3.4.01) with ASan + UBSan: build and test"
     configure_and_build serial -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFORMER_SANITIZE=ON \
-      -DREFORMER_ENABLE_BENCH=OFF
+      -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=OFF
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest "$build/serial"
     ;;
   cuda)
