@@ -61,8 +61,9 @@ struct LocalCase {
         return RefScore{RefScore::Constant, -1e9};
       return RefScore{};
     };
-    return reference_attention({batch, length, heads, d}, to_host(q), to_host(k), to_host(v),
-                               1.0 / std::sqrt(double(d)), rule);
+    const Dims dims{batch, length, heads, d};
+    return reference_attention(dims, to_host(q), to_host(k), to_host(v), 1.0 / std::sqrt(double(d)),
+                               rule);
   }
 };
 
@@ -109,8 +110,9 @@ TEST(LocalAttention, ChunkCoveringTheSequenceIsFullCausalAttention) {
   auto rule = [](long, long, long i, long j) {
     return j > i ? RefScore{RefScore::Constant, -1e9} : RefScore{};
   };
-  const auto full = reference_attention({c.batch, c.length, c.heads, c.d}, to_host(c.q),
-                                        to_host(c.k), to_host(c.v), 1 / std::sqrt(5.0), rule);
+  const Dims dims{c.batch, c.length, c.heads, c.d};
+  const auto full =
+      reference_attention(dims, to_host(c.q), to_host(c.k), to_host(c.v), 1 / std::sqrt(5.0), rule);
   EXPECT_LT(relative_error(to_host(c.out), full), 1e-13);
 }
 

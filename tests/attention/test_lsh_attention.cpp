@@ -156,8 +156,8 @@ struct LshCase {
       auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
       host_valid.assign(hv.data(), hv.data() + hv.size());
     }
-    return reference_lsh({batch, length, heads, d}, to_host(qk), to_host(v), to_host(rot), config,
-                         host_valid);
+    const Dims dims{batch, length, heads, d};
+    return reference_lsh(dims, to_host(qk), to_host(v), to_host(rot), config, host_valid);
   }
 };
 

@@ -1,0 +1,90 @@
+// What differs between backends outside the kernels: the list of enabled
+// backends, the device's name, and the memory that is still free. This is the
+// one place with backend #ifs besides the Kokkos version checks in
+// kokkos_compat.hpp.
+#pragma once
+
+#include "reformer/core/kokkos_compat.hpp"
+#include "reformer/core/memory_tracker.hpp"
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#elif defined(KOKKOS_ENABLE_HIP)
+#include <hip/hip_runtime.h>
+#endif
+
+namespace reformer::device {
+
+// Backends this binary was built with: "Serial", "OpenMP", "CUDA", "HIP".
+inline std::vector<std::string> enabled_backends() {
+  std::vector<std::string> backends;
+#if defined(KOKKOS_ENABLE_SERIAL)
+  backends.push_back("Serial");
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+  backends.push_back("OpenMP");
+#endif
+#if defined(KOKKOS_ENABLE_CUDA)
+  backends.push_back("CUDA");
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+  backends.push_back("HIP");
+#endif
+  return backends;
+}
+
+// GPU name and memory, or "none (host only)".
+inline std::string description() {
+  std::ostringstream out;
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    out << "CUDA device " << device << ": " << prop.name << ", compute capability " << prop.major
+        << "." << prop.minor << ", "
+        << format_bytes(static_cast<std::int64_t>(prop.totalGlobalMem));
+  } else {
+    out << "CUDA device not available";
+  }
+#elif defined(KOKKOS_ENABLE_HIP)
+  int device = 0;
+  hipDeviceProp_t prop{};
+  if (hipGetDevice(&device) == hipSuccess && hipGetDeviceProperties(&prop, device) == hipSuccess) {
+    out << "HIP device " << device << ": " << prop.name << " (" << prop.gcnArchName << "), "
+        << format_bytes(static_cast<std::int64_t>(prop.totalGlobalMem));
+  } else {
+    out << "HIP device not available";
+  }
+#else
+  out << "none (host only)";
+#endif
+  return out.str();
+}
+
+// Bytes that can still be allocated in the default memory space: free device
+// memory on GPUs, MemAvailable from /proc/meminfo on the host; -1 if unknown.
+inline std::int64_t free_memory_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess) return std::int64_t(free_bytes);
+#elif defined(KOKKOS_ENABLE_HIP)
+  size_t free_bytes = 0, total = 0;
+  if (hipMemGetInfo(&free_bytes, &total) == hipSuccess) return std::int64_t(free_bytes);
+#else
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  std::int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+#endif
+  return -1;
+}
+
+}  // namespace reformer::device
