@@ -78,7 +78,9 @@ for backend in $backends; do
       -DKokkos_ROOT="$DEPS/cuda" -DKokkosKernels_ROOT="$DEPS/cuda"
     for exe in "$build"/cuda/bin/reformer "$build"/cuda/tests/test_*; do
       [ -x "$exe" ] || continue
-      if /usr/bin/cuobjdump --list-elf "$exe" | grep -q sm_80; then
+      # Capture first: with pipefail, `grep -q` closing the pipe early would fail it.
+      elves=$(/usr/bin/cuobjdump --list-elf "$exe" 2>&1 || true)
+      if grep -q sm_80 <<<"$elves"; then
         echo "ok   $(basename "$exe") contains sm_80 device code"
         passed=$((passed + 1))
       else
@@ -93,7 +95,8 @@ for backend in $backends; do
       -DKokkosKernels_ROOT="$DEPS/hip"
     for exe in "$build"/hip/bin/reformer "$build"/hip/tests/test_*; do
       [ -x "$exe" ] || continue
-      if roc-obj-ls "$exe" 2>/dev/null | grep -q "amdgcn-amd-amdhsa--gfx908"; then
+      objects=$(roc-obj-ls "$exe" 2>/dev/null || true)
+      if grep -q "amdgcn-amd-amdhsa--gfx908" <<<"$objects"; then
         echo "ok   $(basename "$exe") contains gfx908 code objects"
         passed=$((passed + 1))
       else
