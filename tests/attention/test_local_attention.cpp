@@ -31,10 +31,7 @@ struct LocalCase {
     fill_uniform(r, 4);
   }
   void pad_positions(std::vector<std::pair<int, int>> padded) {
-    Kokkos::deep_copy(valid, 1);
-    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
-    for (auto [b, i] : padded) host(b, i) = 0;
-    Kokkos::deep_copy(valid, host);
+    mark_padding(valid, padded);
     config.masks.key_valid = valid;
   }
   double loss() {

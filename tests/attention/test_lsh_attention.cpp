@@ -136,10 +136,7 @@ struct LshCase {
     attention::lsh_random_rotations<double>({5, 6}, rot);
   }
   void pad(std::vector<std::pair<int, int>> padded) {
-    Kokkos::deep_copy(valid, 1);
-    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
-    for (auto [b, i] : padded) host(b, i) = 0;
-    Kokkos::deep_copy(valid, host);
+    mark_padding(valid, padded);
     config.masks.key_valid = valid;
   }
   double loss() {

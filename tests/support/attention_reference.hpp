@@ -2,9 +2,12 @@
 // every (query, key) pair, no chunking tricks, tensors [batch, length, heads, d].
 #pragma once
 
+#include "reformer/core/types.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace reformer::testing {
@@ -57,6 +60,16 @@ inline std::vector<double> reference_attention(const Dims& dm, const std::vector
         if (lse_out) (*lse_out)[(b * dm.length + i) * dm.heads + h] = m + std::log(sum);
       }
   return out;
+}
+
+// Key-validity mask [batch, length]: 1 everywhere except the (batch, position)
+// pairs in `padded`.
+inline void mark_padding(const Kokkos::View<int**, Layout, MemSpace>& valid,
+                         const std::vector<std::pair<int, int>>& padded) {
+  Kokkos::deep_copy(valid, 1);
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
+  for (auto [b, i] : padded) host(b, i) = 0;
+  Kokkos::deep_copy(valid, host);
 }
 
 }  // namespace reformer::testing
