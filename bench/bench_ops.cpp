@@ -165,33 +165,42 @@ void BM_LayerNormBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_LayerNormBackward)->Apply(transformer_sizes);
 
-void BM_SoftmaxForwardBackward(benchmark::State& state) {
+void BM_SoftmaxForwardBackward(benchmark::State& state, bool log) {
   const Index rows = state.range(0), d = state.range(1);
   View2<float> x("x", rows, d), y("y", rows, d), dy("dy", rows, d), dx("dx", rows, d);
   fill(x, 1);
   fill(dy, 2);
   for (auto _ : state) {
-    ops::softmax_forward<float>(x, y);
-    ops::softmax_backward<float>(y, dy, dx);
+    if (log) {
+      ops::log_softmax_forward<float>(x, y);
+      ops::log_softmax_backward<float>(y, dy, dx);
+    } else {
+      ops::softmax_forward<float>(x, y);
+      ops::softmax_backward<float>(y, dy, dx);
+    }
     Kokkos::fence();
   }
   set_bytes(state, 5.0 * rows * d * sizeof(float));
 }
-BENCHMARK(BM_SoftmaxForwardBackward)->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_SoftmaxForwardBackward, softmax, false)->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_SoftmaxForwardBackward, log_softmax, true)->Apply(transformer_sizes);
 
-void BM_GeluForwardBackward(benchmark::State& state) {
+void BM_ActivationForwardBackward(benchmark::State& state, ops::Activation kind) {
   const Index n = state.range(0) * state.range(1);
   View1<float> x("x", n), y("y", n), dy("dy", n), dx("dx", n);
   fill(x, 1);
   fill(dy, 2);
   for (auto _ : state) {
-    ops::activation_forward<float>(ops::Activation::GELU, x, y);
-    ops::activation_backward<float>(ops::Activation::GELU, x, dy, dx);
+    ops::activation_forward<float>(kind, x, y);
+    ops::activation_backward<float>(kind, x, dy, dx);
     Kokkos::fence();
   }
   set_bytes(state, 5.0 * n * sizeof(float));
 }
-BENCHMARK(BM_GeluForwardBackward)->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_ActivationForwardBackward, relu, ops::Activation::ReLU)
+    ->Apply(transformer_sizes);
+BENCHMARK_CAPTURE(BM_ActivationForwardBackward, gelu, ops::Activation::GELU)
+    ->Apply(transformer_sizes);
 
 void BM_DropoutForwardBackward(benchmark::State& state) {
   const Index n = state.range(0) * state.range(1);
@@ -272,6 +281,20 @@ void BM_AxialPositionsBackward(benchmark::State& state) {
   set_bytes(state, 1.0 * rows * d * sizeof(float));
 }
 BENCHMARK(BM_AxialPositionsBackward)->Apply(transformer_sizes);
+
+// Sinusoidal positions added to one sequence of `rows` positions (no backward:
+// its gradient is the identity).
+void BM_SinusoidalPositionsForward(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1);
+  View2<float> x("x", rows, d), y("y", rows, d);
+  fill(x, 1);
+  for (auto _ : state) {
+    ops::sinusoidal_positions_forward<float>(x, rows, 0, y);
+    Kokkos::fence();
+  }
+  set_bytes(state, 2.0 * rows * d * sizeof(float));
+}
+BENCHMARK(BM_SinusoidalPositionsForward)->Apply(transformer_sizes);
 
 // Learned absolute positions for one sequence of `rows` positions: table [rows, d].
 void BM_LearnedPositionsForward(benchmark::State& state) {
