@@ -127,14 +127,34 @@ void AttentionLayer<T>::project(In3<T> x, In3<T> memory) {
 }
 
 template <class T>
-void AttentionLayer<T>::attend(Index batch, Index length_q, Index length_k) {
+View4<T> AttentionLayer<T>::query_heads(const View2<T>& m) const {
+  return per_head(m, batch_, length_q_, config_.heads, config_.d_head);
+}
+
+template <class T>
+View4<T> AttentionLayer<T>::key_heads(const View2<T>& m) const {
+  return per_head(m, batch_, length_k_, config_.heads, config_.d_head);
+}
+
+template <class T>
+MaskOptions AttentionLayer<T>::call_masks() const {
+  return {config_.causal && length_q_ == length_k_, key_valid_};
+}
+
+template <class T>
+AttentionDropout AttentionLayer<T>::call_dropout() const {
+  return {config_.attention_dropout, sub_key(key_, kAttentionDropout)};
+}
+
+template <class T>
+void AttentionLayer<T>::attend() {
   const Index h = config_.heads, d = config_.d_head;
-  auto q = per_head(q_, batch, length_q, h, d);
-  auto k = per_head(k_, batch, length_k, h, d);
-  auto v = per_head(v_, batch, length_k, h, d);
-  auto out = per_head(attended_, batch, length_q, h, d);
-  const AttentionDropout dropout{config_.attention_dropout, sub_key(key_, kAttentionDropout)};
-  const MaskOptions masks{config_.causal && length_q == length_k, key_valid_};
+  auto q = query_heads(q_);
+  auto k = key_heads(k_);
+  auto v = key_heads(v_);
+  auto out = query_heads(attended_);
+  const AttentionDropout dropout = call_dropout();
+  const MaskOptions masks = call_masks();
   switch (config_.kind) {
     case AttentionKind::Full: {
       auto c = for_call(FullAttentionConfig{}, masks, dropout);
@@ -144,14 +164,14 @@ void AttentionLayer<T>::attend(Index batch, Index length_q, Index length_k) {
     }
     case AttentionKind::Lsh: {
       const auto c = for_call(config_.lsh, masks, dropout);
-      rotations_ = View4<T>("lsh_rotations", h, d, c.n_hashes, lsh_rotation_width(c, length_q));
+      rotations_ = View4<T>("lsh_rotations", h, d, c.n_hashes, lsh_rotation_width(c, length_q_));
       lsh_random_rotations<T>(sub_key(key_, kRotations), rotations_);
       lsh_attention_forward<T>(q, v, rotations_, c, out, lsh_saved_);
       break;
     }
     case AttentionKind::Local: {
       const auto c = for_call(config_.local, masks, dropout);
-      local_lse_ = View3<T>("local_lse", batch, length_q, h);
+      local_lse_ = View3<T>("local_lse", batch_, length_q_, h);
       local_attention_forward<T>(q, k, v, c, out, local_lse_);
       break;
     }
@@ -177,7 +197,7 @@ void AttentionLayer<T>::forward(In3<T> x, View3<T> y, RandomKey key,
   batch_ = x.extent(0);
   length_q_ = length_k_ = x.extent(1);
   project(x, x);
-  attend(batch_, length_q_, length_k_);
+  attend();
   output(y);
 }
 
@@ -197,13 +217,12 @@ void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y, Rando
   length_q_ = x.extent(1);
   length_k_ = memory.extent(1);
   project(x, memory);
-  attend(batch_, length_q_, length_k_);
+  attend();
   output(y);
 }
 
 template <class T>
 void AttentionLayer<T>::backward_common(In3<T> dy, View2<T> dq, View2<T> dk, View2<T> dv) {
-  const Index h = config_.heads, d = config_.d_head;
   // Output projection (and its dropout).
   View2<T> dy_rows("attention_dy", dy.extent(0) * dy.extent(1), dy.extent(2));
   Kokkos::deep_copy(dy_rows, as_rows<T>(dy));
@@ -214,16 +233,16 @@ void AttentionLayer<T>::backward_common(In3<T> dy, View2<T> dq, View2<T> dk, Vie
   ops::matmul<T>(dy_rows, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
   ops::matmul<T>(attended_, Trans::Yes, dy_rows, Trans::No, w_o_->grad_matrix(), T(1), T(1));
   // The attention itself.
-  auto q = per_head(q_, batch_, length_q_, h, d);
-  auto k = per_head(k_, batch_, length_k_, h, d);
-  auto v = per_head(v_, batch_, length_k_, h, d);
-  auto out = per_head(attended_, batch_, length_q_, h, d);
-  auto dout = per_head(dattended, batch_, length_q_, h, d);
-  auto gq = per_head(dq, batch_, length_q_, h, d);
-  auto gk = per_head(dk, batch_, length_k_, h, d);
-  auto gv = per_head(dv, batch_, length_k_, h, d);
-  const AttentionDropout dropout{config_.attention_dropout, sub_key(key_, kAttentionDropout)};
-  const MaskOptions masks{config_.causal && length_q_ == length_k_, key_valid_};
+  auto q = query_heads(q_);
+  auto k = key_heads(k_);
+  auto v = key_heads(v_);
+  auto out = query_heads(attended_);
+  auto dout = query_heads(dattended);
+  auto gq = query_heads(dq);
+  auto gk = key_heads(dk);
+  auto gv = key_heads(dv);
+  const AttentionDropout dropout = call_dropout();
+  const MaskOptions masks = call_masks();
   switch (config_.kind) {
     case AttentionKind::Full: {
       auto c = for_call(FullAttentionConfig{}, masks, dropout);

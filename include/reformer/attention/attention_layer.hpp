@@ -70,7 +70,13 @@ class AttentionLayer {
 
  private:
   void project(In3<T> x, In3<T> memory);
-  void attend(Index batch, Index length_q, Index length_k);
+  void attend();
+  // [rows, heads * d_head] matrices of the current call viewed per head.
+  View4<T> query_heads(const View2<T>& m) const;
+  View4<T> key_heads(const View2<T>& m) const;
+  // The masks and the dropout stream of the current call.
+  MaskOptions call_masks() const;
+  AttentionDropout call_dropout() const;
   void output(View3<T> y);
   void backward_common(In3<T> dy, View2<T> dq, View2<T> dk, View2<T> dv);
 
