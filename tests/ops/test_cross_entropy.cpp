@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/ops/cross_entropy.hpp"
+#include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -13,14 +14,6 @@ namespace {
 
 using namespace reformer::testing;
 
-View1<int> device_ints(const std::vector<int>& values) {
-  View1<int> v("ints", values.size());
-  auto host = Kokkos::create_mirror_view(v);
-  for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
-  Kokkos::deep_copy(v, host);
-  return v;
-}
-
 template <class T>
 View2<T> device_matrix(const std::vector<double>& values, Index rows, Index cols) {
   View2<T> m("m", rows, cols);
@@ -29,18 +22,6 @@ View2<T> device_matrix(const std::vector<double>& values, Index rows, Index cols
     for (Index j = 0; j < cols; ++j) host(i, j) = static_cast<T>(values[i * cols + j]);
   Kokkos::deep_copy(m, host);
   return m;
-}
-
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL() << "no error thrown";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' not in: " << e.what();
-  }
 }
 
 // n = 10 rows, d = 6 features, V = 11 classes; class 0 is the pad class by default

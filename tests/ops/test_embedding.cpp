@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/ops/embedding.hpp"
+#include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -13,33 +14,12 @@ namespace {
 
 using namespace reformer::testing;
 
-View1<int> device_ids(const std::vector<int>& values) {
-  View1<int> ids("ids", values.size());
-  auto host = Kokkos::create_mirror_view(ids);
-  for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
-  Kokkos::deep_copy(ids, host);
-  return ids;
-}
-
-// Runs f and checks that it throws E with every one of `parts` in its message.
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL() << "no error thrown";
-  } catch (const E& e) {
-    for (const auto& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' not in: " << e.what();
-  }
-}
-
 // ---------------------------------------------------------------- token embedding
 
 struct TokenCase {
   Index vocab = 11, d = 6, n = 10;
   std::vector<int> id_values{3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
-  View1<int> ids = device_ids(id_values);
+  View1<int> ids = device_ints(id_values);
   View2<double> table, y, dy, dtable;
   bool scale = true;
 
@@ -87,7 +67,7 @@ TEST(TokenEmbedding, BackwardIsExactScatterAddInPositionOrder) {
     std::vector<int> id_values(size.n);
     for (Index i = 0; i < size.n; ++i)  // skewed: small ids repeat often
       id_values[i] = static_cast<int>(size.vocab * std::pow(random_uniform({5, 6}, i), 3.0));
-    const auto ids = device_ids(id_values);
+    const auto ids = device_ints(id_values);
     View2<double> dy("dy", size.n, size.d), dtable("dtable", size.vocab, size.d);
     fill_uniform(dy, 7);
     ops::token_embedding_backward<double>(ids, dy, false, dtable);
@@ -112,10 +92,10 @@ TEST(TokenEmbedding, RejectsOutOfRangeIdsAndBadShapes) {
   too_large[4] = 11;
   negative[6] = -2;
   expect_error<ConfigError>(
-      [&] { ops::token_embedding_forward<double>(c.table, device_ids(too_large), true, c.y); },
+      [&] { ops::token_embedding_forward<double>(c.table, device_ints(too_large), true, c.y); },
       {"token_embedding_forward", "ids[4] is 11", "[0, 11)"});
   expect_error<ConfigError>(
-      [&] { ops::token_embedding_backward<double>(device_ids(negative), c.dy, true, c.dtable); },
+      [&] { ops::token_embedding_backward<double>(device_ints(negative), c.dy, true, c.dtable); },
       {"token_embedding_backward", "ids[6] is -2", "[0, 11)"});
   View2<double> wide("y", c.n, c.d + 1);
   expect_error<ShapeError>(

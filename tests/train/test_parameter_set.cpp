@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/train/parameter_set.hpp"
+#include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -12,19 +13,6 @@ namespace {
 
 using namespace reformer::testing;
 using train::ParameterSet;
-
-// Expects `f` to throw E with every fragment in its message.
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << fragments.front();
-  } catch (const E& e) {
-    for (const auto& fragment : fragments)
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-          << "'" << fragment << "' missing from: " << e.what();
-  }
-}
 
 TEST(ParameterSet, RegistersZeroedTensorsInOrder) {
   ParameterSet<double> params;

@@ -1,0 +1,36 @@
+// Small helpers shared by the test suites: error-message checks and host data
+// copied to the device.
+#pragma once
+
+#include "reformer/core/types.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace reformer::testing {
+
+// Runs f and checks that it throws E with every one of `parts` in its message.
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts.front() << "'";
+  } catch (const E& e) {
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' not in: " << e.what();
+  }
+}
+
+// A device vector holding `values` (ids, targets).
+inline View1<int> device_ints(const std::vector<int>& values) {
+  View1<int> v("ints", values.size());
+  auto host = Kokkos::create_mirror_view(v);
+  for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(v, host);
+  return v;
+}
+
+}  // namespace reformer::testing
