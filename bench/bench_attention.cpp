@@ -1,5 +1,10 @@
 // Forward + backward time and measured peak memory of the attention variants on
 // the same inputs: d_model 256 as 4 heads of 64, batch 1, causal, float.
+//   BM_AttentionLayer/kind/L: the whole layer (projections included; kind 0
+//   full, 1 LSH with 2 hashes, 2 local), state and workspace reused after a
+//   warm-up step; peak_MiB counts everything above x, dy and the parameters
+//   (y, dx, the saved state and the workspace included).
+//   BM_LshSort/L: the counting sort alone (buckets from one hashing, 2 hashes).
 //   BM_FullAttention/L, BM_LshAttention/L/n_hashes (chunk 64, 2 * L / 64 buckets
 //   per round, factorised into two factors so that hashing stays O(L)),
 //   BM_LocalAttention/L (chunk 128, one chunk back).
@@ -8,12 +13,15 @@
 // Counters: us_per_token (time / L in microseconds), peak_MiB (memory tracker: the peak of
 // the attention's own buffers above the inputs and gradients, which are
 // allocated beforehand and total 8 * L * 256 floats).
+#include "reformer/attention/attention_layer.hpp"
 #include "reformer/attention/full.hpp"
 #include "reformer/attention/local.hpp"
 #include "reformer/attention/lsh.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/parameter_set.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/core/workspace.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -32,7 +40,6 @@ attention::LshAttentionConfig lsh_config(Index length, Index n_hashes) {
   attention::LshAttentionConfig config;
   config.chunk = 64;
   config.n_hashes = n_hashes;
-  config.masks.causal = true;
   const Index buckets = 2 * std::max<Index>(1, length / config.chunk);
   Index b1 = 2;
   while (b1 * b1 * 2 <= buckets) b1 *= 2;
@@ -70,7 +77,7 @@ struct Tensors {
 // Times `step` (forward + backward): the best of 3 runs up to 16K, of 2
 // beyond. Records the tracker's peak above the memory in use before the step.
 template <class Step>
-void measure(benchmark::State& state, Index length, Step&& step) {
+void measure(benchmark::State& state, Index length, Step&& step, bool reset_peaks = true) {
   auto& tracker = MemoryTracker::instance();
   const std::string space = MemSpace::name();
   std::int64_t peak = 0;
@@ -80,7 +87,7 @@ void measure(benchmark::State& state, Index length, Step&& step) {
     for (auto _ : state) {
       double best = 1e300;
       for (int run = 0; run < runs; ++run) {
-        tracker.reset_peaks();
+        if (reset_peaks) tracker.reset_peaks();
         const auto before = tracker.space(space).current_bytes;
         const auto start = std::chrono::steady_clock::now();
         step();
@@ -100,16 +107,31 @@ void measure(benchmark::State& state, Index length, Step&& step) {
   state.counters["us_per_token"] = seconds * 1e6 / double(length);
 }
 
+// The default causal call of the kernel benchmarks.
+attention::AttentionCall causal_call() {
+  attention::AttentionCall call;
+  call.masks.causal = true;
+  return call;
+}
+
+View4<float> lsh_rotations(const attention::LshAttentionConfig& config, Index length) {
+  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
+                         attention::lsh_rotation_width(config, length));
+  attention::lsh_random_rotations<float>({1, 2}, rotations);
+  return rotations;
+}
+
 void BM_FullAttention(benchmark::State& state) {
   const Index length = state.range(0);
   Tensors t(length);
-  attention::FullAttentionConfig config;
-  config.masks.causal = true;
+  const attention::FullAttentionConfig config;
+  const auto call = causal_call();
+  Workspace workspace;
   measure(state, length, [&] {
     attention::FullAttentionSaved<float> saved;
-    attention::full_attention_forward<float>(t.q, t.k, t.v, config, t.out, saved);
-    attention::full_attention_backward<float>(t.q, t.k, t.v, saved, t.dout, config, t.dq, t.dk,
-                                              t.dv);
+    attention::full_attention_forward<float>(t.q, t.k, t.v, config, call, t.out, saved, workspace);
+    attention::full_attention_backward<float>(t.q, t.k, t.v, saved, t.dout, config, call, t.dq,
+                                              t.dk, t.dv, workspace);
   });
 }
 
@@ -117,37 +139,54 @@ void BM_LshAttention(benchmark::State& state) {
   const Index length = state.range(0);
   Tensors t(length);
   const auto config = lsh_config(length, state.range(1));
-  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
-                         attention::lsh_rotation_width(config, length));
-  attention::lsh_random_rotations<float>({1, 2}, rotations);
+  const auto call = causal_call();
+  const auto rotations = lsh_rotations(config, length);
+  Workspace workspace;
   measure(state, length, [&] {
-    attention::LshSaved<float> saved;
-    attention::lsh_attention_forward<float>(t.q, t.v, rotations, config, t.out, saved);
-    attention::lsh_attention_backward<float>(t.q, t.v, saved, t.dout, config, t.dq, t.dv);
+    attention::LshPlan plan;
+    View3<float> lse("lse", 1, length, kHeads);
+    attention::lsh_build_plan<float>(t.q, rotations, config, call.masks, plan, workspace);
+    attention::lsh_attention_forward<float>(t.q, t.v, plan, config, call, t.out, lse, workspace);
+    attention::lsh_attention_backward<float>(t.q, t.v, plan, t.out, lse, t.dout, config, call, t.dq,
+                                             t.dv, workspace);
   });
 }
 
-// The parts of LSH attention on their own: hashing + sorting, and the forward.
+// The parts of LSH attention on their own: hashing + sorting, the sort, and the forward.
 void BM_LshHashAndSort(benchmark::State& state) {
   const Index length = state.range(0);
   Tensors t(length);
   const auto config = lsh_config(length, state.range(1));
-  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
-                         attention::lsh_rotation_width(config, length));
-  attention::LshSaved<float> saved;
+  const auto rotations = lsh_rotations(config, length);
+  attention::LshPlan plan;
+  Workspace workspace;
   measure(state, length,
-          [&] { attention::lsh_hash_and_sort<float>(t.q, rotations, config, saved); });
+          [&] { attention::lsh_build_plan<float>(t.q, rotations, config, {}, plan, workspace); });
+}
+
+void BM_LshSort(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  const auto config = lsh_config(length, 2);
+  const auto rotations = lsh_rotations(config, length);
+  attention::LshPlan plan;
+  Workspace workspace;
+  attention::lsh_build_plan<float>(t.q, rotations, config, {}, plan, workspace);
+  measure(state, length, [&] { attention::lsh_sort_buckets(plan, workspace); });
 }
 
 void BM_LshForward(benchmark::State& state) {
   const Index length = state.range(0);
   Tensors t(length);
   const auto config = lsh_config(length, state.range(1));
-  View4<float> rotations("rotations", kHeads, kHeadDim, config.n_hashes,
-                         attention::lsh_rotation_width(config, length));
-  attention::LshSaved<float> saved;
+  const auto call = causal_call();
+  const auto rotations = lsh_rotations(config, length);
+  attention::LshPlan plan;
+  View3<float> lse("lse", 1, length, kHeads);
+  Workspace workspace;
   measure(state, length, [&] {
-    attention::lsh_attention_forward<float>(t.q, t.v, rotations, config, t.out, saved);
+    attention::lsh_build_plan<float>(t.q, rotations, config, call.masks, plan, workspace);
+    attention::lsh_attention_forward<float>(t.q, t.v, plan, config, call, t.out, lse, workspace);
   });
 }
 
@@ -156,13 +195,55 @@ void BM_LocalAttention(benchmark::State& state) {
   Tensors t(length);
   attention::LocalAttentionConfig config;
   config.chunk = 128;
-  config.masks.causal = true;
+  const auto call = causal_call();
+  Workspace workspace;
   measure(state, length, [&] {
     View3<float> lse("lse", 1, length, kHeads);
-    attention::local_attention_forward<float>(t.q, t.k, t.v, config, t.out, lse);
-    attention::local_attention_backward<float>(t.q, t.k, t.v, t.out, lse, t.dout, config, t.dq,
-                                               t.dk, t.dv);
+    attention::local_attention_forward<float>(t.q, t.k, t.v, config, call, t.out, lse);
+    attention::local_attention_backward<float>(t.q, t.k, t.v, t.out, lse, t.dout, config, call,
+                                               t.dq, t.dk, t.dv, workspace);
   });
+}
+
+// The whole layer as a model uses it: x [1, L, 256] -> y, then dx and the
+// projection gradients; the state and the workspace are made by a warm-up step.
+void BM_AttentionLayer(benchmark::State& state) {
+  const auto kind = attention::AttentionKind(state.range(0));
+  const Index length = state.range(1), d_model = kHeads * kHeadDim;
+  attention::AttentionLayerConfig config;
+  config.kind = kind;
+  config.d_model = d_model;
+  config.heads = kHeads;
+  config.d_head = kHeadDim;
+  config.lsh = lsh_config(length, 2);
+  config.local.chunk = 128;
+  ParameterSet<float> params;
+  attention::AttentionLayer<float> layer("attn", config, params);
+  layer.init({1, 1});
+  View3<float> x("x", 1, length, d_model), dy("dy", 1, length, d_model);
+  fill(View4<float>(x.data(), 1, length, kHeads, kHeadDim), 21);
+  fill(View4<float>(dy.data(), 1, length, kHeads, kHeadDim), 22);
+  auto& tracker = MemoryTracker::instance();
+  const std::string space = MemSpace::name();
+  Kokkos::fence();
+  tracker.reset_peaks();
+  const auto baseline = tracker.space(space).current_bytes;
+  try {
+    View3<float> y("y", 1, length, d_model), dx("dx", 1, length, d_model);
+    attention::AttentionState<float> saved;
+    Workspace workspace;
+    std::uint64_t step = 0;
+    auto run = [&] {
+      layer.forward(x, y, {{7, ++step}, {}}, saved, workspace);
+      layer.backward(x, dy, dx, saved, workspace);
+    };
+    run();  // warm-up: allocates the state and the workspace
+    Kokkos::fence();
+    measure(state, length, run, /*reset_peaks=*/false);
+    state.counters["peak_MiB"] = double(tracker.space(space).peak_bytes - baseline) / (1 << 20);
+  } catch (const MemoryError& e) {
+    state.SkipWithError(e.what());
+  }
 }
 
 constexpr int kLengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
@@ -192,6 +273,24 @@ BENCHMARK(BM_LshHashAndSort)
     ->UseManualTime();
 BENCHMARK(BM_LshForward)
     ->Apply(lsh_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+void layer_cases(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2})
+    for (int l : {1024, 4096, 16384}) b->Args({kind, l});
+}
+void sort_cases(benchmark::internal::Benchmark* b) {
+  for (int l : {4096, 16384, 65536}) b->Args({l});
+}
+
+BENCHMARK(BM_AttentionLayer)
+    ->Apply(layer_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+BENCHMARK(BM_LshSort)
+    ->Apply(sort_cases)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();

@@ -1,5 +1,6 @@
 // Forward and backward time of every op at transformer sizes: rows (positions)
 // from 4K to 64K, d_model from 256 to 1024. Arguments are {rows, d_model}.
+#include "reformer/core/parameter_set.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/activations.hpp"
@@ -12,7 +13,6 @@
 #include "reformer/ops/softmax.hpp"
 #include "reformer/train/grad_clip.hpp"
 #include "reformer/train/optimizer.hpp"
-#include "reformer/train/parameter_set.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -355,8 +355,8 @@ BENCHMARK_CAPTURE(BM_CrossEntropyForwardBackward, vocab32000, Index(32000))
 // The parameters of `layers` Reformer layers of width d: shared query/key, value and
 // output projections [d, d], a feed-forward block [d, 4d] -> [4d, d] with biases, and
 // two layer norms. 11 d^2 + 9 d elements per layer.
-train::ParameterSet<float> transformer_parameters(Index d, int layers) {
-  train::ParameterSet<float> params;
+ParameterSet<float> transformer_parameters(Index d, int layers) {
+  ParameterSet<float> params;
   for (int l = 0; l < layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     for (const char* name : {"attn.w_qk", "attn.w_v", "attn.w_o"}) params.add(p + name, {d, d});

@@ -18,14 +18,6 @@ RandomKey sub_key(RandomKey key, Stream stream) {
   return {key.seed, stream_id(key.stream, stream)};
 }
 
-// A variant's config with the masks and dropout of the current call.
-template <class Config>
-Config for_call(Config config, const MaskOptions& masks, const AttentionDropout& dropout) {
-  config.masks = masks;
-  config.dropout = dropout;
-  return config;
-}
-
 template <class T>
 View4<T> per_head(const View2<T>& m, Index batch, Index length, Index heads, Index d_head) {
   return View4<T>(m.data(), batch, length, heads, d_head);
@@ -51,6 +43,20 @@ void add_into(View2<T> x, View2<T> y) {
       "attention_add_into", range(fx.extent(0)), KOKKOS_LAMBDA(Index i) { fy(i) += fx(i); });
 }
 
+// The view in `slot`, reallocated only when its shape differs.
+template <class V, class... Extents>
+V& ensure(V& slot, const char* label, Extents... extents) {
+  const Index want[] = {Index(extents)...};
+  bool same = slot.data() != nullptr;
+  for (std::size_t r = 0; r < sizeof...(extents); ++r)
+    same = same && Index(slot.extent(r)) == want[r];
+  if (!same) {
+    slot = V();
+    slot = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), extents...);
+  }
+  return slot;
+}
+
 }  // namespace
 
 AttentionKind parse_attention_kind(const std::string& name) {
@@ -72,24 +78,56 @@ const char* to_string(AttentionKind kind) {
   return "?";
 }
 
+bool AttentionLayerConfig::shares_qk() const {
+  if (shared_qk) return *shared_qk;
+  return kind == AttentionKind::Lsh;
+}
+
+void AttentionLayerConfig::validate() const {
+  const char* op = "AttentionLayerConfig";
+  require<ConfigError>(d_model > 0 && heads > 0 && d_head > 0, op,
+                       ": d_model, heads and d_head must be positive, got ", d_model, ", ", heads,
+                       ", ", d_head);
+  require<ConfigError>(d_head <= kMaxHeadDim || kind == AttentionKind::Full, op, ": d_head is ",
+                       d_head, " but ", to_string(kind), " attention supports at most ",
+                       kMaxHeadDim);
+  require<ConfigError>(!(kind == AttentionKind::Local && shares_qk()), op,
+                       ": shared_qk is true but local attention has separate q and k; leave "
+                       "shared_qk unset or false");
+  require<ConfigError>(!(kind == AttentionKind::Lsh && !shares_qk()), op,
+                       ": shared_qk is false but LSH attention always shares q and k (keys are "
+                       "the normalised queries); leave shared_qk unset or true");
+  require<ConfigError>(attention_dropout >= 0.0 && attention_dropout < 1.0, op,
+                       ": attention_dropout is ", attention_dropout, " but must be in [0, 1)");
+  require<ConfigError>(output_dropout >= 0.0 && output_dropout < 1.0, op, ": output_dropout is ",
+                       output_dropout, " but must be in [0, 1)");
+  if (kind == AttentionKind::Lsh) lsh.validate();
+  if (kind == AttentionKind::Local) local.validate();
+}
+
+template <class T>
+void AttentionState<T>::release(bool keep_plan) {
+  const AttentionLayerCall kept_call = call;
+  LshPlan kept_plan = keep_plan ? plan : LshPlan();
+  *this = AttentionState<T>();
+  if (keep_plan) {
+    call = kept_call;
+    plan = kept_plan;
+  }
+}
+
+template <class T>
+void AttentionState<T>::use_plan_of(const AttentionState& other) {
+  call = other.call;
+  plan = other.plan;
+}
+
 template <class T>
 AttentionLayer<T>::AttentionLayer(const std::string& prefix, const AttentionLayerConfig& config,
-                                  train::ParameterSet<T>& params)
+                                  ParameterSet<T>& params)
     : config_(config) {
-  const char* op = "AttentionLayer";
-  require<ConfigError>(config.d_model > 0 && config.heads > 0 && config.d_head > 0, op,
-                       ": d_model, heads and d_head must be positive, got ", config.d_model, ", ",
-                       config.heads, ", ", config.d_head);
-  require<ConfigError>(config.d_head <= kMaxHeadDim || config.kind == AttentionKind::Full, op,
-                       ": d_head is ", config.d_head, " but ", to_string(config.kind),
-                       " attention supports at most ", kMaxHeadDim);
-  require<ConfigError>(!(config.kind == AttentionKind::Local && config.shared_qk), op,
-                       ": local attention has separate q and k; shared_qk must be false");
-  for (double rate : {config.attention_dropout, config.output_dropout})
-    require<ConfigError>(rate >= 0.0 && rate < 1.0, op, ": dropout rate ", rate,
-                         " must be in [0, 1)");
-  const bool shared = config.kind == AttentionKind::Lsh || config.shared_qk;
-  config_.shared_qk = shared;
+  config_.validate();
+  const bool shared = config_.shares_qk();
   const Index inner = config.heads * config.d_head;
   w_q_ = &params.add(prefix + (shared ? ".w_qk" : ".w_q"), {config.d_model, inner});
   if (!shared) w_k_ = &params.add(prefix + ".w_k", {config.d_model, inner});
@@ -105,182 +143,189 @@ void AttentionLayer<T>::init(RandomKey key) {
 }
 
 template <class T>
-void AttentionLayer<T>::project(In3<T> x, In3<T> memory) {
-  const Index inner = config_.heads * config_.d_head;
+void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state,
+                            Workspace& workspace, Save save, bool reuse_plan) const {
+  const Index batch = x.extent(0), lq = x.extent(1), lk = memory.extent(1);
+  const Index h = config_.heads, d = config_.d_head, inner = h * d;
+  const bool keep = save == Save::All;
+  Workspace::Frame frame(workspace);
+  // Activations live in the state when they are kept, else in the workspace.
+  auto matrix = [&](View2<T>& slot, const char* label, Index rows) {
+    return keep ? ensure(slot, label, rows, inner) : frame.take<View2<T>>(rows, inner);
+  };
+  state.saved = false;
+  const View2<T> q = matrix(state.q, "attention_q", batch * lq);
+  const View2<T> k = w_k_ ? matrix(state.k, "attention_k", batch * lk) : q;
+  const View2<T> v = matrix(state.v, "attention_v", batch * lk);
+  const View2<T> attended = matrix(state.attended, "attention_attended", batch * lq);
+  if (!w_k_) state.k = View2<T>();
   const auto xr = as_rows<T>(x);
   const auto mr = as_rows<T>(memory);
-  auto alloc = [](View2<T>& v, const char* label, Index rows, Index cols) {
-    if (Index(v.extent(0)) != rows || Index(v.extent(1)) != cols)
-      v = View2<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
+  ops::matmul<T>(xr, Trans::No, w_q_->matrix(), Trans::No, q);
+  if (w_k_) ops::matmul<T>(mr, Trans::No, w_k_->matrix(), Trans::No, k);
+  ops::matmul<T>(mr, Trans::No, w_v_->matrix(), Trans::No, v);
+  const auto qh = per_head(q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
+  const auto vh = per_head(v, batch, lk, h, d), out = per_head(attended, batch, lq, h, d);
+  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
+                           {config_.attention_dropout, sub_key(state.call.key, kAttentionDropout)}};
+  auto lse = [&] {
+    return keep ? ensure(state.lse, "attention_lse", batch, lq, h)
+                : frame.take<View3<T>>(batch, lq, h);
   };
-  alloc(q_, "attention_q", xr.extent(0), inner);
-  alloc(v_, "attention_v", mr.extent(0), inner);
-  alloc(attended_, "attention_out", xr.extent(0), inner);
-  ops::matmul<T>(xr, Trans::No, w_q_->matrix(), Trans::No, q_);
-  if (w_k_) {
-    alloc(k_, "attention_k", mr.extent(0), inner);
-    ops::matmul<T>(mr, Trans::No, w_k_->matrix(), Trans::No, k_);
-  } else {
-    k_ = q_;  // shared queries and keys
-  }
-  ops::matmul<T>(mr, Trans::No, w_v_->matrix(), Trans::No, v_);
-}
-
-template <class T>
-View4<T> AttentionLayer<T>::query_heads(const View2<T>& m) const {
-  return per_head(m, batch_, length_q_, config_.heads, config_.d_head);
-}
-
-template <class T>
-View4<T> AttentionLayer<T>::key_heads(const View2<T>& m) const {
-  return per_head(m, batch_, length_k_, config_.heads, config_.d_head);
-}
-
-template <class T>
-MaskOptions AttentionLayer<T>::call_masks() const {
-  return {config_.causal && length_q_ == length_k_, key_valid_};
-}
-
-template <class T>
-AttentionDropout AttentionLayer<T>::call_dropout() const {
-  return {config_.attention_dropout, sub_key(key_, kAttentionDropout)};
-}
-
-template <class T>
-void AttentionLayer<T>::attend() {
-  const Index h = config_.heads, d = config_.d_head;
-  auto q = query_heads(q_);
-  auto k = key_heads(k_);
-  auto v = key_heads(v_);
-  auto out = query_heads(attended_);
-  const AttentionDropout dropout = call_dropout();
-  const MaskOptions masks = call_masks();
   switch (config_.kind) {
     case AttentionKind::Full: {
-      auto c = for_call(FullAttentionConfig{}, masks, dropout);
-      c.self_mask = config_.shared_qk;
-      full_attention_forward<T>(q, k, v, c, out, full_saved_);
+      FullAttentionConfig full;
+      full.self_mask = config_.shares_qk();
+      FullAttentionSaved<T> temporary;
+      if (!keep) {
+        check_full_attention_fits(batch, h, lq, lk, sizeof(T), config_.attention_dropout > 0);
+        temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
+      }
+      full_attention_forward<T>(qh, kh, vh, full, call, out, keep ? state.full : temporary,
+                                workspace);
       break;
     }
     case AttentionKind::Lsh: {
-      const auto c = for_call(config_.lsh, masks, dropout);
-      rotations_ = View4<T>("lsh_rotations", h, d, c.n_hashes, lsh_rotation_width(c, length_q_));
-      lsh_random_rotations<T>(sub_key(key_, kRotations), rotations_);
-      lsh_attention_forward<T>(q, v, rotations_, c, out, lsh_saved_);
+      if (!reuse_plan) {
+        Workspace::Frame rotation_frame(workspace);
+        auto rotations = rotation_frame.take<View4<T>>(h, d, config_.lsh.n_hashes,
+                                                       lsh_rotation_width(config_.lsh, lq));
+        lsh_random_rotations<T>(sub_key(state.call.key, kRotations), rotations);
+        lsh_build_plan<T>(qh, rotations, config_.lsh, call.masks, state.plan, workspace);
+      }
+      lsh_attention_forward<T>(qh, vh, state.plan, config_.lsh, call, out, lse(), workspace);
       break;
     }
-    case AttentionKind::Local: {
-      const auto c = for_call(config_.local, masks, dropout);
-      local_lse_ = View3<T>("local_lse", batch_, length_q_, h);
-      local_attention_forward<T>(q, k, v, c, out, local_lse_);
+    case AttentionKind::Local:
+      local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
       break;
-    }
   }
-}
-
-template <class T>
-void AttentionLayer<T>::output(View3<T> y) {
+  // Output projection and its dropout.
   auto yr = as_rows<T>(y);
-  ops::matmul<T>(attended_, Trans::No, w_o_->matrix(), Trans::No, yr);
+  ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, yr);
   if (config_.output_dropout > 0)
-    ops::dropout_forward<T>(as_vector(yr), config_.output_dropout, sub_key(key_, kOutputDropout), 0,
-                            as_vector(yr));
+    ops::dropout_forward<T>(as_vector(yr), config_.output_dropout,
+                            sub_key(state.call.key, kOutputDropout), 0, as_vector(yr));
+  state.batch = batch;
+  state.length_q = lq;
+  state.length_k = lk;
+  state.saved = keep;
 }
 
 template <class T>
-void AttentionLayer<T>::forward(In3<T> x, View3<T> y, RandomKey key,
-                                Kokkos::View<const int**, Layout, MemSpace> key_valid) {
+void AttentionLayer<T>::forward(In3<T> x, View3<T> y, const AttentionLayerCall& call,
+                                AttentionState<T>& state, Workspace& workspace, Save save) const {
   require_extent("AttentionLayer::forward", "x", x, 2, config_.d_model);
   require_same_shape("AttentionLayer::forward", "x", x, "y", y);
-  key_ = key;
-  key_valid_ = key_valid;
-  batch_ = x.extent(0);
-  length_q_ = length_k_ = x.extent(1);
-  project(x, x);
-  attend();
-  output(y);
+  state.call = call;
+  state.cross = false;
+  run(x, x, y, state, workspace, save, /*reuse_plan=*/false);
 }
 
 template <class T>
-void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y, RandomKey key,
-                                      Kokkos::View<const int**, Layout, MemSpace> memory_valid) {
+void AttentionLayer<T>::recompute(In3<T> x, View3<T> y, AttentionState<T>& state,
+                                  Workspace& workspace) const {
+  const char* op = "AttentionLayer::recompute";
+  require_extent(op, "x", x, 2, config_.d_model);
+  require_same_shape(op, "x", x, "y", y);
+  require<ConfigError>(!state.cross, op, ": the state holds a cross-attention call");
+  if (config_.kind == AttentionKind::Lsh)
+    require<ConfigError>(!state.plan.empty() && state.plan.batch == Index(x.extent(0)) &&
+                             state.plan.length == Index(x.extent(1)),
+                         op, ": the state has no LSH plan for an input of shape ", shape_string(x),
+                         "; run forward (Save::PlanOnly or Save::All) on it first");
+  run(x, x, y, state, workspace, Save::All, /*reuse_plan=*/config_.kind == AttentionKind::Lsh);
+}
+
+template <class T>
+void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y,
+                                      const AttentionLayerCall& call, AttentionState<T>& state,
+                                      Workspace& workspace, Save save) const {
   const char* op = "AttentionLayer::forward_cross";
-  require<ConfigError>(config_.kind == AttentionKind::Full && !config_.shared_qk, op,
+  require<ConfigError>(config_.kind == AttentionKind::Full && w_k_ != nullptr, op,
                        ": cross-attention needs full attention with separate q and k, got ",
-                       to_string(config_.kind), config_.shared_qk ? " (shared qk)" : "");
+                       to_string(config_.kind), w_k_ ? "" : " (shared qk)");
   require_extent(op, "x", x, 2, config_.d_model);
   require_extent(op, "memory", memory, 2, config_.d_model);
   require_same_shape(op, "x", x, "y", y);
-  key_ = key;
-  key_valid_ = memory_valid;
-  batch_ = x.extent(0);
-  length_q_ = x.extent(1);
-  length_k_ = memory.extent(1);
-  project(x, memory);
-  attend();
-  output(y);
+  require<ShapeError>(x.extent(0) == memory.extent(0), op, ": x has batch ", x.extent(0),
+                      " but memory has batch ", memory.extent(0));
+  state.call = call;
+  state.cross = true;
+  run(x, memory, y, state, workspace, save, /*reuse_plan=*/false);
 }
 
 template <class T>
-void AttentionLayer<T>::backward_common(In3<T> dy, View2<T> dq, View2<T> dk, View2<T> dv) {
+void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T> dy, View2<T> dq,
+                                           View2<T> dk, View2<T> dv, Workspace& workspace) const {
+  const Index batch = state.batch, lq = state.length_q, lk = state.length_k;
+  const Index h = config_.heads, d = config_.d_head, inner = h * d;
+  Workspace::Frame frame(workspace);
   // Output projection (and its dropout).
-  View2<T> dy_rows("attention_dy", dy.extent(0) * dy.extent(1), dy.extent(2));
-  Kokkos::deep_copy(dy_rows, as_rows<T>(dy));
-  if (config_.output_dropout > 0)
+  Kokkos::View<const T**, Layout, MemSpace> dy_rows = as_rows<T>(dy);
+  if (config_.output_dropout > 0) {
+    auto dropped = frame.take<View2<T>>(batch * lq, config_.d_model);
     ops::dropout_backward<T>(as_vector(dy_rows), config_.output_dropout,
-                             sub_key(key_, kOutputDropout), 0, as_vector(dy_rows));
-  View2<T> dattended("attention_dout", attended_.extent(0), attended_.extent(1));
+                             sub_key(state.call.key, kOutputDropout), 0, as_vector(dropped));
+    dy_rows = dropped;
+  }
+  auto dattended = frame.take<View2<T>>(batch * lq, inner);
   ops::matmul<T>(dy_rows, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
-  ops::matmul<T>(attended_, Trans::Yes, dy_rows, Trans::No, w_o_->grad_matrix(), T(1), T(1));
+  ops::matmul<T>(state.attended, Trans::Yes, dy_rows, Trans::No, w_o_->grad_matrix(), T(1), T(1));
   // The attention itself.
-  auto q = query_heads(q_);
-  auto k = key_heads(k_);
-  auto v = key_heads(v_);
-  auto out = query_heads(attended_);
-  auto dout = query_heads(dattended);
-  auto gq = query_heads(dq);
-  auto gk = key_heads(dk);
-  auto gv = key_heads(dv);
-  const AttentionDropout dropout = call_dropout();
-  const MaskOptions masks = call_masks();
+  const View2<T> k = state.k.data() ? state.k : state.q;
+  const auto qh = per_head(state.q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
+  const auto vh = per_head(state.v, batch, lk, h, d);
+  const auto out = per_head(state.attended, batch, lq, h, d);
+  const auto dout = per_head(dattended, batch, lq, h, d);
+  const auto gq = per_head(dq, batch, lq, h, d), gv = per_head(dv, batch, lk, h, d);
+  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
+                           {config_.attention_dropout, sub_key(state.call.key, kAttentionDropout)}};
   switch (config_.kind) {
     case AttentionKind::Full: {
-      auto c = for_call(FullAttentionConfig{}, masks, dropout);
-      c.self_mask = config_.shared_qk;
-      full_attention_backward<T>(q, k, v, full_saved_, dout, c, gq, gk, gv);
+      FullAttentionConfig full;
+      full.self_mask = config_.shares_qk();
+      full_attention_backward<T>(qh, kh, vh, state.full, dout, full, call, gq,
+                                 per_head(dk, batch, lk, h, d), gv, workspace);
       break;
     }
     case AttentionKind::Lsh:
-      lsh_attention_backward<T>(q, v, lsh_saved_, dout, for_call(config_.lsh, masks, dropout), gq,
-                                gv);
+      lsh_attention_backward<T>(qh, vh, state.plan, out, state.lse, dout, config_.lsh, call, gq, gv,
+                                workspace);
       break;
     case AttentionKind::Local:
-      local_attention_backward<T>(q, k, v, out, local_lse_, dout,
-                                  for_call(config_.local, masks, dropout), gq, gk, gv);
+      local_attention_backward<T>(qh, kh, vh, out, state.lse, dout, config_.local, call, gq,
+                                  per_head(dk, batch, lk, h, d), gv, workspace);
       break;
   }
 }
 
 template <class T>
-void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx) {
+void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
+                                 Workspace& workspace, T beta) const {
   const char* op = "AttentionLayer::backward";
-  require<ConfigError>(
-      batch_ == Index(x.extent(0)) && length_q_ == Index(x.extent(1)) && length_q_ == length_k_, op,
-      ": no self-attention forward on an input of shape ", shape_string(x));
+  require<ConfigError>(state.saved && !state.cross, op,
+                       ": the state holds no self-attention forward pass; run forward with "
+                       "Save::All (or recompute) first");
+  require<ShapeError>(state.batch == Index(x.extent(0)) && state.length_q == Index(x.extent(1)), op,
+                      ": the state holds a forward pass of batch ", state.batch, " and length ",
+                      state.length_q, " but x has shape ", shape_string(x));
   require_same_shape(op, "x", x, "dy", dy);
   require_same_shape(op, "x", x, "dx", dx);
-  const Index rows = q_.extent(0), inner = q_.extent(1);
-  View2<T> dq("attention_dq", rows, inner), dv("attention_dv", rows, inner);
+  const Index rows = state.q.extent(0), inner = state.q.extent(1);
+  Workspace::Frame frame(workspace);
+  auto dq = frame.take<View2<T>>(rows, inner);
+  auto dv = frame.take<View2<T>>(rows, inner);
   // LSH returns one gradient for the shared qk; shared-QK full attention returns
   // separate q and k gradients of the same projection, which add up.
   const bool full_shared = !w_k_ && config_.kind == AttentionKind::Full;
-  View2<T> dk = w_k_ || full_shared ? View2<T>("attention_dk", rows, inner) : View2<T>();
-  backward_common(dy, dq, dk, dv);
+  View2<T> dk = w_k_ || full_shared ? frame.take<View2<T>>(rows, inner) : View2<T>();
+  attention_backward(state, dy, dq, dk, dv, workspace);
   if (full_shared) add_into<T>(dk, dq);
-  // Projections: dx = dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
+  // Projections: dx = beta dx + dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
   const auto xr = as_rows<T>(x);
   auto dxr = as_rows<T>(dx);
-  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, dxr);
+  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, dxr, T(1), beta);
   ops::matmul<T>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
   if (w_k_) {
     ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dxr, T(1), T(1));
@@ -292,29 +337,38 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx) {
 
 template <class T>
 void AttentionLayer<T>::backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx,
-                                       View3<T> dmemory) {
+                                       View3<T> dmemory, const AttentionState<T>& state,
+                                       Workspace& workspace, T beta) const {
   const char* op = "AttentionLayer::backward_cross";
-  require<ConfigError>(batch_ == Index(x.extent(0)) && length_q_ == Index(x.extent(1)) &&
-                           length_k_ == Index(memory.extent(1)),
-                       op, ": no cross-attention forward on inputs of shapes ", shape_string(x),
-                       " and ", shape_string(memory));
+  require<ConfigError>(state.saved && state.cross, op,
+                       ": the state holds no cross-attention forward pass; run forward_cross "
+                       "with Save::All first");
+  require<ShapeError>(state.batch == Index(x.extent(0)) && state.length_q == Index(x.extent(1)) &&
+                          state.length_k == Index(memory.extent(1)),
+                      op, ": the state holds a forward pass of batch ", state.batch, ", Lq ",
+                      state.length_q, " and Lk ", state.length_k, " but x has shape ",
+                      shape_string(x), " and memory ", shape_string(memory));
   require_same_shape(op, "x", x, "dx", dx);
   require_same_shape(op, "memory", memory, "dmemory", dmemory);
-  const Index inner = q_.extent(1);
-  View2<T> dq("attention_dq", q_.extent(0), inner), dk("attention_dk", k_.extent(0), inner),
-      dv("attention_dv", v_.extent(0), inner);
-  backward_common(dy, dq, dk, dv);
+  const Index inner = state.q.extent(1);
+  Workspace::Frame frame(workspace);
+  auto dq = frame.take<View2<T>>(state.q.extent(0), inner);
+  auto dk = frame.take<View2<T>>(state.k.extent(0), inner);
+  auto dv = frame.take<View2<T>>(state.v.extent(0), inner);
+  attention_backward(state, dy, dq, dk, dv, workspace);
   const auto xr = as_rows<T>(x);
   const auto mr = as_rows<T>(memory);
-  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_rows<T>(dx));
+  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_rows<T>(dx), T(1), beta);
   ops::matmul<T>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
   auto dmr = as_rows<T>(dmemory);
-  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dmr);
+  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dmr, T(1), beta);
   ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dmr, T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
 }
 
+template struct AttentionState<float>;
+template struct AttentionState<double>;
 template class AttentionLayer<float>;
 template class AttentionLayer<double>;
 

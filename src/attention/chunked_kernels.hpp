@@ -9,14 +9,21 @@
 // Forward keeps, per query item s, only its output o_s and its logsumexp
 //   lse_s = log sum_t exp(score_st),  o_s = sum_t exp(score_st - lse_s) drop_st v_t,
 // computed with an online softmax: memory is O(items * d_head), never O(L^2).
-// Backward recomputes the scores from lse (as in FlashAttention):
-//   dscore_st = p_st (drop_st (do_s . v_t) - do_s . o_s + dlse_s)
-//   dq_s = sum_t dscore_st k_t,  dk_t = sum_s dscore_st q_s,  dv_t = sum_s p_st drop_st do_s
-// in two passes (one thread per query, then one thread per key), so no atomics
-// and the same result for any thread count.
+//
+// Backward (as in FlashAttention) needs, per query POSITION i, only the final
+// output out_i, the logsumexp LSE_i of all its scores (over every round for
+// LSH: the rounds combined with logsumexp weights are one softmax over the
+// union of the rounds' windows) and D_i = dout_i . out_i. It recomputes
+//   P_st = exp(score_st - LSE_i),  dscore_st = P_st (drop_st (dout_i . v_t) - D_i),
+//   dq_i += sum_t dscore_st k_t,  dk_t += sum_s dscore_st q_s,  dv_t += sum_s P_st drop_st dout_i
+// and adds straight into position-indexed gradients: no per-item buffers.
+// Chunks are launched round by round and in colours whose windows do not
+// overlap, so no two threads ever add into the same row: no atomics, and the
+// same sums in the same order for every backend and thread count.
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/core/vector_loops.hpp"
 #include "reformer/ops/dropout.hpp"
 
@@ -156,24 +163,14 @@ using ItemScalars = Kokkos::View<T***, Layout, MemSpace>;
 // Absent window slots (before the first chunk, without wrap-around) have
 // position -1 and take no part in the softmax.
 template <class T>
-struct ChunkTiles {
-  using Scratch2 = Kokkos::View<T**, Layout, ExecSpace::scratch_memory_space,
-                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using Scratch1 = Kokkos::View<int*, Layout, ExecSpace::scratch_memory_space,
-                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  // Host threads use the fast level-0 scratch; GPU teams need more than it holds.
-  static constexpr bool kHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  static constexpr int kLevel = kHost ? 0 : 1;
-};
-
-using TeamMember = Kokkos::TeamPolicy<ExecSpace>::member_type;
+using Scratch2 = ScratchMatrix<T>;
+using ScratchInts = ScratchVector<int>;
 
 // Gathers rows [0, n) of a chunk: row r is item first + r (or absent if the
 // item index is negative); dst_rows [n][d] and, if given, dst_cols [d][n].
 template <class T, class Items, class Source>
 KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Items&& item_of,
-                                        Source&& value, typename ChunkTiles<T>::Scratch2 rows,
-                                        typename ChunkTiles<T>::Scratch2 cols) {
+                                        Source&& value, Scratch2<T> rows, Scratch2<T> cols) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index r) {
     const Index item = item_of(r);
     for (Index c = 0; c < d; ++c) {
@@ -216,18 +213,16 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
 // Forward (one team per query chunk): out and lse of every query item.
 template <class T>
 struct ChunkedForward {
-  using Tiles = ChunkTiles<T>;
-  using Scratch2 = typename Tiles::Scratch2;
-  using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
   ItemView<T> out;
   ItemScalars<T> lse;
+  int level = 0;  // scratch level, from scratch_bytes()
 
   size_t scratch_bytes() const {
     const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
-    return Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
-           Scratch2::shmem_size(w, d) + Scratch2::shmem_size(c, w) + Scratch1::shmem_size(c) +
-           Scratch1::shmem_size(w);
+    return Scratch2<T>::shmem_size(c, d) + Scratch2<T>::shmem_size(d, w) +
+           Scratch2<T>::shmem_size(w, d) + Scratch2<T>::shmem_size(c, w) +
+           ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -235,10 +230,10 @@ struct ChunkedForward {
     const Index n_chunks = in.window.n_chunks, heads = in.heads;
     const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
     const Index b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(int(Tiles::kLevel));
-    Scratch2 qs(level, c, dh), kt(level, dh, w), vs(level, w, dh), s(level, c, w);
-    Scratch1 posq(level, c), posk(level, w);
-    Scratch2 none;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qs(scratch, c, dh), kt(scratch, dh, w), vs(scratch, w, dh), s(scratch, c, w);
+    ScratchInts posq(scratch, c), posk(scratch, w);
+    Scratch2<T> none;
     load_window<T>(team, in, bh, qc, posq, posk, qs, none, kt, vs, none);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
@@ -246,59 +241,60 @@ struct ChunkedForward {
       accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
       in.template mask_row<false>(b, bh, pq, &posk(0), w, row, nullptr);
+      // Online softmax of the window: o = sum_t exp(s_t - m) drop_t v_t / sum_t exp(s_t - m).
       const T m = max_values(row, w);
       for (Index t = 0; t < w; ++t) row[t] = softmax_weight(row[t] - m);
       const T sum = sum_values(row, w);
       if (in.dropout.rate > 0.0)
         for (Index t = 0; t < w; ++t) row[t] *= in.drop_factor(bh, item, t);
-      T acc[kMaxHeadDim];
-      for (Index d = 0; d < dh; ++d) acc[d] = 0;
-      accumulate_rows(acc, &vs(0, 0), dh, row, 1, w, dh);
-      for (Index d = 0; d < dh; ++d) out(b, item, h, d) = acc[d] / sum;
+      T* o = &out(b, item, h, 0);
+      for (Index d = 0; d < dh; ++d) o[d] = 0;
+      accumulate_rows(o, &vs(0, 0), dh, row, 1, w, dh);
+      const T inverse = T(1) / sum;
+      for (Index d = 0; d < dh; ++d) o[d] *= inverse;
       lse(b, item, h) = m + compat::log(sum);
     });
   }
 };
 
-// Backward (one team per query chunk): recomputes P from lse and, for the
-// chunk's queries and its window's keys,
-//   dscore = P (drop (dout . v_t) - dout . out + dlse),
-//   dq = dscore K (written),  dk += dscore^T Q,  dv += dropout(P)^T dout.
-// A query chunk adds into the keys of its own and its n_before previous chunks,
-// so chunks are launched in colours (chunk index mod n_before + 1) whose
-// windows do not overlap: no atomics, and the same sums in the same order on
-// every backend and thread count.
+// Backward (one team per query chunk): recomputes P from the position's LSE
+// and, for the chunk's queries and its window's keys,
+//   dscore = P (drop (dout . v_t) - D),
+//   dq += dscore K,  dk += dscore^T Q,  dv += dropout(P)^T dout,
+// all added into rows indexed by position. A chunk's queries are distinct
+// positions (one round), and so are the keys of each chunk of its window,
+// which the team handles one window chunk at a time.
 template <class T>
 struct ChunkedBackward {
-  using Tiles = ChunkTiles<T>;
-  using Scratch2 = typename Tiles::Scratch2;
-  using Scratch1 = typename Tiles::Scratch1;
   ChunkedInputs<T> in;
-  ItemScalars<const T> lse, dlse, delta;
+  // Per position: LSE_i, D_i [batch, length, heads]; dout, dq, dk, dv [batch, length, heads, d].
+  ItemScalars<const T> lse, delta;
   ItemView<const T> dout;
   ItemView<T> dq, dk_scaled, dv;
-  Index first_chunk = 0, chunk_stride = 1, chunks = 0;  // the chunks of this launch
+  Index first_chunk = 0, chunk_stride = 1, chunks = 0;  // the query chunks of this launch
+  int level = 0;
 
   size_t scratch_bytes() const {
     const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
-    return 2 * Scratch2::shmem_size(c, d) + 2 * Scratch2::shmem_size(d, w) +
-           Scratch2::shmem_size(w, d) + 3 * Scratch2::shmem_size(c, w) + Scratch1::shmem_size(c) +
-           Scratch1::shmem_size(w);
+    return 2 * Scratch2<T>::shmem_size(c, d) + 2 * Scratch2<T>::shmem_size(d, w) +
+           Scratch2<T>::shmem_size(w, d) + 3 * Scratch2<T>::shmem_size(c, w) +
+           ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head, heads = in.heads;
     const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
     const Index bh = team.league_rank() / chunks, b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(int(Tiles::kLevel));
-    Scratch2 qs(level, c, dh), dos(level, c, dh), kt(level, dh, w), vt(level, dh, w),
-        ks(level, w, dh), s(level, c, w), dp(level, c, w), dropw(level, c, w);
-    Scratch1 posq(level, c), posk(level, w);
-    Scratch2 none;
-    gather_rows<T>(
-        team, c, dh, [&](Index i) { return qc * c + i; },
-        [&](Index item, Index d) { return dout(b, item, h, d); }, dos, none);
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qs(scratch, c, dh), dos(scratch, c, dh), kt(scratch, dh, w), vt(scratch, dh, w),
+        ks(scratch, w, dh), s(scratch, c, w), dp(scratch, c, w), grad_masks(scratch, c, w);
+    ScratchInts posq(scratch, c), posk(scratch, w);
+    Scratch2<T> none;
     load_window<T>(team, in, bh, qc, posq, posk, qs, ks, kt, none, vt);
+    gather_rows<T>(
+        team, c, dh, [&](Index i) { return Index(posq(i)); },
+        [&](Index pos, Index d) { return dout(b, pos, h, d); }, dos, none);
+    team.team_barrier();
     // Rows are queries: s <- dropout(P), dp <- dscore; then dq.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
@@ -307,9 +303,8 @@ struct ChunkedBackward {
       accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
       accumulate_rows(drow, &vt(0, 0), w, &dos(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
-      const T l = lse(b, item, h), base = delta(b, item, h) - dlse(b, item, h);
-      // s <- dropout(P), dp <- dscore = P * grad_mask * (drop * dP - base).
-      T* grad_mask = &dropw(i, 0);
+      const T l = lse(b, pq, h), base = delta(b, pq, h);
+      T* grad_mask = &grad_masks(i, 0);
       in.template mask_row<true>(b, bh, pq, &posk(0), w, row, grad_mask);
       if (in.dropout.rate == 0.0) {
         for (Index t = 0; t < w; ++t) {
@@ -324,40 +319,34 @@ struct ChunkedBackward {
           row[t] = p * drop;
         }
       }
-      T grad[kMaxHeadDim];
-      for (Index d = 0; d < dh; ++d) grad[d] = 0;
-      accumulate_rows(grad, &ks(0, 0), dh, drow, 1, w, dh);
-      for (Index d = 0; d < dh; ++d) dq(b, item, h, d) = grad[d];
+      accumulate_rows(&dq(b, pq, h, 0), &ks(0, 0), dh, drow, 1, w, dh);
     });
-    team.team_barrier();
-    // Columns are keys: dk += dscore^T Q, dv += dropout(P)^T dout.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
-      const Index item = in.window.key_item(qc, t);
-      if (item < 0) return;
-      T gk[kMaxHeadDim], gv[kMaxHeadDim];
-      for (Index d = 0; d < dh; ++d) gk[d] = gv[d] = 0;
-      accumulate_rows(gk, &qs(0, 0), dh, &dp(0, t), w, c, dh);
-      accumulate_rows(gv, &dos(0, 0), dh, &s(0, t), w, c, dh);
-      for (Index d = 0; d < dh; ++d) {
-        dk_scaled(b, item, h, d) += gk[d];
-        dv(b, item, h, d) += gv[d];
-      }
-    });
+    // Columns are keys: dk += dscore^T Q, dv += dropout(P)^T dout, one chunk
+    // of the window at a time (with several rounds, a window can hold the same
+    // position twice, once per round).
+    for (Index part = 0; part <= in.window.n_before; ++part) {
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index j) {
+        const Index t = part * c + j;
+        if (posk(t) < 0) return;
+        const Index pk = posk(t);
+        accumulate_rows(&dk_scaled(b, pk, h, 0), &qs(0, 0), dh, &dp(0, t), w, c, dh);
+        accumulate_rows(&dv(b, pk, h, 0), &dos(0, 0), dh, &s(0, t), w, c, dh);
+      });
+    }
   }
 };
 
-// Runs a chunk kernel with one team per (batch, head, chunk).
-template <class Kernel>
-void run_chunks(const char* label, const Kernel& kernel, Index batch) {
-  using Tiles = typename Kernel::Tiles;
-  Kokkos::TeamPolicy<ExecSpace> policy(batch * kernel.in.heads * kernel.in.window.n_chunks,
-                                       Kokkos::AUTO);
+// Runs the forward with one team per (batch, head, chunk).
+template <class T>
+void run_forward_chunks(const char* label, ChunkedForward<T> kernel, Index batch) {
+  const size_t bytes = kernel.scratch_bytes();
+  kernel.level = scratch_level(bytes);
   Kokkos::parallel_for(
-      label, policy.set_scratch_size(Tiles::kLevel, Kokkos::PerTeam(kernel.scratch_bytes())),
-      kernel);
+      label, team_policy(batch * kernel.in.heads * kernel.in.window.n_chunks, bytes), kernel);
 }
 
-// delta = dout . out per (batch, item, head).
+// delta = dout . out per (batch, position, head).
 template <class T>
 void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<T> out) {
   const Index n = a.extent(0) * a.extent(1) * a.extent(2), dh = a.extent(3);
@@ -372,34 +361,40 @@ void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<T> out) {
       });
 }
 
-// Runs the backward: dq is written, dk_scaled and dv are zeroed and then
-// accumulated colour by colour.
+// Runs the backward: dq, dk_scaled and dv are zeroed and then accumulated
+// launch by launch. Per round: the chunks whose window leaves the round (the
+// first n_before with wrap-around) one launch each, then the other chunks in
+// n_before + 1 colours (chunk index mod n_before + 1), whose windows do not
+// overlap.
 template <class T>
 void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const T> lse,
-                      ItemScalars<const T> dlse, ItemScalars<const T> delta, ItemView<const T> dout,
-                      ItemView<T> dq, ItemView<T> dk_scaled, ItemView<T> dv) {
+                      ItemScalars<const T> delta, ItemView<const T> dout, ItemView<T> dq,
+                      ItemView<T> dk_scaled, ItemView<T> dv) {
+  Kokkos::deep_copy(dq, T(0));
   Kokkos::deep_copy(dk_scaled, T(0));
   Kokkos::deep_copy(dv, T(0));
-  const Index batch = dout.extent(0), n_chunks = in.window.n_chunks;
+  const Index batch = dout.extent(0), per_round = in.window.n_chunks / in.rounds;
   const Index colours = in.window.n_before + 1;
-  // With wrap-around, chunk 0's window reaches the last chunks: the chunks past
-  // the last whole group of colours run one launch each.
-  const Index grouped = in.window.wrap ? n_chunks - n_chunks % colours : n_chunks;
-  ChunkedBackward<T> kernel{in, lse, dlse, delta, dout, dq, dk_scaled, dv};
+  const Index boundary = in.window.wrap ? std::min(in.window.n_before, per_round) : 0;
+  ChunkedBackward<T> kernel{in, lse, delta, dout, dq, dk_scaled, dv};
+  const size_t bytes = kernel.scratch_bytes();
+  kernel.level = scratch_level(bytes);
   auto launch = [&](Index first, Index stride, Index chunks) {
     if (chunks <= 0) return;
     kernel.first_chunk = first;
     kernel.chunk_stride = stride;
     kernel.chunks = chunks;
-    Kokkos::TeamPolicy<ExecSpace> policy(batch * in.heads * chunks, Kokkos::AUTO);
-    Kokkos::parallel_for(
-        "chunked_attention_backward",
-        policy.set_scratch_size(ChunkTiles<T>::kLevel, Kokkos::PerTeam(kernel.scratch_bytes())),
-        kernel);
+    Kokkos::parallel_for("chunked_attention_backward",
+                         team_policy(batch * in.heads * chunks, bytes), kernel);
   };
-  for (Index colour = 0; colour < colours; ++colour)
-    launch(colour, colours, (grouped - colour + colours - 1) / colours);
-  for (Index chunk = grouped; chunk < n_chunks; ++chunk) launch(chunk, 1, 1);
+  for (Index r = 0; r < in.rounds; ++r) {
+    const Index first = r * per_round;
+    for (Index j = 0; j < boundary; ++j) launch(first + j, 1, 1);
+    for (Index colour = 0; colour < colours; ++colour) {
+      const Index start = boundary + colour;
+      launch(first + start, colours, (per_round - start + colours - 1) / colours);
+    }
+  }
 }
 
 }  // namespace reformer::attention::detail

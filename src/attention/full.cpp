@@ -20,10 +20,9 @@ using ops::Trans;
 // matrix is contiguous for the batched products. One thread per (b, i, h)
 // copies a contiguous row of d values.
 template <class T>
-View3<T> to_heads(In4<T> x, const char* label) {
+View3<T> to_heads(In4<T> x, Workspace::Frame& frame) {
   const Index batch = x.extent(0), length = x.extent(1), heads = x.extent(2), d = x.extent(3);
-  View3<T> y(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), batch * heads,
-             length, d);
+  auto y = frame.take<View3<T>>(batch * heads, length, d);
   Kokkos::parallel_for(
       "attention_to_heads", range(batch * length * heads), KOKKOS_LAMBDA(Index e) {
         const Index h = e % heads, i = e / heads % length, b = e / (heads * length);
@@ -145,17 +144,19 @@ void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
 }
 
 template <class T>
-void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config) {
+void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
+                  const AttentionCall& call) {
+  config.validate();
   detail::check_qkv(op, q, k, v, /*same_length=*/false);
-  if (config.masks.causal || config.self_mask)
+  if (call.masks.causal || config.self_mask)
     require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
                         "and key lengths, got ", q.extent(1), " and ", k.extent(1));
-  detail::check_masks(op, config.masks, k.extent(0), k.extent(1));
-  detail::check_dropout(op, config.dropout);
+  detail::check_masks(op, call.masks, k.extent(0), k.extent(1));
+  detail::check_dropout(op, call.dropout);
 }
 
-ScoreMask score_mask(const FullAttentionConfig& config, Index heads) {
-  return {config.masks.key_valid, config.masks.causal, config.self_mask, heads};
+ScoreMask score_mask(const FullAttentionConfig& config, const AttentionCall& call, Index heads) {
+  return {call.masks.key_valid, call.masks.causal, config.self_mask, heads};
 }
 
 template <class T>
@@ -164,6 +165,11 @@ T score_scale(const FullAttentionConfig& config, Index d_head) {
 }
 
 }  // namespace
+
+void FullAttentionConfig::validate() const {
+  require<ConfigError>(std::isfinite(scale) && scale >= 0, "FullAttentionConfig: scale is ", scale,
+                       " but must be finite and >= 0 (0: 1 / sqrt(d_head))");
+}
 
 std::int64_t full_attention_score_bytes(Index batch, Index heads, Index length_q, Index length_k,
                                         std::int64_t scalar_bytes, bool dropout) {
@@ -184,12 +190,13 @@ void check_full_attention_fits(Index batch, Index heads, Index length_q, Index l
 
 template <class T>
 void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
-                            View4<T> out, FullAttentionSaved<T>& saved) {
+                            const AttentionCall& call, View4<T> out, FullAttentionSaved<T>& saved,
+                            Workspace& workspace) {
   const char* op = "full_attention_forward";
-  check_inputs<T>(op, q, k, v, config);
+  check_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   const Index batch = q.extent(0), lq = q.extent(1), lk = k.extent(1), heads = q.extent(2);
-  const bool dropout = config.dropout.rate > 0;
+  const bool dropout = call.dropout.rate > 0;
   if (Index(saved.probs.extent(0)) != batch * heads || Index(saved.probs.extent(1)) != lq ||
       Index(saved.probs.extent(2)) != lk) {
     saved.probs = View3<T>();
@@ -197,22 +204,21 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
     saved.probs = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_probs"),
                            batch * heads, lq, lk);
   }
-  auto qh = to_heads<T>(q, "full_attention_q");
-  auto kh = to_heads<T>(k, "full_attention_k");
-  auto vh = to_heads<T>(v, "full_attention_v");
+  Workspace::Frame frame(workspace);
+  auto qh = to_heads<T>(q, frame);
+  auto kh = to_heads<T>(k, frame);
+  auto vh = to_heads<T>(v, frame);
   // Causal: scores above the diagonal are masked, so P is lower-triangular and
   // every product below skips the blocks that are known to be zero.
-  const auto lower_c = config.masks.causal ? Structure::LowerC : Structure::Dense;
-  const auto lower_a = config.masks.causal ? Structure::LowerA : Structure::Dense;
+  const auto lower_c = call.masks.causal ? Structure::LowerC : Structure::Dense;
+  const auto lower_a = call.masks.causal ? Structure::LowerA : Structure::Dense;
   ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs,
                          score_scale<T>(config, q.extent(3)), T(0), lower_c);
-  masked_softmax<T>(saved.probs, score_mask(config, heads));
-  View3<T> oh(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_out"), batch * heads,
-              lq, q.extent(3));
+  masked_softmax<T>(saved.probs, score_mask(config, call, heads));
+  auto oh = frame.take<View3<T>>(batch * heads, lq, q.extent(3));
   if (dropout) {
-    View3<T> dropped(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_dropped"),
-                     batch * heads, lq, lk);
-    apply_dropout<T>(saved.probs, config.dropout, dropped);
+    auto dropped = frame.take<View3<T>>(batch * heads, lq, lk);
+    apply_dropout<T>(saved.probs, call.dropout, dropped);
     ops::batched_matmul<T>(dropped, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
   } else {
     ops::batched_matmul<T>(saved.probs, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
@@ -222,10 +228,11 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
 
 template <class T>
 void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSaved<T>& saved,
-                             In4<T> dout, const FullAttentionConfig& config, View4<T> dq,
-                             View4<T> dk, View4<T> dv) {
+                             In4<T> dout, const FullAttentionConfig& config,
+                             const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
+                             Workspace& workspace) {
   const char* op = "full_attention_backward";
-  check_inputs<T>(op, q, k, v, config);
+  check_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "dout", dout);
   require_same_shape(op, "q", q, "dq", dq);
   require_same_shape(op, "k", k, "dk", dk);
@@ -236,30 +243,30 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
                       op, ": saved probabilities have shape ", shape_string(saved.probs),
                       "; run full_attention_forward on these inputs first");
   const T scale = score_scale<T>(config, q.extent(3));
-  const bool causal = config.masks.causal;
+  const bool causal = call.masks.causal;
   const auto lower_a = causal ? Structure::LowerA : Structure::Dense;
   const auto upper_a = causal ? Structure::UpperA : Structure::Dense;
   const auto lower_c = causal ? Structure::LowerC : Structure::Dense;
-  auto qh = to_heads<T>(q, "full_attention_q");
-  auto kh = to_heads<T>(k, "full_attention_k");
-  auto vh = to_heads<T>(v, "full_attention_v");
-  auto doh = to_heads<T>(dout, "full_attention_dout");
-  View3<T> grad(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_grad"),
-                batch * heads, lq, lk);
+  Workspace::Frame frame(workspace);
+  auto qh = to_heads<T>(q, frame);
+  auto kh = to_heads<T>(k, frame);
+  auto vh = to_heads<T>(v, frame);
+  auto doh = to_heads<T>(dout, frame);
+  auto grad = frame.take<View3<T>>(batch * heads, lq, lk);
   // dV = P'^T dO (P' = dropout(P), built in the gradient buffer before it is needed).
-  View3<T> dvh("full_attention_dv", batch * heads, lk, v.extent(3));
-  if (config.dropout.rate > 0) {
-    apply_dropout<T>(saved.probs, config.dropout, grad);
+  auto dvh = frame.take<View3<T>>(batch * heads, lk, v.extent(3));
+  if (call.dropout.rate > 0) {
+    apply_dropout<T>(saved.probs, call.dropout, grad);
     ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
   } else {
     ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
   }
   // dP' = dO V^T, then dS through dropout and softmax, in place.
   ops::batched_matmul<T>(doh, Trans::No, vh, Trans::Yes, grad, T(1), T(0), lower_c);
-  softmax_backward_masked<T>(saved.probs, grad, score_mask(config, heads), config.dropout);
+  softmax_backward_masked<T>(saved.probs, grad, score_mask(config, call, heads), call.dropout);
   // dQ = scale dS K, dK = scale dS^T Q.
-  View3<T> dqh("full_attention_dq", batch * heads, lq, q.extent(3));
-  View3<T> dkh("full_attention_dk", batch * heads, lk, k.extent(3));
+  auto dqh = frame.take<View3<T>>(batch * heads, lq, q.extent(3));
+  auto dkh = frame.take<View3<T>>(batch * heads, lk, k.extent(3));
   ops::batched_matmul<T>(grad, Trans::No, kh, Trans::No, dqh, scale, T(0), lower_a);
   ops::batched_matmul<T>(grad, Trans::Yes, qh, Trans::No, dkh, scale, T(0), upper_a);
   from_heads<T>(dqh, dq);
@@ -267,12 +274,13 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
   from_heads<T>(dvh, dv);
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                    \
-  template void full_attention_forward<T>(In4<T>, In4<T>, In4<T>, const FullAttentionConfig&,      \
-                                          View4<T>, FullAttentionSaved<T>&);                       \
-  template void full_attention_backward<T>(In4<T>, In4<T>, In4<T>, const FullAttentionSaved<T>&,   \
-                                           In4<T>, const FullAttentionConfig&, View4<T>, View4<T>, \
-                                           View4<T>);
+#define REFORMER_INSTANTIATE(T)                                                                   \
+  template void full_attention_forward<T>(In4<T>, In4<T>, In4<T>, const FullAttentionConfig&,     \
+                                          const AttentionCall&, View4<T>, FullAttentionSaved<T>&, \
+                                          Workspace&);                                            \
+  template void full_attention_backward<T>(                                                       \
+      In4<T>, In4<T>, In4<T>, const FullAttentionSaved<T>&, In4<T>, const FullAttentionConfig&,   \
+      const AttentionCall&, View4<T>, View4<T>, View4<T>, Workspace&);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

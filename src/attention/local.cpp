@@ -11,25 +11,25 @@ namespace {
 
 template <class T>
 detail::ChunkedInputs<T> local_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v,
-                                      const LocalAttentionConfig& config) {
+                                      const LocalAttentionConfig& config,
+                                      const AttentionCall& call) {
   detail::check_qkv(op, q, k, v);
   const Index batch = q.extent(0), length = q.extent(1);
+  config.validate();
   detail::check_chunking(op, length, config.chunk);
-  require<ConfigError>(config.n_before >= 0, op, ": n_before is ", config.n_before,
-                       " but must be >= 0");
-  detail::check_masks(op, config.masks, batch, length);
-  detail::check_dropout(op, config.dropout);
+  detail::check_masks(op, call.masks, batch, length);
+  detail::check_dropout(op, call.dropout);
   detail::ChunkedInputs<T> in;
   in.q = q;
   in.k = k;
   in.v = v;
   in.key_scale_constant = T(1.0 / std::sqrt(double(q.extent(3))));
-  in.key_valid = config.masks.key_valid;
-  in.causal = config.masks.causal;
+  in.key_valid = call.masks.key_valid;
+  in.causal = call.masks.causal;
   in.length = length;
   in.heads = q.extent(2);
   in.d_head = q.extent(3);
-  in.dropout = config.dropout;
+  in.dropout = call.dropout;
   const Index n_chunks = length / config.chunk;
   in.window = {length, config.chunk, n_chunks, std::min(config.n_before, n_chunks - 1), false};
   return in;
@@ -37,35 +37,45 @@ detail::ChunkedInputs<T> local_inputs(const char* op, In4<T> q, In4<T> k, In4<T>
 
 }  // namespace
 
+void LocalAttentionConfig::validate() const {
+  const char* op = "LocalAttentionConfig";
+  require<ConfigError>(chunk > 0, op, ": chunk is ", chunk, " but must be positive");
+  require<ConfigError>(n_before >= 0, op, ": n_before is ", n_before, " but must be >= 0");
+}
+
 template <class T>
 void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionConfig& config,
-                             View4<T> out, View3<T> lse) {
+                             const AttentionCall& call, View4<T> out, View3<T> lse) {
   const char* op = "local_attention_forward";
-  const auto in = local_inputs<T>(op, q, k, v, config);
+  const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   require<ShapeError>(
       lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
       op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
       ", ", q.extent(2), "]");
-  detail::run_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse},
-                     q.extent(0));
+  detail::run_forward_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse},
+                             q.extent(0));
 }
 
 template <class T>
 void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
-                              const LocalAttentionConfig& config, View4<T> dq, View4<T> dk,
-                              View4<T> dv) {
+                              const LocalAttentionConfig& config, const AttentionCall& call,
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace) {
   const char* op = "local_attention_backward";
-  const auto in = local_inputs<T>(op, q, k, v, config);
+  const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   require_same_shape(op, "q", q, "dout", dout);
   require_same_shape(op, "q", q, "dq", dq);
   require_same_shape(op, "k", k, "dk", dk);
   require_same_shape(op, "v", v, "dv", dv);
-  View3<T> delta("local_attention_delta", lse.extent(0), lse.extent(1), lse.extent(2));
-  View3<T> no_dlse("local_attention_dlse", lse.extent(0), lse.extent(1), lse.extent(2));
+  require<ShapeError>(
+      lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
+      op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
+      ", ", q.extent(2), "]");
+  Workspace::Frame frame(workspace);
+  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
-  detail::chunked_backward<T>(in, lse, no_dlse, delta, dout, dq, dk, dv);
+  detail::chunked_backward<T>(in, lse, delta, dout, dq, dk, dv);
   // The kernel returns the gradient of k / sqrt(d_head).
   const T scale = in.key_scale_constant;
   auto flat = Kokkos::View<T*, Layout, MemSpace>(dk.data(), dk.size());
@@ -76,10 +86,10 @@ void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
 
 #define REFORMER_INSTANTIATE(T)                                                                 \
   template void local_attention_forward<T>(In4<T>, In4<T>, In4<T>, const LocalAttentionConfig&, \
-                                           View4<T>, View3<T>);                                 \
+                                           const AttentionCall&, View4<T>, View3<T>);           \
   template void local_attention_backward<T>(In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>,     \
-                                            const LocalAttentionConfig&, View4<T>, View4<T>,    \
-                                            View4<T>);
+                                            const LocalAttentionConfig&, const AttentionCall&,  \
+                                            View4<T>, View4<T>, View4<T>, Workspace&);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

@@ -4,34 +4,27 @@
 #include "attention/chunked_kernels.hpp"
 #include "reformer/core/instantiate.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace reformer::attention {
 namespace {
 
 using IntView2 = Kokkos::View<int**, Layout, MemSpace>;
+using IntView3 = Kokkos::View<int***, Layout, MemSpace>;
 constexpr double kNormEps = 1e-6;
-// Hash rounds the kernels keep per-round values for in registers.
 constexpr Index kMaxHashes = 64;
+// Automatic bucket counts above this are split into two factors (trax).
+constexpr Index kMaxUnfactorisedBuckets = 128;
 
-std::vector<Index> bucket_factors(const LshAttentionConfig& config, Index length) {
-  if (config.n_buckets.empty()) return {2 * std::max<Index>(1, length / config.chunk)};
-  return config.n_buckets;
+// The chunk actually used: a sequence shorter than the chunk is one chunk.
+Index effective_chunk(const LshAttentionConfig& config, Index length) {
+  return std::min(config.chunk, length);
 }
 
-void check_config(const char* op, const LshAttentionConfig& config, Index length) {
-  detail::check_chunking(op, length, config.chunk);
-  require<ConfigError>(config.n_hashes >= 1 && config.n_hashes <= kMaxHashes, op, ": n_hashes is ",
-                       config.n_hashes, " but must be in [1, ", kMaxHashes, "]");
-  require<ConfigError>(config.n_before >= 0, op, ": n_before is ", config.n_before,
-                       " but must be >= 0");
-  require<ConfigError>(config.n_buckets.size() <= 2, op, ": n_buckets has ",
-                       config.n_buckets.size(), " factors but at most 2 are supported");
-  for (Index f : config.n_buckets)
-    require<ConfigError>(f >= 2 && f % 2 == 0, op, ": bucket count ", f,
-                         " must be even and at least 2 (hashing takes the argmax over "
-                         "[xR, -xR])");
-  detail::check_dropout(op, config.dropout);
+void check_length(const char* op, const LshAttentionConfig& config, Index length) {
+  config.validate();
+  detail::check_chunking(op, length, effective_chunk(config, length));
 }
 
 // Buckets of every (batch, position, head, round): argmax over [x R ; -x R]
@@ -42,23 +35,23 @@ void check_config(const char* op, const LshAttentionConfig& config, Index length
 template <class T>
 struct HashKernel {
   static constexpr Index kRows = 32;
-  using Scratch2 = typename detail::ChunkTiles<T>::Scratch2;
   Kokkos::View<const T****, Layout, MemSpace> qk, rot;
   Kokkos::View<const int**, Layout, MemSpace> key_valid;
   IntView2 buckets;
   Index length, heads, rounds, d_head, width, factors, b1, b2;
+  int level = 0;
 
   Index row_blocks() const { return (length + kRows - 1) / kRows; }
   size_t scratch_bytes() const {
-    return Scratch2::shmem_size(d_head, width) + Scratch2::shmem_size(kRows, width);
+    return ScratchMatrix<T>::shmem_size(d_head, width) + ScratchMatrix<T>::shmem_size(kRows, width);
   }
 
-  KOKKOS_INLINE_FUNCTION void operator()(const detail::TeamMember& team) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const Index blocks = (length + kRows - 1) / kRows;
     const Index block = team.league_rank() % blocks, r = team.league_rank() / blocks % rounds;
     const Index bh = team.league_rank() / (blocks * rounds), b = bh / heads, h = bh % heads;
-    const auto level = team.team_scratch(int(detail::ChunkTiles<T>::kLevel));
-    Scratch2 rt(level, d_head, width), proj(level, kRows, width);
+    const auto scratch = team.team_scratch(level);
+    ScratchMatrix<T> rt(scratch, d_head, width), proj(scratch, kRows, width);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
       for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
     });
@@ -91,25 +84,54 @@ struct HashKernel {
   }
 };
 
-// Stable counting sort of one (batch*head, round): items ordered by bucket,
-// then position. counts is scratch [bh * rounds + r, n_buckets + 1].
-struct SortFunctor {
+// Stable counting sort of the items of every (batch*head, round) "row" by
+// bucket, parallel within each row: the row's positions are cut into blocks;
+//  1. each block counts its buckets:        counts(row, bucket, block);
+//  2. one exclusive scan per row over (bucket, block) gives every block's first
+//     slot in every bucket (buckets in order, blocks in position order);
+//  3. each block places its items in position order from those slots.
+// Equal buckets keep position order, so the sort is stable and its result does
+// not depend on the number of threads.
+struct SortPass {
   Kokkos::View<const int**, Layout, MemSpace> buckets;
-  IntView2 perm, undo, counts;
-  Index length, rounds, bins;
+  IntView2 perm, undo;
+  IntView3 counts;  // [rows, bins, blocks]
+  Index length, rounds, bins, blocks, block_size;
 
-  KOKKOS_INLINE_FUNCTION void operator()(Index idx) const {
-    const Index bh = idx / rounds, r = idx % rounds, row = idx;
-    for (Index k = 0; k < bins; ++k) counts(row, k) = 0;
-    for (Index i = 0; i < length; ++i) counts(row, buckets(bh, r * length + i)) += 1;
-    int start = int(r * length);
-    for (Index k = 0; k < bins; ++k) {
-      const int n = counts(row, k);
-      counts(row, k) = start;
-      start += n;
-    }
-    for (Index i = 0; i < length; ++i) {
-      const int s = counts(row, buckets(bh, r * length + i))++;
+  struct Count {};
+  struct Scatter {};
+
+  KOKKOS_INLINE_FUNCTION void items(Index idx, Index& bh, Index& r, Index& row, Index& blk,
+                                    Index& begin, Index& end) const {
+    row = idx / blocks;
+    blk = idx % blocks;
+    bh = row / rounds;
+    r = row % rounds;
+    begin = blk * block_size;
+    end = begin + block_size < length ? begin + block_size : length;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(Count, Index idx) const {
+    Index bh, r, row, blk, begin, end;
+    items(idx, bh, r, row, blk, begin, end);
+    for (Index k = 0; k < bins; ++k) counts(row, k, blk) = 0;
+    for (Index i = begin; i < end; ++i) counts(row, buckets(bh, r * length + i), blk) += 1;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index row = team.league_rank(), r = row % rounds;
+    int* c = &counts(row, 0, 0);
+    const int start = int(r * length);
+    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, bins * blocks),
+                          [&](Index k, int& partial, const bool final) {
+                            const int n = c[k];
+                            if (final) c[k] = start + partial;
+                            partial += n;
+                          });
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(Scatter, Index idx) const {
+    Index bh, r, row, blk, begin, end;
+    items(idx, bh, r, row, blk, begin, end);
+    for (Index i = begin; i < end; ++i) {
+      const int s = counts(row, buckets(bh, r * length + i), blk)++;
       perm(bh, s) = int(i);
       undo(bh, r * length + i) = s;
     }
@@ -129,60 +151,92 @@ void compute_key_scale(In4<T> qk, View3<T> scale) {
       });
 }
 
+void check_plan(const char* op, const LshPlan& plan, Index batch, Index length, Index heads,
+                Index rounds) {
+  require<ConfigError>(!plan.empty(), op, ": the LSH plan is empty; build it with lsh_build_plan");
+  require<ShapeError>(plan.batch == batch && plan.length == length && plan.heads == heads &&
+                          plan.n_hashes == rounds,
+                      op, ": the LSH plan was built for batch ", plan.batch, ", length ",
+                      plan.length, ", ", plan.heads, " heads and ", plan.n_hashes,
+                      " hash rounds but the inputs have batch ", batch, ", length ", length, ", ",
+                      heads, " heads and the config ", rounds, " rounds");
+}
+
 template <class T>
-detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshSaved<T>& saved,
-                                        const LshAttentionConfig& config) {
+detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshPlan& plan, In3<T> key_scale,
+                                        const LshAttentionConfig& config,
+                                        const AttentionCall& call) {
   const Index length = qk.extent(1), rounds = config.n_hashes;
   detail::ChunkedInputs<T> in;
   in.q = qk;
   in.k = qk;
   in.v = v;
-  in.perm = saved.perm;
-  in.undo = saved.undo;
-  in.key_scale = saved.key_scale;
-  in.key_valid = config.masks.key_valid;
-  in.causal = config.masks.causal;
+  in.perm = plan.perm;
+  in.undo = plan.undo;
+  in.key_scale = key_scale;
+  in.key_valid = call.masks.key_valid;
+  in.causal = call.masks.causal;
   in.self_mask = true;
   in.duplicate_correction = config.duplicate_correction;
   in.rounds = rounds;
   in.length = length;
   in.heads = qk.extent(2);
   in.d_head = qk.extent(3);
-  in.dropout = config.dropout;
+  in.dropout = call.dropout;
   // A chunk as long as the sequence is plain shared-QK attention: no look-back.
-  const Index chunk = std::min(config.chunk, length), items = rounds * length;
+  const Index chunk = effective_chunk(config, length), items = rounds * length;
   const Index n_chunks = items / chunk;
-  const Index n_before = config.chunk >= length ? 0 : std::min(config.n_before, n_chunks - 1);
+  const Index n_before = chunk >= length ? 0 : std::min(config.n_before, n_chunks - 1);
   in.window = {items, chunk, n_chunks, n_before, true};
   return in;
 }
 
-// Weights of the rounds of position i: w_r = softmax_r(lse_i^r) (lse of the
-// round's item), written into w[0, rounds).
-template <class T, class Lse, class Undo>
-KOKKOS_INLINE_FUNCTION void round_weights(const Lse& lse, const Undo& undo, Index b, Index bh,
-                                          Index h, Index i, Index length, Index rounds, T* w) {
-  T m = lse(b, undo(bh, i), h);
-  for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(b, undo(bh, r * length + i), h));
-  T total = 0;
-  for (Index r = 0; r < rounds; ++r) {
-    w[r] = compat::exp(lse(b, undo(bh, r * length + i), h) - m);
-    total += w[r];
-  }
-  for (Index r = 0; r < rounds; ++r) w[r] /= total;
+template <class T>
+void check_call(const char* op, In4<T> qk, In4<T> v, const LshPlan& plan,
+                const LshAttentionConfig& config, const AttentionCall& call) {
+  detail::check_qkv(op, qk, v, v);
+  const Index batch = qk.extent(0), length = qk.extent(1);
+  check_length(op, config, length);
+  detail::check_masks(op, call.masks, batch, length);
+  detail::check_dropout(op, call.dropout);
+  check_plan(op, plan, batch, length, qk.extent(2), config.n_hashes);
 }
 
 }  // namespace
 
+void LshAttentionConfig::validate() const {
+  const char* op = "LshAttentionConfig";
+  require<ConfigError>(chunk > 0, op, ": chunk is ", chunk, " but must be positive");
+  require<ConfigError>(n_hashes >= 1 && n_hashes <= kMaxHashes, op, ": n_hashes is ", n_hashes,
+                       " but must be in [1, ", kMaxHashes, "]");
+  require<ConfigError>(n_before >= 0, op, ": n_before is ", n_before, " but must be >= 0");
+  require<ConfigError>(n_buckets.size() <= 2, op, ": n_buckets has ", n_buckets.size(),
+                       " factors but at most 2 are supported");
+  for (Index f : n_buckets)
+    require<ConfigError>(f >= 2 && f % 2 == 0, op, ": bucket count ", f,
+                         " must be even and at least 2 (hashing takes the argmax over "
+                         "[xR, -xR])");
+}
+
+std::vector<Index> lsh_bucket_factors(const LshAttentionConfig& config, Index length) {
+  if (!config.n_buckets.empty()) return config.n_buckets;
+  const Index n = 2 * std::max<Index>(1, length / effective_chunk(config, length));
+  if (n <= kMaxUnfactorisedBuckets) return {n};
+  // Two even factors b1 <= b2 as close to sqrt(n) as possible.
+  for (Index b1 = Index(std::sqrt(double(n))); b1 >= 2; --b1)
+    if (b1 % 2 == 0 && n % b1 == 0 && (n / b1) % 2 == 0) return {b1, n / b1};
+  return {n};
+}
+
 Index lsh_bucket_count(const LshAttentionConfig& config, Index length) {
   Index n = 1;
-  for (Index f : bucket_factors(config, length)) n *= f;
+  for (Index f : lsh_bucket_factors(config, length)) n *= f;
   return n;
 }
 
 Index lsh_rotation_width(const LshAttentionConfig& config, Index length) {
   Index w = 0;
-  for (Index f : bucket_factors(config, length)) w += f / 2;
+  for (Index f : lsh_bucket_factors(config, length)) w += f / 2;
   return w;
 }
 
@@ -195,183 +249,172 @@ void lsh_random_rotations(RandomKey key, View4<T> rotations) {
 }
 
 template <class T>
-void lsh_hash_and_sort(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
-                       LshSaved<T>& saved) {
-  const char* op = "lsh_attention";
+void lsh_build_plan(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
+                    const MaskOptions& masks, LshPlan& plan, Workspace& workspace) {
+  const char* op = "lsh_build_plan";
   require_nonempty(op, "qk", qk);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
   const Index dh = qk.extent(3), rounds = config.n_hashes;
-  check_config(op, config, length);
-  detail::check_masks(op, config.masks, batch, length);
-  const auto factors = bucket_factors(config, length);
+  check_length(op, config, length);
+  detail::check_masks(op, masks, batch, length);
+  const auto factors = lsh_bucket_factors(config, length);
   const Index width = lsh_rotation_width(config, length);
   require<ShapeError>(
       Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
           Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
       op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
       ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, ", "sum of n_buckets / 2)");
-  const Index items = rounds * length, bins = lsh_bucket_count(config, length) + 1;
-  if (Index(saved.perm.extent(0)) != batch * heads || Index(saved.perm.extent(1)) != items) {
-    saved.buckets = IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_buckets"),
-                             batch * heads, items);
-    saved.perm =
-        IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_perm"), batch * heads, items);
-    saved.undo =
-        IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_undo"), batch * heads, items);
+  const Index items = rounds * length, n_buckets = lsh_bucket_count(config, length);
+  if (Index(plan.perm.extent(0)) != batch * heads || Index(plan.perm.extent(1)) != items) {
+    plan.release();
+    auto ints = [&](const char* label) {
+      return IntView2(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
+                      batch * heads, items);
+    };
+    plan.buckets = ints("lsh_buckets");
+    plan.perm = ints("lsh_perm");
+    plan.undo = ints("lsh_undo");
   }
+  plan.batch = batch;
+  plan.length = length;
+  plan.heads = heads;
+  plan.n_hashes = rounds;
+  plan.n_buckets = n_buckets;
   const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
-  const HashKernel<T> hash{qk,
-                           rotations,
-                           config.masks.key_valid,
-                           saved.buckets,
-                           length,
-                           heads,
-                           rounds,
-                           dh,
-                           width,
-                           Index(factors.size()),
-                           b1,
-                           b2};
-  Kokkos::TeamPolicy<ExecSpace> policy(batch * heads * rounds * hash.row_blocks(), Kokkos::AUTO);
-  Kokkos::parallel_for(
-      "lsh_hash",
-      policy.set_scratch_size(detail::ChunkTiles<T>::kLevel, Kokkos::PerTeam(hash.scratch_bytes())),
-      hash);
-  IntView2 counts("lsh_sort_counts", batch * heads * rounds, bins);
-  Kokkos::parallel_for(
-      "lsh_sort", range(batch * heads * rounds),
-      SortFunctor{saved.buckets, saved.perm, saved.undo, counts, length, rounds, bins});
+  HashKernel<T> hash{qk,     rotations, masks.key_valid, plan.buckets,          length, heads,
+                     rounds, dh,        width,           Index(factors.size()), b1,     b2};
+  const size_t hash_bytes = hash.scratch_bytes();
+  hash.level = scratch_level(hash_bytes);
+  Kokkos::parallel_for("lsh_hash",
+                       team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes), hash);
+  lsh_sort_buckets(plan, workspace);
+}
+
+void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
+  const char* op = "lsh_sort_buckets";
+  const Index length = plan.length, rounds = plan.n_hashes;
+  require<ShapeError>(Index(plan.buckets.extent(0)) == plan.batch * plan.heads &&
+                          Index(plan.buckets.extent(1)) == rounds * length &&
+                          plan.perm.extent(1) == plan.buckets.extent(1) &&
+                          plan.undo.extent(1) == plan.buckets.extent(1),
+                      op, ": the plan's buckets have shape ", shape_string(plan.buckets),
+                      " but its fields say batch * heads ", plan.batch * plan.heads,
+                      " and n_hashes * length ", rounds * length);
+  // Blocks of at least 512 positions, at most 64 per row.
+  const Index rows = plan.batch * plan.heads * rounds, bins = plan.n_buckets + 1;
+  const Index blocks = std::max<Index>(1, std::min<Index>(64, length / 512));
+  const Index block_size = (length + blocks - 1) / blocks;
+  Workspace::Frame frame(workspace);
+  auto counts = frame.take<IntView3>(rows, bins, blocks);
+  const SortPass sort{plan.buckets, plan.perm, plan.undo, counts,    length,
+                      rounds,       bins,      blocks,    block_size};
+  Kokkos::parallel_for("lsh_sort_count",
+                       Kokkos::RangePolicy<ExecSpace, SortPass::Count>(0, rows * blocks), sort);
+  Kokkos::parallel_for("lsh_sort_scan", Kokkos::TeamPolicy<ExecSpace>(rows, Kokkos::AUTO), sort);
+  Kokkos::parallel_for("lsh_sort_scatter",
+                       Kokkos::RangePolicy<ExecSpace, SortPass::Scatter>(0, rows * blocks), sort);
 }
 
 template <class T>
-void lsh_attention_forward(In4<T> qk, In4<T> v, In4<T> rotations, const LshAttentionConfig& config,
-                           View4<T> out, LshSaved<T>& saved) {
+void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
+                           const LshAttentionConfig& config, const AttentionCall& call,
+                           View4<T> out, View3<T> lse, Workspace& workspace) {
   const char* op = "lsh_attention_forward";
-  detail::check_qkv(op, qk, v, v);
+  check_call<T>(op, qk, v, plan, config, call);
   require_same_shape(op, "qk", qk, "out", out);
-  lsh_hash_and_sort<T>(qk, rotations, config, saved);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
   const Index dh = qk.extent(3), rounds = config.n_hashes, items = rounds * length;
-  if (Index(saved.out_sorted.extent(1)) != items || saved.out_sorted.extent(0) != qk.extent(0) ||
-      saved.out_sorted.extent(3) != qk.extent(3) || saved.out_sorted.extent(2) != qk.extent(2)) {
-    saved.out_sorted = View4<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_out_sorted"),
-                                batch, items, heads, dh);
-    saved.lse_sorted = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_lse_sorted"),
-                                batch, items, heads);
-    saved.key_scale = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_key_scale"),
-                               batch, length, heads);
-  }
-  compute_key_scale<T>(qk, saved.key_scale);
-  const auto in = chunked_inputs<T>(qk, v, saved, config);
-  detail::run_chunks("lsh_attention_chunks",
-                     detail::ChunkedForward<T>{in, saved.out_sorted, saved.lse_sorted}, batch);
-  // Unsort and combine rounds: out_i = sum_r softmax_r(lse_i^r) o_i^r.
-  auto o = saved.out_sorted;
-  auto lse = saved.lse_sorted;
-  auto undo = saved.undo;
+  require<ShapeError>(Index(lse.extent(0)) == batch && Index(lse.extent(1)) == length &&
+                          Index(lse.extent(2)) == heads,
+                      op, ": lse has shape ", shape_string(lse), " but must be [", batch, ", ",
+                      length, ", ", heads, "]");
+  Workspace::Frame frame(workspace);
+  auto key_scale = frame.take<View3<T>>(batch, length, heads);
+  auto out_sorted = frame.take<View4<T>>(batch, items, heads, dh);
+  auto lse_sorted = frame.take<View3<T>>(batch, items, heads);
+  compute_key_scale<T>(qk, key_scale);
+  const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
+  detail::run_forward_chunks("lsh_attention_chunks",
+                             detail::ChunkedForward<T>{in, out_sorted, lse_sorted}, batch);
+  // Unsort and combine the rounds (one softmax over the union of the rounds'
+  // windows): LSE_i = logsumexp_r lse_i^r,  out_i = sum_r exp(lse_i^r - LSE_i) o_i^r.
+  auto undo = plan.undo;
   Kokkos::parallel_for(
       "lsh_combine_rounds", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const Index bh = b * heads + h;
-        T w[kMaxHashes];
-        round_weights(lse, undo, b, bh, h, i, length, rounds, w);
-        for (Index d = 0; d < dh; ++d) out(b, i, h, d) = 0;
+        T m = lse_sorted(b, undo(bh, i), h);
+        for (Index r = 1; r < rounds; ++r)
+          m = compat::fmax(m, lse_sorted(b, undo(bh, r * length + i), h));
+        T total = 0;
+        for (Index r = 0; r < rounds; ++r)
+          total += compat::exp(lse_sorted(b, undo(bh, r * length + i), h) - m);
+        // Weights relative to the largest round, so that rounds with equal
+        // logsumexps get exactly equal weights whatever their magnitude.
+        const T inverse = T(1) / total;
+        T* o = &out(b, i, h, 0);
+        for (Index d = 0; d < dh; ++d) o[d] = 0;
         for (Index r = 0; r < rounds; ++r) {
           const Index s = undo(bh, r * length + i);
-          for (Index d = 0; d < dh; ++d) out(b, i, h, d) += w[r] * o(b, s, h, d);
+          const T w = compat::exp(lse_sorted(b, s, h) - m) * inverse;
+          const T* os = &out_sorted(b, s, h, 0);
+          for (Index d = 0; d < dh; ++d) o[d] += w * os[d];
         }
+        lse(b, i, h) = m + compat::log(total);
       });
 }
 
 template <class T>
-void lsh_attention_backward(In4<T> qk, In4<T> v, const LshSaved<T>& saved, In4<T> dout,
-                            const LshAttentionConfig& config, View4<T> dqk, View4<T> dv) {
+void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out, In3<T> lse,
+                            In4<T> dout, const LshAttentionConfig& config,
+                            const AttentionCall& call, View4<T> dqk, View4<T> dv,
+                            Workspace& workspace) {
   const char* op = "lsh_attention_backward";
-  detail::check_qkv(op, qk, v, v);
+  check_call<T>(op, qk, v, plan, config, call);
+  require_same_shape(op, "qk", qk, "out", out);
   require_same_shape(op, "qk", qk, "dout", dout);
   require_same_shape(op, "qk", qk, "dqk", dqk);
   require_same_shape(op, "v", v, "dv", dv);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
-  const Index dh = qk.extent(3), rounds = config.n_hashes, items = rounds * length;
-  require<ShapeError>(Index(saved.out_sorted.extent(1)) == items, op, ": saved state has ",
-                      saved.out_sorted.extent(1), " items but n_hashes * L is ", items,
-                      "; run lsh_attention_forward with the same config first");
-  View4<T> dout_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dout_sorted"), batch,
-                       items, heads, dh);
-  View3<T> dlse_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dlse_sorted"), batch,
-                       items, heads);
-  View3<T> delta(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_delta"), batch, items, heads);
-  // Backward of the round combination, w_r = softmax_r(lse^r):
-  //   do^r = w_r dout,  dlse^r = w_r (dout . o^r - dout . out).
-  auto o = saved.out_sorted;
-  auto lse = saved.lse_sorted;
-  auto undo = saved.undo;
+  const Index dh = qk.extent(3);
+  require<ShapeError>(Index(lse.extent(0)) == batch && Index(lse.extent(1)) == length &&
+                          Index(lse.extent(2)) == heads,
+                      op, ": lse has shape ", shape_string(lse), " but must be [", batch, ", ",
+                      length, ", ", heads, "]; pass the lse of lsh_attention_forward");
+  Workspace::Frame frame(workspace);
+  auto key_scale = frame.take<View3<T>>(batch, length, heads);
+  auto delta = frame.take<View3<T>>(batch, length, heads);
+  auto dk = frame.take<View4<T>>(batch, length, heads, dh);
+  compute_key_scale<T>(qk, key_scale);
+  detail::item_dot<T>(dout, out, delta);
+  const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
+  detail::chunked_backward<T>(in, lse, delta, dout, dqk, dk, dv);
+  // The key gradient goes through the normalisation k = x a / sqrt(d),
+  // a = (mean(x^2) + eps)^-1/2:  dx += a / sqrt(d) * (dk - x a^2 mean(dk * x)).
   Kokkos::parallel_for(
-      "lsh_combine_rounds_backward", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
+      "lsh_key_normalisation_backward", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        const Index bh = b * heads + h;
-        T w[kMaxHashes], dout_dot_o[kMaxHashes];
-        round_weights(lse, undo, b, bh, h, i, length, rounds, w);
-        T dout_dot_out = 0;
-        for (Index r = 0; r < rounds; ++r) {
-          const Index s = undo(bh, r * length + i);
-          dout_dot_o[r] = 0;
-          for (Index d = 0; d < dh; ++d) {
-            dout_sorted(b, s, h, d) = w[r] * dout(b, i, h, d);
-            dout_dot_o[r] += dout(b, i, h, d) * o(b, s, h, d);
-          }
-          dout_dot_out += w[r] * dout_dot_o[r];
-        }
-        for (Index r = 0; r < rounds; ++r)
-          dlse_sorted(b, undo(bh, r * length + i), h) = w[r] * (dout_dot_o[r] - dout_dot_out);
-      });
-  detail::item_dot<T>(dout_sorted, saved.out_sorted, delta);
-  View4<T> dq_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dq_sorted"), batch, items,
-                     heads, dh);
-  View4<T> dk_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dk_sorted"), batch, items,
-                     heads, dh);
-  View4<T> dv_sorted(Kokkos::view_alloc(Kokkos::WithoutInitializing, "lsh_dv_sorted"), batch, items,
-                     heads, dh);
-  const auto in = chunked_inputs<T>(qk, v, saved, config);
-  detail::chunked_backward<T>(in, saved.lse_sorted, dlse_sorted, delta, dout_sorted, dq_sorted,
-                              dk_sorted, dv_sorted);
-  // Back to positions, summing over rounds. The key gradient goes through the
-  // normalisation k = x a / sqrt(d), a = (mean(x^2) + eps)^-1/2:
-  //   dx = a / sqrt(d) * (dk - x a^2 mean(dk * x)).
-  auto scale = saved.key_scale;
-  Kokkos::parallel_for(
-      "lsh_scatter_gradients", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
-        const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        const Index bh = b * heads + h;
+        const T* gk = &dk(b, i, h, 0);
+        const T* x = &qk(b, i, h, 0);
         T gk_dot_x = 0;
-        for (Index d = 0; d < dh; ++d) {
-          T gq = 0, gk = 0, gv = 0;
-          for (Index r = 0; r < rounds; ++r) {
-            const Index s = undo(bh, r * length + i);
-            gq += dq_sorted(b, s, h, d);
-            gk += dk_sorted(b, s, h, d);
-            gv += dv_sorted(b, s, h, d);
-          }
-          dqk(b, i, h, d) = gq;
-          dv(b, i, h, d) = gv;
-          gk_dot_x += gk * qk(b, i, h, d);
-        }
-        const T s = scale(b, i, h), a = s * compat::sqrt(T(dh));
-        for (Index d = 0; d < dh; ++d) {
-          T gk = 0;
-          for (Index r = 0; r < rounds; ++r) gk += dk_sorted(b, undo(bh, r * length + i), h, d);
-          dqk(b, i, h, d) += s * (gk - qk(b, i, h, d) * a * a * gk_dot_x / dh);
-        }
+        for (Index d = 0; d < dh; ++d) gk_dot_x += gk[d] * x[d];
+        const T s = key_scale(b, i, h), a = s * compat::sqrt(T(dh));
+        const T c = a * a * gk_dot_x / T(dh);
+        T* g = &dqk(b, i, h, 0);
+        for (Index d = 0; d < dh; ++d) g[d] += s * (gk[d] - x[d] * c);
       });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                \
-  template void lsh_random_rotations<T>(RandomKey, View4<T>);                                  \
-  template void lsh_hash_and_sort<T>(In4<T>, In4<T>, const LshAttentionConfig&, LshSaved<T>&); \
-  template void lsh_attention_forward<T>(In4<T>, In4<T>, In4<T>, const LshAttentionConfig&,    \
-                                         View4<T>, LshSaved<T>&);                              \
-  template void lsh_attention_backward<T>(In4<T>, In4<T>, const LshSaved<T>&, In4<T>,          \
-                                          const LshAttentionConfig&, View4<T>, View4<T>);
+#define REFORMER_INSTANTIATE(T)                                                                   \
+  template void lsh_random_rotations<T>(RandomKey, View4<T>);                                     \
+  template void lsh_build_plan<T>(In4<T>, In4<T>, const LshAttentionConfig&, const MaskOptions&,  \
+                                  LshPlan&, Workspace&);                                          \
+  template void lsh_attention_forward<T>(In4<T>, In4<T>, const LshPlan&,                          \
+                                         const LshAttentionConfig&, const AttentionCall&,         \
+                                         View4<T>, View3<T>, Workspace&);                         \
+  template void lsh_attention_backward<T>(In4<T>, In4<T>, const LshPlan&, In4<T>, In3<T>, In4<T>, \
+                                          const LshAttentionConfig&, const AttentionCall&,        \
+                                          View4<T>, View4<T>, Workspace&);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

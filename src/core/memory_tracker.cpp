@@ -64,6 +64,7 @@ void MemoryTracker::on_allocate(const char* space, const void* ptr, std::uint64_
   SpaceMemory& s = spaces_[name];
   s.current_bytes += static_cast<std::int64_t>(bytes);
   s.live_allocations += 1;
+  s.allocations += 1;
   s.peak_bytes = std::max(s.peak_bytes, s.current_bytes);
   for (OpenPhase& phase : open_) {
     auto [it, inserted] = phase.per_space.try_emplace(name);

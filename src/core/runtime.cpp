@@ -1,6 +1,6 @@
 #include "reformer/core/runtime.hpp"
 
-#include "reformer/core/device.hpp"
+#include "core/device.hpp"
 #include "reformer/core/huge_pages.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/types.hpp"
@@ -37,7 +37,7 @@ BackendInfo backend_info() {
   info.backends = device::enabled_backends();
   info.default_execution_space = ExecSpace::name();
   info.default_memory_space = MemSpace::name();
-  info.concurrency = ExecSpace::concurrency();
+  info.concurrency = ExecSpace().concurrency();  // the instance form (Kokkos 5 drops the static)
   info.device = device::description();
   return info;
 }

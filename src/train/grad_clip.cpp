@@ -29,9 +29,7 @@ void scale_in_place(View1<T> g, T scale) {
 
 template <class T>
 double global_grad_norm(const ParameterSet<T>& params) {
-  double sum = 0;
-  for (const auto& p : params) sum += sum_of_squares<T>(p.grad);
-  return std::sqrt(sum);
+  return std::sqrt(sum_of_squares<T>(params.grads()));
 }
 
 template <class T>
@@ -41,8 +39,7 @@ double clip_grad_norm(ParameterSet<T>& params, double max_norm) {
   const double norm = global_grad_norm(params);
   require<Error>(std::isfinite(norm), "clip_grad_norm: the global gradient norm is ", norm,
                  "; a gradient holds inf or nan");
-  if (norm > max_norm)
-    for (auto& p : params) scale_in_place<T>(p.grad, static_cast<T>(max_norm / norm));
+  if (norm > max_norm) scale_in_place<T>(params.grads(), static_cast<T>(max_norm / norm));
   return norm;
 }
 

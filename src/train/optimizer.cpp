@@ -49,13 +49,13 @@ void validate(const AdamConfig& c) {
 }
 
 template <class T>
-Adam<T>::Adam(ParameterSet<T>& params, AdamConfig config) : params_(params), config_(config) {
+Adam<T>::Adam(ParameterSet<T>& params, AdamConfig config)
+    : params_(params),
+      config_(config),
+      m_("adam_m", params.values().extent(0)),
+      v_("adam_v", params.values().extent(0)),
+      parameters_(params.size()) {
   validate(config_);
-  for (const auto& p : params_) {
-    index_.emplace(p.name, moments_.size());
-    moments_.push_back(
-        {View1<T>(p.name + ".adam_m", p.size()), View1<T>(p.name + ".adam_v", p.size())});
-  }
 }
 
 template <class T>
@@ -63,9 +63,9 @@ void Adam<T>::step(double learning_rate) {
   require<ConfigError>(std::isfinite(learning_rate) && learning_rate >= 0,
                        "Adam::step: learning rate is ", learning_rate,
                        " but must be finite and >= 0");
-  require<ConfigError>(params_.size() == moments_.size(), "Adam::step: the parameter set has ",
-                       params_.size(), " parameters but the optimizer was built for ",
-                       moments_.size(), "; build it after registering every parameter");
+  require<ConfigError>(params_.size() == parameters_, "Adam::step: the parameter set has ",
+                       params_.size(), " parameters but the optimizer was built for ", parameters_,
+                       "; build it after registering every parameter");
   const double t = double(steps_ + 1);
   const double wd = config_.weight_decay;
   const bool decoupled = config_.decoupled_weight_decay;
@@ -77,11 +77,8 @@ void Adam<T>::step(double learning_rate) {
                    decoupled ? learning_rate * wd : 0.0,
                    1.0 - std::pow(config_.beta1, t),
                    1.0 - std::pow(config_.beta2, t)};
-  std::size_t k = 0;
-  for (auto& p : params_) {
-    const Moments& mv = moments_[k++];
-    adam_update<T>(p.value, p.grad, mv.m, mv.v, s);
-  }
+  // One kernel over the set's contiguous buffers (padding stays zero).
+  adam_update<T>(params_.values(), params_.grads(), m_, v_, s);
   ++steps_;
 }
 
@@ -92,20 +89,21 @@ void Adam<T>::set_steps(std::int64_t steps) {
 }
 
 template <class T>
-const typename Adam<T>::Moments& Adam<T>::moments(const char* op, const std::string& name) const {
-  const auto it = index_.find(name);
-  require<ConfigError>(it != index_.end(), op, ": the optimizer has no moments for \"", name, "\"");
-  return moments_[it->second];
+View1<T> Adam<T>::moment(const char* op, const View1<T>& buffer, const std::string& name) const {
+  require<ConfigError>(params_.contains(name), op, ": the optimizer has no moments for \"", name,
+                       "\"");
+  const auto& p = params_.get(name);
+  return Kokkos::subview(buffer, std::make_pair(p.offset, p.offset + p.size()));
 }
 
 template <class T>
 View1<T> Adam<T>::first_moment(const std::string& name) const {
-  return moments("Adam::first_moment", name).m;
+  return moment("Adam::first_moment", m_, name);
 }
 
 template <class T>
 View1<T> Adam<T>::second_moment(const std::string& name) const {
-  return moments("Adam::second_moment", name).v;
+  return moment("Adam::second_moment", v_, name);
 }
 
 #define REFORMER_INSTANTIATE(T) template class Adam<T>;

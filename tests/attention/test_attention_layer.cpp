@@ -1,5 +1,7 @@
 #include "reformer/attention/attention_layer.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,8 @@ using namespace reformer::testing;
 using attention::AttentionKind;
 using attention::AttentionLayer;
 using attention::AttentionLayerConfig;
+using attention::AttentionState;
+using attention::Save;
 
 AttentionLayerConfig small_config(AttentionKind kind) {
   AttentionLayerConfig c;
@@ -29,10 +33,12 @@ AttentionLayerConfig small_config(AttentionKind kind) {
 }
 
 struct LayerCase {
-  train::ParameterSet<double> params;
+  ParameterSet<double> params;
   AttentionLayer<double> layer;
+  AttentionState<double> state;
+  Workspace workspace;
   View3<double> x{"x", 2, 8, 6}, y{"y", 2, 8, 6}, r{"r", 2, 8, 6}, dx{"dx", 2, 8, 6};
-  RandomKey key{3, 7};
+  attention::AttentionLayerCall call{{3, 7}, {}};
 
   explicit LayerCase(const AttentionLayerConfig& config) : layer("layers.0.attn", config, params) {
     layer.init({1, 2});
@@ -40,9 +46,10 @@ struct LayerCase {
     fill_uniform(r, 2);
   }
   double loss() {
-    layer.forward(x, y, key);
+    layer.forward(x, y, call, state, workspace);
     return dot(y, r);
   }
+  void backward(double beta = 0) { layer.backward(x, r, dx, state, workspace, beta); }
 };
 
 class AttentionLayerKinds : public ::testing::TestWithParam<AttentionKind> {};
@@ -53,13 +60,53 @@ TEST_P(AttentionLayerKinds, GradientsOfInputAndProjections) {
   LayerCase c(small_config(GetParam()));
   c.loss();
   c.params.zero_grad();
-  c.layer.backward(c.x, c.r, c.dx);
+  c.backward();
   auto loss = [&] { return c.loss(); };
   EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
   for (const auto& name : c.params.names()) {
     auto& p = c.params.get(name);
     EXPECT_LT(gradient_error(p.value, p.grad, loss, 24), 1e-6) << name;
   }
+}
+
+// beta = 1 adds the input gradient into the caller's buffer (residual and
+// reversible joins need no extra buffer).
+TEST_P(AttentionLayerKinds, BackwardAccumulatesIntoInputGradientWithBeta) {
+  LayerCase c(small_config(GetParam()));
+  c.loss();
+  c.backward();
+  const auto plain = to_host(c.dx);
+  fill_uniform(c.dx, 9);
+  const auto before = to_host(c.dx);
+  c.backward(1.0);
+  const auto summed = to_host(c.dx);
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(summed[i], before[i] + plain[i], 1e-13) << i;
+}
+
+// Forward keeping only the plan, then recompute: the same output bit for bit
+// (same buckets and dropout masks), and backward after the recompute gives the
+// same gradients as backward after a forward that saved everything.
+TEST_P(AttentionLayerKinds, RecomputeReproducesForwardAndGradients) {
+  LayerCase c(small_config(GetParam()));
+  c.loss();
+  const auto y_saved = to_host(c.y);
+  c.params.zero_grad();
+  c.backward();
+  const auto dx_saved = to_host(c.dx);
+  const auto dw_saved = to_host(c.params.grads());
+  AttentionState<double> plan_only;
+  c.layer.forward(c.x, c.y, c.call, plan_only, c.workspace, Save::PlanOnly);
+  EXPECT_FALSE(plan_only.saved);
+  EXPECT_EQ(to_host(c.y), y_saved);
+  AttentionState<double> shared;  // the state a reversible stack reuses for every layer
+  shared.use_plan_of(plan_only);
+  c.layer.recompute(c.x, c.y, shared, c.workspace);
+  EXPECT_EQ(to_host(c.y), y_saved);
+  c.params.zero_grad();
+  c.layer.backward(c.x, c.r, c.dx, shared, c.workspace);
+  EXPECT_EQ(to_host(c.dx), dx_saved);
+  EXPECT_EQ(to_host(c.params.grads()), dw_saved);
 }
 
 TEST_P(AttentionLayerKinds, CausalOutputsIgnoreLaterTokens) {
@@ -84,6 +131,46 @@ TEST_P(AttentionLayerKinds, CausalOutputsIgnoreLaterTokens) {
   EXPECT_NE(before[(0 * 8 + t) * 6], after[(0 * 8 + t) * 6]);
 }
 
+// After one warm-up step, a forward + backward allocates nothing: the state,
+// the LSH plan and the workspace are all reused (counted with the memory
+// tracker's allocation events).
+TEST_P(AttentionLayerKinds, NoAllocationsAfterWarmUp) {
+  AttentionLayerConfig config;
+  config.kind = GetParam();
+  config.d_model = 32;
+  config.heads = 2;
+  config.d_head = 16;
+  config.attention_dropout = 0.1;
+  config.output_dropout = 0.1;
+  config.lsh.chunk = 32;
+  config.lsh.n_hashes = 2;
+  config.local.chunk = 32;
+  ParameterSet<float> params;
+  AttentionLayer<float> layer("attn", config, params);
+  layer.init({1, 1});
+  const Index batch = 2, length = 256;
+  View3<float> x("x", batch, length, 32), y("y", batch, length, 32), dy("dy", batch, length, 32),
+      dx("dx", batch, length, 32);
+  fill_uniform(x, 3);
+  fill_uniform(dy, 4);
+  AttentionState<float> state;
+  Workspace workspace;
+  auto& tracker = MemoryTracker::instance();
+  ASSERT_TRUE(tracker.installed());
+  const std::string space = MemSpace::name();
+  auto step = [&](std::uint64_t k) {
+    layer.forward(x, y, {{5, k}, {}}, state, workspace);
+    layer.backward(x, dy, dx, state, workspace);
+    Kokkos::fence();
+  };
+  step(0);
+  const auto after_warm_up = tracker.space(space).allocations;
+  for (std::uint64_t k = 1; k <= 3; ++k) step(k);
+  EXPECT_EQ(tracker.space(space).allocations, after_warm_up)
+      << "a warmed-up step of " << attention::to_string(config.kind) << " attention allocated";
+  EXPECT_GT(workspace.capacity_bytes(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(FullLshLocal, AttentionLayerKinds,
                          ::testing::Values(AttentionKind::Full, AttentionKind::Lsh,
                                            AttentionKind::Local));
@@ -95,7 +182,7 @@ TEST(AttentionLayer, SharedQkFullAttentionGradients) {
   EXPECT_TRUE(c.params.contains("layers.0.attn.w_qk"));
   EXPECT_FALSE(c.params.contains("layers.0.attn.w_k"));
   c.loss();
-  c.layer.backward(c.x, c.r, c.dx);
+  c.backward();
   auto loss = [&] { return c.loss(); };
   EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
   auto& w = c.params.get("layers.0.attn.w_qk");
@@ -105,7 +192,7 @@ TEST(AttentionLayer, SharedQkFullAttentionGradients) {
 TEST(AttentionLayer, CrossAttentionGradients) {
   auto config = small_config(AttentionKind::Full);
   config.causal = false;
-  train::ParameterSet<double> params;
+  ParameterSet<double> params;
   AttentionLayer<double> layer("decoder.0.cross", config, params);
   layer.init({4, 4});
   View3<double> x("x", 2, 5, 6), memory("memory", 2, 7, 6), y("y", 2, 5, 6), r("r", 2, 5, 6);
@@ -113,12 +200,14 @@ TEST(AttentionLayer, CrossAttentionGradients) {
   fill_uniform(x, 5);
   fill_uniform(memory, 6);
   fill_uniform(r, 7);
+  AttentionState<double> state;
+  Workspace workspace;
   auto loss = [&] {
-    layer.forward_cross(x, memory, y, {1, 1});
+    layer.forward_cross(x, memory, y, {{1, 1}, {}}, state, workspace);
     return dot(y, r);
   };
   loss();
-  layer.backward_cross(x, memory, r, dx, dmemory);
+  layer.backward_cross(x, memory, r, dx, dmemory, state, workspace);
   EXPECT_LT(gradient_error(x, dx, loss), 1e-6);
   EXPECT_LT(gradient_error(memory, dmemory, loss), 1e-6);
   auto& wk = params.get("decoder.0.cross.w_k");
@@ -126,18 +215,39 @@ TEST(AttentionLayer, CrossAttentionGradients) {
 }
 
 TEST(AttentionLayer, ClearErrors) {
+  ParameterSet<double> params;
+  // Contradictory settings name the field instead of being overridden.
   auto config = small_config(AttentionKind::Local);
   config.shared_qk = true;
-  train::ParameterSet<double> params;
-  EXPECT_THROW(AttentionLayer<double>("a", config, params), ConfigError);
+  expect_error<ConfigError>([&] { AttentionLayer<double>("a", config, params); },
+                            {"shared_qk is true but local attention has separate q and k"});
+  config = small_config(AttentionKind::Lsh);
+  config.shared_qk = false;
+  expect_error<ConfigError>([&] { AttentionLayer<double>("a", config, params); },
+                            {"shared_qk is false but LSH attention always shares q and k"});
+  config = small_config(AttentionKind::Lsh);
+  config.lsh.n_hashes = 0;
+  expect_error<ConfigError>([&] { AttentionLayer<double>("a", config, params); },
+                            {"n_hashes is 0 but must be in [1, 64]"});
+  config = small_config(AttentionKind::Full);
+  config.output_dropout = 1.5;
+  expect_error<ConfigError>([&] { AttentionLayer<double>("a", config, params); },
+                            {"output_dropout is 1.5 but must be in [0, 1)"});
   EXPECT_THROW(attention::parse_attention_kind("sparse"), ConfigError);
   EXPECT_EQ(attention::parse_attention_kind("lsh"), AttentionKind::Lsh);
   config = small_config(AttentionKind::Lsh);
   AttentionLayer<double> lsh("b", config, params);
   View3<double> x("x", 1, 8, 6), y("y", 1, 8, 6), memory("m", 1, 4, 6);
-  EXPECT_THROW(lsh.forward_cross(x, memory, y, {1, 1}), ConfigError);
+  AttentionState<double> state;
+  Workspace workspace;
+  EXPECT_THROW(lsh.forward_cross(x, memory, y, {}, state, workspace), ConfigError);
   View3<double> wrong("wrong", 1, 8, 5);
-  EXPECT_THROW(lsh.forward(wrong, wrong, {1, 1}), ShapeError);
+  EXPECT_THROW(lsh.forward(wrong, wrong, {}, state, workspace), ShapeError);
+  // Backward and recompute need the right state.
+  expect_error<ConfigError>([&] { lsh.backward(x, y, y, state, workspace); },
+                            {"holds no self-attention forward pass"});
+  expect_error<ConfigError>([&] { lsh.recompute(x, y, state, workspace); },
+                            {"the state has no LSH plan for an input of shape [1, 8, 6]"});
 }
 
 }  // namespace

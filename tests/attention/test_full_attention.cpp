@@ -1,5 +1,6 @@
 #include "reformer/attention/full.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
 #include "support/gradcheck.hpp"
 
@@ -14,12 +15,14 @@ using attention::FullAttentionConfig;
 struct FullCase {
   Index batch = 2, lq = 9, lk = 9, heads = 3, d = 4;
   FullAttentionConfig config;
+  attention::AttentionCall call;
+  Workspace workspace;
   View4<double> q, k, v, out, r, dq, dk, dv;
   Kokkos::View<int**, Layout, MemSpace> valid;
   attention::FullAttentionSaved<double> saved;
 
   explicit FullCase(bool causal, Index key_length = 9) : lk(key_length) {
-    config.masks.causal = causal;
+    call.masks.causal = causal;
     q = View4<double>("q", batch, lq, heads, d);
     k = View4<double>("k", batch, lk, heads, d);
     v = View4<double>("v", batch, lk, heads, d);
@@ -36,29 +39,30 @@ struct FullCase {
   }
   void pad(std::vector<std::pair<int, int>> padded) {
     mark_padding(valid, padded);
-    config.masks.key_valid = valid;
+    call.masks.key_valid = valid;
   }
   double loss() {
-    attention::full_attention_forward<double>(q, k, v, config, out, saved);
+    attention::full_attention_forward<double>(q, k, v, config, call, out, saved, workspace);
     return dot(out, r);
   }
   void backward() {
     loss();
-    attention::full_attention_backward<double>(q, k, v, saved, r, config, dq, dk, dv);
+    attention::full_attention_backward<double>(q, k, v, saved, r, config, call, dq, dk, dv,
+                                               workspace);
   }
   std::vector<double> reference() const {
     std::vector<int> hv(batch * lk, 1);
-    if (config.masks.key_valid.extent(0)) {
+    if (call.masks.key_valid.extent(0)) {
       auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
       hv.assign(h.data(), h.data() + h.size());
     }
     const auto cfg = config;
+    const bool causal = call.masks.causal;
     const Index len_k = lk;
-    auto rule = [cfg, hv, len_k](long b, long, long i, long j) {
+    auto rule = [cfg, causal, hv, len_k](long b, long, long i, long j) {
       if (j >= len_k) return RefScore{RefScore::Absent};
       if (cfg.self_mask && i == j) return RefScore{RefScore::Constant, -1e5};
-      if ((cfg.masks.causal && j > i) || hv[b * len_k + j] == 0)
-        return RefScore{RefScore::Constant, -1e9};
+      if ((causal && j > i) || hv[b * len_k + j] == 0) return RefScore{RefScore::Constant, -1e9};
       return RefScore{};
     };
     // The reference iterates j over max(lq, lk) positions; pad k and v to that length.
@@ -120,7 +124,7 @@ TEST(FullAttention, CrossAttentionWithOtherKeyLength) {
 TEST(FullAttention, SelfMaskAndDropoutGradients) {
   FullCase c(true);
   c.config.self_mask = true;
-  c.config.dropout = {0.25, {4, 2}};
+  c.call.dropout = {0.25, {4, 2}};
   c.backward();
   auto loss = [&] { return c.loss(); };
   EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
@@ -128,7 +132,7 @@ TEST(FullAttention, SelfMaskAndDropoutGradients) {
   EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
   // Without dropout the self-masked output matches the reference, and position 0
   // (nothing else allowed) attends to itself.
-  c.config.dropout.rate = 0;
+  c.call.dropout.rate = 0;
   c.loss();
   EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
   const auto out = to_host(c.out), v = to_host(c.v);
@@ -175,7 +179,8 @@ TEST(FullAttention, ReportsTheMemoryItWouldNeed) {
 TEST(FullAttention, RejectsMismatchedHeads) {
   FullCase c(false);
   View4<double> k("k", c.batch, c.lk, c.heads + 1, c.d);
-  EXPECT_THROW(attention::full_attention_forward<double>(c.q, k, k, c.config, c.out, c.saved),
+  EXPECT_THROW(attention::full_attention_forward<double>(c.q, k, k, c.config, c.call, c.out,
+                                                         c.saved, c.workspace),
                ShapeError);
   FullCase cross(true, 6);
   EXPECT_THROW(cross.loss(), ShapeError);  // causal needs equal lengths

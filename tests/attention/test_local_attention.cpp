@@ -14,6 +14,8 @@ using attention::LocalAttentionConfig;
 struct LocalCase {
   static constexpr Index batch = 2, length = 12, heads = 2, d = 5;
   LocalAttentionConfig config;
+  attention::AttentionCall call;
+  Workspace workspace;
   View4<double> q{"q", batch, length, heads, d}, k{"k", batch, length, heads, d},
       v{"v", batch, length, heads, d}, out{"out", batch, length, heads, d},
       r{"r", batch, length, heads, d}, dq{"dq", batch, length, heads, d},
@@ -24,7 +26,7 @@ struct LocalCase {
   explicit LocalCase(Index chunk = 4, Index n_before = 1, bool causal = true) {
     config.chunk = chunk;
     config.n_before = n_before;
-    config.masks.causal = causal;
+    call.masks.causal = causal;
     fill_uniform(q, 1);
     fill_uniform(k, 2);
     fill_uniform(v, 3);
@@ -32,29 +34,31 @@ struct LocalCase {
   }
   void pad_positions(std::vector<std::pair<int, int>> padded) {
     mark_padding(valid, padded);
-    config.masks.key_valid = valid;
+    call.masks.key_valid = valid;
   }
   double loss() {
-    attention::local_attention_forward<double>(q, k, v, config, out, lse);
+    attention::local_attention_forward<double>(q, k, v, config, call, out, lse);
     return dot(out, r);
   }
   void backward() {
     loss();
-    attention::local_attention_backward<double>(q, k, v, out, lse, r, config, dq, dk, dv);
+    attention::local_attention_backward<double>(q, k, v, out, lse, r, config, call, dq, dk, dv,
+                                                workspace);
   }
   // The window rule of local attention on original positions.
   std::vector<double> reference() const {
     std::vector<int> host_valid(batch * length, 1);
-    if (config.masks.key_valid.extent(0)) {
+    if (call.masks.key_valid.extent(0)) {
       auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
       for (Index i = 0; i < batch * length; ++i) host_valid[i] = hv.data()[i];
     }
     const auto cfg = config;
+    const bool causal = call.masks.causal;
     const Index len = length;
-    auto rule = [cfg, host_valid, len](long b, long, long i, long j) {
+    auto rule = [cfg, causal, host_valid, len](long b, long, long i, long j) {
       const long qc = i / cfg.chunk, kc = j / cfg.chunk;
       if (kc > qc || kc < qc - cfg.n_before) return RefScore{RefScore::Absent};
-      if ((cfg.masks.causal && j > i) || host_valid[b * len + j] == 0)
+      if ((causal && j > i) || host_valid[b * len + j] == 0)
         return RefScore{RefScore::Constant, -1e9};
       return RefScore{};
     };
@@ -77,7 +81,7 @@ TEST(LocalAttention, ForwardMatchesDenseReference) {
 TEST(LocalAttention, GradientsMatchFiniteDifferences) {
   for (bool causal : {true, false}) {
     LocalCase c(4, 1, causal);
-    c.config.masks.causal = causal;
+    c.call.masks.causal = causal;
     c.backward();
     auto loss = [&] { return c.loss(); };
     EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << causal;
@@ -146,14 +150,14 @@ TEST(LocalAttention, CausalOutputsIgnoreLaterTokens) {
 
 TEST(LocalAttention, DropoutIsReplayedInBackward) {
   LocalCase c(4, 1, true);
-  c.config.dropout = {0.3, {9, 4}};
+  c.call.dropout = {0.3, {9, 4}};
   c.backward();
   auto loss = [&] { return c.loss(); };
   EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
   EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
   // Dropout changes the output.
   const auto dropped = to_host(c.out);
-  c.config.dropout.rate = 0;
+  c.call.dropout.rate = 0;
   c.loss();
   EXPECT_GT(relative_error(dropped, to_host(c.out)), 1e-3);
 }
@@ -172,7 +176,8 @@ TEST(LocalAttention, ClearErrors) {
   LocalCase ok(4, 1, true);
   View4<double> wrong_k("k", ok.batch, ok.length, ok.heads, ok.d + 1);
   try {
-    attention::local_attention_forward<double>(ok.q, wrong_k, wrong_k, ok.config, ok.out, ok.lse);
+    attention::local_attention_forward<double>(ok.q, wrong_k, wrong_k, ok.config, ok.call, ok.out,
+                                               ok.lse);
     FAIL() << "no error";
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("head size mismatch: q has d_head 5 but k has d_head 6"),

@@ -1,5 +1,6 @@
 #include "reformer/attention/lsh.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
 #include "support/gradcheck.hpp"
 
@@ -17,10 +18,11 @@ using attention::LshAttentionConfig;
 // The whole LSH algorithm written as plainly as possible on the host.
 std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
                                   const std::vector<double>& v, const std::vector<double>& rot,
-                                  const LshAttentionConfig& cfg, const std::vector<int>& valid) {
+                                  const LshAttentionConfig& cfg, bool causal,
+                                  const std::vector<int>& valid) {
   const long L = dm.length, R = cfg.n_hashes, d = dm.d;
   std::vector<long> factors(cfg.n_buckets.begin(), cfg.n_buckets.end());
-  if (factors.empty()) factors = {2 * std::max<long>(1, L / cfg.chunk)};
+  if (factors.empty()) factors = {2 * std::max<long>(1, L / std::min<long>(cfg.chunk, L))};
   long width = 0, nb = 1;
   for (long f : factors) width += f / 2, nb *= f;
   auto rot_at = [&](long h, long x, long r, long c) {
@@ -80,7 +82,7 @@ std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
             double score;
             if (pk == pq)
               score = -1e5;
-            else if ((cfg.masks.causal && pk > pq) || (!valid.empty() && valid[b * L + pk] == 0))
+            else if ((causal && pk > pq) || (!valid.empty() && valid[b * L + pk] == 0))
               score = -1e9;
             else {
               score = 0;
@@ -118,17 +120,20 @@ std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
 struct LshCase {
   static constexpr Index batch = 2, length = 16, heads = 2, d = 4;
   LshAttentionConfig config;
+  attention::AttentionCall call;
+  Workspace workspace;
+  View3<double> lse{"lse", batch, length, heads};
   View4<double> qk{"qk", batch, length, heads, d}, v{"v", batch, length, heads, d},
       out{"out", batch, length, heads, d}, r{"r", batch, length, heads, d},
       dqk{"dqk", batch, length, heads, d}, dv{"dv", batch, length, heads, d}, rot;
   Kokkos::View<int**, Layout, MemSpace> valid{"valid", batch, length};
-  attention::LshSaved<double> saved;
+  attention::LshPlan plan;
 
   LshCase(Index chunk, Index n_hashes, std::vector<Index> buckets, bool causal) {
     config.chunk = chunk;
     config.n_hashes = n_hashes;
     config.n_buckets = buckets;
-    config.masks.causal = causal;
+    call.masks.causal = causal;
     fill_uniform(qk, 1);
     fill_uniform(v, 2);
     fill_uniform(r, 3);
@@ -137,24 +142,27 @@ struct LshCase {
   }
   void pad(std::vector<std::pair<int, int>> padded) {
     mark_padding(valid, padded);
-    config.masks.key_valid = valid;
+    call.masks.key_valid = valid;
   }
   double loss() {
-    attention::lsh_attention_forward<double>(qk, v, rot, config, out, saved);
+    attention::lsh_build_plan<double>(qk, rot, config, call.masks, plan, workspace);
+    attention::lsh_attention_forward<double>(qk, v, plan, config, call, out, lse, workspace);
     return dot(out, r);
   }
   void backward() {
     loss();
-    attention::lsh_attention_backward<double>(qk, v, saved, r, config, dqk, dv);
+    attention::lsh_attention_backward<double>(qk, v, plan, out, lse, r, config, call, dqk, dv,
+                                              workspace);
   }
   std::vector<double> reference() const {
     std::vector<int> host_valid;
-    if (config.masks.key_valid.extent(0)) {
+    if (call.masks.key_valid.extent(0)) {
       auto hv = Kokkos::create_mirror_view_and_copy(HostSpace(), valid);
       host_valid.assign(hv.data(), hv.data() + hv.size());
     }
     const Dims dims{batch, length, heads, d};
-    return reference_lsh(dims, to_host(qk), to_host(v), to_host(rot), config, host_valid);
+    return reference_lsh(dims, to_host(qk), to_host(v), to_host(rot), config, call.masks.causal,
+                         host_valid);
   }
 };
 
@@ -198,43 +206,46 @@ TEST(LshAttention, PaddingIncludingPositionZero) {
 TEST(LshAttention, DuplicateCorrectionAndDropoutGradients) {
   LshCase c(4, 3, {4}, false);
   c.config.duplicate_correction = true;
-  c.config.dropout = {0.2, {3, 3}};
+  c.call.dropout = {0.2, {3, 3}};
   c.backward();
   auto loss = [&] { return c.loss(); };
   EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6);
   EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
   const auto corrected = to_host(c.out);
   c.config.duplicate_correction = false;
-  c.config.dropout.rate = 0;
+  c.call.dropout.rate = 0;
   c.loss();
   EXPECT_GT(relative_error(corrected, to_host(c.out)), 1e-4);
 }
 
+// A chunk as long as the sequence, or longer (item 12 of the reference: then
+// LSH attention is plain shared-QK attention with the self-mask).
 TEST(LshAttention, SingleChunkIsSharedQkFullAttentionWithSelfMask) {
-  for (bool causal : {false, true}) {
-    LshCase c(16, 2, {4}, causal);
-    c.loss();
-    // Dense shared-QK attention: keys are the normalised queries.
-    const auto qk = to_host(c.qk);
-    Dims dm{c.batch, c.length, c.heads, c.d};
-    std::vector<double> keys(qk.size());
-    for (long b = 0; b < dm.batch; ++b)
-      for (long i = 0; i < dm.length; ++i)
-        for (long h = 0; h < dm.heads; ++h) {
-          double sq = 0;
-          for (long x = 0; x < dm.d; ++x) sq += qk[dm.at(b, i, h, x)] * qk[dm.at(b, i, h, x)];
-          for (long x = 0; x < dm.d; ++x)
-            keys[dm.at(b, i, h, x)] = qk[dm.at(b, i, h, x)] / std::sqrt(sq / dm.d + 1e-6);
-        }
-    auto rule = [causal](long, long, long i, long j) {
-      if (i == j) return RefScore{RefScore::Constant, -1e5};
-      if (causal && j > i) return RefScore{RefScore::Constant, -1e9};
-      return RefScore{};
-    };
-    const auto full =
-        reference_attention(dm, qk, keys, to_host(c.v), 1 / std::sqrt(double(dm.d)), rule);
-    EXPECT_LT(relative_error(to_host(c.out), full), 1e-12) << causal;
-  }
+  for (const Index chunk : {16, 64})
+    for (bool causal : {false, true}) {
+      LshCase c(chunk, 2, {}, causal);
+      c.loss();
+      // Dense shared-QK attention: keys are the normalised queries.
+      const auto qk = to_host(c.qk);
+      Dims dm{c.batch, c.length, c.heads, c.d};
+      std::vector<double> keys(qk.size());
+      for (long b = 0; b < dm.batch; ++b)
+        for (long i = 0; i < dm.length; ++i)
+          for (long h = 0; h < dm.heads; ++h) {
+            double sq = 0;
+            for (long x = 0; x < dm.d; ++x) sq += qk[dm.at(b, i, h, x)] * qk[dm.at(b, i, h, x)];
+            for (long x = 0; x < dm.d; ++x)
+              keys[dm.at(b, i, h, x)] = qk[dm.at(b, i, h, x)] / std::sqrt(sq / dm.d + 1e-6);
+          }
+      auto rule = [causal](long, long, long i, long j) {
+        if (i == j) return RefScore{RefScore::Constant, -1e5};
+        if (causal && j > i) return RefScore{RefScore::Constant, -1e9};
+        return RefScore{};
+      };
+      const auto full =
+          reference_attention(dm, qk, keys, to_host(c.v), 1 / std::sqrt(double(dm.d)), rule);
+      EXPECT_LT(relative_error(to_host(c.out), full), 1e-12) << causal << " chunk " << chunk;
+    }
 }
 
 TEST(LshAttention, IdenticalRoundsEqualOneRound) {
@@ -299,9 +310,9 @@ TEST(LshAttention, TokenWithNoAllowedTargetAttendsToItself) {
 TEST(LshAttention, BucketsAreSortedStably) {
   LshCase c(4, 2, {8}, false);
   c.loss();
-  auto perm = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.perm);
-  auto undo = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.undo);
-  auto buckets = Kokkos::create_mirror_view_and_copy(HostSpace(), c.saved.buckets);
+  auto perm = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.perm);
+  auto undo = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.undo);
+  auto buckets = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.buckets);
   const Index L = c.length;
   for (Index bh = 0; bh < c.batch * c.heads; ++bh)
     for (Index s = 0; s < 2 * L; ++s) {
@@ -333,18 +344,126 @@ TEST(LshAttention, ClearErrors) {
   c.config.n_buckets = {5};
   EXPECT_NE(message([&] { c.loss(); }).find("bucket count 5 must be even"), std::string::npos);
   c.config.n_buckets = {4};
+  c.loss();
   View4<double> v_wrong("v", c.batch, c.length, c.heads, c.d + 2);
   EXPECT_NE(message([&] {
-              attention::lsh_attention_forward<double>(c.qk, v_wrong, c.rot, c.config, c.out,
-                                                       c.saved);
+              attention::lsh_attention_forward<double>(c.qk, v_wrong, c.plan, c.config, c.call,
+                                                       c.out, c.lse, c.workspace);
             }).find("head size mismatch: q has d_head 4 but k has d_head 6"),
             std::string::npos);
   View4<double> rot_wrong("rot", c.heads, c.d, 2, 2);
   EXPECT_NE(message([&] {
-              attention::lsh_attention_forward<double>(c.qk, c.v, rot_wrong, c.config, c.out,
-                                                       c.saved);
+              attention::lsh_build_plan<double>(c.qk, rot_wrong, c.config, c.call.masks, c.plan,
+                                                c.workspace);
             }).find("rotations have shape [2, 4, 2, 2] but must be [2, 4, 1, 2]"),
             std::string::npos);
+  // A plan of another shape is refused, naming both shapes.
+  c.config.n_hashes = 2;
+  EXPECT_NE(message([&] {
+              attention::lsh_attention_forward<double>(c.qk, c.v, c.plan, c.config, c.call, c.out,
+                                                       c.lse, c.workspace);
+            }).find("plan was built for batch 2, length 16, 2 heads and 1 hash rounds"),
+            std::string::npos);
+  attention::LshPlan empty;
+  EXPECT_NE(message([&] {
+              attention::lsh_attention_forward<double>(c.qk, c.v, empty, c.config, c.call, c.out,
+                                                       c.lse, c.workspace);
+            }).find("the LSH plan is empty"),
+            std::string::npos);
+}
+
+// The automatic bucket count is 2 * L / chunk, split into two even factors
+// above 128 buckets (as trax does) so that the rotations stay small.
+TEST(LshAttention, AutomaticBucketCountFactorisesAbove128) {
+  LshAttentionConfig config;
+  config.chunk = 64;
+  EXPECT_EQ(attention::lsh_bucket_factors(config, 4096), std::vector<Index>({128}));
+  EXPECT_EQ(attention::lsh_bucket_factors(config, 8192), std::vector<Index>({16, 16}));
+  EXPECT_EQ(attention::lsh_bucket_factors(config, 65536), std::vector<Index>({32, 64}));
+  EXPECT_EQ(attention::lsh_rotation_width(config, 65536), 16 + 32);
+  EXPECT_EQ(attention::lsh_bucket_count(config, 65536), 2048);
+  // 2 * 3 * 50 = 300 buckets: the even factors closest to sqrt(300).
+  EXPECT_EQ(attention::lsh_bucket_factors(config, 64 * 150), std::vector<Index>({10, 30}));
+  // Shorter than a chunk: one chunk, 2 buckets.
+  EXPECT_EQ(attention::lsh_bucket_factors(config, 16), std::vector<Index>({2}));
+}
+
+// The parallel counting sort gives the stable order of (round, bucket,
+// position) at a length where each row is cut into several blocks.
+TEST(LshAttention, ParallelSortMatchesStableSortOnLongSequences) {
+  const Index batch = 1, length = 4096, heads = 2, d = 4, rounds = 2;
+  LshAttentionConfig config;
+  config.chunk = 64;
+  config.n_hashes = rounds;
+  View4<double> qk("qk", batch, length, heads, d);
+  fill_uniform(qk, 21);
+  View4<double> rot("rot", heads, d, rounds, attention::lsh_rotation_width(config, length));
+  attention::lsh_random_rotations<double>({7, 7}, rot);
+  attention::LshPlan plan;
+  Workspace workspace;
+  attention::lsh_build_plan<double>(qk, rot, config, {}, plan, workspace);
+  auto perm = Kokkos::create_mirror_view_and_copy(HostSpace(), plan.perm);
+  auto undo = Kokkos::create_mirror_view_and_copy(HostSpace(), plan.undo);
+  auto buckets = Kokkos::create_mirror_view_and_copy(HostSpace(), plan.buckets);
+  for (Index bh = 0; bh < batch * heads; ++bh) {
+    std::vector<Index> order(rounds * length);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](Index x, Index y) {
+      return std::make_pair(x / length, buckets(bh, x)) <
+             std::make_pair(y / length, buckets(bh, y));
+    });
+    for (Index s = 0; s < rounds * length; ++s) {
+      ASSERT_EQ(perm(bh, s), order[s] % length) << "item " << s;
+      ASSERT_EQ(undo(bh, order[s]), s);
+    }
+  }
+}
+
+// A reversible network rebuilds a layer's input by subtraction, which is not
+// bit-identical. Here one position's projections tie between two buckets, so a
+// change in the last bits flips its bucket when rehashed; the recompute with
+// the forward's plan keeps the forward's buckets, and its output equals the
+// forward's up to the size of the perturbation.
+TEST(LshAttention, RecomputeWithSavedPlanIgnoresLastBitChanges) {
+  LshCase c(4, 2, {4}, true);
+  // Rotation columns R0 = (3, 4, 5, 6) and R1 = R0 + (-1.75, 0, 0, 1) in every
+  // head and round, and q_3 = (1, 1.25, 1.5, 1.75): both projections are exactly
+  // 26 (small dyadic numbers, no rounding), a tie that hashing breaks towards
+  // column 0. Raising the last component of q_3 makes column 1 win.
+  auto hq = Kokkos::create_mirror_view_and_copy(HostSpace(), c.qk);
+  auto hr = Kokkos::create_mirror_view_and_copy(HostSpace(), c.rot);
+  for (Index h = 0; h < c.heads; ++h)
+    for (Index r = 0; r < 2; ++r)
+      for (Index x = 0; x < c.d; ++x) {
+        hr(h, x, r, 0) = 3.0 + x;
+        hr(h, x, r, 1) = 3.0 + x + (x == 0 ? -1.75 : x == c.d - 1 ? 1.0 : 0.0);
+      }
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h)
+      for (Index x = 0; x < c.d; ++x) hq(b, 3, h, x) = 1.0 + 0.25 * x;
+  Kokkos::deep_copy(c.qk, hq);
+  Kokkos::deep_copy(c.rot, hr);
+  c.loss();
+  const auto forward_out = to_host(c.out);
+  auto saved_buckets = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.buckets);
+  attention::LshPlan saved = c.plan;  // a handle; rebuilt below into a fresh plan
+  c.plan = attention::LshPlan();
+  // Perturb position 3 in its last bits so that column 1 wins the argmax.
+  for (Index b = 0; b < c.batch; ++b)
+    for (Index h = 0; h < c.heads; ++h) hq(b, 3, h, c.d - 1) *= 1.0 + 1e-14;
+  Kokkos::deep_copy(c.qk, hq);
+  c.loss();  // rehashes into c.plan
+  auto rehashed = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.buckets);
+  Index flipped = 0;
+  for (Index bh = 0; bh < c.batch * c.heads; ++bh)
+    for (Index s = 0; s < 2 * c.length; ++s) flipped += rehashed(bh, s) != saved_buckets(bh, s);
+  EXPECT_GT(flipped, 0) << "the perturbation should move position 3 to another bucket";
+  const double rehash_change = relative_error(to_host(c.out), forward_out);
+  EXPECT_GT(rehash_change, 1e-6);
+  // The recompute with the saved plan.
+  attention::lsh_attention_forward<double>(c.qk, c.v, saved, c.config, c.call, c.out, c.lse,
+                                           c.workspace);
+  EXPECT_LT(relative_error(to_host(c.out), forward_out), 1e-12);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // checks two such files (e.g. from the Serial and the OpenMP build):
 //   - random draws (dropout masks, initial weights) must be bitwise identical;
 //   - every other output must agree within 1e-6 norm-wise relative error.
+#include "reformer/attention/attention_layer.hpp"
+#include "reformer/core/parameter_set.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/shape.hpp"
@@ -17,7 +19,6 @@
 #include "reformer/train/grad_clip.hpp"
 #include "reformer/train/initializers.hpp"
 #include "reformer/train/optimizer.hpp"
-#include "reformer/train/parameter_set.hpp"
 #include "support/fingerprint.hpp"
 
 #include <cstdio>
@@ -114,7 +115,7 @@ void run_cross_entropy(Fingerprint& out) {
 }
 
 // Fixed gradients g_i = 0.1 * (2 u - 1) + 0.01 (a mean so Adam has a direction).
-void fill_grads(train::ParameterSet<float>& params, std::uint64_t seed) {
+void fill_grads(ParameterSet<float>& params, std::uint64_t seed) {
   for (auto& p : params) {
     fill(p.grad, seed++);
     auto g = p.grad;
@@ -124,7 +125,7 @@ void fill_grads(train::ParameterSet<float>& params, std::uint64_t seed) {
   }
 }
 
-void build_parameters(train::ParameterSet<float>& params) {
+void build_parameters(ParameterSet<float>& params) {
   params.add("emb.table", {64, 32});
   params.add("layers.0.attn.w_qk", {4, 32, 8});
   params.add("layers.0.ff.w1", {32, 48});
@@ -138,13 +139,13 @@ void build_parameters(train::ParameterSet<float>& params) {
 // Initial weights (bitwise), then Adam / AdamW steps and gradient clipping.
 void run_training(Fingerprint& out) {
   {
-    train::ParameterSet<float> params;
+    ParameterSet<float> params;
     build_parameters(params);
     for (const auto& p : params) out.add("init." + p.name, p.value, Rule::Bitwise);
   }
   for (const bool decoupled : {false, true}) {
     const std::string name = decoupled ? "adamw." : "adam.";
-    train::ParameterSet<float> params;
+    ParameterSet<float> params;
     build_parameters(params);
     train::AdamConfig config;
     config.weight_decay = 0.01;
@@ -161,7 +162,7 @@ void run_training(Fingerprint& out) {
     }
   }
   {
-    train::ParameterSet<float> params;
+    ParameterSet<float> params;
     build_parameters(params);
     fill_grads(params, 90);
     View1<float> norm("norm", 1);
@@ -169,6 +170,51 @@ void run_training(Fingerprint& out) {
     Kokkos::deep_copy(norm, float(train::clip_grad_norm(params, 0.5)));
     out.add("clip.norm", norm, Rule::Close);
     for (const auto& p : params) out.add("clip." + p.name, p.grad, Rule::Close);
+  }
+}
+
+// Every attention variant through the layer (projections, masks, dropout,
+// LSH hashing and sorting): outputs, input gradients and projection gradients.
+void run_attention(Fingerprint& out) {
+  const Index batch = 2, length = 256, d_model = 64;
+  View3<float> x("x", batch, length, d_model), dy("dy", batch, length, d_model);
+  fill(x, 30);
+  fill(dy, 31);
+  Kokkos::View<int**, Layout, MemSpace> valid("valid", batch, length);
+  Kokkos::parallel_for(
+      "fingerprint_valid", range(batch * length),
+      KOKKOS_LAMBDA(Index i) { valid(i / length, i % length) = i % length < length - 9 ? 1 : 0; });
+  for (const auto kind : {attention::AttentionKind::Full, attention::AttentionKind::Lsh,
+                          attention::AttentionKind::Local}) {
+    attention::AttentionLayerConfig config;
+    config.kind = kind;
+    config.d_model = d_model;
+    config.heads = 4;
+    config.d_head = 16;
+    config.attention_dropout = 0.1;
+    config.lsh.chunk = 32;
+    config.lsh.n_hashes = 2;
+    config.local.chunk = 32;
+    ParameterSet<float> params;
+    attention::AttentionLayer<float> layer("attn", config, params);
+    layer.init({77, 1});
+    attention::AttentionState<float> state;
+    Workspace workspace;
+    View3<float> y("y", batch, length, d_model), dx("dx", batch, length, d_model);
+    layer.forward(x, y, {{78, 2}, valid}, state, workspace);
+    layer.backward(x, dy, dx, state, workspace);
+    const std::string name = std::string("attention.") + attention::to_string(kind);
+    out.add(name + ".y", y, Rule::Close);
+    out.add(name + ".dx", dx, Rule::Close);
+    for (const auto& p : params) out.add(name + ".grad." + p.name, p.grad, Rule::Close);
+    if (kind == attention::AttentionKind::Lsh) {
+      View2<float> perm("perm", state.plan.perm.extent(0), state.plan.perm.extent(1));
+      auto source = state.plan.perm;
+      Kokkos::parallel_for(
+          "fingerprint_perm", range(perm.size()),
+          KOKKOS_LAMBDA(Index i) { perm.data()[i] = float(source.data()[i]); });
+      out.add(name + ".perm", perm, Rule::Bitwise);
+    }
   }
 }
 
@@ -235,6 +281,7 @@ void run_ops(Fingerprint& out) {
   run_embeddings(out);
   run_cross_entropy(out);
   run_training(out);
+  run_attention(out);
 }
 
 }  // namespace

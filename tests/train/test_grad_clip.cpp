@@ -11,7 +11,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-using train::ParameterSet;
 
 // Three parameters with random gradients in [-1, 1).
 template <class T>

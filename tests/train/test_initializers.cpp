@@ -12,7 +12,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-using train::ParameterSet;
 
 struct Moments {
   double mean = 0, std = 0, max_abs = 0;

@@ -13,7 +13,6 @@ namespace {
 using namespace reformer::testing;
 using train::Adam;
 using train::AdamConfig;
-using train::ParameterSet;
 
 // Textbook Adam / AdamW on host vectors, one parameter at a time.
 struct HostAdam {

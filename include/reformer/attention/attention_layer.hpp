@@ -7,13 +7,21 @@
 // ("layers.3.attn") as w_q, w_k (or w_qk), w_v and w_o, each [d_model, heads * d_head]
 // (w_o: [heads * d_head, d_model]). Full attention also serves cross-attention:
 // queries from x, keys and values from a second sequence.
+//
+// Ownership (docs/design.md): the layer owns its parameters and nothing else.
+// What backward needs from forward goes into an AttentionState that the caller
+// owns, reuses across steps and can drop; temporaries come from a Workspace the
+// caller passes (one can serve a whole model). After one warm-up step, forward +
+// backward of every variant allocate nothing.
 #pragma once
 
 #include "reformer/attention/full.hpp"
 #include "reformer/attention/local.hpp"
 #include "reformer/attention/lsh.hpp"
-#include "reformer/train/parameter_set.hpp"
+#include "reformer/core/parameter_set.hpp"
+#include "reformer/core/workspace.hpp"
 
+#include <optional>
 #include <string>
 
 namespace reformer::attention {
@@ -24,76 +32,105 @@ enum class AttentionKind { Full, Lsh, Local };
 AttentionKind parse_attention_kind(const std::string& name);
 const char* to_string(AttentionKind kind);
 
+// Hyper-parameters only, each field once (the variant configs carry no masks or
+// dropout: the layer builds them per call from `causal` and the rates).
 struct AttentionLayerConfig {
   AttentionKind kind = AttentionKind::Lsh;
   Index d_model = 256;
   Index heads = 4;
   Index d_head = 64;
   bool causal = true;
-  // Full attention only: one projection for q and k (k = q, own position
-  // masked as in LSH). LSH always shares and normalises keys; local never shares.
-  bool shared_qk = false;
+  // One projection for q and k. Unset: the variant's own rule (LSH shares, full
+  // and local do not). LSH cannot unshare and local cannot share: ConfigError.
+  std::optional<bool> shared_qk{};
   double attention_dropout = 0.0;  // on the attention probabilities
   double output_dropout = 0.0;     // after W_o
-  // Variant settings; their masks and dropout are set by the layer.
-  LshAttentionConfig lsh{};
-  LocalAttentionConfig local{};
+  LshAttentionConfig lsh{};        // used when kind is Lsh
+  LocalAttentionConfig local{};    // used when kind is Local
+
+  bool shares_qk() const;
+  // ConfigError naming the first bad or contradictory field.
+  void validate() const;
 };
+
+// Per call: the counters of this call's randomness (LSH rotations, dropout
+// masks) and an optional [batch, length_k] padding mask (1 = token).
+struct AttentionLayerCall {
+  RandomKey key{};
+  Kokkos::View<const int**, Layout, MemSpace> key_valid{};
+};
+
+// What forward saves for backward, owned by the caller. Reused across steps
+// (views are reallocated only when the shape changes); release() drops it.
+template <class T>
+struct AttentionState {
+  AttentionLayerCall call{};  // the call that filled it (backward replays it)
+  Index batch = 0, length_q = 0, length_k = 0;
+  bool cross = false;
+  bool saved = false;            // activations below hold a forward pass
+  View2<T> q, k, v, attended;    // [rows, heads * d_head]; k empty when q and k are shared
+  View3<T> lse;                  // LSH and local: [batch, length_q, heads]
+  FullAttentionSaved<T> full{};  // full: probabilities
+  LshPlan plan{};                // LSH: buckets and sort of the last forward
+
+  // Frees the activations; keep_plan keeps the call and the LSH plan.
+  void release(bool keep_plan = false);
+  // Takes another state's call and LSH plan (shared handles, nothing copied),
+  // so that one state can hold the activations of whichever layer of a
+  // reversible stack is being recomputed.
+  void use_plan_of(const AttentionState& other);
+};
+
+// What a forward pass keeps in the state: everything backward needs
+// (training), or only the call and the LSH plan (the forward pass of a
+// reversible stack, which recomputes, and inference).
+enum class Save { All, PlanOnly };
 
 template <class T>
 class AttentionLayer {
  public:
-  // Registers the projections in `params` under `prefix`; checks the config.
+  // Registers the projections in `params` under `prefix`; validates the config.
   AttentionLayer(const std::string& prefix, const AttentionLayerConfig& config,
-                 train::ParameterSet<T>& params);
+                 ParameterSet<T>& params);
 
   // Xavier-uniform projections from the counter RNG.
   void init(RandomKey key);
 
-  // x [batch, length, d_model] -> y (same shape). `key` draws this call's LSH
-  // rotations and dropout masks; backward replays them. key_valid: optional
-  // [batch, length] padding mask (1 = token).
-  void forward(In3<T> x, View3<T> y, RandomKey key,
-               Kokkos::View<const int**, Layout, MemSpace> key_valid = {});
+  // x [batch, length, d_model] -> y (same shape).
+  void forward(In3<T> x, View3<T> y, const AttentionLayerCall& call, AttentionState<T>& state,
+               Workspace& workspace, Save save = Save::All) const;
 
-  // Backward of the last forward on the same x: dx overwritten, the
-  // projections' gradients accumulated.
-  void backward(In3<T> x, In3<T> dy, View3<T> dx);
+  // Forward again with the call and the LSH plan saved in `state` (same buckets,
+  // same dropout masks), saving everything for backward: the reversible
+  // backward pass calls it on its rebuilt input.
+  void recompute(In3<T> x, View3<T> y, AttentionState<T>& state, Workspace& workspace) const;
 
-  // Cross-attention (full attention only): queries from x [batch, Lq, d_model],
-  // keys and values from memory [batch, Lk, d_model]; no causal mask.
-  void forward_cross(In3<T> x, In3<T> memory, View3<T> y, RandomKey key,
-                     Kokkos::View<const int**, Layout, MemSpace> memory_valid = {});
-  void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory);
+  // dx = beta * dx + dL/dx (beta = 1 adds into a residual or reversible
+  // stream); the projections' gradients are accumulated.
+  void backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
+                Workspace& workspace, T beta = T(0)) const;
+
+  // Cross-attention (full attention with separate q and k): queries from x
+  // [batch, Lq, d_model], keys and values from memory [batch, Lk, d_model]; no
+  // causal mask; call.key_valid masks memory positions.
+  void forward_cross(In3<T> x, In3<T> memory, View3<T> y, const AttentionLayerCall& call,
+                     AttentionState<T>& state, Workspace& workspace, Save save = Save::All) const;
+  void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory,
+                      const AttentionState<T>& state, Workspace& workspace, T beta = T(0)) const;
 
   const AttentionLayerConfig& config() const { return config_; }
 
  private:
-  void project(In3<T> x, In3<T> memory);
-  void attend();
-  // [rows, heads * d_head] matrices of the current call viewed per head.
-  View4<T> query_heads(const View2<T>& m) const;
-  View4<T> key_heads(const View2<T>& m) const;
-  // The masks and the dropout stream of the current call.
-  MaskOptions call_masks() const;
-  AttentionDropout call_dropout() const;
-  void output(View3<T> y);
-  void backward_common(In3<T> dy, View2<T> dq, View2<T> dk, View2<T> dv);
+  void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
+           Save save, bool reuse_plan) const;
+  void attention_backward(const AttentionState<T>& state, In3<T> dy, View2<T> dq, View2<T> dk,
+                          View2<T> dv, Workspace& workspace) const;
 
   AttentionLayerConfig config_;
-  train::Parameter<T>* w_q_ = nullptr;  // or w_qk
-  train::Parameter<T>* w_k_ = nullptr;  // null when q and k are shared
-  train::Parameter<T>* w_v_ = nullptr;
-  train::Parameter<T>* w_o_ = nullptr;
-  // Saved by forward for backward.
-  RandomKey key_{};
-  Kokkos::View<const int**, Layout, MemSpace> key_valid_;
-  View2<T> q_, k_, v_, attended_;  // [batch * length, heads * d_head]
-  View4<T> rotations_;
-  View3<T> local_lse_;
-  LshSaved<T> lsh_saved_;
-  FullAttentionSaved<T> full_saved_;
-  Index batch_ = 0, length_q_ = 0, length_k_ = 0;
+  Parameter<T>* w_q_ = nullptr;  // or w_qk
+  Parameter<T>* w_k_ = nullptr;  // null when q and k are shared
+  Parameter<T>* w_v_ = nullptr;
+  Parameter<T>* w_o_ = nullptr;
 };
 
 }  // namespace reformer::attention

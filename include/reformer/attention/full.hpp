@@ -6,18 +6,24 @@
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
 
+// Hyper-parameters only (per-call masks and dropout: AttentionCall; a causal
+// mask needs Lq == Lk).
 struct FullAttentionConfig {
-  MaskOptions masks{};  // causal needs Lq == Lk
-  AttentionDropout dropout{};
   // Shared-QK attention: the own position gets MaskValues::self (Lq == Lk).
   bool self_mask = false;
   // Score scale; 0 means 1 / sqrt(d_head).
   double scale = 0.0;
+
+  // ConfigError naming the field and its value.
+  void validate() const;
 };
 
+// What backward needs: the probabilities (the caller owns them; reallocated
+// only when the shape changes).
 template <class T>
 struct FullAttentionSaved {
   View3<T> probs;  // softmax(S), [batch * heads, Lq, Lk]
@@ -33,14 +39,17 @@ std::int64_t full_attention_score_bytes(Index batch, Index heads, Index length_q
 void check_full_attention_fits(Index batch, Index heads, Index length_q, Index length_k,
                                std::int64_t scalar_bytes, bool dropout);
 
+// Head-major copies and the other temporaries come from `workspace`.
 template <class T>
 void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
-                            View4<T> out, FullAttentionSaved<T>& saved);
+                            const AttentionCall& call, View4<T> out, FullAttentionSaved<T>& saved,
+                            Workspace& workspace);
 
 // Gradients of q, k and v (overwritten).
 template <class T>
 void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSaved<T>& saved,
-                             In4<T> dout, const FullAttentionConfig& config, View4<T> dq,
-                             View4<T> dk, View4<T> dv);
+                             In4<T> dout, const FullAttentionConfig& config,
+                             const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
+                             Workspace& workspace);
 
 }  // namespace reformer::attention

@@ -9,25 +9,28 @@
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
 
+// Hyper-parameters only (per-call masks and dropout: AttentionCall).
 struct LocalAttentionConfig {
-  Index chunk = 128;    // positions per chunk; length must be a multiple
-  Index n_before = 1;   // previous chunks each chunk attends to
-  MaskOptions masks{};  // causal is what language models want
-  AttentionDropout dropout{};
+  Index chunk = 128;   // positions per chunk; length must be a multiple
+  Index n_before = 1;  // previous chunks each chunk attends to
+
+  // ConfigError naming the field and its value.
+  void validate() const;
 };
 
 // out [batch, length, heads, d_head]; lse [batch, length, heads] is saved for backward.
 template <class T>
 void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionConfig& config,
-                             View4<T> out, View3<T> lse);
+                             const AttentionCall& call, View4<T> out, View3<T> lse);
 
 // Gradients of q, k, v (overwritten) from dout, recomputing the scores from lse.
 template <class T>
 void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
-                              const LocalAttentionConfig& config, View4<T> dq, View4<T> dk,
-                              View4<T> dv);
+                              const LocalAttentionConfig& config, const AttentionCall& call,
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace);
 
 }  // namespace reformer::attention

@@ -11,36 +11,46 @@
 //     which gets -1e5 so a token attends to itself only if nothing else is allowed);
 //  4. unsort and combine the rounds with their logsumexps:
 //     out_i = sum_r exp(lse_i^r - logsumexp_r' lse_i^r') o_i^r.
-// Only the per-item outputs and logsumexps are kept for backward, which
-// recomputes the scores: memory is O(n_hashes * L * d_head).
+// Steps 1-2 build an LshPlan, which the forward pass, a later recompute (the
+// reversible backward) and the backward pass all take: a recompute on an input
+// that differs in its last bits uses exactly the forward's buckets.
+// The backward pass recomputes the scores from the saved logsumexp: beyond the
+// plan (O(n_hashes * L) integers) only the output and one logsumexp per
+// position are kept.
 //
 // Tensors are [batch, length, heads, d_head].
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/workspace.hpp"
 
 #include <vector>
 
 namespace reformer::attention {
 
+// Hyper-parameters only (per-call masks and dropout: AttentionCall).
 struct LshAttentionConfig {
-  Index chunk = 64;    // sorted items per chunk; length must be a multiple
+  // Sorted items per chunk; the length must be a multiple, or at most one
+  // chunk long (then it is plain shared-QK attention with the self-mask).
+  Index chunk = 64;
   Index n_hashes = 1;  // hash rounds
   // Buckets per round: {n} with n even, or two even factors {b1, b2}
-  // (n = b1 * b2). Empty: 2 * max(1, length / chunk), as in trax.
+  // (n = b1 * b2). Empty: n = 2 * max(1, length / chunk) as in trax, split
+  // into two factors above 128 buckets so that the rotations stay small.
   std::vector<Index> n_buckets{};
   Index n_before = 1;  // previous chunks each chunk attends to
-  MaskOptions masks{};
-  AttentionDropout dropout{};
   // Subtract log N_ij from each score, N_ij = how often key j appears in the
   // windows of query i over all rounds (the paper's optional correction for
   // duplicate attention; trax and HF omit it). Costs O(n_hashes^2) per score.
   bool duplicate_correction = false;
+
+  // ConfigError naming the field and its value.
+  void validate() const;
 };
 
-// Buckets per round for this config and length.
+// Bucket factors, buckets per round and rotation width for a length.
+std::vector<Index> lsh_bucket_factors(const LshAttentionConfig& config, Index length);
 Index lsh_bucket_count(const LshAttentionConfig& config, Index length);
-// Width of the rotation matrices: sum over factors of factor / 2.
 Index lsh_rotation_width(const LshAttentionConfig& config, Index length);
 
 // Random rotations R ~ N(0, 1), [heads, d_head, n_hashes, rotation_width],
@@ -48,30 +58,43 @@ Index lsh_rotation_width(const LshAttentionConfig& config, Index length);
 template <class T>
 void lsh_random_rotations(RandomKey key, View4<T> rotations);
 
-// What backward needs; all O(n_hashes * L).
-template <class T>
-struct LshSaved {
-  Kokkos::View<int**, Layout, MemSpace> buckets;  // [batch*heads, n_hashes*L] by (round, position)
-  Kokkos::View<int**, Layout, MemSpace> perm;     // sorted item -> position
-  Kokkos::View<int**, Layout, MemSpace> undo;     // (round, position) -> sorted item
-  View4<T> out_sorted;                            // [batch, n_hashes*L, heads, d_head]
-  View3<T> lse_sorted;                            // [batch, n_hashes*L, heads]
-  View3<T> key_scale;                             // [batch, L, heads]
+// The buckets and the sort of one call: O(n_hashes * L) integers per (batch, head).
+struct LshPlan {
+  using Ints = Kokkos::View<int**, Layout, MemSpace>;
+  Ints buckets;  // [batch*heads, n_hashes*L] by (round, position)
+  Ints perm;     // sorted item -> position
+  Ints undo;     // (round, position) -> sorted item
+  Index batch = 0, length = 0, heads = 0, n_hashes = 0, n_buckets = 0;
+
+  bool empty() const { return perm.extent(0) == 0; }
+  // Frees the integers.
+  void release() { *this = LshPlan(); }
 };
 
-// Hashes and sorts only (for inspection and tests): fills buckets, perm, undo.
+// Hashes qk with the rotations and sorts: fills `plan` (reallocated only when
+// the shape changes). key_valid in `masks` sends padding to the extra bucket.
 template <class T>
-void lsh_hash_and_sort(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
-                       LshSaved<T>& saved);
+void lsh_build_plan(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
+                    const MaskOptions& masks, LshPlan& plan, Workspace& workspace);
 
-// out [batch, length, heads, d_head]. `saved` is (re)allocated as needed.
-template <class T>
-void lsh_attention_forward(In4<T> qk, In4<T> v, In4<T> rotations, const LshAttentionConfig& config,
-                           View4<T> out, LshSaved<T>& saved);
+// Sorts the plan's buckets (filled, with its shape fields and n_buckets set)
+// into perm and undo: a stable counting sort, parallel within each (batch,
+// head, round), whose result does not depend on the thread count.
+void lsh_sort_buckets(LshPlan& plan, Workspace& workspace);
 
-// Gradients of qk and v (overwritten). Buckets are constants.
+// out [batch, length, heads, d_head]; lse [batch, length, heads] gets the
+// logsumexp of all of a position's scores (every round), which backward needs.
 template <class T>
-void lsh_attention_backward(In4<T> qk, In4<T> v, const LshSaved<T>& saved, In4<T> dout,
-                            const LshAttentionConfig& config, View4<T> dqk, View4<T> dv);
+void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
+                           const LshAttentionConfig& config, const AttentionCall& call,
+                           View4<T> out, View3<T> lse, Workspace& workspace);
+
+// Gradients of qk and v (overwritten) from the forward's plan, out and lse.
+// Buckets are constants.
+template <class T>
+void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out, In3<T> lse,
+                            In4<T> dout, const LshAttentionConfig& config,
+                            const AttentionCall& call, View4<T> dqk, View4<T> dv,
+                            Workspace& workspace);
 
 }  // namespace reformer::attention

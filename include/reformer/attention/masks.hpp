@@ -41,7 +41,15 @@ struct AttentionDropout {
   RandomKey key{};
 };
 
-// The largest head size the fused kernels keep in registers.
+// What one call of an attention kernel takes besides its tensors and its
+// config: the masks and the dropout stream. Configs hold hyper-parameters only
+// (they can be written to a file); everything per call lives here.
+struct AttentionCall {
+  MaskOptions masks{};
+  AttentionDropout dropout{};
+};
+
+// The largest head size the fused kernels support.
 constexpr Index kMaxHeadDim = 128;
 
 }  // namespace reformer::attention

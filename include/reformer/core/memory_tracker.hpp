@@ -20,6 +20,7 @@ struct SpaceMemory {
   std::int64_t current_bytes = 0;
   std::int64_t peak_bytes = 0;
   std::int64_t live_allocations = 0;
+  std::int64_t allocations = 0;  // allocation events since install(), ever rising
 };
 
 // What one closed (or still open) phase saw in one memory space.

@@ -2,7 +2,7 @@
 // (Pascanu et al. 2013): norm = sqrt(sum over all gradient elements of g^2).
 #pragma once
 
-#include "reformer/train/parameter_set.hpp"
+#include "reformer/core/parameter_set.hpp"
 
 namespace reformer::train {
 

@@ -5,8 +5,8 @@
 // Give each parameter its own key, e.g. {seed, stream_id(layer, purpose)}.
 #pragma once
 
+#include "reformer/core/parameter_set.hpp"
 #include "reformer/core/random.hpp"
-#include "reformer/train/parameter_set.hpp"
 
 #include <utility>
 

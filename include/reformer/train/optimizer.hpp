@@ -5,15 +5,13 @@
 //   v <- beta2 * v + (1 - beta2) * g^2
 //   p <- p - lr * wd * p                               (AdamW's decoupled decay)
 //   p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
-// Each parameter is updated by one fused kernel on the default execution space.
+// One fused kernel updates every parameter (the set's contiguous buffers).
 #pragma once
 
-#include "reformer/train/parameter_set.hpp"
+#include "reformer/core/parameter_set.hpp"
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 namespace reformer::train {
 
@@ -53,16 +51,13 @@ class Adam {
   const AdamConfig& config() const { return config_; }
 
  private:
-  struct Moments {
-    View1<T> m, v;
-  };
-  const Moments& moments(const char* op, const std::string& name) const;
+  View1<T> moment(const char* op, const View1<T>& buffer, const std::string& name) const;
 
   ParameterSet<T>& params_;
   AdamConfig config_;
   std::int64_t steps_ = 0;
-  std::vector<Moments> moments_;  // in the registration order of params_
-  std::unordered_map<std::string, std::size_t> index_;
+  View1<T> m_, v_;          // laid out like the set's buffers
+  std::size_t parameters_;  // registered when the optimizer was built
 };
 
 }  // namespace reformer::train

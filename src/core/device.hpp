@@ -1,3 +1,4 @@
+// (Private to the library: it includes the CUDA or HIP runtime headers.)
 // What differs between backends outside the kernels: the list of enabled
 // backends, the device's name, and the memory that is still free. This is the
 // one place with backend #ifs besides the Kokkos version checks in

@@ -1,4 +1,4 @@
-#include "reformer/train/parameter_set.hpp"
+#include "reformer/core/parameter_set.hpp"
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -15,9 +15,6 @@ std::string shape_string(const std::vector<Index>& shape) {
   return out.str();
 }
 
-}  // namespace reformer
-
-namespace reformer::train {
 namespace {
 
 bool is_name_character(char c) {
@@ -71,11 +68,28 @@ Parameter<T>& ParameterSet<T>::add(const std::string& name, const std::vector<In
   for (const Index d : shape)
     require<ShapeError>(d > 0, "ParameterSet::add: ", name, " has shape ", shape_string(shape),
                         "; every dimension must be positive");
-  Parameter<T> p{name, shape, {}, {}};
-  p.value = View1<T>(name, p.size());
-  p.grad = View1<T>(name + ".grad", p.size());
+  // Each parameter starts on a 64-byte boundary; the padding stays zero.
+  constexpr Index kAlign = Index(64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1);
+  const Index offset = (Index(values_.extent(0)) + kAlign - 1) / kAlign * kAlign;
+  Parameter<T> p{name, shape, offset, {}, {}};
+  const Index total = offset + p.size();
+  // Grow both buffers, keep the contents, and re-point every parameter.
+  View1<T> values("parameters", total);
+  View1<T> grads("parameter_grads", total);
+  if (values_.extent(0)) {
+    const auto old = std::make_pair(Index(0), Index(values_.extent(0)));
+    Kokkos::deep_copy(Kokkos::subview(values, old), values_);
+    Kokkos::deep_copy(Kokkos::subview(grads, old), grads_);
+  }
+  values_ = values;
+  grads_ = grads;
   index_.emplace(name, parameters_.size());
   parameters_.push_back(std::move(p));
+  for (auto& q : parameters_) {
+    const auto span = std::make_pair(q.offset, q.offset + q.size());
+    q.value = Kokkos::subview(values_, span);
+    q.grad = Kokkos::subview(grads_, span);
+  }
   return parameters_.back();
 }
 
@@ -119,7 +133,7 @@ Index ParameterSet<T>::total_elements() const {
 
 template <class T>
 void ParameterSet<T>::zero_grad() {
-  for (auto& p : parameters_) Kokkos::deep_copy(p.grad, T(0));
+  if (grads_.extent(0)) Kokkos::deep_copy(grads_, T(0));
 }
 
 #define REFORMER_INSTANTIATE(T) \
@@ -127,4 +141,4 @@ void ParameterSet<T>::zero_grad() {
   template class ParameterSet<T>;
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
-}  // namespace reformer::train
+}  // namespace reformer

@@ -1,9 +1,16 @@
 // The registry of trainable parameters.
 //
 // A ParameterSet maps a stable dotted name ("layers.3.attn.w_qk") to a value and
-// a gradient, both stored flat in row-major order. The optimizer, the checkpoint
-// writer and the gradient checker all walk this one registry, in registration
-// order, so a name always refers to the same tensor.
+// a gradient. All values live in one contiguous buffer and all gradients in
+// another (each parameter starts on a 64-byte boundary), and every named
+// parameter is a view into them: zeroing the gradients, an optimizer step and
+// the global gradient norm are one kernel each, and a data-parallel allreduce
+// would be one call. The optimizer, the checkpoint writer and the gradient
+// checker all walk this one registry, in registration order.
+//
+// Registering a parameter after others reallocates the buffers and keeps their
+// contents; views taken before that point at the old buffers, so take views
+// (Parameter::value, matrix()) when they are used, not at construction.
 #pragma once
 
 #include "reformer/core/types.hpp"
@@ -19,21 +26,18 @@ namespace reformer {
 // "[512, 1024]", the same spelling as shape_string() of a View.
 std::string shape_string(const std::vector<Index>& shape);
 
-}  // namespace reformer
-
-namespace reformer::train {
-
 template <class T>
 struct Parameter {
   std::string name;
   std::vector<Index> shape;
-  View1<T> value;  // flat row-major storage of a tensor of `shape`
-  View1<T> grad;   // same layout; optimizers read it, backward passes add to it
+  Index offset = 0;  // first element in the set's buffers
+  View1<T> value;    // flat row-major storage of a tensor of `shape` (a subview)
+  View1<T> grad;     // same layout; optimizers read it, backward passes add to it
 
   // Number of elements: the product of `shape`.
   Index size() const;
   // Zero-copy [shape[0], shape[1]] views of value and grad; ShapeError unless
-  // the rank is 2. They do not keep the storage alive: the ParameterSet does.
+  // the rank is 2.
   View2<T> matrix() const;
   View2<T> grad_matrix() const;
 };
@@ -68,7 +72,10 @@ class ParameterSet {
   std::size_t size() const { return parameters_.size(); }
   // Sum of the parameters' element counts.
   Index total_elements() const;
-  // Sets every gradient to zero.
+  // The contiguous buffers (with alignment padding, which stays zero).
+  View1<T> values() const { return values_; }
+  View1<T> grads() const { return grads_; }
+  // Sets every gradient to zero (one kernel).
   void zero_grad();
 
   iterator begin() { return parameters_.begin(); }
@@ -81,6 +88,7 @@ class ParameterSet {
 
   std::deque<Parameter<T>> parameters_;  // a deque never moves its elements on push_back
   std::unordered_map<std::string, std::size_t> index_;
+  View1<T> values_, grads_;
 };
 
-}  // namespace reformer::train
+}  // namespace reformer

@@ -1,5 +1,5 @@
 #include "reformer/core/error.hpp"
-#include "reformer/train/parameter_set.hpp"
+#include "reformer/core/parameter_set.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
@@ -12,7 +12,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-using train::ParameterSet;
 
 TEST(ParameterSet, RegistersZeroedTensorsInOrder) {
   ParameterSet<double> params;
@@ -50,16 +49,47 @@ TEST(ParameterSet, IteratesInRegistrationOrder) {
   EXPECT_EQ(elements, params.total_elements());
 }
 
-TEST(ParameterSet, ReferencesStayValidAsTheSetGrows) {
+TEST(ParameterSet, ReferencesAndContentsSurviveGrowth) {
   ParameterSet<double> params;
   auto& first = params.add("first", {3});
-  const double* storage = first.value.data();
+  Kokkos::deep_copy(first.value, 2.5);
+  Kokkos::deep_copy(first.grad, -1.0);
   for (int i = 0; i < 1000; ++i) params.add("p" + std::to_string(i), {2});
   EXPECT_EQ(&first, &params.get("first"));
   EXPECT_EQ(first.name, "first");
-  EXPECT_EQ(first.value.data(), storage);
+  // The buffers were reallocated; the views follow them and the values stay.
+  EXPECT_EQ(first.value.data(), params.values().data() + first.offset);
+  auto value = Kokkos::create_mirror_view_and_copy(HostSpace(), first.value);
+  auto grad = Kokkos::create_mirror_view_and_copy(HostSpace(), first.grad);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(value(i), 2.5);
+    EXPECT_EQ(grad(i), -1.0);
+  }
   EXPECT_EQ(&params.get("p999"), &params.get("p999"));
   EXPECT_EQ(params.total_elements(), 3 + 2000);
+}
+
+// All values live in one buffer and all gradients in another, each parameter
+// a 64-byte-aligned slice in registration order; zero_grad clears the buffer.
+TEST(ParameterSet, OneContiguousBufferForValuesAndOneForGradients) {
+  ParameterSet<float> params;
+  auto& a = params.add("a", {3, 5});
+  auto& b = params.add("b", {7});
+  auto& c = params.add("c", {2, 2});
+  EXPECT_EQ(a.offset, 0);
+  EXPECT_EQ(b.offset, 16);  // 15 floats rounded up to 64 bytes
+  EXPECT_EQ(c.offset, 32);
+  EXPECT_EQ(Index(params.values().extent(0)), 36);
+  EXPECT_EQ(Index(params.grads().extent(0)), 36);
+  for (const auto* p : {&a, &b, &c}) {
+    EXPECT_EQ(p->value.data(), params.values().data() + p->offset);
+    EXPECT_EQ(p->grad.data(), params.grads().data() + p->offset);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p->value.data()) % 64, 0u) << p->name;
+  }
+  Kokkos::deep_copy(params.grads(), 3.0f);
+  params.zero_grad();
+  auto grads = Kokkos::create_mirror_view_and_copy(HostSpace(), params.grads());
+  for (Index i = 0; i < 36; ++i) EXPECT_EQ(grads(i), 0.0f);
 }
 
 TEST(ParameterSet, RejectsBadNames) {
