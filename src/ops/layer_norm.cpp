@@ -1,5 +1,6 @@
 #include "reformer/ops/layer_norm.hpp"
 
+#include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 
@@ -83,17 +84,12 @@ void layer_norm_backward(In2<T> x, In1<T> gamma, In1<T> mean, In1<T> rstd, In2<T
           dx(i, j) = r * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
         });
       });
-  // Parameter gradients: one thread per feature sums over rows (deterministic).
-  Kokkos::parallel_for(
-      "layer_norm_backward_params", range(d), KOKKOS_LAMBDA(Index j) {
-        T g = 0, b = 0;
-        for (Index i = 0; i < n; ++i) {
-          g += dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
-          b += dy(i, j);
-        }
-        dgamma(j) += g;
-        dbeta(j) += b;
-      });
+  // Parameter gradients: sums over all rows, split across the threads of a team.
+  detail::add_column_sums<T>(
+      "layer_norm_backward_dgamma", n, dgamma,
+      KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j) * (x(i, j) - mean(i)) * rstd(i); });
+  detail::add_column_sums<T>(
+      "layer_norm_backward_dbeta", n, dbeta, KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j); });
 }
 
 #define REFORMER_INSTANTIATE(T)                                                                    \

@@ -1,5 +1,6 @@
 #include "reformer/ops/linear.hpp"
 
+#include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -29,13 +30,8 @@ void linear_backward(In2<T> x, In2<T> weight, In2<T> dy, View2<T> dx, View2<T> d
   matmul<T>(x, Trans::Yes, dy, Trans::No, dweight, T(1), T(1));
   if (dbias.extent(0) == 0) return;
   require_extent("linear_backward", "dbias", dbias, 0, out);
-  // One thread per output feature sums its column: no atomics, deterministic.
-  Kokkos::parallel_for(
-      "linear_bias_grad", range(out), KOKKOS_LAMBDA(Index j) {
-        T sum = 0;
-        for (Index i = 0; i < n; ++i) sum += dy(i, j);
-        dbias(j) += sum;
-      });
+  detail::add_column_sums<T>(
+      "linear_bias_grad", n, dbias, KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j); });
 }
 
 #define REFORMER_INSTANTIATE(T)                                      \

@@ -187,6 +187,32 @@ TEST(Linear, GradientsMatchFiniteDifferences) {
   EXPECT_LT(gradient_error(c.b, c.db, loss), 1e-6);
 }
 
+// dbias over many rows (split across the threads of a team) against a plain host
+// sum in double, added to a non-zero dbias; `out` features leave a partial last
+// tile of features.
+template <class T>
+double bias_gradient_error(Index n, Index out) {
+  const Index in = 3;
+  View2<T> x("x", n, in), w("w", in, out), dy("dy", n, out), dx("dx", n, in), dw("dw", in, out);
+  View1<T> db("db", out);
+  fill_uniform(x, 21);
+  fill_uniform(w, 22);
+  fill_uniform(dy, 23);
+  fill_uniform(db, 24);
+  const auto host_dy = to_host(dy);
+  auto expected = to_host(db);
+  for (Index i = 0; i < n; ++i)
+    for (Index j = 0; j < out; ++j) expected[j] += host_dy[i * out + j];
+  ops::linear_backward<T>(x, w, dy, dx, dw, db);
+  return relative_error(to_host(db), expected);
+}
+
+TEST(Linear, BiasGradientOverManyRowsMatchesHostSum) {
+  EXPECT_LT(bias_gradient_error<double>(3000, 37), 1e-14);
+  EXPECT_LT(bias_gradient_error<float>(3000, 37), 1e-5);
+  EXPECT_LT(bias_gradient_error<double>(1, 5), 1e-15);
+}
+
 TEST(Linear, WorksWithoutBiasAndRejectsWrongBias) {
   LinearCase c;
   View1<double> none;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace reformer {
@@ -67,6 +68,45 @@ TEST(LayerNorm, ParameterGradientsAccumulate) {
   ops::layer_norm_backward<double>(c.x, c.gamma, c.mean, c.rstd, c.dy, c.dx, c.dgamma, c.dbeta);
   const auto twice = to_host(c.dgamma);
   for (size_t j = 0; j < once.size(); ++j) EXPECT_NEAR(twice[j], 2 * once[j], 1e-12);
+}
+
+// dgamma and dbeta over many rows (split across the threads of a team) against
+// plain host sums in double, added to non-zero gradients; `d` features leave a
+// partial last tile of features. Returns the larger relative error.
+template <class T>
+double parameter_gradient_error(Index n, Index d) {
+  const T eps = T(1e-5);
+  View2<T> x("x", n, d), y("y", n, d), dy("dy", n, d), dx("dx", n, d);
+  View1<T> gamma("gamma", d), beta("beta", d), mean("mean", n), rstd("rstd", n);
+  View1<T> dgamma("dgamma", d), dbeta("dbeta", d);
+  fill_uniform(x, 31, -2, 3);
+  fill_uniform(gamma, 32, 0.5, 1.5);
+  fill_uniform(beta, 33);
+  fill_uniform(dy, 34);
+  fill_uniform(dgamma, 35);
+  fill_uniform(dbeta, 36);
+  const auto hx = to_host(x), hdy = to_host(dy);
+  auto expected_dgamma = to_host(dgamma), expected_dbeta = to_host(dbeta);
+  for (Index i = 0; i < n; ++i) {
+    double mu = 0, var = 0;
+    for (Index j = 0; j < d; ++j) mu += hx[i * d + j] / d;
+    for (Index j = 0; j < d; ++j) var += (hx[i * d + j] - mu) * (hx[i * d + j] - mu) / d;
+    const double r = 1 / std::sqrt(var + double(eps));
+    for (Index j = 0; j < d; ++j) {
+      expected_dgamma[j] += hdy[i * d + j] * (hx[i * d + j] - mu) * r;
+      expected_dbeta[j] += hdy[i * d + j];
+    }
+  }
+  ops::layer_norm_forward<T>(x, gamma, beta, eps, y, mean, rstd);
+  ops::layer_norm_backward<T>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  return std::max(relative_error(to_host(dgamma), expected_dgamma),
+                  relative_error(to_host(dbeta), expected_dbeta));
+}
+
+TEST(LayerNorm, ParameterGradientsOverManyRowsMatchHostSums) {
+  EXPECT_LT(parameter_gradient_error<double>(3000, 45), 1e-13);
+  EXPECT_LT(parameter_gradient_error<float>(3000, 45), 1e-5);
+  EXPECT_LT(parameter_gradient_error<double>(1, 3), 1e-14);
 }
 
 TEST(LayerNorm, RejectsBadShapesAndEps) {

@@ -1,0 +1,83 @@
+// Column sums over all rows for parameter gradients (internal header): the
+// reductions of a bias gradient (sum_rows dy) or a layer-norm scale gradient
+// (sum_rows dy * xhat) over every position of a batch.
+//
+// One thread per feature would give a GPU only d threads, each walking n rows.
+// Here one team owns a tile of kTile adjacent features (64 bytes) and splits
+// the rows across its threads: thread t keeps kTile running sums in registers
+// over rows t, t + team_size, ... (reading kTile contiguous values per row),
+// writes them to team scratch, and after a barrier one thread per feature adds
+// the team's partial sums in thread order. So a GPU gets team_size * d / kTile
+// threads; a CPU (team size 1) gets one sequential sum per feature in row
+// order, the same numbers as a plain loop, reading each row's cache line once
+// per tile instead of once per feature (3-7x faster than one thread per feature
+// for n = 8192, d = 256 or 1024 in float on the 2-core machine). No atomics and
+// no allocation; for a given team size (fixed per backend and device) the
+// result does not depend on scheduling.
+#pragma once
+
+#include "reformer/core/types.hpp"
+
+namespace reformer::ops::detail {
+
+template <class T, class Value>
+struct ColumnSums {
+  static constexpr Index kTile = 64 / sizeof(T);  // features per team: 64 bytes of T
+  static constexpr int kMaxTeamSize = 256;        // partial sums: at most 16 KiB of scratch
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  using Scratch = Kokkos::View<T**, Kokkos::LayoutRight, ExecSpace::scratch_memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  View1<T> out;
+  Value value;
+  Index n, d;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const Index j0 = team.league_rank() * kTile;
+    // Plain loops rather than a nested TeamThreadRange: a lambda capturing the
+    // sums by reference kept GCC from holding them in registers (several
+    // times slower).
+    T sum[kTile];
+    for (Index c = 0; c < kTile; ++c) sum[c] = T(0);
+    if (j0 + kTile <= d) {
+      for (Index i = team.team_rank(); i < n; i += team.team_size())
+        for (Index c = 0; c < kTile; ++c) sum[c] += value(i, j0 + c);
+    } else {
+      // A partial last tile: columns past the end read column d - 1 (no branch
+      // in the loop); their sums are dropped below.
+      for (Index i = team.team_rank(); i < n; i += team.team_size())
+        for (Index c = 0; c < kTile; ++c) sum[c] += value(i, j0 + c < d ? j0 + c : d - 1);
+    }
+    Scratch partial(team.team_scratch(0), team.team_size(), kTile);
+    for (Index c = 0; c < kTile; ++c) partial(team.team_rank(), c) = sum[c];
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](Index c) {
+      if (j0 + c >= d) return;
+      T total = 0;
+      for (int t = 0; t < team.team_size(); ++t) total += partial(t, c);
+      out(j0 + c) += total;
+    });
+  }
+};
+
+// out(j) += sum_{i < n} value(i, j) for every j < out.extent(0). `value` is a
+// functor or KOKKOS_LAMBDA (Index i, Index j) -> T giving entry (i, j) of the
+// [n, d] expression being summed; it is called for 0 <= i < n, 0 <= j < d.
+template <class T, class Value>
+void add_column_sums(const char* label, Index n, View1<T> out, const Value& value) {
+  using Kernel = ColumnSums<T, Value>;
+  const Index d = out.extent(0);
+  if (n == 0 || d == 0) return;
+  const Kernel kernel{out, value, n, d};
+  const Index tiles = (d + Kernel::kTile - 1) / Kernel::kTile;
+  const int recommended =
+      typename Kernel::Policy(tiles, 1).team_size_recommended(kernel, Kokkos::ParallelForTag());
+  const int team_size = recommended < Kernel::kMaxTeamSize ? recommended : Kernel::kMaxTeamSize;
+  typename Kernel::Policy policy(tiles, team_size);
+  policy.set_scratch_size(0,
+                          Kokkos::PerTeam(Kernel::Scratch::shmem_size(team_size, Kernel::kTile)));
+  Kokkos::parallel_for(label, policy, kernel);
+}
+
+}  // namespace reformer::ops::detail
