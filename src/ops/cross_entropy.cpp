@@ -1,9 +1,10 @@
 #include "reformer/ops/cross_entropy.hpp"
 
+#include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/embedding.hpp"
-#include "reformer/ops/linear.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <algorithm>
 
@@ -24,8 +25,14 @@ Smoothing check_inputs(const char* op, const In2<T>& h, const In2<T>& weight, co
                        const In1<int>& targets, const CrossEntropyOptions& options) {
   require_nonempty(op, "h", h);
   require_nonempty(op, "weight", weight);
-  const Index n = h.extent(0), d = h.extent(1), vocab = weight.extent(1);
-  require_extent(op, "weight", weight, 0, d);
+  const bool tied = options.weight_is_embedding;
+  const unsigned d_dim = tied ? 1 : 0;
+  const Index n = h.extent(0), d = h.extent(1), vocab = weight.extent(1 - d_dim);
+  require<ShapeError>(static_cast<Index>(weight.extent(d_dim)) == d, op, ": weight has shape ",
+                      shape_string(weight), " and h has shape ", shape_string(h),
+                      "; weight must be ",
+                      tied ? "[V, d] (weight_is_embedding)" : "[d, V] (weight_is_embedding off)",
+                      ", so its dimension ", d_dim, " must be ", d);
   if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, vocab);
   require_extent(op, "targets", targets, 0, n);
   const double eps = options.smoothing;
@@ -112,6 +119,34 @@ void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoot
       });
 }
 
+// Logits of a chunk: z = h W + b, or z = h E^T + b for a tied embedding table E.
+template <class T>
+void chunk_logits(const In2<T>& h, const In2<T>& weight, bool tied, const In1<T>& bias,
+                  const View2<T>& z) {
+  matmul<T>(h, Trans::No, weight, tied ? Trans::Yes : Trans::No, z);
+  if (bias.extent(0) == 0) return;
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "cross_entropy_bias", Policy({0, 0}, {Index(z.extent(0)), Index(z.extent(1))}),
+      KOKKOS_LAMBDA(Index i, Index c) { z(i, c) += bias(c); });
+}
+
+// Gradients of a chunk from dz: dh = dz W^T and dW += h^T dz, or dh = dz E and
+// dE += dz^T h for a tied embedding table; db += sum_rows dz.
+template <class T>
+void chunk_gradients(const In2<T>& h, const In2<T>& weight, bool tied, const In2<T>& dz,
+                     const View2<T>& dh, const View2<T>& dweight, const View1<T>& dbias) {
+  matmul<T>(dz, Trans::No, weight, tied ? Trans::No : Trans::Yes, dh);
+  if (tied)
+    matmul<T>(dz, Trans::Yes, h, Trans::No, dweight, T(1), T(1));
+  else
+    matmul<T>(h, Trans::Yes, dz, Trans::No, dweight, T(1), T(1));
+  if (dbias.extent(0) > 0)
+    detail::add_column_sums<T>(
+        "cross_entropy_bias_grad", dz.extent(0), dbias,
+        KOKKOS_LAMBDA(Index i, Index c) { return dz(i, c); });
+}
+
 // The loop over chunks shared by the forward and the forward-backward passes.
 template <class T, bool kGradient>
 CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bias,
@@ -123,7 +158,8 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bi
     require_same_shape(op, "weight", weight, "dweight", dweight);
     require_same_shape(op, "bias", bias, "dbias", dbias);
   }
-  const Index n = h.extent(0), vocab = weight.extent(1);
+  const bool tied = options.weight_is_embedding;
+  const Index n = h.extent(0), vocab = weight.extent(tied ? 0 : 1);
   const int pad = options.pad_id;
   CrossEntropyResult result;
   result.tokens = count_tokens(targets, pad);
@@ -141,11 +177,11 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bi
     const In2<T> h_chunk = Kokkos::subview(h, rows, Kokkos::ALL);
     const View2<T> z =
         Kokkos::subview(logits, Kokkos::make_pair(Index(0), rows.second - row0), Kokkos::ALL);
-    linear_forward<T>(h_chunk, weight, bias, z);
+    chunk_logits<T>(h_chunk, weight, tied, bias, z);
     chunk_rows_softmax<T, kGradient>(z, targets, row0, pad, smoothing, inv_tokens, row_loss,
                                      row_correct);
     if constexpr (kGradient)
-      linear_backward<T>(h_chunk, weight, z, Kokkos::subview(dh, rows, Kokkos::ALL), dweight,
+      chunk_gradients<T>(h_chunk, weight, tied, z, Kokkos::subview(dh, rows, Kokkos::ALL), dweight,
                          dbias);
   }
   double loss_sum = 0;

@@ -252,6 +252,82 @@ TEST(CrossEntropy, FloatMatchesDouble) {
   EXPECT_LT(relative_error(to_host(db), to_host(c.db)), 1e-5);
 }
 
+// A host-transposed copy of a device matrix: [rows, cols] -> [cols, rows].
+View2<double> transposed(const View2<double>& m) {
+  const Index rows = m.extent(0), cols = m.extent(1);
+  const auto values = to_host(m);
+  std::vector<double> t(values.size());
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) t[j * rows + i] = values[i * cols + j];
+  return device_matrix<double>(t, cols, rows);
+}
+
+// The weight as a tied embedding table E [V, d] (weight_is_embedding) gives the
+// results of the untied call with W = E^T, without a transposed copy.
+TEST(CrossEntropy, TiedEmbeddingWeightEqualsUntiedTransposedCopy) {
+  for (const auto& config : kConfigs) {
+    CrossEntropyCase c(config.pad_id, config.smoothing, config.chunk_rows, config.with_bias);
+    const auto untied = c.backward();
+    const auto untied_forward = c.forward();
+    ops::CrossEntropyOptions options = c.options;
+    options.weight_is_embedding = true;
+    const View2<double> table = transposed(c.w), dtable("dtable", c.vocab, c.d);
+    View2<double> dh("dh", c.n, c.d);
+    View1<double> db("db", c.b.extent(0));
+    const auto forward = ops::cross_entropy_forward<double>(c.h, table, c.b, c.targets, options);
+    EXPECT_NEAR(forward.loss, untied_forward.loss, 1e-13 * untied_forward.loss);
+    EXPECT_EQ(forward.tokens, untied_forward.tokens);
+    EXPECT_EQ(forward.correct, untied_forward.correct);
+    const auto tied = ops::cross_entropy_forward_backward<double>(c.h, table, c.b, c.targets,
+                                                                  options, dh, dtable, db);
+    EXPECT_NEAR(tied.loss, untied.loss, 1e-13 * untied.loss) << "pad " << config.pad_id;
+    EXPECT_EQ(tied.tokens, untied.tokens);
+    EXPECT_EQ(tied.correct, untied.correct);
+    EXPECT_LT(relative_error(to_host(dh), to_host(c.dh)), 1e-13) << "pad " << config.pad_id;
+    EXPECT_LT(relative_error(to_host(dtable), to_host(transposed(c.dw))), 1e-13)
+        << "pad " << config.pad_id;
+    EXPECT_LT(relative_error(to_host(db), to_host(c.db)), 1e-13) << "pad " << config.pad_id;
+  }
+}
+
+TEST(CrossEntropy, TiedEmbeddingGradientsMatchFiniteDifferences) {
+  for (const auto& config : kConfigs) {
+    CrossEntropyCase c(config.pad_id, config.smoothing, config.chunk_rows, config.with_bias);
+    c.options.weight_is_embedding = true;
+    c.w = transposed(c.w);  // [V, d]
+    c.dw = View2<double>("dw", c.vocab, c.d);
+    Kokkos::deep_copy(c.dw, 1.0);  // accumulated into: the gradient is dw - 1
+    Kokkos::deep_copy(c.db, 0.0);
+    ops::cross_entropy_forward_backward<double>(c.h, c.w, c.b, c.targets, c.options, c.dh, c.dw,
+                                                c.db);
+    auto dw = to_host(c.dw);
+    for (double& v : dw) v -= 1.0;
+    const View2<double> grad_w = device_matrix<double>(dw, c.vocab, c.d);
+    auto loss = [&] { return c.forward().loss; };
+    EXPECT_LT(gradient_error(c.h, c.dh, loss, 24), 1e-6) << "pad " << config.pad_id;
+    EXPECT_LT(gradient_error(c.w, grad_w, loss, 24), 1e-6) << "pad " << config.pad_id;
+    if (config.with_bias) EXPECT_LT(gradient_error(c.b, c.db, loss, 24), 1e-6);
+  }
+}
+
+TEST(CrossEntropy, TiedEmbeddingRejectsWeightWithoutModelWidth) {
+  CrossEntropyCase c;
+  c.options.weight_is_embedding = true;
+  // A [d, V] weight passed as a tied table: its dimension 1 (11) is not d (6).
+  expect_error<ShapeError>([&] { c.forward(); },
+                           {"cross_entropy_forward: weight has shape [6, 11] and h has shape "
+                            "[10, 6]; weight must be [V, d] (weight_is_embedding), so its "
+                            "dimension 1 must be 6"});
+  c.w = transposed(c.w);
+  View2<double> wrong_dw("dw", c.d, c.vocab);
+  expect_error<ShapeError>(
+      [&] {
+        ops::cross_entropy_forward_backward<double>(c.h, c.w, c.b, c.targets, c.options, c.dh,
+                                                    wrong_dw, c.db);
+      },
+      {"weight has shape [11, 6] but dweight has shape [6, 11]"});
+}
+
 TEST(CrossEntropy, RejectsBadInputs) {
   CrossEntropyCase c;
   const char* op = "cross_entropy_forward";

@@ -2,8 +2,9 @@
 // of rows so that the full [n, vocab] logits never exist at once.
 //
 // For hidden states h [n, d], output weight W [d, V], bias b [V] (or empty) and
-// targets t [n], row i has logits z = h_i W + b, p = softmax(z) and the smoothed
-// target distribution
+// targets t [n], row i has logits z = h_i W + b (z = h_i E^T + b when the weight
+// is a tied embedding table E [V, d]: see weight_is_embedding), p = softmax(z)
+// and the smoothed target distribution
 //   q_c = 1 - eps          for c = t_i,
 //   q_c = 0                for c = pad_id,
 //   q_c = eps / (V - 2)    for every other class (pad_id >= 0), or
@@ -23,6 +24,11 @@ struct CrossEntropyOptions {
   int pad_id = -1;          // target class whose rows are ignored; -1: none
   double smoothing = 0.0;   // label smoothing eps, in [0, 1)
   Index chunk_rows = 1024;  // rows whose logits are materialised at a time
+  // The weight is a token-embedding table E [V, d] shared as the output
+  // projection (tied weights), used without a transposed copy: z = h_i E^T + b.
+  // dweight is then [V, d] and accumulates, so the embedding's own backward
+  // can add into the same gradient.
+  bool weight_is_embedding = false;
 };
 
 struct CrossEntropyResult {
@@ -39,8 +45,10 @@ CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, I
 
 // The same result plus the gradients of the loss, chunk by chunk:
 //   dz = (p - q) / N for non-pad rows and 0 for pad rows,
-//   dh = dz W^T (overwritten), dW += h^T dz, db += sum_rows dz (accumulated).
-// dbias must have the extent of bias (empty when there is no bias).
+//   dh = dz W^T (overwritten), dW += h^T dz, db += sum_rows dz (accumulated);
+//   with weight_is_embedding: dh = dz E, dE += dz^T h ([V, d], accumulated).
+// dweight has the shape of weight; dbias the extent of bias (empty when there
+// is no bias).
 template <class T>
 CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<T> weight, In1<T> bias,
                                                   In1<int> targets,
