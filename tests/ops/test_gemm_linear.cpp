@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 namespace reformer {
 namespace {
 
@@ -145,6 +148,97 @@ TEST(BatchedMatmul, TriangularStructuresMatchDenseProducts) {
   zero_where(full, [](Index i, Index j) { return j > i; });
   zero_where(lower, [](Index i, Index j) { return j > i; });
   EXPECT_LT(relative_error(to_host(lower), to_host(full)), 1e-15);
+}
+
+// Products of the wide kernel (chosen when n >= 256 and B is not transposed:
+// 256-column blocks on the host) with shapes that are not multiples of the tile
+// sizes on the host (96 x 256 blocks, depth 256) or a GPU (24 x 64, depth 32):
+// 300 rows, 260 columns, and a depth of 70 (one partial depth block) or 270
+// (256 + 14). With B transposed the same shapes run through the narrow kernel.
+struct WideProduct {
+  static constexpr Index batch = 2, m = 300, n = 260;
+  static constexpr double alpha = 1.5, beta = 0.5;
+  Index k;
+  bool ta, tb;
+  View3<double> a, b, c;
+  WideProduct(Index k_, bool ta_, bool tb_)
+      : k(k_),
+        ta(ta_),
+        tb(tb_),
+        a("a", batch, ta ? k : m, ta ? m : k),
+        b("b", batch, tb ? n : k, tb ? k : n),
+        c("c", batch, m, n) {
+    fill_uniform(a, 41);
+    fill_uniform(b, 42);
+    fill_uniform(c, 43);
+  }
+  // Zeroes op(A)(r, p) wherever zero(r, p) holds.
+  template <class Zero>
+  void zero_op_a(Zero zero) {
+    if (ta)
+      zero_where(a, [&](Index p, Index r) { return zero(r, p); });
+    else
+      zero_where(a, zero);
+  }
+  // alpha op(A) op(B) + beta C for every batch entry, by the host triple loop.
+  std::vector<double> expected() const {
+    const auto ha = to_host(a), hb = to_host(b), hc = to_host(c);
+    const Index sa = m * k, sb = k * n;
+    std::vector<double> all;
+    for (Index bi = 0; bi < batch; ++bi) {
+      const auto e = reference_product(
+          {ha.begin() + bi * sa, ha.begin() + (bi + 1) * sa}, a.extent(2), ta,
+          {hb.begin() + bi * sb, hb.begin() + (bi + 1) * sb}, b.extent(2), tb,
+          {hc.begin() + bi * m * n, hc.begin() + (bi + 1) * m * n}, m, n, k, alpha, beta);
+      all.insert(all.end(), e.begin(), e.end());
+    }
+    return all;
+  }
+  void run(ops::Structure structure = ops::Structure::Dense) {
+    ops::batched_matmul<double>(a, ta ? Trans::Yes : Trans::No, b, tb ? Trans::Yes : Trans::No, c,
+                                alpha, beta, structure);
+  }
+};
+
+TEST(BatchedMatmul, WideBlocksAllTransposeCombinationsMatchReference) {
+  for (Index k : {70, 270})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        WideProduct p(k, ta, tb);
+        const auto expected = p.expected();
+        p.run();
+        EXPECT_LT(relative_error(to_host(p.c), expected), 1e-12)
+            << "k=" << k << " ta=" << ta << " tb=" << tb;
+      }
+}
+
+TEST(BatchedMatmul, WideBlocksTriangularStructuresMatchReference) {
+  using ops::Structure;
+  for (Structure structure : {Structure::LowerA, Structure::UpperA, Structure::LowerC})
+    for (Index k : {70, 270})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          WideProduct p(k, ta, tb);
+          // The known zeros that LowerA and UpperA promise.
+          if (structure == Structure::LowerA) p.zero_op_a([](Index r, Index q) { return q > r; });
+          if (structure == Structure::UpperA) p.zero_op_a([](Index r, Index q) { return q < r; });
+          auto expected = p.expected();
+          const auto before = to_host(p.c);
+          p.run(structure);
+          const auto got = to_host(p.c);
+          if (structure == Structure::LowerC) {
+            // Above the diagonal an entry is either computed or, in a block wholly
+            // above it, beta * C: compare with the nearer of the two.
+            for (Index e = 0; e < Index(got.size()); ++e) {
+              const Index i = e / p.n % p.m, j = e % p.n;
+              const double skipped = p.beta * before[e];
+              if (j > i && std::abs(got[e] - skipped) < std::abs(got[e] - expected[e]))
+                expected[e] = skipped;
+            }
+          }
+          EXPECT_LT(relative_error(got, expected), 1e-12)
+              << "structure=" << int(structure) << " k=" << k << " ta=" << ta << " tb=" << tb;
+        }
 }
 
 struct LinearCase {
