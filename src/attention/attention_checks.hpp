@@ -41,6 +41,15 @@ inline void check_masks(const char* op, const MaskOptions& masks, Index batch, I
   require_extent(op, "key_valid", masks.key_valid, 1, length);
 }
 
+// lse must be [batch, length, heads] of q (one logsumexp per query position).
+template <class L, class Q>
+void check_lse(const char* op, const L& lse, const Q& q) {
+  require<ShapeError>(
+      lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
+      op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
+      ", ", q.extent(2), "] (batch, length, heads of q)");
+}
+
 inline void check_dropout(const char* op, const AttentionDropout& dropout) {
   require<ConfigError>(dropout.rate >= 0.0 && dropout.rate < 1.0, op, ": dropout rate is ",
                        dropout.rate, " but must be in [0, 1)");

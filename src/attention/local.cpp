@@ -49,10 +49,7 @@ void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionC
   const char* op = "local_attention_forward";
   const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
-  require<ShapeError>(
-      lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
-      op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
-      ", ", q.extent(2), "]");
+  detail::check_lse(op, lse, q);
   detail::run_forward_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse},
                              q.extent(0));
 }
@@ -68,10 +65,7 @@ void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
   require_same_shape(op, "q", q, "dq", dq);
   require_same_shape(op, "k", k, "dk", dk);
   require_same_shape(op, "v", v, "dv", dv);
-  require<ShapeError>(
-      lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(1) && lse.extent(2) == q.extent(2),
-      op, ": lse has shape ", shape_string(lse), " but must be [", q.extent(0), ", ", q.extent(1),
-      ", ", q.extent(2), "]");
+  detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
   auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);

@@ -95,7 +95,7 @@ struct HashKernel {
 struct SortPass {
   Kokkos::View<const int**, Layout, MemSpace> buckets;
   IntView2 perm, undo;
-  IntView3 counts;  // [rows, bins, blocks]
+  IntView3 counts;  // [rows, bins, blocks]: the scan runs over contiguous memory
   Index length, rounds, bins, blocks, block_size;
 
   struct Count {};
@@ -300,9 +300,9 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
                       op, ": the plan's buckets have shape ", shape_string(plan.buckets),
                       " but its fields say batch * heads ", plan.batch * plan.heads,
                       " and n_hashes * length ", rounds * length);
-  // Blocks of at least 512 positions, at most 64 per row.
+  // Blocks of at least 2048 positions, at most 64 per row.
   const Index rows = plan.batch * plan.heads * rounds, bins = plan.n_buckets + 1;
-  const Index blocks = std::max<Index>(1, std::min<Index>(64, length / 512));
+  const Index blocks = std::max<Index>(1, std::min<Index>(64, length / 2048));
   const Index block_size = (length + blocks - 1) / blocks;
   Workspace::Frame frame(workspace);
   auto counts = frame.take<IntView3>(rows, bins, blocks);
@@ -324,10 +324,7 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
   require_same_shape(op, "qk", qk, "out", out);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
   const Index dh = qk.extent(3), rounds = config.n_hashes, items = rounds * length;
-  require<ShapeError>(Index(lse.extent(0)) == batch && Index(lse.extent(1)) == length &&
-                          Index(lse.extent(2)) == heads,
-                      op, ": lse has shape ", shape_string(lse), " but must be [", batch, ", ",
-                      length, ", ", heads, "]");
+  detail::check_lse(op, lse, qk);
   Workspace::Frame frame(workspace);
   auto key_scale = frame.take<View3<T>>(batch, length, heads);
   auto out_sorted = frame.take<View4<T>>(batch, items, heads, dh);
@@ -377,10 +374,7 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
   require_same_shape(op, "v", v, "dv", dv);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
   const Index dh = qk.extent(3);
-  require<ShapeError>(Index(lse.extent(0)) == batch && Index(lse.extent(1)) == length &&
-                          Index(lse.extent(2)) == heads,
-                      op, ": lse has shape ", shape_string(lse), " but must be [", batch, ", ",
-                      length, ", ", heads, "]; pass the lse of lsh_attention_forward");
+  detail::check_lse(op, lse, qk);
   Workspace::Frame frame(workspace);
   auto key_scale = frame.take<View3<T>>(batch, length, heads);
   auto delta = frame.take<View3<T>>(batch, length, heads);

@@ -391,9 +391,9 @@ TEST(LshAttention, AutomaticBucketCountFactorisesAbove128) {
 // The parallel counting sort gives the stable order of (round, bucket,
 // position) at a length where each row is cut into several blocks.
 TEST(LshAttention, ParallelSortMatchesStableSortOnLongSequences) {
-  const Index batch = 1, length = 4096, heads = 2, d = 4, rounds = 2;
+  const Index batch = 1, length = 8192 + 96, heads = 2, d = 4, rounds = 2;  // 4 sort blocks
   LshAttentionConfig config;
-  config.chunk = 64;
+  config.chunk = 32;
   config.n_hashes = rounds;
   View4<double> qk("qk", batch, length, heads, d);
   fill_uniform(qk, 21);
