@@ -47,15 +47,6 @@ struct ChunkWindow {
     }
     return kc * chunk + slot % chunk;
   }
-  // Chunk of the queries that see key chunk `kc` at distance `back`, or -1.
-  KOKKOS_INLINE_FUNCTION Index query_chunk(Index kc, Index back) const {
-    Index qc = kc + back;
-    if (qc >= n_chunks) {
-      if (!wrap) return -1;
-      qc -= n_chunks;
-    }
-    return qc;
-  }
 };
 
 // Inputs of the chunked kernels. Q, K, V are [batch, length, heads, d_head].

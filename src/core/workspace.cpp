@@ -3,6 +3,7 @@
 #include "reformer/core/error.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace reformer {
 namespace {
@@ -15,7 +16,17 @@ std::size_t aligned(std::size_t bytes) {
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
+// The first 256-byte boundary in an allocation (allocated that much larger).
+unsigned char* aligned_start(unsigned char* data) {
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
+  return data + (aligned(address) - address);
+}
+
 }  // namespace
+
+std::size_t Workspace::capacity() const {
+  return arena_.extent(0) == 0 ? 0 : std::size_t(arena_.extent(0)) - kAlignment;
+}
 
 Workspace::Frame::Frame(Workspace& workspace) : workspace_(workspace), mark_(workspace.top_) {
   ++workspace_.depth_;
@@ -29,29 +40,21 @@ void* Workspace::take(std::size_t bytes) {
   const std::size_t start = top_;
   top_ += bytes;
   high_water_ = std::max(high_water_, top_);
-  if (top_ <= arena_.extent(0)) return arena_.data() + start;
+  if (top_ <= capacity()) return aligned_start(arena_.data()) + start;
   overflow_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "_overflow"),
-                         bytes);
-  return overflow_.back().data();
+                         bytes + kAlignment);
+  return aligned_start(overflow_.back().data());
 }
 
 void Workspace::end_frame(std::size_t mark) {
   top_ = mark;
   if (--depth_ > 0) return;
-  if (!overflow_.empty() || high_water_ > arena_.extent(0)) {
+  if (!overflow_.empty() || high_water_ > capacity()) {
     overflow_.clear();
     arena_ = Bytes();
-    arena_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), high_water_);
+    arena_ =
+        Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), high_water_ + kAlignment);
   }
-}
-
-void Workspace::reserve(std::int64_t bytes) {
-  require<ConfigError>(depth_ == 0, "Workspace::reserve: called while ", depth_,
-                       " frame(s) are open; reserve between steps");
-  if (std::size_t(bytes) <= arena_.extent(0)) return;
-  high_water_ = std::max(high_water_, std::size_t(bytes));
-  arena_ = Bytes();
-  arena_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), high_water_);
 }
 
 }  // namespace reformer

@@ -55,13 +55,12 @@ class Workspace {
   };
 
   // Bytes of the arena now, and the most that was ever out at once.
-  std::int64_t capacity_bytes() const { return std::int64_t(arena_.extent(0)); }
+  std::int64_t capacity_bytes() const { return std::int64_t(capacity()); }
   std::int64_t high_water_bytes() const { return std::int64_t(high_water_); }
-  // Grows the arena to at least `bytes` now; ConfigError inside a frame.
-  void reserve(std::int64_t bytes);
 
  private:
   void* take(std::size_t bytes);
+  std::size_t capacity() const;  // usable bytes of the arena (past its alignment slack)
   void end_frame(std::size_t mark);
 
   using Bytes = Kokkos::View<unsigned char*, MemSpace>;
