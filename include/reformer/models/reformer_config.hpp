@@ -1,0 +1,66 @@
+// Hyper-parameters of the Reformer language model (models/reformer_lm.hpp).
+//
+// A config holds hyper-parameters only: no activations, no per-call state.
+// validate() checks every field and every contradiction between fields and
+// throws ConfigError naming the first bad one; validate_length() checks a
+// sequence length against the chunk sizes and the position encoding.
+#pragma once
+
+#include "reformer/attention/attention_layer.hpp"
+#include "reformer/ops/activations.hpp"
+
+#include <string>
+#include <vector>
+
+namespace reformer::models {
+
+enum class PositionKind { None, Sinusoidal, Learned, Axial };
+// "none", "sinusoidal", "learned", "axial"; ConfigError naming the value otherwise.
+PositionKind parse_position_kind(const std::string& name);
+const char* to_string(PositionKind kind);
+
+struct ReformerConfig {
+  Index vocab = 256;   // token ids are in [0, vocab)
+  Index d_model = 256;
+  Index d_ff = 512;
+  Index heads = 4;
+  Index d_head = 64;
+  Index layers = 2;
+  // Attention kind of layer i is attention[i % attention.size()]:
+  // {"local", "lsh"} alternates local and LSH layers up to the depth.
+  std::vector<attention::AttentionKind> attention{attention::AttentionKind::Lsh};
+  bool causal = true;
+  // Reversible blocks (Y1 = X1 + F(X2), Y2 = X2 + G(Y1)) that store no
+  // per-layer activations; false: pre-LN residual blocks storing them, on the
+  // same parameters (the two can be compared on identical weights).
+  bool reversible = true;
+  PositionKind positions = PositionKind::Axial;
+  Index max_length = 4096;            // longest sequence (learned and axial tables)
+  std::vector<Index> axial_shape{};   // {n1, n2} with n1 * n2 = max_length; empty: chosen
+  std::vector<Index> axial_dims{};    // {d1, d2} with d1 + d2 = d_model; empty: d/2 each
+  Index ff_chunk = 0;                 // positions per feed-forward chunk; 0: all at once
+  ops::Activation ff_activation = ops::Activation::ReLU;
+  double dropout = 0.0;            // on attention output, FF hidden and FF output, embeddings
+  double attention_dropout = 0.0;  // on attention probabilities
+  bool tie_embeddings = false;     // output projection = embedding table (no separate W_out)
+  Index loss_chunk = 1024;         // rows of logits materialised at a time
+  double label_smoothing = 0.0;
+  attention::LshAttentionConfig lsh{};
+  attention::LocalAttentionConfig local{};
+
+  // Throws ConfigError naming the first bad or contradictory field.
+  void validate() const;
+  // ConfigError unless `length` fits: positive, <= max_length, a multiple of
+  // every chunk length used by the layers (LSH chunk, local chunk; the FF chunk
+  // need not divide it).
+  void validate_length(Index length) const;
+  attention::AttentionKind layer_kind(Index layer) const;
+  // The attention layer config of layer i (dropouts, causal, variant configs).
+  attention::AttentionLayerConfig attention_config(Index layer) const;
+  // {n1, n2}: axial_shape, or a factorisation of max_length chosen near its
+  // square root when axial_shape is empty.
+  std::vector<Index> resolved_axial_shape() const;
+  std::vector<Index> resolved_axial_dims() const;
+};
+
+}  // namespace reformer::models
