@@ -3,6 +3,7 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/train/initializers.hpp"
 
@@ -32,15 +33,6 @@ Kokkos::View<const T**, Layout, MemSpace> as_rows(
     const Kokkos::View<const T***, Layout, MemSpace>& x) {
   return Kokkos::View<const T**, Layout, MemSpace>(x.data(), x.extent(0) * x.extent(1),
                                                    x.extent(2));
-}
-
-// y += x, element-wise over same-shaped matrices.
-template <class T>
-void add_into(View2<T> x, View2<T> y) {
-  auto fx = as_vector(x);
-  auto fy = as_vector(y);
-  Kokkos::parallel_for(
-      "attention_add_into", range(fx.extent(0)), KOKKOS_LAMBDA(Index i) { fy(i) += fx(i); });
 }
 
 // The view in `slot`, reallocated only when its shape differs.
@@ -143,6 +135,16 @@ void AttentionLayer<T>::init(RandomKey key) {
 }
 
 template <class T>
+double AttentionLayer<T>::attention_rate(const AttentionLayerCall& call) const {
+  return call.training ? config_.attention_dropout : 0.0;
+}
+
+template <class T>
+double AttentionLayer<T>::output_rate(const AttentionLayerCall& call) const {
+  return call.training ? config_.output_dropout : 0.0;
+}
+
+template <class T>
 void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state,
                             Workspace& workspace, Save save, bool reuse_plan) const {
   const Index batch = x.extent(0), lq = x.extent(1), lk = memory.extent(1);
@@ -166,8 +168,9 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   ops::matmul<T>(mr, Trans::No, w_v_->matrix(), Trans::No, v);
   const auto qh = per_head(q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
   const auto vh = per_head(v, batch, lk, h, d), out = per_head(attended, batch, lq, h, d);
-  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
-                           {config_.attention_dropout, sub_key(state.call.key, kAttentionDropout)}};
+  const AttentionCall call{
+      {config_.causal && !state.cross, state.call.key_valid},
+      {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   auto lse = [&] {
     return keep ? ensure(state.lse, "attention_lse", batch, lq, h)
                 : frame.take<View3<T>>(batch, lq, h);
@@ -178,7 +181,7 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
       full.self_mask = config_.shares_qk();
       FullAttentionSaved<T> temporary;
       if (!keep) {
-        check_full_attention_fits(batch, h, lq, lk, sizeof(T), config_.attention_dropout > 0);
+        check_full_attention_fits(batch, h, lq, lk, sizeof(T), attention_rate(state.call) > 0);
         temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
       }
       full_attention_forward<T>(qh, kh, vh, full, call, out, keep ? state.full : temporary,
@@ -203,8 +206,8 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   // Output projection and its dropout.
   auto yr = as_rows<T>(y);
   ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, yr);
-  if (config_.output_dropout > 0)
-    ops::dropout_forward<T>(as_vector(yr), config_.output_dropout,
+  if (output_rate(state.call) > 0)
+    ops::dropout_forward<T>(as_vector(yr), output_rate(state.call),
                             sub_key(state.call.key, kOutputDropout), 0, as_vector(yr));
   state.batch = batch;
   state.length_q = lq;
@@ -263,9 +266,9 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   Workspace::Frame frame(workspace);
   // Output projection (and its dropout).
   Kokkos::View<const T**, Layout, MemSpace> dy_rows = as_rows<T>(dy);
-  if (config_.output_dropout > 0) {
+  if (output_rate(state.call) > 0) {
     auto dropped = frame.take<View2<T>>(batch * lq, config_.d_model);
-    ops::dropout_backward<T>(as_vector(dy_rows), config_.output_dropout,
+    ops::dropout_backward<T>(as_vector(dy_rows), output_rate(state.call),
                              sub_key(state.call.key, kOutputDropout), 0, as_vector(dropped));
     dy_rows = dropped;
   }
@@ -279,8 +282,9 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   const auto out = per_head(state.attended, batch, lq, h, d);
   const auto dout = per_head(dattended, batch, lq, h, d);
   const auto gq = per_head(dq, batch, lq, h, d), gv = per_head(dv, batch, lk, h, d);
-  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
-                           {config_.attention_dropout, sub_key(state.call.key, kAttentionDropout)}};
+  const AttentionCall call{
+      {config_.causal && !state.cross, state.call.key_valid},
+      {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   switch (config_.kind) {
     case AttentionKind::Full: {
       FullAttentionConfig full;
@@ -321,7 +325,7 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Attenti
   const bool full_shared = !w_k_ && config_.kind == AttentionKind::Full;
   View2<T> dk = w_k_ || full_shared ? frame.take<View2<T>>(rows, inner) : View2<T>();
   attention_backward(state, dy, dq, dk, dv, workspace);
-  if (full_shared) add_into<T>(dk, dq);
+  if (full_shared) ops::axpby<T>(T(1), as_vector(dk), T(1), as_vector(dq));
   // Projections: dx = beta dx + dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
   const auto xr = as_rows<T>(x);
   auto dxr = as_rows<T>(dx);

@@ -57,4 +57,12 @@ void Workspace::end_frame(std::size_t mark) {
   }
 }
 
+void Workspace::release() {
+  require<ConfigError>(depth_ == 0, "Workspace::release: called while ", depth_,
+                       " frame(s) are open; release after the outermost frame ends");
+  arena_ = Bytes();
+  overflow_.clear();
+  top_ = high_water_ = 0;
+}
+
 }  // namespace reformer

@@ -58,6 +58,8 @@ struct AttentionLayerConfig {
 struct AttentionLayerCall {
   RandomKey key{};
   Kokkos::View<const int**, Layout, MemSpace> key_valid{};
+  // false: evaluation, every dropout of the layer is off.
+  bool training = true;
 };
 
 // What forward saves for backward, owned by the caller. Reused across steps
@@ -123,6 +125,8 @@ class AttentionLayer {
  private:
   void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
            Save save, bool reuse_plan) const;
+  double attention_rate(const AttentionLayerCall& call) const;  // 0 unless training
+  double output_rate(const AttentionLayerCall& call) const;
   void attention_backward(const AttentionState<T>& state, In3<T> dy, View2<T> dq, View2<T> dk,
                           View2<T> dv, Workspace& workspace) const;
 

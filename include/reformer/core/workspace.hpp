@@ -54,6 +54,8 @@ class Workspace {
     std::size_t mark_;
   };
 
+  // Frees the arena and forgets the high-water mark (ConfigError inside a frame).
+  void release();
   // Bytes of the arena now, and the most that was ever out at once.
   std::int64_t capacity_bytes() const { return std::int64_t(capacity()); }
   std::int64_t high_water_bytes() const { return std::int64_t(high_water_); }

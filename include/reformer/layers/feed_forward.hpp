@@ -1,0 +1,68 @@
+// Position-wise feed-forward sub-layer, computed in chunks of positions:
+//   G(x) = dropout(dropout(act(LayerNorm(x) W1 + b1)) W2 + b2)
+// with W1 [d_model, d_ff], W2 [d_ff, d_model] (Reformer section 4, "chunking":
+// the d_ff-wide hidden activation exists for `chunk` rows at a time).
+//
+// Ownership: the layer owns its parameters (registered under a dotted prefix
+// as norm.gamma, norm.beta, w1, b1, w2, b2). It keeps no activations: backward
+// recomputes each chunk's hidden activation from the input, so what a caller
+// holds between forward and backward is the input x and the call's RNG key.
+// Dropout masks are drawn per element index of the whole [rows, width] tensor,
+// so chunking does not change them and backward replays them exactly.
+#pragma once
+
+#include "reformer/core/parameter_set.hpp"
+#include "reformer/core/random.hpp"
+#include "reformer/core/workspace.hpp"
+#include "reformer/ops/activations.hpp"
+
+#include <string>
+
+namespace reformer::layers {
+
+struct FeedForwardConfig {
+  Index d_model = 256;
+  Index d_ff = 512;
+  ops::Activation activation = ops::Activation::ReLU;
+  double dropout = 0.0;  // on the hidden activation and on the output
+  Index chunk = 0;       // rows (positions) per chunk; 0: all rows at once
+  double layer_norm_eps = 1e-5;
+  // ConfigError naming the first bad field.
+  void validate() const;
+};
+
+// Per call: the dropout stream and whether dropout is on.
+struct FeedForwardCall {
+  RandomKey key{};
+  bool training = true;
+};
+
+template <class T>
+class FeedForward {
+ public:
+  FeedForward(const std::string& prefix, const FeedForwardConfig& config, ParameterSet<T>& params);
+  // Xavier-uniform weights, zero biases, unit LayerNorm gain.
+  void init(RandomKey key);
+  // x [rows, d_model] -> y [rows, d_model]; y = beta * y + G(x).
+  void forward(In2<T> x, View2<T> y, const FeedForwardCall& call, Workspace& workspace,
+               T beta = T(0)) const;
+  // Recomputes G chunk by chunk and accumulates the parameter gradients;
+  // dx = beta * dx + dG/dx^T dy. When `recomputed` is not empty it receives
+  // G(x) (the reversible backward needs it to rebuild its input). dx and
+  // recomputed may not alias x or dy.
+  void backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwardCall& call, Workspace& workspace,
+                T beta = T(0), View2<T> recomputed = View2<T>()) const;
+  const FeedForwardConfig& config() const { return config_; }
+
+ private:
+  Index chunk_rows(Index rows) const;
+  FeedForwardConfig config_;
+  Parameter<T>* gamma_ = nullptr;
+  Parameter<T>* beta_ = nullptr;
+  Parameter<T>* w1_ = nullptr;
+  Parameter<T>* b1_ = nullptr;
+  Parameter<T>* w2_ = nullptr;
+  Parameter<T>* b2_ = nullptr;
+};
+
+}  // namespace reformer::layers

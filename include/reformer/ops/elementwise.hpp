@@ -1,0 +1,13 @@
+// Element-wise combinations of same-shaped tensors, viewed as flat vectors.
+#pragma once
+
+#include "reformer/core/types.hpp"
+
+namespace reformer::ops {
+
+// y = alpha * x + beta * y (beta = 0 overwrites y without reading it).
+// x and y have the same number of elements (ShapeError otherwise).
+template <class T>
+void axpby(T alpha, In1<T> x, T beta, View1<T> y);
+
+}  // namespace reformer::ops
