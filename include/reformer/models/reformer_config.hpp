@@ -9,6 +9,7 @@
 #include "reformer/attention/attention_layer.hpp"
 #include "reformer/ops/activations.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@ PositionKind parse_position_kind(const std::string& name);
 const char* to_string(PositionKind kind);
 
 struct ReformerConfig {
-  Index vocab = 256;   // token ids are in [0, vocab)
+  Index vocab = 256;  // token ids are in [0, vocab)
   Index d_model = 256;
   Index d_ff = 512;
   Index heads = 4;
@@ -30,15 +31,20 @@ struct ReformerConfig {
   // {"local", "lsh"} alternates local and LSH layers up to the depth.
   std::vector<attention::AttentionKind> attention{attention::AttentionKind::Lsh};
   bool causal = true;
+  // One projection for queries and keys in every layer. Unset: each kind's own
+  // rule (LSH shares, full and local do not). Set it to true to train full
+  // attention that can be evaluated with LSH (and the reverse), as in the
+  // paper's Table 2.
+  std::optional<bool> shared_qk{};
   // Reversible blocks (Y1 = X1 + F(X2), Y2 = X2 + G(Y1)) that store no
   // per-layer activations; false: pre-LN residual blocks storing them, on the
   // same parameters (the two can be compared on identical weights).
   bool reversible = true;
   PositionKind positions = PositionKind::Axial;
-  Index max_length = 4096;            // longest sequence (learned and axial tables)
-  std::vector<Index> axial_shape{};   // {n1, n2} with n1 * n2 = max_length; empty: chosen
-  std::vector<Index> axial_dims{};    // {d1, d2} with d1 + d2 = d_model; empty: d/2 each
-  Index ff_chunk = 0;                 // positions per feed-forward chunk; 0: all at once
+  Index max_length = 4096;           // longest sequence (learned and axial tables)
+  std::vector<Index> axial_shape{};  // {n1, n2} with n1 * n2 = max_length; empty: chosen
+  std::vector<Index> axial_dims{};   // {d1, d2} with d1 + d2 = d_model; empty: d/2 each
+  Index ff_chunk = 0;                // positions per feed-forward chunk; 0: all at once
   ops::Activation ff_activation = ops::Activation::ReLU;
   double dropout = 0.0;            // on attention output, FF hidden and FF output, embeddings
   double attention_dropout = 0.0;  // on attention probabilities

@@ -1,0 +1,344 @@
+#include "reformer/models/reformer_lm.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "reformer/ops/gemm.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "reformer/train/initializers.hpp"
+
+#include <string>
+
+namespace reformer::models {
+namespace {
+
+using attention::Save;
+using RowList = Kokkos::View<const Index*, Layout, MemSpace>;
+
+enum Stream : std::uint64_t { kEmbeddingDropout = 1, kLayers = 2 };
+enum InitStream : std::uint64_t { kInitEmbedding = 1, kInitPositions, kInitBlocks, kInitOutput };
+
+constexpr double kLayerNormEps = 1e-5;
+
+Kokkos::View<const int*, Layout, MemSpace> flat_ids(IdMatrix ids) {
+  return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size());
+}
+
+template <class T>
+void ensure(View3<T>& slot, const char* label, Index a, Index b, Index c) {
+  if (slot.data() && Index(slot.extent(0)) == a && Index(slot.extent(1)) == b &&
+      Index(slot.extent(2)) == c)
+    return;
+  slot = View3<T>();
+  slot = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), a, b, c);
+}
+
+}  // namespace
+
+template <class T>
+void ReformerState<T>::release() {
+  batch = length = 0;
+  call = ReformerCall();
+  x1 = x2 = dx1 = dx2 = View3<T>();
+  blocks.clear();
+  scratch.release();
+  workspace.release();
+  forward_done = false;
+}
+
+template <class T>
+ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<T>& params) : config_(config) {
+  config_.validate();
+  const Index d = config.d_model;
+  embedding_ = &params.add("embed.table", {config.vocab, d});
+  switch (config.positions) {
+    case PositionKind::Learned:
+      positions_ = &params.add("pos.table", {config.max_length, d});
+      break;
+    case PositionKind::Axial: {
+      const auto shape = config.resolved_axial_shape();
+      const auto dims = config.resolved_axial_dims();
+      axial1_ = &params.add("pos.axial_1", {shape[0], dims[0]});
+      axial2_ = &params.add("pos.axial_2", {shape[1], dims[1]});
+      break;
+    }
+    case PositionKind::Sinusoidal:
+    case PositionKind::None:
+      break;
+  }
+  for (Index i = 0; i < config.layers; ++i) {
+    layers::BlockConfig block;
+    block.attention = config.attention_config(i);
+    block.feed_forward = {
+        d, config.d_ff, config.ff_activation, config.dropout, config.ff_chunk, kLayerNormEps};
+    block.layer_norm_eps = kLayerNormEps;
+    blocks_.push_back(
+        std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
+  }
+  out_gamma_ = &params.add("out.norm.gamma", {2 * d});
+  out_beta_ = &params.add("out.norm.beta", {2 * d});
+  if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {2 * d, config.vocab});
+  out_bias_ = &params.add("out.b", {config.vocab});
+}
+
+template <class T>
+void ReformerLM<T>::init(RandomKey key) {
+  auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
+    return RandomKey{key.seed, stream_id(key.stream, a, b)};
+  };
+  train::init_normal(*embedding_, 1.0, sub(kInitEmbedding));
+  if (positions_) train::init_normal(*positions_, 1.0, sub(kInitPositions, 1));
+  if (axial1_) train::init_normal(*axial1_, 1.0, sub(kInitPositions, 2));
+  if (axial2_) train::init_normal(*axial2_, 1.0, sub(kInitPositions, 3));
+  for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->init(sub(kInitBlocks, i));
+  train::init_constant(*out_gamma_, 1.0);
+  train::init_constant(*out_beta_, 0.0);
+  if (out_weight_) train::init_xavier_uniform(*out_weight_, sub(kInitOutput));
+  train::init_constant(*out_bias_, 0.0);
+}
+
+template <class T>
+layers::BlockCall ReformerLM<T>::block_call(const ReformerCall& call, Index layer) const {
+  return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
+          {},
+          call.training};
+}
+
+template <class T>
+void ReformerLM<T>::check_batch(const char* op, IdMatrix ids) const {
+  require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
+                      shape_string(ids), " but needs at least one sequence of one token");
+  config_.validate_length(Index(ids.extent(1)));
+  ops::require_ids_in_range(op, "ids", flat_ids(ids), config_.vocab);
+}
+
+template <class T>
+void ReformerLM<T>::prepare(ReformerState<T>& state, Index batch, Index length) const {
+  const Index d = config_.d_model;
+  ensure(state.x1, "reformer_x1", batch, length, d);
+  ensure(state.x2, "reformer_x2", batch, length, d);
+  state.blocks.resize(blocks_.size());
+  state.batch = batch;
+  state.length = length;
+}
+
+template <class T>
+void ReformerLM<T>::embed(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const {
+  const Index length = ids.extent(1);
+  auto e = as_matrix(state.x1);
+  // e = Embedding(ids) + Positions, then dropout; both streams start as e.
+  ops::token_embedding_forward<T>(embedding_->matrix(), flat_ids(ids), false, e);
+  switch (config_.positions) {
+    case PositionKind::Learned:
+      ops::learned_positions_forward<T>(e, positions_->matrix(), length, 0, e);
+      break;
+    case PositionKind::Axial:
+      ops::axial_positions_forward<T>(e, axial1_->matrix(), axial2_->matrix(), length, 0, e);
+      break;
+    case PositionKind::Sinusoidal:
+      ops::sinusoidal_positions_forward<T>(e, length, 0, e);
+      break;
+    case PositionKind::None:
+      break;
+  }
+  if (call.training && config_.dropout > 0)
+    ops::dropout_forward<T>(as_vector(e), config_.dropout,
+                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                            as_vector(e));
+  Kokkos::deep_copy(state.x2, state.x1);
+}
+
+template <class T>
+void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const {
+  const Index length = ids.extent(1);
+  // de = dx1 + dx2 (the embedding fed both streams).
+  ops::axpby<T>(T(1), as_vector(state.dx2), T(1), as_vector(state.dx1));
+  auto de = as_matrix(state.dx1);
+  const ReformerCall& call = state.call;
+  if (call.training && config_.dropout > 0)
+    ops::dropout_backward<T>(as_vector(de), config_.dropout,
+                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                             as_vector(de));
+  if (positions_) ops::learned_positions_backward<T>(de, length, 0, positions_->grad_matrix());
+  if (axial1_)
+    ops::axial_positions_backward<T>(de, length, 0, axial1_->grad_matrix(), axial2_->grad_matrix());
+  ops::token_embedding_backward<T>(flat_ids(ids), de, false, embedding_->grad_matrix());
+}
+
+template <class T>
+void ReformerLM<T>::forward(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const {
+  check_batch("ReformerLM::forward", ids);
+  prepare(state, ids.extent(0), ids.extent(1));
+  state.call = call;
+  const Save save = config_.reversible || !call.training ? Save::PlanOnly : Save::All;
+  embed(ids, call, state);
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i]->forward(state.x1, state.x2, block_call(call, Index(i)), state.blocks[i],
+                        state.workspace, save);
+  state.forward_done = true;
+}
+
+template <class T>
+void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, View2<T> hidden,
+                                 View1<T> mean, View1<T> rstd) const {
+  const Index d = config_.d_model, n = hidden.extent(0);
+  auto x1 = as_matrix(state.x1), x2 = as_matrix(state.x2);
+  const bool all = rows.extent(0) == 0;
+  // hidden = [y1 ; y2] of the selected rows, then LayerNorm over 2 d_model in place.
+  Kokkos::parallel_for(
+      "reformer_concat_streams",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, 2 * d}),
+      KOKKOS_LAMBDA(Index r, Index j) {
+        const Index src = all ? r : rows(r);
+        hidden(r, j) = j < d ? x1(src, j) : x2(src, j - d);
+      });
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(kLayerNormEps), hidden,
+                             mean, rstd);
+}
+
+template <class T>
+void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<T> mean, In1<T> rstd,
+                                  View2<T> scratch) const {
+  const Index d = config_.d_model, n = scratch.extent(0);
+  auto x1 = as_matrix(state.x1), x2 = as_matrix(state.x2);
+  auto dx1 = as_matrix(state.dx1), dx2 = as_matrix(state.dx2);
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  // The LayerNorm's input [y1 ; y2] is rebuilt in `scratch`.
+  Kokkos::parallel_for(
+      "reformer_concat_streams", Policy({0, 0}, {n, 2 * d}),
+      KOKKOS_LAMBDA(Index r, Index j) { scratch(r, j) = j < d ? x1(r, j) : x2(r, j - d); });
+  Workspace::Frame frame(state.workspace);
+  auto dcat = frame.take<View2<T>>(n, 2 * d);
+  ops::layer_norm_backward<T>(scratch, out_gamma_->value, mean, rstd, dhidden, dcat,
+                              out_gamma_->grad, out_beta_->grad);
+  Kokkos::parallel_for(
+      "reformer_split_gradient", Policy({0, 0}, {n, d}), KOKKOS_LAMBDA(Index r, Index j) {
+        dx1(r, j) = dcat(r, j);
+        dx2(r, j) = dcat(r, j + d);
+      });
+}
+
+template <class T>
+ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
+                                            ReformerState<T>& state, bool gradients) const {
+  const Index rows = state.batch * state.length, d = config_.d_model;
+  Workspace::Frame frame(state.workspace);
+  auto hidden = frame.take<View2<T>>(rows, 2 * d);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  head_forward(state, RowList(), hidden, mean, rstd);
+  ops::CrossEntropyOptions options;
+  options.pad_id = ignore_id;
+  options.smoothing = config_.label_smoothing;
+  options.chunk_rows = config_.loss_chunk;
+  options.weight_is_embedding = config_.tie_embeddings;
+  const auto t = flat_ids(targets);
+  // Tied weights: the projection reads the sum of the two halves.
+  View2<T> input = hidden;
+  if (config_.tie_embeddings) {
+    input = frame.take<View2<T>>(rows, d);
+    auto folded = input;
+    Kokkos::parallel_for(
+        "reformer_fold_halves",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {rows, d}),
+        KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = hidden(r, j) + hidden(r, j + d); });
+  }
+  const auto weight = config_.tie_embeddings ? embedding_->matrix() : out_weight_->matrix();
+  if (!gradients) return ops::cross_entropy_forward<T>(input, weight, out_bias_->value, t, options);
+  auto dinput = frame.take<View2<T>>(rows, input.extent(1));
+  const auto dweight =
+      config_.tie_embeddings ? embedding_->grad_matrix() : out_weight_->grad_matrix();
+  const auto result = ops::cross_entropy_forward_backward<T>(
+      input, weight, out_bias_->value, t, options, dinput, dweight, out_bias_->grad);
+  View2<T> dhidden = dinput;
+  if (config_.tie_embeddings) {
+    dhidden = frame.take<View2<T>>(rows, 2 * d);
+    auto unfolded = dhidden;
+    Kokkos::parallel_for(
+        "reformer_unfold_halves",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {rows, d}),
+        KOKKOS_LAMBDA(Index r, Index j) {
+          unfolded(r, j) = dinput(r, j);
+          unfolded(r, j + d) = dinput(r, j);
+        });
+  }
+  ensure(state.dx1, "reformer_dx1", state.batch, state.length, d);
+  ensure(state.dx2, "reformer_dx2", state.batch, state.length, d);
+  head_backward(state, dhidden, mean, rstd, hidden);
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix targets,
+                                                        int ignore_id, const ReformerCall& call,
+                                                        ReformerState<T>& state) const {
+  const char* op = "ReformerLM::forward_backward";
+  require_same_shape(op, "ids", ids, "targets", targets);
+  forward(ids, call, state);
+  const auto result = loss(targets, ignore_id, state, /*gradients=*/true);
+  // The stack from the top layer down, then the embedding.
+  for (Index i = layers() - 1; i >= 0; --i) {
+    if (config_.reversible)
+      blocks_[i]->backward_reversible(state.x1, state.x2, state.dx1, state.dx2, state.blocks[i],
+                                      state.scratch, state.workspace);
+    else
+      blocks_[i]->backward_stored(state.dx1, state.dx2, state.blocks[i], state.workspace);
+  }
+  embed_backward(ids, state);
+  state.forward_done = false;
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult ReformerLM<T>::evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
+                                                const ReformerCall& call,
+                                                ReformerState<T>& state) const {
+  require_same_shape("ReformerLM::evaluate", "ids", ids, "targets", targets);
+  forward(ids, call, state);
+  return loss(targets, ignore_id, state, /*gradients=*/false);
+}
+
+template <class T>
+void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
+                              ReformerState<T>& state) const {
+  const char* op = "ReformerLM::logits_at";
+  const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
+  require<ShapeError>(position >= 0 && position < length, op, ": position ", position,
+                      " is outside the sequence of length ", length);
+  require<ShapeError>(Index(logits.extent(0)) == batch && Index(logits.extent(1)) == config_.vocab,
+                      op, ": logits has shape ", shape_string(logits), " but must be [", batch,
+                      ", ", config_.vocab, "]");
+  forward(ids, {state.call.key, false}, state);
+  Workspace::Frame frame(state.workspace);
+  auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+  Kokkos::parallel_for(
+      "reformer_logit_rows", range(batch),
+      KOKKOS_LAMBDA(Index b) { rows(b) = b * length + position; });
+  auto hidden = frame.take<View2<T>>(batch, 2 * d);
+  auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+  head_forward(state, rows, hidden, mean, rstd);
+  if (config_.tie_embeddings) {
+    auto folded = frame.take<View2<T>>(batch, d);
+    Kokkos::parallel_for(
+        "reformer_fold_halves",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {batch, d}),
+        KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = hidden(r, j) + hidden(r, j + d); });
+    ops::matmul<T>(folded, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
+  } else {
+    ops::matmul<T>(hidden, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
+  }
+  auto bias = out_bias_->value;
+  const Index vocab = config_.vocab;
+  Kokkos::parallel_for(
+      "reformer_logit_bias",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {batch, vocab}),
+      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+}
+
+template struct ReformerState<float>;
+template struct ReformerState<double>;
+template class ReformerLM<float>;
+template class ReformerLM<double>;
+
+}  // namespace reformer::models

@@ -1,0 +1,242 @@
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "support/checks.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using attention::AttentionKind;
+using models::ReformerCall;
+using models::ReformerConfig;
+using models::ReformerLM;
+using models::ReformerState;
+using IdView = Kokkos::View<int**, Layout, MemSpace>;
+
+ReformerConfig tiny_config() {
+  ReformerConfig c;
+  c.vocab = 11;
+  c.d_model = 6;
+  c.d_ff = 10;
+  c.heads = 2;
+  c.d_head = 3;
+  c.layers = 2;
+  c.attention = {AttentionKind::Local, AttentionKind::Lsh};
+  c.positions = models::PositionKind::Axial;
+  c.max_length = 8;
+  c.axial_shape = {2, 4};
+  c.axial_dims = {2, 4};
+  c.ff_chunk = 5;
+  c.dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.label_smoothing = 0.1;
+  c.loss_chunk = 6;
+  c.lsh.chunk = 4;
+  c.lsh.n_hashes = 2;
+  c.lsh.n_buckets = {4};
+  c.local.chunk = 4;
+  return c;
+}
+
+IdView random_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
+  IdView ids("ids", batch, length);
+  auto flat = as_vector(ids);
+  Kokkos::parallel_for(
+      "random_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = int(random_bits({seed, 1}, i) % vocab);
+      });
+  return ids;
+}
+
+struct ModelCase {
+  ParameterSet<double> params;
+  ReformerLM<double> model;
+  ReformerState<double> state;
+  IdView ids, targets;
+  ReformerCall call{{9, 4}, true};
+  int ignore = 3;
+
+  explicit ModelCase(const ReformerConfig& config, Index batch = 2, Index length = 8)
+      : model(config, params),
+        ids(random_ids(batch, length, config.vocab, 1)),
+        targets(random_ids(batch, length, config.vocab, 2)) {
+    model.init({1, 2});
+    // Non-trivial LayerNorm and bias parameters.
+    std::uint64_t seed = 50;
+    for (const auto& name : params.names())
+      if (name.find("gamma") != std::string::npos)
+        fill_uniform(params.get(name).value, ++seed, 0.5, 1.5);
+      else if (name.find("beta") != std::string::npos || name.find(".b") != std::string::npos)
+        fill_uniform(params.get(name).value, ++seed, -0.2, 0.2);
+  }
+  double loss() { return model.evaluate(ids, targets, ignore, call, state).loss; }
+  ops::CrossEntropyResult gradients() {
+    params.zero_grad();
+    return model.forward_backward(ids, targets, ignore, call, state);
+  }
+};
+
+void expect_parameter_gradients(ModelCase& c, double tolerance) {
+  c.gradients();
+  auto loss = [&] { return c.loss(); };
+  for (const auto& name : c.params.names()) {
+    auto& p = c.params.get(name);
+    EXPECT_LT(gradient_error(p.value, p.grad, loss, 12), tolerance) << name;
+  }
+}
+
+// The whole model, reversible, one local and one LSH layer, dropout on.
+TEST(ReformerLM, GradientCheckOfWholeModel) {
+  ModelCase c(tiny_config());
+  const auto result = c.gradients();
+  EXPECT_GT(result.tokens, 0);
+  EXPECT_NEAR(result.loss, c.loss(), 1e-12);  // forward_backward's loss is evaluate's
+  expect_parameter_gradients(c, 1e-6);
+}
+
+TEST(ReformerLM, GradientCheckTiedLearnedNonReversible) {
+  auto config = tiny_config();
+  config.tie_embeddings = true;
+  config.positions = models::PositionKind::Learned;
+  config.reversible = false;
+  config.attention = {AttentionKind::Full};
+  ModelCase c(config);
+  EXPECT_FALSE(c.params.contains("out.w"));
+  expect_parameter_gradients(c, 1e-6);
+}
+
+// Same weights, same dropout and LSH streams: the reversible backward (inputs
+// rebuilt from outputs) and the stored one give the same gradients.
+TEST(ReformerLM, ReversibleGradientsEqualNonReversible) {
+  auto config = tiny_config();
+  config.layers = 5;
+  config.max_length = 16;
+  config.axial_shape = {4, 4};
+  ModelCase rev(config, 2, 16);
+  config.reversible = false;
+  ModelCase stored(config, 2, 16);
+  Kokkos::deep_copy(stored.params.values(), rev.params.values());
+  const auto a = rev.gradients();
+  const auto b = stored.gradients();
+  EXPECT_NEAR(a.loss, b.loss, 1e-12);
+  const double error = relative_error(to_host(rev.params.grads()), to_host(stored.params.grads()));
+  EXPECT_LT(error, 1e-5);
+  EXPECT_LT(error, 1e-10);  // in double the rebuilt inputs are exact to rounding
+  for (const auto& name : rev.params.names())
+    EXPECT_LT(
+        relative_error(to_host(rev.params.get(name).grad), to_host(stored.params.get(name).grad)),
+        1e-5)
+        << name;
+}
+
+// The same call replays the same dropout masks and LSH rotations; another
+// key draws others; evaluation (training = false) has no dropout at all.
+TEST(ReformerLM, RandomnessComesFromTheCallKey) {
+  ModelCase c(tiny_config());
+  const double first = c.loss();
+  EXPECT_EQ(c.loss(), first);
+  c.call.key.stream = 5;
+  EXPECT_NE(c.loss(), first);
+  auto config = tiny_config();
+  config.dropout = config.attention_dropout = 0.0;
+  ModelCase plain(config);
+  Kokkos::deep_copy(plain.params.values(), c.params.values());
+  c.call.training = false;
+  plain.call = c.call;
+  EXPECT_NEAR(c.loss(), plain.loss(), 1e-14);
+}
+
+// logits_at agrees with the loss: -log softmax(logits)[target] averaged over
+// the counted positions is evaluate()'s loss (no smoothing).
+TEST(ReformerLM, LogitsAgreeWithLoss) {
+  for (bool tied : {false, true}) {
+    auto config = tiny_config();
+    config.label_smoothing = 0.0;
+    config.tie_embeddings = tied;
+    ModelCase c(config);
+    c.call.training = false;
+    const double want = c.loss();
+    const auto targets = to_host(c.targets);
+    View2<double> logits("logits", 2, config.vocab);
+    double sum = 0;
+    Index count = 0;
+    for (Index t = 0; t < 8; ++t) {
+      c.model.logits_at(c.ids, t, logits, c.state);
+      const auto z = to_host(logits);
+      for (Index b = 0; b < 2; ++b) {
+        const int target = int(targets[b * 8 + t]);
+        if (target == c.ignore) continue;
+        double m = -INFINITY, s = 0;
+        for (Index v = 0; v < config.vocab; ++v) m = std::max(m, z[b * config.vocab + v]);
+        for (Index v = 0; v < config.vocab; ++v) s += std::exp(z[b * config.vocab + v] - m);
+        sum += m + std::log(s) - z[b * config.vocab + target];
+        ++count;
+      }
+    }
+    EXPECT_NEAR(sum / count, want, 1e-12) << (tied ? "tied" : "untied");
+  }
+}
+
+// Peak memory of a training step (parameters excluded): flat in the depth
+// when reversible, growing by the same amount per layer when not.
+TEST(ReformerLM, ReversibleMemoryDoesNotGrowWithDepth) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  auto step_peak = [&](Index layers, bool reversible) {
+    ReformerConfig c;
+    c.vocab = 32;
+    c.d_model = 32;
+    c.d_ff = 64;
+    c.heads = 2;
+    c.d_head = 16;
+    c.layers = layers;
+    c.attention = {AttentionKind::Local, AttentionKind::Lsh};
+    c.reversible = reversible;
+    c.positions = models::PositionKind::Sinusoidal;
+    c.max_length = 512;
+    c.ff_chunk = 128;
+    c.lsh.chunk = 32;
+    c.local.chunk = 32;
+    ParameterSet<float> params;
+    ReformerLM<float> model(c, params);
+    model.init({1, 1});
+    IdView ids = random_ids(1, 512, 32, 3), targets = random_ids(1, 512, 32, 4);
+    ReformerState<float> state;
+    const std::string space = "Host";
+    tracker.reset_peaks();
+    const auto before = tracker.space(space).current_bytes;
+    model.forward_backward(ids, targets, -1, {{1, 1}, true}, state);
+    return double(tracker.space(space).peak_bytes - before);
+  };
+  const double rev2 = step_peak(2, true), rev8 = step_peak(8, true);
+  const double nr2 = step_peak(2, false), nr5 = step_peak(5, false), nr8 = step_peak(8, false);
+  EXPECT_LT(rev8, 1.10 * rev2) << rev2 << " -> " << rev8;
+  // Linear: the same increment for every added layer (within 10%).
+  EXPECT_GT(nr8, 2.0 * nr2);
+  EXPECT_NEAR((nr8 - nr5) / (nr5 - nr2), 1.0, 0.1);
+}
+
+TEST(ReformerLM, ClearErrors) {
+  ModelCase c(tiny_config());
+  auto bad = random_ids(2, 8, 11, 5);
+  Kokkos::deep_copy(Kokkos::subview(bad, 1, 3), 42);
+  expect_error<ConfigError>([&] { c.model.evaluate(bad, c.targets, -1, c.call, c.state); },
+                            {"ids", "42"});
+  auto short_targets = random_ids(2, 4, 11, 5);
+  expect_error<ShapeError>(
+      [&] { c.model.forward_backward(c.ids, short_targets, -1, c.call, c.state); }, {"targets"});
+  auto too_long = random_ids(2, 16, 11, 6);
+  expect_error<ConfigError>([&] { c.model.evaluate(too_long, too_long, -1, c.call, c.state); },
+                            {"16"});
+  View2<double> logits("logits", 2, 11);
+  expect_error<ShapeError>([&] { c.model.logits_at(c.ids, 8, logits, c.state); }, {"position 8"});
+}
+
+}  // namespace
+}  // namespace reformer
