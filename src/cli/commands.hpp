@@ -15,4 +15,7 @@ struct GlobalOptions {
 // Adds the `info` subcommand; `run` is set to its action.
 void add_info_command(CLI::App& app, const GlobalOptions& global, std::function<int()>& run);
 
+// Adds `train`, `eval` and `generate`.
+void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<int()>& run);
+
 }  // namespace reformer::cli

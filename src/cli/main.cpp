@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16));
   std::function<int()> run;
   add_info_command(app, global, run);
+  add_run_commands(app, global, run);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,7 @@
 #include "reformer/models/reformer_lm.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
@@ -275,8 +276,17 @@ ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix t
                                                         ReformerState<T>& state) const {
   const char* op = "ReformerLM::forward_backward";
   require_same_shape(op, "ids", ids, "targets", targets);
-  forward(ids, call, state);
-  const auto result = loss(targets, ignore_id, state, /*gradients=*/true);
+  // Memory-tracker phases: the trainer reports each one's peak.
+  {
+    ScopedMemoryPhase phase("forward");
+    forward(ids, call, state);
+  }
+  ops::CrossEntropyResult result;
+  {
+    ScopedMemoryPhase phase("loss");
+    result = loss(targets, ignore_id, state, /*gradients=*/true);
+  }
+  ScopedMemoryPhase phase("backward");
   // The stack from the top layer down, then the embedding.
   for (Index i = layers() - 1; i >= 0; --i) {
     if (config_.reversible)

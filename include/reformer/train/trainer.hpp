@@ -1,0 +1,77 @@
+// Training, evaluation and generation of a Reformer language model from a run
+// config (config/run_config.hpp). One run folder holds everything of a run:
+//   <run_dir>/config.toml        the resolved config (every key)
+//   <run_dir>/metrics.csv|jsonl  one row per logged step and per evaluation
+//   <run_dir>/checkpoints/       HDF5 checkpoints (io/checkpoint.hpp), newest N kept
+// A run is a pure function of its config: parameters, batches (data position),
+// dropout masks and LSH rotations all come from the counter RNG, so resuming
+// from a checkpoint continues the same sequence of losses.
+#pragma once
+
+#include "reformer/config/run_config.hpp"
+#include "reformer/data/tasks.hpp"
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace reformer::train {
+
+struct TrainOptions {
+  bool resume = false;          // continue from the newest checkpoint in the run folder
+  bool handle_signals = true;   // SIGINT/SIGTERM: finish the step, checkpoint, stop
+  std::ostream* out = nullptr;  // progress lines (default std::cout)
+};
+
+struct EvalResult {
+  double loss = 0;            // mean cross-entropy (nats) over the scored targets
+  double bits_per_token = 0;  // loss / ln 2
+  double accuracy = 0;        // argmax == target over the scored targets
+  std::int64_t tokens = 0;
+};
+
+struct TrainSummary {
+  std::int64_t first_step = 0;  // steps already taken when this call began
+  std::int64_t steps = 0;       // steps taken in total when it returned
+  double seconds = 0;           // wall time of this call's training loop
+  bool interrupted = false;     // stopped by SIGINT/SIGTERM
+  bool reached_target = false;  // stopped at train.target_accuracy
+  EvalResult last_eval{};
+  std::vector<double> losses;  // training loss of every step this call took
+  std::string checkpoint;      // the last checkpoint written
+};
+
+// Trains (or resumes) the run; throws ConfigError/IoError before any work for
+// bad input (a resumed run whose config differs names the first key).
+TrainSummary run_training(const config::RunConfig& config, const TrainOptions& options = {});
+
+// A checkpoint file, or the newest checkpoint of a run folder (IoError naming
+// the path when there is none).
+std::string resolve_checkpoint(const std::string& run_or_checkpoint);
+
+// Loads the checkpoint's config, applies `overrides` (e.g. model.lsh.n_hashes=8
+// or model.attention=["full"]: parameters must still match), loads the
+// parameters and evaluates `batches` batches of the split.
+EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
+                               const std::vector<std::string>& overrides, data::Split split,
+                               std::int64_t batches);
+
+struct GenerateOptions {
+  std::vector<int> prompt;   // token ids; empty: the task's first validation sequence cut
+                             // after its first half (the copy to reproduce follows)
+  std::int64_t tokens = 0;   // new tokens; 0: up to the model's sequence length
+  double temperature = 0.0;  // 0: greedy
+  std::int64_t top_k = 0;    // sample among the k most likely; 0: all
+  std::uint64_t seed = 1;
+};
+
+struct GenerateResult {
+  std::vector<int> prompt, generated;
+  std::vector<int> expected;  // the task's continuation when the prompt came from it
+};
+
+GenerateResult generate(const std::string& run_or_checkpoint,
+                        const std::vector<std::string>& overrides, const GenerateOptions& options);
+
+}  // namespace reformer::train

@@ -1,0 +1,208 @@
+// `reformer train`, `reformer eval` and `reformer generate`.
+//
+// Configs are read and checked before Kokkos starts: an unknown key, a value of
+// the wrong type or out of range, contradictory settings or a missing data file
+// print one message naming the key and the value and exit with 2.
+#include "cli/commands.hpp"
+
+#include "reformer/config/run_config.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/core/runtime.hpp"
+#include "reformer/io/checkpoint.hpp"
+#include "reformer/train/trainer.hpp"
+
+#include <cctype>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+namespace reformer::cli {
+namespace {
+
+struct RunArgs {
+  std::string target;  // config file (train) or run folder / checkpoint (eval, generate)
+  std::vector<std::string> overrides;
+  bool resume = false;
+  std::string split = "valid";
+  std::int64_t batches = 8;
+  std::string prompt;
+  bool has_prompt = false;
+  std::int64_t tokens = 0;
+  double temperature = 0;
+  std::int64_t top_k = 0;
+  std::uint64_t seed = 1;
+};
+
+int config_error(const std::exception& e) {
+  std::fprintf(stderr, "reformer: error: %s\n", e.what());
+  return 2;
+}
+
+// Token ids of a prompt: the bytes of the text for a byte-level model, else
+// integers separated by spaces or commas.
+std::vector<int> prompt_ids(const std::string& text, bool bytes) {
+  std::vector<int> ids;
+  if (bytes) {
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string token;
+  auto flush = [&] {
+    if (token.empty()) return;
+    for (char c : token)
+      require<ConfigError>(std::isdigit(static_cast<unsigned char>(c)), "generate: --prompt token '",
+                           token, "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
+    ids.push_back(std::stoi(token));
+    token.clear();
+  };
+  for (char c : text) {
+    if (c == ' ' || c == ',')
+      flush();
+    else
+      token += c;
+  }
+  flush();
+  return ids;
+}
+
+std::string show(const std::vector<int>& ids, bool bytes) {
+  std::string text;
+  for (int id : ids) {
+    if (bytes) {
+      text += std::isprint(id) || id == '\n' ? std::string(1, char(id)) : "\\x" + [&] {
+        char hex[3];
+        std::snprintf(hex, sizeof hex, "%02x", id);
+        return std::string(hex);
+      }();
+    } else {
+      text += (text.empty() ? "" : " ") + std::to_string(id);
+    }
+  }
+  return text;
+}
+
+int run_train(const GlobalOptions& global, const RunArgs& args) {
+  config::RunConfig config;
+  try {
+    config = config::load_run_config(args.target, args.overrides);
+    config.validate();
+    data::make_task(config.data);  // a missing or short data file fails here
+  } catch (const ConfigError& e) {
+    return config_error(e);
+  } catch (const IoError& e) {
+    return config_error(e);
+  }
+  Runtime runtime({global.threads, -1, true});
+  train::TrainOptions options;
+  options.resume = args.resume;
+  const auto summary = train::run_training(config, options);
+  std::printf("trained %lld steps in %.1f s%s\n", static_cast<long long>(summary.steps),
+              summary.seconds, summary.interrupted ? " (interrupted)" : "");
+  return summary.interrupted ? 130 : 0;
+}
+
+data::Split parse_split(const std::string& name) {
+  if (name == "train") return data::Split::Train;
+  if (name == "valid") return data::Split::Valid;
+  if (name == "test") return data::Split::Test;
+  throw ConfigError("eval: --split is '" + name + "' but must be train, valid or test");
+}
+
+int run_eval(const GlobalOptions& global, const RunArgs& args) {
+  data::Split split;
+  try {
+    split = parse_split(args.split);
+    const auto checkpoint = train::resolve_checkpoint(args.target);
+    config::parse_run_config(io::read_checkpoint_meta(checkpoint).config, checkpoint,
+                             args.overrides)
+        .validate();
+  } catch (const ConfigError& e) {
+    return config_error(e);
+  } catch (const IoError& e) {
+    return config_error(e);
+  }
+  Runtime runtime({global.threads, -1, true});
+  const auto r = train::evaluate_checkpoint(args.target, args.overrides, split, args.batches);
+  std::printf("%s on %s (%lld tokens): loss %.5f, bits/token %.5f, accuracy %.5f\n",
+              train::resolve_checkpoint(args.target).c_str(), args.split.c_str(),
+              static_cast<long long>(r.tokens), r.loss, r.bits_per_token, r.accuracy);
+  return 0;
+}
+
+int run_generate(const GlobalOptions& global, const RunArgs& args) {
+  train::GenerateOptions options;
+  bool bytes = false;
+  try {
+    const auto checkpoint = train::resolve_checkpoint(args.target);
+    const auto config = config::parse_run_config(io::read_checkpoint_meta(checkpoint).config,
+                                                 checkpoint, args.overrides);
+    config.validate();
+    bytes = config.data.task == data::TaskKind::Bytes;
+    if (args.has_prompt) {
+      options.prompt = prompt_ids(args.prompt, bytes);
+      require<ConfigError>(!options.prompt.empty(), "generate: --prompt is empty");
+    }
+  } catch (const ConfigError& e) {
+    return config_error(e);
+  } catch (const IoError& e) {
+    return config_error(e);
+  }
+  options.tokens = args.tokens;
+  options.temperature = args.temperature;
+  options.top_k = args.top_k;
+  options.seed = args.seed;
+  Runtime runtime({global.threads, -1, true});
+  const auto r = train::generate(args.target, args.overrides, options);
+  std::printf("prompt:    %s\n", show(r.prompt, bytes).c_str());
+  std::printf("generated: %s\n", show(r.generated, bytes).c_str());
+  if (!r.expected.empty()) {
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];
+    std::printf("expected:  %s\n", show(r.expected, bytes).c_str());
+    std::printf("matches the expected continuation at %zu of %zu positions\n", same,
+                r.expected.size());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<int()>& run) {
+  static RunArgs args;
+  auto overrides = [](CLI::App* sub) {
+    sub->add_option("overrides", args.overrides,
+                    "Config overrides as section.key=value (e.g. train.steps=100)");
+  };
+  CLI::App* train = app.add_subcommand("train", "Train a model from a TOML config");
+  train->add_option("config", args.target, "Run config (TOML)")->required();
+  overrides(train);
+  train->add_flag("--resume", args.resume, "Continue from the newest checkpoint of the run");
+  train->callback([&run, &global] { run = [&global] { return run_train(global, args); }; });
+
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate a run's newest checkpoint (or a file)");
+  eval->add_option("run", args.target, "Run folder or checkpoint file")->required();
+  overrides(eval);
+  eval->add_option("--split", args.split, "train, valid or test (default valid)");
+  eval->add_option("--batches", args.batches, "Batches to evaluate (default 8)")
+      ->check(CLI::Range(1, 1 << 30));
+  eval->callback([&run, &global] { run = [&global] { return run_eval(global, args); }; });
+
+  CLI::App* gen = app.add_subcommand("generate", "Generate tokens from a run's checkpoint");
+  gen->add_option("run", args.target, "Run folder or checkpoint file")->required();
+  overrides(gen);
+  gen->add_option("--prompt", args.prompt,
+                  "Text (byte-level models) or token ids separated by spaces; default: the "
+                  "first half of a validation sequence of the run's task")
+      ->each([](const std::string&) { args.has_prompt = true; });
+  gen->add_option("--tokens", args.tokens, "New tokens (default: up to the sequence length)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  gen->add_option("--temperature", args.temperature, "0 = greedy (default)")
+      ->check(CLI::Range(0.0, 1e6));
+  gen->add_option("--top-k", args.top_k, "Sample among the k most likely (0 = all)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  gen->add_option("--seed", args.seed, "Sampling seed");
+  gen->callback([&run, &global] { run = [&global] { return run_generate(global, args); }; });
+}
+
+}  // namespace reformer::cli

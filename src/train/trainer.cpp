@@ -1,0 +1,497 @@
+#include "reformer/train/trainer.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/io/checkpoint.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/ops/elementwise.hpp"
+#include "reformer/train/grad_clip.hpp"
+#include "reformer/train/optimizer.hpp"
+#include "reformer/train/schedule.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace reformer::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Streams of the run's randomness (all from train.seed).
+enum Stream : std::uint64_t { kInit = 1, kStep = 2, kEval = 3, kSample = 4 };
+
+// Keys whose change does not change what a resumed run computes.
+const std::vector<std::string> kResumableKeys = {
+    "train.steps",           "train.eval_every",       "train.eval_batches", "train.log_every",
+    "train.checkpoint_every", "train.keep_checkpoints", "train.target_accuracy", "run.dir",
+    "run.name"};
+
+std::atomic<int> stop_requested{0};
+extern "C" void request_stop(int) { stop_requested.store(1); }
+
+// SIGINT and SIGTERM set a flag for the life of the object; the loop finishes
+// its step, writes a checkpoint and returns.
+class SignalGuard {
+ public:
+  explicit SignalGuard(bool active) : active_(active) {
+    stop_requested.store(0);
+    if (!active_) return;
+    struct sigaction action {};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~SignalGuard() {
+    if (!active_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  bool active_;
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+std::string duration(double seconds) {
+  const long s = long(std::max(0.0, seconds) + 0.5);
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
+  return text;
+}
+
+// One row per logged step or evaluation, as CSV or JSON lines. A resumed run
+// keeps the rows up to its checkpoint's step and drops later ones.
+class MetricsLog {
+ public:
+  static const std::vector<std::string>& columns() {
+    static const std::vector<std::string> names = {
+        "step",        "kind",         "loss",         "bits_per_token",  "accuracy",
+        "tokens",      "tokens_per_s", "learning_rate", "grad_norm",      "seconds",
+        "peak_forward_MiB", "peak_loss_MiB", "peak_backward_MiB", "peak_optimizer_MiB"};
+    return names;
+  }
+
+  MetricsLog(const std::string& path, const std::string& format, std::int64_t keep_up_to_step)
+      : jsonl_(format == "jsonl") {
+    std::vector<std::string> kept;
+    if (keep_up_to_step >= 0 && fs::exists(path)) {
+      std::ifstream in(path);
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const auto step = row_step(line);
+        if (step < 0 ? !jsonl_ && kept.empty() : step <= keep_up_to_step) kept.push_back(line);
+      }
+    }
+    file_.open(path, std::ios::trunc);
+    require<IoError>(bool(file_), "metrics: cannot write '", path, "'");
+    if (!jsonl_ && kept.empty()) kept.push_back(join_header());
+    for (const auto& line : kept) file_ << line << '\n';
+    file_.flush();
+  }
+
+  // values: one per column, as text; "" leaves a CSV cell empty / omits a JSON key.
+  void row(const std::vector<std::string>& values) {
+    const auto& names = columns();
+    if (jsonl_) {
+      file_ << '{';
+      bool first = true;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (values[i].empty()) continue;
+        const bool text = names[i] == "kind";
+        file_ << (first ? "" : ", ") << '"' << names[i] << "\": " << (text ? "\"" : "")
+              << values[i] << (text ? "\"" : "");
+        first = false;
+      }
+      file_ << "}\n";
+    } else {
+      for (std::size_t i = 0; i < names.size(); ++i) file_ << (i ? "," : "") << values[i];
+      file_ << '\n';
+    }
+    file_.flush();
+  }
+
+ private:
+  std::string join_header() const {
+    std::string header;
+    for (const auto& name : columns()) header += (header.empty() ? "" : ",") + name;
+    return header;
+  }
+  // The step of a data row, -1 for the CSV header.
+  std::int64_t row_step(const std::string& line) const {
+    std::string digits;
+    const auto start = jsonl_ ? line.find(':') + 1 : 0;
+    for (std::size_t i = start; i < line.size(); ++i) {
+      if (std::isdigit(static_cast<unsigned char>(line[i])))
+        digits += line[i];
+      else if (!digits.empty() || line[i] == ',')
+        break;
+    }
+    return digits.empty() ? -1 : std::stoll(digits);
+  }
+  bool jsonl_;
+  std::ofstream file_;
+};
+
+std::string number(double value, int precision = 6) {
+  std::ostringstream text;
+  text.precision(precision);
+  text << value;
+  return text.str();
+}
+
+std::string mib(std::int64_t bytes) { return number(double(bytes) / (1 << 20), 5); }
+
+template <class T>
+struct Model {
+  ParameterSet<T> params;
+  models::ReformerLM<T> model;
+  models::ReformerState<T> state;
+  explicit Model(const models::ReformerConfig& config) : model(config, params) {}
+};
+
+template <class T>
+EvalResult evaluate_model(Model<T>& m, const data::Task& task, data::Split split,
+                          std::int64_t batches, std::int64_t batch_size, std::uint64_t seed) {
+  EvalResult result;
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  data::DeviceBatch device;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const auto batch = task.batch(split, std::uint64_t(i), batch_size);
+    if (!device.inputs.data()) device = data::to_device(batch);
+    data::copy_to_device(batch, device);
+    const auto r = m.model.evaluate(device.inputs, device.targets, task.ignore_id(),
+                                    {{seed, stream_id(kEval, std::uint64_t(i))}, false}, m.state);
+    loss_sum += r.loss * double(r.tokens);
+    result.tokens += r.tokens;
+    correct += r.correct;
+  }
+  if (result.tokens > 0) {
+    result.loss = loss_sum / double(result.tokens);
+    result.accuracy = double(correct) / double(result.tokens);
+  }
+  result.bits_per_token = result.loss / std::log(2.0);
+  return result;
+}
+
+// Peak bytes of each phase the tracker closed since the last clear.
+std::vector<std::string> phase_peaks() {
+  std::map<std::string, std::int64_t> peak;
+  for (const auto& p : MemoryTracker::instance().phases())
+    peak[p.phase] = std::max(peak[p.phase], p.peak_bytes);
+  std::vector<std::string> out;
+  for (const char* name : {"forward", "loss", "backward", "optimizer"})
+    out.push_back(peak.count(name) ? mib(peak[name]) : "");
+  return out;
+}
+
+template <class T>
+TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
+  std::ostream& out = options.out ? *options.out : std::cout;
+  const auto& tc = config.train;
+  auto task = data::make_task(config.data);
+  Model<T> m(config.model);
+  m.model.init({tc.seed, stream_id(kInit)});
+  AdamConfig adam_config = tc.adam;
+  adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
+  Adam<T> adam(m.params, adam_config);
+  const auto schedule = LearningRateSchedule::from_name(to_string(tc.schedule), tc.learning_rate,
+                                                        std::max<std::int64_t>(1, tc.warmup_steps),
+                                                        config.model.d_model);
+  const std::string resolved = config::to_toml(config);
+
+  TrainSummary summary;
+  std::uint64_t data_position = 0;
+  fs::create_directories(config.run_dir);
+  if (options.resume) {
+    const auto latest = io::latest_checkpoint(config.run_dir);
+    require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
+                     "/checkpoints'; start the run without --resume");
+    const auto meta = io::read_checkpoint_meta(*latest);
+    const auto stored = config::parse_run_config(meta.config, *latest);
+    const auto difference = config::first_difference(stored, config, kResumableKeys);
+    require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
+                         difference, "); resume with the run's config or start a new run");
+    io::load_checkpoint<T>(*latest, m.params, &adam);
+    summary.first_step = meta.step;
+    data_position = meta.data_position;
+    out << "resumed from " << *latest << " at step " << meta.step << '\n';
+  }
+  {
+    std::ofstream file(config.run_dir + "/config.toml", std::ios::trunc);
+    require<IoError>(bool(file), "train: cannot write '", config.run_dir, "/config.toml'");
+    file << resolved;
+  }
+  MetricsLog metrics(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
+                     options.resume ? summary.first_step : -1);
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  SignalGuard signals(options.handle_signals);
+
+  out << "run " << config.run_dir << ": " << task->describe() << "; " << m.params.size()
+      << " tensors, " << m.params.total_elements() << " parameters ("
+      << config.model.layers << " layers, " << (config.model.reversible ? "reversible" : "stored")
+      << ", " << tc.dtype << ")\n";
+
+  auto checkpoint = [&](std::int64_t step) {
+    io::CheckpointMeta meta;
+    meta.step = step;
+    meta.data_position = data_position;
+    meta.seed = tc.seed;
+    meta.config = resolved;
+    const auto path = io::checkpoint_file(config.run_dir, step);
+    io::save_checkpoint<T>(path, m.params, &adam, meta);
+    io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
+    summary.checkpoint = path;
+  };
+  auto evaluate = [&](std::int64_t step) {
+    const auto start = Clock::now();
+    summary.last_eval = evaluate_model(m, *task, data::Split::Valid, tc.eval_batches, tc.batch,
+                                       tc.seed);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto& e = summary.last_eval;
+    out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
+        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5) << " ("
+        << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
+    metrics.row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
+                 number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
+                 "", "", ""});
+    return tc.target_accuracy > 0 && e.accuracy >= tc.target_accuracy;
+  };
+
+  data::DeviceBatch device;
+  const auto loop_start = Clock::now();
+  auto window_start = loop_start;
+  std::int64_t window_tokens = 0;
+  double window_loss = 0, window_accuracy = 0;
+  std::int64_t window_steps = 0;
+  std::int64_t step = summary.first_step;
+  while (step < tc.steps) {
+    tracker.clear_phases();
+    m.params.zero_grad();
+    double step_loss = 0;
+    std::int64_t step_tokens = 0, step_correct = 0;
+    for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
+      const auto batch = task->batch(data::Split::Train, data_position++, tc.batch);
+      if (!device.inputs.data()) device = data::to_device(batch);
+      data::copy_to_device(batch, device);
+      const auto r = m.model.forward_backward(
+          device.inputs, device.targets, task->ignore_id(),
+          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true}, m.state);
+      step_loss += r.loss / double(tc.accumulate);
+      step_tokens += r.tokens;
+      step_correct += r.correct;
+    }
+    double grad_norm = 0;
+    {
+      ScopedMemoryPhase phase("optimizer");
+      if (tc.accumulate > 1)
+        ops::axpby<T>(T(0), m.params.grads(), T(1.0 / double(tc.accumulate)), m.params.grads());
+      grad_norm = tc.clip_norm > 0 ? clip_grad_norm(m.params, tc.clip_norm)
+                                   : global_grad_norm(m.params);
+      adam.step(schedule(step + 1));
+    }
+    Kokkos::fence();
+    ++step;
+    summary.losses.push_back(step_loss);
+    window_tokens += tc.batch * tc.accumulate * config.data.length;
+    window_loss += step_loss;
+    window_accuracy += step_tokens > 0 ? double(step_correct) / double(step_tokens) : 0.0;
+    ++window_steps;
+    const bool last = step == tc.steps;
+    const bool stop = stop_requested.load() != 0;
+    if ((tc.log_every > 0 && step % tc.log_every == 0) || last || stop) {
+      const auto now = Clock::now();
+      const double window = std::chrono::duration<double>(now - window_start).count();
+      const double elapsed = std::chrono::duration<double>(now - loop_start).count();
+      const double per_step = elapsed / double(step - summary.first_step);
+      const double rate = window > 0 ? double(window_tokens) / window : 0.0;
+      const double loss = window_loss / double(window_steps);
+      out << "step " << step << "/" << tc.steps << "  loss " << number(loss, 5) << "  acc "
+          << number(window_accuracy / double(window_steps), 4) << "  lr "
+          << number(schedule(step), 3) << "  " << long(rate) << " tok/s  elapsed "
+          << duration(elapsed) << "  eta " << duration(per_step * double(tc.steps - step))
+          << '\n';
+      out.flush();
+      auto row = std::vector<std::string>{std::to_string(step),
+                                          "train",
+                                          number(loss),
+                                          number(loss / std::log(2.0)),
+                                          number(window_accuracy / double(window_steps)),
+                                          std::to_string(window_tokens),
+                                          number(rate),
+                                          number(schedule(step)),
+                                          number(grad_norm),
+                                          number(elapsed)};
+      for (const auto& peak : phase_peaks()) row.push_back(peak);
+      metrics.row(row);
+      window_start = now;
+      window_tokens = window_steps = 0;
+      window_loss = window_accuracy = 0;
+    }
+    const bool eval_now = (tc.eval_every > 0 && step % tc.eval_every == 0) || last;
+    if (eval_now && evaluate(step)) {
+      summary.reached_target = true;
+      out << "reached target accuracy " << tc.target_accuracy << " at step " << step << '\n';
+    }
+    if (stop || summary.reached_target || last ||
+        (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0))
+      checkpoint(step);
+    if (stop) {
+      summary.interrupted = true;
+      out << "interrupted: stopped after step " << step << ", checkpoint " << summary.checkpoint
+          << "; continue with --resume\n";
+      break;
+    }
+    if (summary.reached_target) break;
+  }
+  summary.steps = step;
+  summary.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  if (!summary.checkpoint.empty()) out << "checkpoint " << summary.checkpoint << '\n';
+  return summary;
+}
+
+struct Loaded {
+  std::string checkpoint;
+  config::RunConfig config;
+};
+
+Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::string>& overrides) {
+  Loaded loaded;
+  loaded.checkpoint = resolve_checkpoint(run_or_checkpoint);
+  const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
+  loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
+  return loaded;
+}
+
+template <class T>
+EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t batches) {
+  auto task = data::make_task(run.config.data);
+  Model<T> m(run.config.model);
+  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
+  return evaluate_model(m, *task, split, batches, run.config.train.batch, run.config.train.seed);
+}
+
+// Index of the next token: argmax at temperature 0, else a sample from
+// softmax(logits / temperature) restricted to the top_k largest.
+int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64_t draw) {
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  if (options.temperature <= 0) return int(best);
+  std::vector<int> order(logits.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  const std::size_t keep = options.top_k > 0 ? std::min<std::size_t>(options.top_k, order.size())
+                                             : order.size();
+  std::vector<double> weight(keep);
+  double total = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    weight[i] = std::exp((logits[order[i]] - logits[best]) / options.temperature);
+    total += weight[i];
+  }
+  double u = random_uniform({options.seed, stream_id(kSample)}, draw) * total;
+  for (std::size_t i = 0; i < keep; ++i) {
+    if (u < weight[i]) return order[i];
+    u -= weight[i];
+  }
+  return order[keep - 1];
+}
+
+template <class T>
+GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
+  auto task = data::make_task(run.config.data);
+  Model<T> m(run.config.model);
+  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
+  const Index length = run.config.data.length, vocab = run.config.model.vocab;
+  GenerateResult result;
+  result.prompt = options.prompt;
+  if (result.prompt.empty()) {
+    const auto batch = task->batch(data::Split::Valid, 0, 1);
+    const Index cut = length / 2 + 1;
+    for (Index t = 0; t < length; ++t)
+      (t < cut ? result.prompt : result.expected).push_back(batch.inputs(0, t));
+  }
+  const Index start = Index(result.prompt.size());
+  require<ConfigError>(start >= 1 && start < length, "generate: the prompt has ", start,
+                       " tokens but must have between 1 and ", length - 1,
+                       " (the model's sequence length is ", length, ")");
+  for (int id : result.prompt)
+    require<ConfigError>(id >= 0 && id < vocab, "generate: prompt token ", id,
+                         " is outside the vocabulary [0, ", vocab, ")");
+  const Index end = options.tokens > 0 ? std::min(length, start + Index(options.tokens)) : length;
+  Kokkos::View<int**, Layout, HostSpace> host("generate_ids", 1, length);
+  for (Index t = 0; t < start; ++t) host(0, t) = result.prompt[t];
+  Kokkos::View<int**, Layout, MemSpace> ids("generate_ids", 1, length);
+  View2<T> logits("generate_logits", 1, vocab);
+  auto host_logits = Kokkos::create_mirror_view(logits);
+  // Each new token reruns the model on the sequence so far. Later positions
+  // hold zeros: the causal masks keep them out of every earlier position's
+  // attention, though with LSH they still take slots in the sorted chunks.
+  for (Index t = start; t < end; ++t) {
+    Kokkos::deep_copy(ids, host);
+    m.model.logits_at(ids, t - 1, logits, m.state);
+    Kokkos::deep_copy(host_logits, logits);
+    std::vector<double> z(host_logits.data(), host_logits.data() + vocab);
+    host(0, t) = pick(z, options, std::uint64_t(t));
+    result.generated.push_back(host(0, t));
+  }
+  if (result.expected.size() > result.generated.size())
+    result.expected.resize(result.generated.size());
+  return result;
+}
+
+}  // namespace
+
+TrainSummary run_training(const config::RunConfig& config, const TrainOptions& options) {
+  config.validate();
+  if (config.train.dtype == "double") return train_typed<double>(config, options);
+  return train_typed<float>(config, options);
+}
+
+std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
+  require<IoError>(fs::exists(run_or_checkpoint), "'", run_or_checkpoint,
+                   "' does not exist; give a run folder or a checkpoint file");
+  if (!fs::is_directory(run_or_checkpoint)) return run_or_checkpoint;
+  const auto latest = io::latest_checkpoint(run_or_checkpoint);
+  require<IoError>(latest.has_value(), "'", run_or_checkpoint,
+                   "' holds no checkpoint (looked in its checkpoints/ folder); train it first");
+  return *latest;
+}
+
+EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
+                               const std::vector<std::string>& overrides, data::Split split,
+                               std::int64_t batches) {
+  require<ConfigError>(batches > 0, "eval: batches is ", batches, " but must be positive");
+  const auto run = load_run(run_or_checkpoint, overrides);
+  if (run.config.train.dtype == "double") return evaluate_typed<double>(run, split, batches);
+  return evaluate_typed<float>(run, split, batches);
+}
+
+GenerateResult generate(const std::string& run_or_checkpoint,
+                        const std::vector<std::string>& overrides, const GenerateOptions& options) {
+  require<ConfigError>(options.temperature >= 0, "generate: temperature is ", options.temperature,
+                       " but must be >= 0 (0 is greedy)");
+  require<ConfigError>(options.top_k >= 0, "generate: top_k is ", options.top_k,
+                       " but must be >= 0 (0 keeps every token)");
+  const auto run = load_run(run_or_checkpoint, overrides);
+  if (run.config.train.dtype == "double") return generate_typed<double>(run, options);
+  return generate_typed<float>(run, options);
+}
+
+}  // namespace reformer::train

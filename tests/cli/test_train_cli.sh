@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# End to end through the `reformer` program on a tiny duplication task: config
+# errors exit with 2 before any work, training writes a run folder with
+# checkpoints and metrics, SIGINT stops after a step with a checkpoint (exit
+# 130), --resume continues to the same losses, eval and generate read the run.
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok   $1"; }
+fail() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+expect() {  # expect <name> <expected exit code> <text the output must contain> -- <args...>
+  local name=$1 code=$2 text=$3
+  shift 4
+  local out rc
+  out=$("$bin" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qF -- "$text" <<<"$out"; then
+    echo "$out" | tail -20
+    fail "$name: exit $rc (want $code), want text '$text'"
+  else
+    pass "$name"
+  fi
+}
+
+cat >"$work/tiny.toml" <<TOML
+[run]
+dir = "$work/run"
+
+[model]
+vocab = 8
+d_model = 16
+d_ff = 16
+heads = 2
+d_head = 8
+layers = 2
+attention = ["local", "lsh"]
+positions = "learned"
+max_length = 16
+ff_chunk = 8
+
+[model.lsh]
+chunk = 8
+n_hashes = 2
+
+[model.local]
+chunk = 8
+
+[data]
+task = "duplication"
+length = 16
+vocab = 8
+seed = 3
+
+[train]
+steps = 12
+batch = 4
+learning_rate = 0.01
+eval_every = 6
+eval_batches = 2
+log_every = 3
+checkpoint_every = 3
+keep_checkpoints = 2
+seed = 5
+TOML
+
+# Config errors: exit 2, the key and the value named, nothing written.
+expect unknown_key 2 "model.d_modle" -- train "$work/tiny.toml" model.d_modle=16
+expect wrong_type 2 "train.steps" -- train "$work/tiny.toml" 'train.steps="many"'
+expect out_of_range 2 "train.batch" -- train "$work/tiny.toml" train.batch=0
+expect length_not_multiple 2 "12" -- train "$work/tiny.toml" data.length=12 model.max_length=12
+expect missing_config 2 "nope.toml" -- train "$work/nope.toml"
+expect missing_data_file 2 "missing.txt" -- train "$work/tiny.toml" 'data.task="bytes"' \
+  'data.path="'"$work"'/missing.txt"' data.vocab=256 model.vocab=256
+[ ! -e "$work/run" ] && pass "nothing_written_on_config_errors" || fail "nothing_written_on_config_errors"
+
+# A whole run: progress lines without control characters, metrics, checkpoints.
+OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" >"$work/full.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && pass "train_exit_0" || { cat "$work/full.log"; fail "train_exit_0 (got $rc)"; }
+grep -q "^step 12/12 " "$work/full.log" && pass "progress_lines" || fail "progress_lines"
+! grep -q $'\r\|\x1b' "$work/full.log" && pass "no_control_characters" || fail "no_control_characters"
+[ -f "$work/run/config.toml" ] && [ -f "$work/run/metrics.csv" ] && pass "run_folder" ||
+  fail "run_folder"
+n=$(ls "$work/run/checkpoints"/*.h5 2>/dev/null | wc -l)
+[ "$n" -eq 2 ] && pass "keeps_last_2_checkpoints" || fail "keeps_last_2_checkpoints (found $n)"
+expect eval 0 "accuracy" -- eval "$work/run" --batches 2
+expect eval_more_hashes 0 "accuracy" -- eval "$work/run" model.lsh.n_hashes=4 --batches 2
+expect generate 0 "generated:" -- generate "$work/run" --tokens 4
+expect generate_prompt 0 "prompt:    0 1 2" -- generate "$work/run" --prompt "0 1 2" --tokens 3
+expect eval_missing_run 2 "does not exist" -- eval "$work/none"
+expect eval_mismatch 1 "d_model" -- eval "$work/run" model.d_model=32 model.d_ff=32
+
+# The loss sequence of an uninterrupted run, step by step, from metrics (log_every 1).
+OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" run.dir='"'"$work/a"'"' train.log_every=1 \
+  >/dev/null 2>&1
+# Interrupted with SIGINT after its first progress line, then resumed.
+OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" run.dir='"'"$work/b"'"' train.log_every=1 \
+  train.steps=100000 >"$work/b.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q "^step 4/" "$work/b.log" 2>/dev/null && break
+  sleep 0.05
+done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && pass "sigint_exit_130" || { cat "$work/b.log"; fail "sigint_exit_130 (got $rc)"; }
+grep -q "^interrupted" "$work/b.log" && pass "sigint_checkpoint" || fail "sigint_checkpoint"
+OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" run.dir='"'"$work/b"'"' train.log_every=1 \
+  --resume >"$work/b2.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && pass "resume_exit_0" || { cat "$work/b2.log"; fail "resume_exit_0 (got $rc)"; }
+# Same losses (within 1e-6) at every step, before and after the interruption.
+if python3 - "$work/a/metrics.csv" "$work/b/metrics.csv" <<'PY'; then
+import csv, sys
+def losses(path):
+    return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(path)) if r["kind"] == "train"}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(a) == sorted(b) == list(range(1, 13)), (sorted(a), sorted(b))
+worst = max(abs(a[s] - b[s]) for s in a)
+assert worst <= 1e-6, worst
+PY
+  pass "resume_same_losses"
+else
+  fail "resume_same_losses"
+fi
+expect resume_changed_config 2 "model.d_ff" -- train "$work/tiny.toml" run.dir='"'"$work/b"'"' \
+  model.d_ff=32 --resume
+[ "$failures" -eq 0 ]
