@@ -124,7 +124,9 @@ TEST(DataTasks, DuplicationScoresExactlyTheSecondCopy) {
         EXPECT_LT(batch.inputs(b, t), 128);
         symbols.insert(batch.inputs(b, t));
       }
-      if (t > 0 && t < half) EXPECT_EQ(batch.inputs(b, t), batch.inputs(b, half + t));
+      if (t > 0 && t < half) {
+        EXPECT_EQ(batch.inputs(b, t), batch.inputs(b, half + t));
+      }
       const bool scored_position = t >= half && t <= length - 2;
       EXPECT_EQ(batch.targets(b, t), scored_position ? batch.inputs(b, t + 1) : 0)
           << "row " << b << " position " << t;
@@ -304,7 +306,9 @@ TEST(BytesCorpus, WindowsStayInsideTheirSplit) {
           ASSERT_EQ(batch.inputs(b, t) >> 6, int(split));
           ASSERT_EQ(batch.targets(b, t) >> 6, int(split));
           ASSERT_EQ(batch.targets(b, t) & 63, (batch.inputs(b, t) + 1) & 63);
-          if (t + 1 < length) ASSERT_EQ(batch.targets(b, t), batch.inputs(b, t + 1));
+          if (t + 1 < length) {
+            ASSERT_EQ(batch.targets(b, t), batch.inputs(b, t + 1));
+          }
         }
         const std::uint64_t low = std::uint64_t(batch.inputs(b, 0) & 63);
         for (std::uint64_t p = begin; p + length < end; ++p)
