@@ -10,7 +10,8 @@
 #   openmp  Kokkos + Kokkos Kernels 3.4.01 built from Debian's trilinos source package
 #   cuda    same sources, Debian non-free nvidia-cuda-toolkit 11.8, g++-11 host, sm_80
 #   hip     same sources, Debian hipcc 5.2, gfx908
-#   testing GoogleTest (only the test suite needs it)
+#   testing GoogleTest and h5py (only the test suite needs them; the checkpoint
+#           tests read a file with the system python3's h5py)
 # A user with their own Kokkos 4.x passes -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
 # to CMake and does not need this script.
 #
@@ -140,7 +141,7 @@ build_kokkos() {
 for b in "${backends[@]}"; do
   case "$b" in
   testing)
-    apt_need libgtest-dev libgmock-dev
+    apt_need libgtest-dev libgmock-dev python3-h5py
     ;;
   serial)
     apt_need libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev

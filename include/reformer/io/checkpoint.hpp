@@ -1,0 +1,102 @@
+// HDF5 checkpoints: parameters, Adam moments and the position of a run.
+//
+// One file per checkpoint, readable with h5py and no special tools:
+//   /                       attributes format_version (int64), step (int64),
+//                           data_position (uint64), seed (uint64), dtype ("float"
+//                           or "double"), library_version (strings are
+//                           variable-length UTF-8)
+//   /config                 the resolved run config (TOML text), a scalar string
+//   /parameters/<name>      one dataset per parameter under its dotted name
+//                           ("layers.0.attn.w_qk"), with the parameter's shape, in
+//                           registration order (link creation order is tracked)
+//   /optimizer              attribute steps (int64), only when saved with an optimizer
+//   /optimizer/m/<name>     Adam's first moments, shaped like the parameter
+//   /optimizer/v/<name>     Adam's second moments
+// Datasets are chunked with a Fletcher-32 checksum, so flipped bits in the data
+// are found when loading. Randomness is counter-based (core/random.hpp): the seed,
+// the step and the data position restore every random stream; there is no RNG
+// state to store.
+//
+// Writing is atomic: the file is written as "<path>.tmp.<pid>" in the same
+// directory, flushed, closed and fsync'ed, renamed over <path>, and the directory
+// is fsync'ed. A crash (even SIGKILL) at any moment leaves either the previous
+// file or the new one at <path>, never a torn file, and never touches other
+// checkpoints.
+//
+// Loading validates the whole file before it changes anything: format version,
+// dtype, the set of parameter names, every shape and, with an optimizer, every
+// moment. The IoError names the first mismatch, the file and the fix; the model
+// and the optimizer are unchanged when loading fails.
+#pragma once
+
+#include "reformer/core/parameter_set.hpp"
+#include "reformer/train/optimizer.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace reformer::io {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  std::int64_t step = 0;                          // optimizer steps taken
+  std::uint64_t data_position = 0;                // index of the next training batch
+  std::uint64_t seed = 0;                         // the run's seed
+  std::string config;                             // the resolved run config (TOML text)
+  std::string dtype;                              // "float" or "double"; written by save_checkpoint
+  int format_version = kCheckpointFormatVersion;  // written by save_checkpoint
+};
+
+// The optimizer type of a ParameterSet<T>; the optimizer argument does not take
+// part in deducing T, so `save_checkpoint(path, params, nullptr, meta)` works.
+template <class T>
+using OptimizerOf = typename NonDeduced<train::Adam<T>>::type;
+
+// Writes the parameters' values (not their gradients), the optimizer's moments
+// and step count when `optimizer` is not null, and `meta` (its dtype and
+// format_version are ignored: the file gets T's dtype and this build's version).
+// Creates the parent directory if needed. IoError naming the path on failure;
+// a file already at `path` is then unchanged.
+template <class T>
+void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
+                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta);
+
+// Restores the parameters' values and, when `optimizer` is not null, its
+// moments and step count (the optimizer must have been built on `params`).
+// Returns the file's metadata. IoError naming the path and the first mismatch
+// (see above), or when the file is missing, truncated, corrupt or not HDF5.
+template <class T>
+CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
+                               OptimizerOf<T>* optimizer);
+
+// The metadata alone (no model needed). IoError as for load_checkpoint.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+// The names and shapes of the parameters stored in a checkpoint, in the order
+// they were saved.
+struct StoredParameter {
+  std::string name;
+  std::vector<Index> shape;
+};
+std::vector<StoredParameter> read_checkpoint_parameters(const std::string& path);
+
+// Run folders keep their checkpoints as <run_dir>/checkpoints/step_<step>.h5,
+// the step zero-padded to at least 8 digits ("step_00000100.h5").
+std::string checkpoint_file(const std::string& run_dir, std::int64_t step);
+
+// The checkpoint of the highest step in <run_dir>/checkpoints, or nothing when
+// there is none (or no such folder). Files that are not named step_<digits>.h5,
+// such as the temporary files of a write in progress, are ignored. Every file
+// with a checkpoint name is complete, since files only get there by rename.
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// Deletes all but the `keep` newest checkpoints of <run_dir>/checkpoints
+// (keep >= 1, ConfigError otherwise), and the temporary files left by writers
+// that no longer run ("*.tmp.<pid>" whose process is gone). IoError naming a
+// file that cannot be removed.
+void prune_checkpoints(const std::string& run_dir, int keep);
+
+}  // namespace reformer::io

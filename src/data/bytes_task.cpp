@@ -1,0 +1,143 @@
+// The byte-level corpus: a memory-mapped file split into train, valid and test.
+#include "data/task_detail.hpp"
+#include "reformer/core/error.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace reformer::data {
+
+SplitBounds split_bytes(std::uint64_t size) {
+  // 90% / 5% / 5%, each boundary floor(size * percent / 100), computed without
+  // overflowing 64 bits.
+  const auto fraction = [size](std::uint64_t percent) {
+    return size / 100 * percent + size % 100 * percent / 100;
+  };
+  SplitBounds bounds;
+  const std::uint64_t cuts[4] = {0, fraction(90), fraction(95), size};
+  for (int s = 0; s < 3; ++s) {
+    bounds.begin[s] = cuts[s];
+    bounds.end[s] = cuts[s + 1];
+  }
+  return bounds;
+}
+
+namespace {
+
+using HostPolicy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// A whole file mapped read-only; unmapped on destruction.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    const char* op = "bytes corpus";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      throw IoError(detail::concat(op, ": cannot open \"", path, "\": ", errno_text(errno),
+                                   "; check data.path"));
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+      const int error = errno;
+      ::close(fd);
+      throw IoError(detail::concat(op, ": cannot stat \"", path, "\": ", errno_text(error)));
+    }
+    if (!S_ISREG(info.st_mode)) {
+      ::close(fd);
+      throw IoError(
+          detail::concat(op, ": \"", path, "\" is not a regular file; data.path must name a file"));
+    }
+    size_ = std::uint64_t(info.st_size);
+    if (size_ == 0) {
+      ::close(fd);
+      throw IoError(detail::concat(op, ": \"", path, "\" is empty; data.path must name a corpus"));
+    }
+    void* data = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    ::close(fd);  // the mapping keeps the file open
+    if (data == MAP_FAILED)
+      throw IoError(detail::concat(op, ": cannot map \"", path, "\" (", size_,
+                                   " bytes): ", errno_text(error)));
+    data_ = static_cast<const unsigned char*>(data);
+  }
+  ~MappedFile() { ::munmap(const_cast<unsigned char*>(data_), size_); }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+class BytesTask final : public Task {
+ public:
+  explicit BytesTask(const DataConfig& config)
+      : config_(config), file_(config.path), bounds_(split_bytes(file_.size())) {
+    const std::uint64_t window = std::uint64_t(config.length) + 1;
+    require<IoError>(file_.size() >= window, "bytes corpus: \"", config.path, "\" has ",
+                     file_.size(), " bytes but one window needs data.length + 1 = ", window,
+                     "; use a longer file or a shorter data.length");
+    for (const Split split : {Split::Train, Split::Valid, Split::Test})
+      require<IoError>(bounds_.bytes(split) >= window, "bytes corpus: the ", to_string(split),
+                       " split of \"", config.path, "\" (", file_.size(), " bytes) has ",
+                       bounds_.bytes(split), " bytes (", bounds_.begin[int(split)], " to ",
+                       bounds_.end[int(split)], ") but one window needs data.length + 1 = ", window,
+                       "; use a longer file or a shorter data.length");
+  }
+
+  Batch batch(Split split, std::uint64_t batch_index, Index batch_size) const override {
+    Batch out = internal::allocate_batch("BytesTask::batch", batch_size, config_.length);
+    const Index length = config_.length;
+    const std::uint64_t begin = bounds_.begin[int(split)];
+    const std::uint64_t starts = bounds_.bytes(split) - std::uint64_t(length);  // >= 1
+    const std::uint64_t seed = config_.seed;
+    const unsigned char* bytes = file_.data();
+    const auto inputs = out.inputs, targets = out.targets;
+    Kokkos::parallel_for("bytes_batch", HostPolicy(0, batch_size), [=](Index b) {
+      const RandomKey key = internal::row_key(seed, TaskKind::Bytes, split, batch_index, b);
+      const unsigned char* window =
+          bytes + begin + internal::uniform_below(random_bits(key, 0), starts);
+      for (Index t = 0; t < length; ++t) {
+        inputs(b, t) = window[t];
+        targets(b, t) = window[t + 1];
+      }
+    });
+    Kokkos::DefaultHostExecutionSpace().fence();
+    return out;
+  }
+
+  int ignore_id() const override { return -1; }
+  Index vocab() const override { return 256; }
+  Index length() const override { return config_.length; }
+  std::string describe() const override {
+    return detail::concat("bytes: \"", config_.path, "\", ", file_.size(),
+                          " bytes, train / valid / test = ", bounds_.bytes(Split::Train), " / ",
+                          bounds_.bytes(Split::Valid), " / ", bounds_.bytes(Split::Test),
+                          " bytes, length ", config_.length, ", random windows, seed ",
+                          config_.seed);
+  }
+
+ private:
+  DataConfig config_;
+  MappedFile file_;
+  SplitBounds bounds_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> internal::make_bytes_task(const DataConfig& config) {
+  return std::make_unique<BytesTask>(config);
+}
+
+}  // namespace reformer::data

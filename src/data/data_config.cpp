@@ -1,0 +1,62 @@
+#include "reformer/data/data_config.hpp"
+
+#include "reformer/core/error.hpp"
+
+#include <climits>
+
+namespace reformer::data {
+
+const char* to_string(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::Duplication:
+      return "duplication";
+    case TaskKind::Copy:
+      return "copy";
+    case TaskKind::Bytes:
+      return "bytes";
+  }
+  throw Error("to_string: invalid TaskKind");
+}
+
+TaskKind parse_task_kind(const std::string& name) {
+  for (const TaskKind kind : {TaskKind::Duplication, TaskKind::Copy, TaskKind::Bytes})
+    if (name == to_string(kind)) return kind;
+  throw ConfigError(
+      detail::concat("data.task \"", name, "\" is unknown; choose duplication, copy or bytes"));
+}
+
+void DataConfig::validate() const {
+  const char* op = "DataConfig";
+  // Ids are ints on the device and a window of length + 1 must be addressable.
+  require<ConfigError>(length >= 1 && length < INT_MAX, op, ": data.length is ", length,
+                       " but must be in [1, ", INT_MAX, ")");
+  switch (task) {
+    case TaskKind::Duplication:
+      require<ConfigError>(length >= 4 && length % 2 == 0, op, ": data.length is ", length,
+                           " but the duplication task (0 w 0 w with |w| = length/2 - 1) needs "
+                           "an even length >= 4; use ",
+                           length < 4 ? Index(4) : length + 1);
+      require<ConfigError>(vocab >= 2 && vocab <= INT_MAX, op, ": data.vocab is ", vocab,
+                           " but the duplication task needs vocab in [2, ", INT_MAX,
+                           "] (symbols 1..vocab-1, separator 0)");
+      break;
+    case TaskKind::Copy:
+      require<ConfigError>(length >= 4, op, ": data.length is ", length,
+                           " but the copy task (w 1 w and padding, 1 <= |w| <= (length-1)/2) "
+                           "needs length >= 4");
+      require<ConfigError>(vocab >= 3 && vocab <= INT_MAX, op, ": data.vocab is ", vocab,
+                           " but the copy task needs vocab in [3, ", INT_MAX,
+                           "] (padding 0, separator 1, symbols 2..vocab-1)");
+      break;
+    case TaskKind::Bytes:
+      require<ConfigError>(!path.empty(), op,
+                           ": data.path is empty but the bytes task reads a file; set "
+                           "data.path to the corpus (e.g. enwik8)");
+      require<ConfigError>(vocab == 256, op, ": data.vocab is ", vocab,
+                           " but the bytes task has exactly 256 ids (one per byte value); set "
+                           "data.vocab = 256");
+      break;
+  }
+}
+
+}  // namespace reformer::data

@@ -1,0 +1,304 @@
+#include "reformer/io/checkpoint.hpp"
+
+#include "io/hdf5.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <type_traits>
+
+namespace reformer::io {
+namespace {
+
+namespace fs = std::filesystem;
+using hdf5::Handle;
+
+template <class T>
+const char* dtype_name() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float or double");
+  return std::is_same_v<T, float> ? "float" : "double";
+}
+
+template <class T>
+hid_t memory_type() {
+  return std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+}
+
+std::string quoted(const std::string& path) { return "\"" + path + "\""; }
+
+// ---------------------------------------------------------------- files
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// fsync of a file or a directory, so that its data (or its entries) are on disk.
+void sync_path(const std::string& path, bool directory, const std::string& context) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    throw IoError(detail::concat(context, ": cannot open ", quoted(path),
+                                 " to sync it: ", errno_text(errno)));
+  const int status = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (status != 0)
+    throw IoError(
+        detail::concat(context, ": cannot sync ", quoted(path), " to disk: ", errno_text(error)));
+}
+
+Handle open_checkpoint(const std::string& path, const std::string& context) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status))
+    throw IoError(detail::concat(context, ": cannot open ", quoted(path), ": ",
+                                 error ? error.message() : errno_text(ENOENT)));
+  if (!fs::is_regular_file(status))
+    throw IoError(detail::concat(context, ": ", quoted(path), " is not a regular file"));
+  if (::access(path.c_str(), R_OK) != 0)
+    throw IoError(detail::concat(context, ": cannot read ", quoted(path), ": ", errno_text(errno)));
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  hdf5::check(file.valid(), context,
+              detail::concat(quoted(path),
+                             " is not a readable HDF5 checkpoint (truncated, corrupt or "
+                             "another format)"));
+  return file;
+}
+
+// Reads the root attributes and /config; version first, so that a file of
+// another format is reported as such.
+CheckpointMeta read_meta(hid_t file, const std::string& path, const std::string& context) {
+  CheckpointMeta meta;
+  const std::string where = detail::concat(context, ": ", quoted(path));
+  hdf5::check(hdf5::has_attribute(file, "format_version"), where,
+              "has no format_version attribute; it is not a reformer checkpoint");
+  const std::int64_t version = hdf5::read_int_attribute(file, "format_version", where);
+  require<IoError>(version == kCheckpointFormatVersion, where, " has format version ", version,
+                   " but this build reads version ", kCheckpointFormatVersion,
+                   "; load it with the reformer version that wrote it");
+  meta.format_version = int(version);
+  meta.step = hdf5::read_int_attribute(file, "step", where);
+  meta.data_position = hdf5::read_uint_attribute(file, "data_position", where);
+  meta.seed = hdf5::read_uint_attribute(file, "seed", where);
+  meta.dtype = hdf5::read_string_attribute(file, "dtype", where);
+  meta.config = hdf5::read_string(file, "config", where);
+  return meta;
+}
+
+std::vector<StoredParameter> read_parameters(hid_t file, const std::string& path,
+                                             const std::string& context) {
+  const std::string where = detail::concat(context, ": ", quoted(path));
+  hdf5::check(hdf5::has_link(file, "parameters"), where, "has no /parameters group");
+  const Handle group = hdf5::open_group(file, "parameters", where);
+  std::vector<StoredParameter> out;
+  for (const std::string& name : hdf5::link_names(group.get(), where)) {
+    const Handle dataset = hdf5::open_dataset(group.get(), name, where);
+    out.push_back({name, hdf5::dataset_info(dataset.get(), where).shape});
+  }
+  return out;
+}
+
+// A validated dataset: open, floating point of T's size, of the expected shape.
+template <class T>
+Handle open_matching(hid_t file, const std::string& dataset_path, const std::string& what,
+                     const std::vector<Index>& shape, const std::string& where,
+                     const std::string& missing_fix) {
+  require<IoError>(hdf5::has_link(file, dataset_path), where, " has no ", what, " (/", dataset_path,
+                   ", shape ", shape_string(shape), ")", missing_fix);
+  Handle dataset = hdf5::open_dataset(file, dataset_path, where);
+  const hdf5::DatasetInfo info = hdf5::dataset_info(dataset.get(), where);
+  require<IoError>(info.is_float && info.bytes == sizeof(T), where, ": /", dataset_path, " stores ",
+                   info.bytes, "-byte ", info.is_float ? "floats" : "non-floats",
+                   " but the model uses ", dtype_name<T>(), " (", sizeof(T), " bytes)");
+  require<IoError>(info.shape == shape, where, ": ", what, " has shape ", shape_string(info.shape),
+                   " in the file but ", shape_string(shape),
+                   " in the model; the model config differs from the checkpoint's");
+  return dataset;
+}
+
+template <class T>
+std::vector<T> read_values(const Handle& dataset, Index size, const std::string& where,
+                           const std::string& what) {
+  std::vector<T> values(static_cast<std::size_t>(size));
+  hdf5::read_all(dataset.get(), memory_type<T>(), values.data(), where + ": " + what);
+  return values;
+}
+
+template <class T>
+void copy_to(const View1<T>& destination, const std::vector<T>& values) {
+  Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(values.data(),
+                                                                                  values.size());
+  Kokkos::deep_copy(destination, host);
+}
+
+template <class T>
+void write_view(hid_t group, const std::string& name, const std::vector<Index>& shape,
+                const View1<T>& values, const std::string& context) {
+  const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), values);
+  hdf5::write_floats(group, name, shape, memory_type<T>(), host.data(), context);
+}
+
+// Writes the whole checkpoint to `path` (the temporary file).
+template <class T>
+void write_file(const std::string& path, const ParameterSet<T>& params,
+                const train::Adam<T>* optimizer, const CheckpointMeta& meta,
+                const std::string& context) {
+  // Closing the file closes every object in it, so nothing can stay unwritten.
+  const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fclose_degree(access.get(), H5F_CLOSE_STRONG);
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
+  hdf5::check(file.valid(), context, "cannot create " + quoted(path));
+  const hid_t root = file.get();
+  hdf5::write_attribute(root, "format_version", std::int64_t(kCheckpointFormatVersion), context);
+  hdf5::write_attribute(root, "step", std::int64_t(meta.step), context);
+  hdf5::write_attribute(root, "data_position", std::uint64_t(meta.data_position), context);
+  hdf5::write_attribute(root, "seed", std::uint64_t(meta.seed), context);
+  hdf5::write_attribute(root, "dtype", std::string(dtype_name<T>()), context);
+  hdf5::write_attribute(root, "library_version", std::string(REFORMER_VERSION), context);
+  hdf5::write_string(root, "config", meta.config, context);
+  {
+    const Handle group = hdf5::create_group(root, "parameters", context);
+    for (const Parameter<T>& p : params) write_view(group.get(), p.name, p.shape, p.value, context);
+  }
+  if (optimizer) {
+    const Handle group = hdf5::create_group(root, "optimizer", context);
+    hdf5::write_attribute(group.get(), "steps", std::int64_t(optimizer->steps()), context);
+    const Handle m = hdf5::create_group(group.get(), "m", context);
+    const Handle v = hdf5::create_group(group.get(), "v", context);
+    for (const Parameter<T>& p : params) {
+      write_view(m.get(), p.name, p.shape, optimizer->first_moment(p.name), context);
+      write_view(v.get(), p.name, p.shape, optimizer->second_moment(p.name), context);
+    }
+  }
+  hdf5::check(H5Fflush(root, H5F_SCOPE_GLOBAL) >= 0, context, "cannot flush " + quoted(path));
+  hdf5::check(file.close(), context, "cannot close " + quoted(path));
+}
+
+}  // namespace
+
+template <class T>
+void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
+                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta) {
+  const std::string context = "save_checkpoint " + quoted(path);
+  require<IoError>(!path.empty(), "save_checkpoint: the path is empty");
+  const hdf5::QuietErrors quiet;
+  fs::path directory = fs::path(path).parent_path();
+  if (directory.empty()) directory = ".";
+  std::error_code error;
+  fs::create_directories(directory, error);
+  require<IoError>(!error, context, ": cannot create the folder ", quoted(directory.string()), ": ",
+                   error.message());
+
+  // Write aside, sync, then rename over the final name: a reader (or a crash)
+  // sees the old file or the new one, never a partial one.
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  try {
+    write_file(temporary, params, optimizer, meta, context);
+    sync_path(temporary, false, context);
+    if (std::rename(temporary.c_str(), path.c_str()) != 0)
+      throw IoError(detail::concat(context, ": cannot rename ", quoted(temporary), " to ",
+                                   quoted(path), ": ", errno_text(errno)));
+  } catch (...) {
+    std::remove(temporary.c_str());
+    throw;
+  }
+  sync_path(directory.string(), true, context);
+}
+
+template <class T>
+CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
+                               OptimizerOf<T>* optimizer) {
+  const std::string context = "load_checkpoint";
+  const std::string where = context + ": " + quoted(path);
+  const hdf5::QuietErrors quiet;
+  const Handle file = open_checkpoint(path, context);
+  const CheckpointMeta meta = read_meta(file.get(), path, context);
+  require<IoError>(meta.dtype == dtype_name<T>(), where, " holds ", meta.dtype,
+                   " parameters but the model uses ", dtype_name<T>(), "; load it into a ",
+                   "ParameterSet<", meta.dtype, "> (dtype = \"", meta.dtype, "\")");
+
+  // Validate everything first: names both ways, shapes, types, moments.
+  std::vector<Handle> values, first, second;
+  std::vector<View1<T>> first_views, second_views;
+  for (const Parameter<T>& p : params)
+    values.push_back(open_matching<T>(
+        file.get(), "parameters/" + p.name, "parameter \"" + p.name + "\"", p.shape, where,
+        "; the model has it but the checkpoint does not: the model config differs from the "
+        "checkpoint's"));
+  for (const StoredParameter& stored : read_parameters(file.get(), path, context))
+    require<IoError>(params.contains(stored.name), where, " has parameter \"", stored.name,
+                     "\" (shape ", shape_string(stored.shape),
+                     ") that the model lacks; the model config differs from the checkpoint's");
+  std::int64_t optimizer_steps = 0;
+  if (optimizer) {
+    require<IoError>(hdf5::has_link(file.get(), "optimizer"), where,
+                     " has no optimizer state (it was saved without an optimizer); load it "
+                     "with optimizer = nullptr to restore the parameters only");
+    {
+      const Handle group = hdf5::open_group(file.get(), "optimizer", where);
+      optimizer_steps = hdf5::read_int_attribute(group.get(), "steps", where);
+    }
+    require<IoError>(optimizer_steps >= 0, where, ": the optimizer's steps attribute is ",
+                     optimizer_steps, " but must be >= 0");
+    const std::string fix = "; the optimizer state is incomplete";
+    for (const Parameter<T>& p : params) {
+      // ConfigError now, before anything changed, if the optimizer is not params'.
+      first_views.push_back(optimizer->first_moment(p.name));
+      second_views.push_back(optimizer->second_moment(p.name));
+      first.push_back(open_matching<T>(file.get(), "optimizer/m/" + p.name,
+                                       "first moment of \"" + p.name + "\"", p.shape, where, fix));
+      second.push_back(open_matching<T>(file.get(), "optimizer/v/" + p.name,
+                                        "second moment of \"" + p.name + "\"", p.shape, where,
+                                        fix));
+    }
+  }
+
+  // Read everything to the host (a checksum or read error stops here) ...
+  std::vector<std::vector<T>> value_data, first_data, second_data;
+  std::size_t i = 0;
+  for (const Parameter<T>& p : params) {
+    value_data.push_back(read_values<T>(values[i], p.size(), where, "parameter " + p.name));
+    if (optimizer) {
+      first_data.push_back(read_values<T>(first[i], p.size(), where, "first moment " + p.name));
+      second_data.push_back(read_values<T>(second[i], p.size(), where, "second moment " + p.name));
+    }
+    ++i;
+  }
+  // ... and only then change the model and the optimizer.
+  i = 0;
+  for (Parameter<T>& p : params) {
+    copy_to(p.value, value_data[i]);
+    if (optimizer) {
+      copy_to(first_views[i], first_data[i]);
+      copy_to(second_views[i], second_data[i]);
+    }
+    ++i;
+  }
+  if (optimizer) optimizer->set_steps(optimizer_steps);
+  return meta;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  const hdf5::QuietErrors quiet;
+  const Handle file = open_checkpoint(path, "read_checkpoint_meta");
+  return read_meta(file.get(), path, "read_checkpoint_meta");
+}
+
+std::vector<StoredParameter> read_checkpoint_parameters(const std::string& path) {
+  const hdf5::QuietErrors quiet;
+  const Handle file = open_checkpoint(path, "read_checkpoint_parameters");
+  read_meta(file.get(), path, "read_checkpoint_parameters");
+  return read_parameters(file.get(), path, "read_checkpoint_parameters");
+}
+
+#define REFORMER_INSTANTIATE(T)                                                   \
+  template void save_checkpoint<T>(const std::string&, const ParameterSet<T>&,    \
+                                   const train::Adam<T>*, const CheckpointMeta&); \
+  template CheckpointMeta load_checkpoint<T>(const std::string&, ParameterSet<T>&, train::Adam<T>*);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::io

@@ -1,0 +1,108 @@
+// The checkpoints of a run folder: names, the newest one, pruning.
+#include "reformer/core/error.hpp"
+#include "reformer/io/checkpoint.hpp"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+namespace reformer::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path checkpoint_folder(const std::string& run_dir) { return fs::path(run_dir) / "checkpoints"; }
+
+bool all_digits(const std::string& text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The step of "step_<digits>.h5", or -1 for any other name.
+std::int64_t step_of(const std::string& name) {
+  const std::string prefix = "step_", suffix = ".h5";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+    return -1;
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!all_digits(digits) || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+// The writer's pid of "<anything>.tmp.<pid>", or -1 for any other name.
+long temporary_owner(const std::string& name) {
+  const std::string marker = ".tmp.";
+  const auto at = name.rfind(marker);
+  if (at == std::string::npos) return -1;
+  const std::string digits = name.substr(at + marker.size());
+  if (!all_digits(digits) || digits.size() > 9) return -1;
+  return std::stol(digits);
+}
+
+bool process_exists(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
+
+// (step, path) of every checkpoint in the folder, highest step first.
+std::vector<std::pair<std::int64_t, fs::path>> checkpoints_of(const std::string& run_dir,
+                                                              const char* op) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  const fs::path folder = checkpoint_folder(run_dir);
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) return out;
+  for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const std::int64_t step = step_of(it->path().filename().string());
+    std::error_code type_error;
+    if (step >= 0 && it->is_regular_file(type_error)) out.emplace_back(step, it->path());
+  }
+  require<IoError>(!error, op, ": cannot list \"", folder.string(), "\": ", error.message());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+void remove_file(const fs::path& path, const char* op) {
+  std::error_code error;
+  fs::remove(path, error);
+  require<IoError>(!error, op, ": cannot remove \"", path.string(), "\": ", error.message());
+}
+
+}  // namespace
+
+std::string checkpoint_file(const std::string& run_dir, std::int64_t step) {
+  require<ConfigError>(step >= 0, "checkpoint_file: step is ", step, " but must be >= 0");
+  char name[48];
+  std::snprintf(name, sizeof(name), "step_%08lld.h5", static_cast<long long>(step));
+  return (checkpoint_folder(run_dir) / name).string();
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+  const auto checkpoints = checkpoints_of(run_dir, "latest_checkpoint");
+  if (checkpoints.empty()) return std::nullopt;
+  return checkpoints.front().second.string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int keep) {
+  const char* op = "prune_checkpoints";
+  require<ConfigError>(keep >= 1, op, ": keep is ", keep,
+                       " but must be >= 1 (the newest checkpoint is always kept)");
+  const auto checkpoints = checkpoints_of(run_dir, op);
+  for (std::size_t i = std::size_t(keep); i < checkpoints.size(); ++i)
+    remove_file(checkpoints[i].second, op);
+  // Temporary files of writers that were killed mid-write.
+  const fs::path folder = checkpoint_folder(run_dir);
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) return;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const long owner = temporary_owner(it->path().filename().string());
+    if (owner > 0 && !process_exists(owner)) stale.push_back(it->path());
+  }
+  for (const fs::path& path : stale) remove_file(path, op);
+}
+
+}  // namespace reformer::io

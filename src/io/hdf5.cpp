@@ -1,0 +1,250 @@
+#include "io/hdf5.hpp"
+
+#include <algorithm>
+
+namespace reformer::io::hdf5 {
+
+QuietErrors::QuietErrors() {
+  H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
+
+namespace {
+
+herr_t innermost_message(unsigned depth, const H5E_error2_t* error, void* out) {
+  // Walking upward starts at the most specific error: keep the first one.
+  if (depth == 0 && error && error->desc) *static_cast<std::string*>(out) = error->desc;
+  return 0;
+}
+
+Handle scalar_space() { return Handle(H5Screate(H5S_SCALAR), H5Sclose); }
+
+Handle utf8_string_type() {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
+std::string describe_name(const std::string& context, const char* kind, const std::string& name) {
+  return detail::concat(context, ": ", kind, " \"", name, "\"");
+}
+
+template <class Value>
+void write_scalar_attribute(hid_t object, const char* name, hid_t type, const Value& value,
+                            const std::string& context) {
+  const Handle space = scalar_space();
+  if (H5Aexists(object, name) > 0) H5Adelete(object, name);
+  const Handle attribute(H5Acreate2(object, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         H5Aclose);
+  check(attribute.valid(), context, detail::concat("cannot create attribute \"", name, "\""));
+  check(H5Awrite(attribute.get(), type, &value) >= 0, context,
+        detail::concat("cannot write attribute \"", name, "\""));
+}
+
+Handle open_attribute(hid_t object, const char* name, const std::string& context) {
+  check(H5Aexists(object, name) > 0, context,
+        detail::concat("attribute \"", name, "\" is missing"));
+  Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
+  check(attribute.valid(), context, detail::concat("cannot open attribute \"", name, "\""));
+  return attribute;
+}
+
+template <class Value>
+Value read_scalar_attribute(hid_t object, const char* name, hid_t type,
+                            const std::string& context) {
+  const Handle attribute = open_attribute(object, name, context);
+  const Handle file_type(H5Aget_type(attribute.get()), H5Tclose);
+  check(H5Tget_class(file_type.get()) == H5T_INTEGER, context,
+        detail::concat("attribute \"", name, "\" is not an integer"));
+  Value value{};
+  check(H5Aread(attribute.get(), type, &value) >= 0, context,
+        detail::concat("cannot read attribute \"", name, "\""));
+  return value;
+}
+
+// A variable-length string read through `read` into HDF5-owned memory.
+template <class Read>
+std::string read_variable_string(hid_t file_type, const Read& read, const std::string& context,
+                                 const std::string& what) {
+  check(H5Tget_class(file_type) == H5T_STRING && H5Tis_variable_str(file_type) > 0, context,
+        what + " is not a variable-length string");
+  const Handle type = utf8_string_type();
+  char* text = nullptr;
+  check(read(type.get(), &text) >= 0, context, "cannot read " + what);
+  std::string out = text ? text : "";
+  if (text) H5free_memory(text);
+  return out;
+}
+
+}  // namespace
+
+std::string last_error() {
+  std::string message;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_message, &message);
+  return message;
+}
+
+void check(bool ok, const std::string& context, const std::string& what) {
+  if (ok) return;
+  const std::string hdf5 = last_error();
+  H5Eclear2(H5E_DEFAULT);
+  throw IoError(hdf5.empty() ? detail::concat(context, ": ", what)
+                             : detail::concat(context, ": ", what, " (HDF5: ", hdf5, ")"));
+}
+
+bool has_link(hid_t location, const std::string& name) {
+  return H5Lexists(location, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<std::string> link_names(hid_t group, const std::string& context) {
+  H5G_info_t info{};
+  check(H5Gget_info(group, &info) >= 0, context, "cannot list a group");
+  const Handle plist(H5Gget_create_plist(group), H5Pclose);
+  unsigned order_flags = 0;
+  const bool tracked = plist.valid() &&
+                       H5Pget_link_creation_order(plist.get(), &order_flags) >= 0 &&
+                       (order_flags & H5P_CRT_ORDER_INDEXED);
+  const H5_index_t index = tracked ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t size =
+        H5Lget_name_by_idx(group, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    check(size >= 0, context, "cannot read a link name");
+    std::string name(std::size_t(size) + 1, '\0');
+    H5Lget_name_by_idx(group, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(std::size_t(size));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+Handle create_group(hid_t location, const std::string& name, const std::string& context) {
+  const Handle plist(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  H5Pset_link_creation_order(plist.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  Handle group(H5Gcreate2(location, name.c_str(), H5P_DEFAULT, plist.get(), H5P_DEFAULT), H5Gclose);
+  check(group.valid(), describe_name(context, "group", name), "cannot create it");
+  return group;
+}
+
+Handle open_group(hid_t location, const std::string& name, const std::string& context) {
+  Handle group(H5Gopen2(location, name.c_str(), H5P_DEFAULT), H5Gclose);
+  check(group.valid(), describe_name(context, "group", name), "cannot open it");
+  return group;
+}
+
+Handle open_dataset(hid_t location, const std::string& name, const std::string& context) {
+  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
+  check(dataset.valid(), describe_name(context, "dataset", name), "cannot open it");
+  return dataset;
+}
+
+void write_attribute(hid_t object, const char* name, std::int64_t value,
+                     const std::string& context) {
+  write_scalar_attribute(object, name, H5T_NATIVE_INT64, value, context);
+}
+
+void write_attribute(hid_t object, const char* name, std::uint64_t value,
+                     const std::string& context) {
+  write_scalar_attribute(object, name, H5T_NATIVE_UINT64, value, context);
+}
+
+void write_attribute(hid_t object, const char* name, const std::string& value,
+                     const std::string& context) {
+  const Handle type = utf8_string_type();
+  const char* text = value.c_str();
+  write_scalar_attribute(object, name, type.get(), text, context);
+}
+
+bool has_attribute(hid_t object, const char* name) { return H5Aexists(object, name) > 0; }
+
+std::int64_t read_int_attribute(hid_t object, const char* name, const std::string& context) {
+  return read_scalar_attribute<std::int64_t>(object, name, H5T_NATIVE_INT64, context);
+}
+
+std::uint64_t read_uint_attribute(hid_t object, const char* name, const std::string& context) {
+  return read_scalar_attribute<std::uint64_t>(object, name, H5T_NATIVE_UINT64, context);
+}
+
+std::string read_string_attribute(hid_t object, const char* name, const std::string& context) {
+  const Handle attribute = open_attribute(object, name, context);
+  const Handle file_type(H5Aget_type(attribute.get()), H5Tclose);
+  return read_variable_string(
+      file_type.get(),
+      [&](hid_t type, char** text) { return H5Aread(attribute.get(), type, text); }, context,
+      detail::concat("attribute \"", name, "\""));
+}
+
+void write_string(hid_t location, const char* name, const std::string& value,
+                  const std::string& context) {
+  const Handle type = utf8_string_type();
+  const Handle space = scalar_space();
+  const Handle dataset(
+      H5Dcreate2(location, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
+  check(dataset.valid(), describe_name(context, "dataset", name), "cannot create it");
+  const char* text = value.c_str();
+  check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text) >= 0,
+        describe_name(context, "dataset", name), "cannot write it");
+}
+
+std::string read_string(hid_t location, const char* name, const std::string& context) {
+  const Handle dataset = open_dataset(location, name, context);
+  const Handle file_type(H5Dget_type(dataset.get()), H5Tclose);
+  return read_variable_string(
+      file_type.get(),
+      [&](hid_t type, char** text) {
+        return H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text);
+      },
+      context, detail::concat("dataset \"", name, "\""));
+}
+
+void write_floats(hid_t location, const std::string& name, const std::vector<Index>& shape,
+                  hid_t memory_type, const void* data, const std::string& context) {
+  const std::string where = describe_name(context, "dataset", name);
+  const int rank = int(shape.size());
+  std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(shape.size());
+  // Chunks of at most 16 MiB, filled from the last dimension (an HDF5 chunk
+  // must stay below 4 GiB; the checksum needs chunked storage).
+  constexpr hsize_t kChunkBytes = hsize_t(16) << 20;
+  hsize_t inner = H5Tget_size(memory_type);
+  for (int d = rank - 1; d >= 0; --d) {
+    chunk[d] = std::min(dims[d], std::max<hsize_t>(1, kChunkBytes / inner));
+    inner *= chunk[d];
+  }
+  const Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  const Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  check(space.valid() && plist.valid() && H5Pset_chunk(plist.get(), rank, chunk.data()) >= 0 &&
+            H5Pset_fletcher32(plist.get()) >= 0,
+        where, "cannot set up the dataset");
+  const Handle dataset(H5Dcreate2(location, name.c_str(), memory_type, space.get(), H5P_DEFAULT,
+                                  plist.get(), H5P_DEFAULT),
+                       H5Dclose);
+  check(dataset.valid(), where, "cannot create it");
+  check(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, where,
+        "cannot write it");
+}
+
+DatasetInfo dataset_info(hid_t dataset, const std::string& context) {
+  const Handle space(H5Dget_space(dataset), H5Sclose);
+  const Handle type(H5Dget_type(dataset), H5Tclose);
+  check(space.valid() && type.valid(), context, "cannot read the dataset's shape and type");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  check(rank >= 0, context, "cannot read the dataset's rank");
+  std::vector<hsize_t> dims(std::size_t(rank), 0);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  DatasetInfo info;
+  info.shape.assign(dims.begin(), dims.end());
+  info.is_float = H5Tget_class(type.get()) == H5T_FLOAT;
+  info.bytes = H5Tget_size(type.get());
+  return info;
+}
+
+void read_all(hid_t dataset, hid_t memory_type, void* data, const std::string& context) {
+  check(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, context,
+        "cannot read the data (corrupt file or checksum mismatch)");
+}
+
+}  // namespace reformer::io::hdf5

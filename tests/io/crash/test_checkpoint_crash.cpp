@@ -1,0 +1,154 @@
+// Crash safety of checkpoint writes: a writer process (checkpoint_crash_writer,
+// started with posix_spawn, so the test process with its OpenMP threads is never
+// forked) saves checkpoints in a loop and is SIGKILLed at a random moment. Every
+// checkpoint it leaves must load and hold exactly what was written for its step.
+#include "crash/crash_model.hpp"
+#include "reformer/core/error.hpp"
+#include "support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+
+extern char** environ;
+
+namespace reformer::io {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace reformer::testing::crash;
+using reformer::testing::TempDir;
+
+// The model that the written checkpoints are loaded into (one for the whole
+// test: loading overwrites every value, moment and the step count).
+struct Target {
+  ParameterSet<float> params;
+  std::unique_ptr<train::Adam<float>> adam;
+  Target() {
+    add_parameters(params);
+    adam = std::make_unique<train::Adam<float>>(params);
+  }
+};
+
+// Loads `path` and checks every value, moment and field against the contents
+// written for its step; returns that step (-1 after a failure).
+std::int64_t check_complete(Target& target, const std::string& path) {
+  ParameterSet<float>& params = target.params;
+  train::Adam<float>& adam = *target.adam;
+  CheckpointMeta meta;
+  try {
+    meta = load_checkpoint(path, params, &adam);
+  } catch (const Error& e) {
+    ADD_FAILURE() << "cannot load " << path << ": " << e.what();
+    return -1;
+  }
+  const std::int64_t step = meta.step;
+  EXPECT_EQ(meta.config, expected_config(step)) << path;
+  EXPECT_EQ(meta.data_position, std::uint64_t(step) * 10) << path;
+  EXPECT_EQ(adam.steps(), step) << path;
+  for (const auto& p : params) {
+    const View1<float> views[3] = {p.value, adam.first_moment(p.name), adam.second_moment(p.name)};
+    for (int which = 0; which < 3; ++which) {
+      const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), views[which]);
+      Index wrong = 0;
+      for (Index i = 0; i < Index(host.extent(0)); ++i)
+        wrong += host(i) != expected(step, which, i);
+      EXPECT_EQ(wrong, 0) << path << ": " << p.name << " (" << which << ") differs from step "
+                          << step << " in " << wrong << " elements";
+    }
+  }
+  return step;
+}
+
+bool has_temporary_file(const std::string& folder) {
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+TEST(CheckpointCrash, KilledWritersLeaveCompleteCheckpoints) {
+  const char* writer = REFORMER_CHECKPOINT_CRASH_WRITER;
+  ASSERT_TRUE(fs::exists(writer)) << writer;
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("random seed " + std::to_string(seed));
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int> delay_us(0, 80000);
+
+  Target target;
+  constexpr int kRepetitions = 20;
+  int killed_mid_write = 0;
+  for (int repetition = 0; repetition < kRepetitions; ++repetition) {
+    SCOPED_TRACE("repetition " + std::to_string(repetition));
+    TempDir dir;
+    const std::string run = dir.path(), folder = run + "/checkpoints";
+    std::string run_arg = run;
+    char* argv[] = {const_cast<char*>(writer), run_arg.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, writer, nullptr, nullptr, argv, environ), 0);
+
+    // Wait for the first complete step (step_1 and latest.h5), then kill at a
+    // random moment of the following writes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int status = 0;
+    bool exited = false;
+    while (!fs::exists(rewritten_file(run))) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!exited) {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us(random)));
+      ::kill(pid, SIGKILL);
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    }
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "the writer was not killed: it exited with status " << status;
+    killed_mid_write += has_temporary_file(folder);
+
+    // The newest checkpoint and the one before it are complete and exact.
+    const auto latest = latest_checkpoint(run);
+    ASSERT_TRUE(latest.has_value());
+    const std::int64_t newest = check_complete(target, *latest);
+    ASSERT_GE(newest, 1);
+    EXPECT_EQ(*latest, checkpoint_file(run, newest));
+    if (newest > 1) {
+      ASSERT_TRUE(fs::exists(checkpoint_file(run, newest - 1)));
+      EXPECT_EQ(check_complete(target, checkpoint_file(run, newest - 1)), newest - 1);
+    }
+    // So is every other numbered file (the kill may precede a prune).
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      const std::string name = entry.path().string();
+      if (name.find(".tmp.") == std::string::npos && name != rewritten_file(run) &&
+          name != checkpoint_file(run, newest) && name != checkpoint_file(run, newest - 1)) {
+        EXPECT_EQ(check_complete(target, name), newest - 2) << name;
+      }
+    }
+    // The file rewritten in place holds the last or the previous step, never a mix.
+    const std::int64_t rewritten = check_complete(target, rewritten_file(run));
+    EXPECT_TRUE(rewritten == newest || rewritten == newest - 1)
+        << "latest.h5 holds step " << rewritten << ", the newest numbered file " << newest;
+    // Pruning removes what the killed writer left behind.
+    prune_checkpoints(run, 2);
+    EXPECT_FALSE(has_temporary_file(folder));
+  }
+  // Most kills land inside a write (the loop does little else); a test whose
+  // kills all fell between writes would prove nothing.
+  EXPECT_GT(killed_mid_write, 0);
+  std::printf("[ crash    ] %d of %d kills left a temporary file (mid-write)\n", killed_mid_write,
+              kRepetitions);
+}
+
+}  // namespace
+}  // namespace reformer::io
