@@ -52,6 +52,8 @@ target_include_directories(reformer_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
 target_link_libraries(reformer_hdf5 INTERFACE ${HDF5_LIBRARIES})
 target_compile_definitions(reformer_hdf5 INTERFACE ${HDF5_DEFINITIONS})
 find_package(CLI11 CONFIG REQUIRED)
+# TOML configs (Debian: libtomlplusplus-dev).
+find_package(tomlplusplus 3 CONFIG REQUIRED)
 if(REFORMER_ENABLE_TESTS)
   find_package(GTest REQUIRED)
 endif()

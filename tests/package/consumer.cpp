@@ -1,5 +1,6 @@
-// Uses the installed headers and library: a layer norm through the public API
-// and the memory tracker must both work.
+// Uses the installed headers and library: a layer norm through the public API,
+// the memory tracker and the TOML config loader (a private dependency) must work.
+#include <reformer/config/run_config.hpp>
 #include <reformer/core/memory_tracker.hpp>
 #include <reformer/core/runtime.hpp>
 #include <reformer/ops/layer_norm.hpp>
@@ -30,7 +31,13 @@ int main() {
   }
   const auto peak =
       reformer::MemoryTracker::instance().space(reformer::MemSpace::name()).peak_bytes;
-  std::printf("consumer: max |row mean| after layer norm %.2e, tracked peak %lld bytes\n",
-              max_abs_mean, static_cast<long long>(peak));
-  return max_abs_mean < 1e-5 && peak > 0 ? 0 : 1;
+  const auto config = reformer::config::parse_run_config("[train]\nsteps = 7\n", "consumer.toml",
+                                                         {"train.batch=2"});
+  std::printf(
+      "consumer: max |row mean| after layer norm %.2e, tracked peak %lld bytes, config steps %lld "
+      "batch %lld\n",
+      max_abs_mean, static_cast<long long>(peak), static_cast<long long>(config.train.steps),
+      static_cast<long long>(config.train.batch));
+  const bool config_ok = config.train.steps == 7 && config.train.batch == 2;
+  return max_abs_mean < 1e-5 && peak > 0 && config_ok ? 0 : 1;
 }

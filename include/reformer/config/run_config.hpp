@@ -1,0 +1,63 @@
+// The configuration of a run: model, data and training, read from a TOML file
+// plus "section.key=value" overrides (docs/config.md lists every key).
+//
+//   auto config = reformer::config::load_run_config("experiments/duplication_lsh.toml",
+//                                                  {"train.steps=100", "model.lsh.n_hashes=4"});
+//
+// Loading is strict: an unknown key (with a suggestion), a value of the wrong
+// type, an out-of-range value or two contradictory settings is a ConfigError
+// naming the key, the value and the rule; a missing file is an IoError. Keys
+// that are not written take the defaults of the structs.
+#pragma once
+
+#include "reformer/data/data_config.hpp"
+#include "reformer/models/reformer_config.hpp"
+#include "reformer/train/train_config.hpp"
+
+#include <string>
+#include <vector>
+
+namespace reformer::config {
+
+struct RunConfig {
+  models::ReformerConfig model{};  // [model], [model.lsh], [model.local]
+  data::DataConfig data{};         // [data]
+  train::TrainConfig train{};      // [train], [train.adam]
+  std::string run_dir{};           // [run] dir: default "runs/<config file stem>"
+  std::string name{};              // [run] name: default "<config file stem>"
+
+  // Validates each part, then what ties them together: data.length must fit the
+  // model (model.validate_length), data.vocab <= model.vocab, run.dir is set and
+  // seeds fit a TOML integer. ConfigError naming the first bad key.
+  void validate() const;
+};
+
+// Reads and validates the TOML file at `path` with `overrides` applied in order.
+// An override is "section.key=value", the value a TOML value (train.steps=100,
+// model.attention=["lsh","local"], data.path="corpus.txt"); a value that is not
+// valid TOML and does not start with [ { " or ' is taken as a bare string
+// (data.path=corpus.txt, model.positions=axial). IoError if the file cannot be read.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from TOML text; `source_name` names it in messages and gives the
+// default run.dir and run.name (its file stem).
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides = {});
+
+// The whole config as TOML, every key written (automatic values as empty lists
+// with a comment); parse_run_config of it gives back an identical config.
+std::string to_toml(const RunConfig& config);
+
+// Dotted names of every key, in the order to_toml writes them ("run.dir", ...).
+std::vector<std::string> config_keys();
+
+// The first key (in to_toml's order) whose value differs between a and b, as
+// "model.d_model: 256 in the checkpoint, 512 here" (with the given labels), or
+// "" when none does. A key is skipped when it, or a section holding it, is in
+// `ignore` ("train.steps", or "train" for the whole section).
+std::string first_difference(const RunConfig& a, const RunConfig& b,
+                             const std::vector<std::string>& ignore = {},
+                             const std::string& a_label = "in the checkpoint",
+                             const std::string& b_label = "here");
+
+}  // namespace reformer::config

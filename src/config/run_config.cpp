@@ -1,0 +1,642 @@
+#include "reformer/config/run_config.hpp"
+
+#include "config/toml_document.hpp"
+#include "reformer/attention/lsh.hpp"
+#include "reformer/core/error.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace reformer::config {
+namespace {
+
+using detail::TomlNode;
+using reformer::detail::concat;
+using Type = TomlNode::Type;
+
+// ---------------------------------------------------------------------------
+// The keys: one entry per config field, read from a TOML value and written back
+// as TOML text (the same text serves to_toml and first_difference).
+
+struct Key {
+  std::string name;  // dotted: "model.lsh.n_hashes"
+  // Sets the field from a value; throws ConfigError "expected ..., found ..."
+  // (the caller adds where and which key).
+  std::function<void(RunConfig&, const TomlNode&)> read;
+  std::function<std::string(const RunConfig&)> write;
+  // A comment for to_toml (automatic values), or "".
+  std::function<std::string(const RunConfig&)> note = [](const RunConfig&) { return ""; };
+};
+
+template <class Field>
+using Access = std::function<Field&(RunConfig&)>;
+
+// Fields are read through a non-const accessor; writing only reads them.
+template <class Field>
+const Field& get(const Access<Field>& field, const RunConfig& c) {
+  return field(const_cast<RunConfig&>(c));
+}
+
+[[noreturn]] void wrong_type(const std::string& expected, const TomlNode& value,
+                             const std::string& hint = "") {
+  throw ConfigError(concat("expected ", expected, ", found ", detail::describe(value), hint));
+}
+
+Key integer_key(std::string name, Access<std::int64_t> field) {
+  return {std::move(name),
+          [field](RunConfig& c, const TomlNode& v) {
+            if (v.type == Type::Float && std::isfinite(v.floating) &&
+                v.floating == std::floor(v.floating))
+              wrong_type("an integer", v, " (write it without a decimal point or exponent)");
+            if (v.type != Type::Integer) wrong_type("an integer", v);
+            field(c) = v.integer;
+          },
+          [field](const RunConfig& c) { return std::to_string(get(field, c)); }};
+}
+
+// TOML integers are signed 64-bit: seeds are in [0, 2^63).
+Key seed_key(std::string name, Access<std::uint64_t> field) {
+  return {std::move(name),
+          [field](RunConfig& c, const TomlNode& v) {
+            if (v.type != Type::Integer) wrong_type("a non-negative integer", v);
+            if (v.integer < 0)
+              throw ConfigError(concat("value ", v.integer, " is negative but must be >= 0"));
+            field(c) = std::uint64_t(v.integer);
+          },
+          [field](const RunConfig& c) { return std::to_string(get(field, c)); }};
+}
+
+Key float_key(std::string name, Access<double> field) {
+  return {std::move(name),
+          [field](RunConfig& c, const TomlNode& v) {
+            if (v.type == Type::Integer)
+              field(c) = double(v.integer);
+            else if (v.type == Type::Float)
+              field(c) = v.floating;
+            else
+              wrong_type("a number", v);
+          },
+          [field](const RunConfig& c) { return detail::toml_float(get(field, c)); }};
+}
+
+Key bool_key(std::string name, Access<bool> field) {
+  return {std::move(name),
+          [field](RunConfig& c, const TomlNode& v) {
+            if (v.type != Type::Boolean) wrong_type("a boolean (true or false)", v);
+            field(c) = v.boolean;
+          },
+          [field](const RunConfig& c) { return std::string(get(field, c) ? "true" : "false"); }};
+}
+
+Key string_key(std::string name, Access<std::string> field) {
+  return {std::move(name),
+          [field](RunConfig& c, const TomlNode& v) {
+            if (v.type != Type::String) wrong_type("a string", v, " (quote it: \"...\")");
+            field(c) = v.string;
+          },
+          [field](const RunConfig& c) { return detail::toml_quote(get(field, c)); }};
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out;
+}
+
+std::string choice_list(const std::vector<std::string>& choices) {
+  std::string out;
+  for (std::size_t i = 0; i < choices.size(); ++i)
+    out += (i == 0 ? "" : (i + 1 == choices.size() ? " or " : ", ")) + choices[i];
+  return out;
+}
+
+void check_choice(const TomlNode& v, const std::vector<std::string>& choices) {
+  if (v.type != Type::String) wrong_type("a string (" + choice_list(choices) + ")", v);
+  if (std::find(choices.begin(), choices.end(), v.string) == choices.end())
+    throw ConfigError(
+        concat("value ", detail::to_toml_text(v), " is unknown; choose ", choice_list(choices)));
+}
+
+// A string field with a fixed set of values.
+Key choice_key(std::string name, Access<std::string> field, std::vector<std::string> choices) {
+  return {std::move(name),
+          [field, choices](RunConfig& c, const TomlNode& v) {
+            check_choice(v, choices);
+            field(c) = v.string;
+          },
+          [field](const RunConfig& c) { return detail::toml_quote(get(field, c)); }};
+}
+
+// An enum written as its lowercase name; `parse` is the enum's own parser.
+template <class E>
+Key enum_key(std::string name, Access<E> field, std::vector<E> values,
+             std::function<std::string(E)> print, std::function<E(const std::string&)> parse) {
+  std::vector<std::string> choices;
+  for (const E value : values) choices.push_back(print(value));
+  return {std::move(name),
+          [field, choices, parse](RunConfig& c, const TomlNode& v) {
+            check_choice(v, choices);
+            field(c) = parse(v.string);
+          },
+          [field, print](const RunConfig& c) { return detail::toml_quote(print(get(field, c))); }};
+}
+
+std::string integer_list(const std::vector<Index>& values) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+Key integer_list_key(std::string name, Access<std::vector<Index>> field, std::string example) {
+  return {std::move(name),
+          [field, example](RunConfig& c, const TomlNode& v) {
+            const std::string expected = "an array of integers (e.g. " + example + ")";
+            if (v.type != Type::Array) wrong_type(expected, v);
+            std::vector<Index> values;
+            for (const TomlNode& element : v.array) {
+              if (element.type != Type::Integer) wrong_type(expected, v);
+              values.push_back(element.integer);
+            }
+            field(c) = values;
+          },
+          [field](const RunConfig& c) { return integer_list(get(field, c)); }};
+}
+
+Key attention_list_key() {
+  using attention::AttentionKind;
+  const std::vector<std::string> choices{"full", "lsh", "local"};
+  return {"model.attention",
+          [choices](RunConfig& c, const TomlNode& v) {
+            const std::string expected =
+                "an array of attention kinds (e.g. [\"lsh\"] or [\"local\", \"lsh\"])";
+            if (v.type != Type::Array) wrong_type(expected, v);
+            std::vector<AttentionKind> kinds;
+            for (const TomlNode& element : v.array) {
+              if (element.type != Type::String) wrong_type(expected, v);
+              check_choice(element, choices);
+              kinds.push_back(attention::parse_attention_kind(element.string));
+            }
+            c.model.attention = kinds;
+          },
+          [](const RunConfig& c) {
+            std::string out = "[";
+            for (std::size_t i = 0; i < c.model.attention.size(); ++i)
+              out += std::string(i ? ", " : "") + "\"" + to_string(c.model.attention[i]) + "\"";
+            return out + "]";
+          }};
+}
+
+std::string activation_name(ops::Activation a) {
+  switch (a) {
+    case ops::Activation::ReLU:
+      return "relu";
+    case ops::Activation::GELU:
+      return "gelu";
+  }
+  throw Error("activation_name: invalid Activation");
+}
+
+#define REFORMER_FIELD(member) \
+  [](RunConfig & c) -> auto& { return c.member; }
+
+std::vector<Key> make_keys() {
+  using models::PositionKind;
+  std::vector<Key> k;
+  k.push_back(string_key("run.dir", REFORMER_FIELD(run_dir)));
+  k.push_back(string_key("run.name", REFORMER_FIELD(name)));
+
+  k.push_back(integer_key("model.vocab", REFORMER_FIELD(model.vocab)));
+  k.push_back(integer_key("model.d_model", REFORMER_FIELD(model.d_model)));
+  k.push_back(integer_key("model.d_ff", REFORMER_FIELD(model.d_ff)));
+  k.push_back(integer_key("model.heads", REFORMER_FIELD(model.heads)));
+  k.push_back(integer_key("model.d_head", REFORMER_FIELD(model.d_head)));
+  k.push_back(integer_key("model.layers", REFORMER_FIELD(model.layers)));
+  k.push_back(attention_list_key());
+  k.push_back(bool_key("model.causal", REFORMER_FIELD(model.causal)));
+  k.push_back(bool_key("model.reversible", REFORMER_FIELD(model.reversible)));
+  k.push_back(enum_key<PositionKind>(
+      "model.positions", REFORMER_FIELD(model.positions),
+      {PositionKind::None, PositionKind::Sinusoidal, PositionKind::Learned, PositionKind::Axial},
+      [](PositionKind p) { return std::string(models::to_string(p)); },
+      models::parse_position_kind));
+  k.push_back(integer_key("model.max_length", REFORMER_FIELD(model.max_length)));
+  k.push_back(
+      integer_list_key("model.axial_shape", REFORMER_FIELD(model.axial_shape), "[128, 512]"));
+  k.back().note = [](const RunConfig& c) -> std::string {
+    if (!c.model.axial_shape.empty() || c.model.positions != PositionKind::Axial ||
+        c.model.max_length <= 0)
+      return "";
+    return "automatic: " + integer_list(c.model.resolved_axial_shape());
+  };
+  k.push_back(integer_list_key("model.axial_dims", REFORMER_FIELD(model.axial_dims), "[256, 768]"));
+  k.back().note = [](const RunConfig& c) -> std::string {
+    if (!c.model.axial_dims.empty() || c.model.positions != PositionKind::Axial) return "";
+    return "automatic: " + integer_list(c.model.resolved_axial_dims());
+  };
+  k.push_back(integer_key("model.ff_chunk", REFORMER_FIELD(model.ff_chunk)));
+  k.push_back(enum_key<ops::Activation>("model.ff_activation", REFORMER_FIELD(model.ff_activation),
+                                        {ops::Activation::ReLU, ops::Activation::GELU},
+                                        activation_name, ops::parse_activation));
+  k.push_back(float_key("model.dropout", REFORMER_FIELD(model.dropout)));
+  k.push_back(float_key("model.attention_dropout", REFORMER_FIELD(model.attention_dropout)));
+  k.push_back(bool_key("model.tie_embeddings", REFORMER_FIELD(model.tie_embeddings)));
+  k.push_back(integer_key("model.loss_chunk", REFORMER_FIELD(model.loss_chunk)));
+  k.push_back(float_key("model.label_smoothing", REFORMER_FIELD(model.label_smoothing)));
+
+  k.push_back(integer_key("model.lsh.chunk", REFORMER_FIELD(model.lsh.chunk)));
+  k.push_back(integer_key("model.lsh.n_hashes", REFORMER_FIELD(model.lsh.n_hashes)));
+  k.push_back(integer_list_key("model.lsh.n_buckets", REFORMER_FIELD(model.lsh.n_buckets), "[64]"));
+  k.back().note = [](const RunConfig& c) -> std::string {
+    const auto& lsh = c.model.lsh;
+    if (!lsh.n_buckets.empty() || lsh.chunk <= 0 || c.data.length <= 0) return "";
+    return concat("automatic: ", integer_list(attention::lsh_bucket_factors(lsh, c.data.length)),
+                  " at data.length ", c.data.length);
+  };
+  k.push_back(integer_key("model.lsh.n_before", REFORMER_FIELD(model.lsh.n_before)));
+  k.push_back(
+      bool_key("model.lsh.duplicate_correction", REFORMER_FIELD(model.lsh.duplicate_correction)));
+
+  k.push_back(integer_key("model.local.chunk", REFORMER_FIELD(model.local.chunk)));
+  k.push_back(integer_key("model.local.n_before", REFORMER_FIELD(model.local.n_before)));
+
+  k.push_back(enum_key<data::TaskKind>(
+      "data.task", REFORMER_FIELD(data.task),
+      {data::TaskKind::Duplication, data::TaskKind::Copy, data::TaskKind::Bytes},
+      [](data::TaskKind t) { return std::string(data::to_string(t)); }, data::parse_task_kind));
+  k.push_back(integer_key("data.length", REFORMER_FIELD(data.length)));
+  k.push_back(integer_key("data.vocab", REFORMER_FIELD(data.vocab)));
+  k.push_back(seed_key("data.seed", REFORMER_FIELD(data.seed)));
+  k.push_back(string_key("data.path", REFORMER_FIELD(data.path)));
+
+  k.push_back(integer_key("train.steps", REFORMER_FIELD(train.steps)));
+  k.push_back(integer_key("train.batch", REFORMER_FIELD(train.batch)));
+  k.push_back(integer_key("train.accumulate", REFORMER_FIELD(train.accumulate)));
+  k.push_back(choice_key("train.optimizer", REFORMER_FIELD(train.optimizer), {"adam", "adamw"}));
+  k.push_back(float_key("train.learning_rate", REFORMER_FIELD(train.learning_rate)));
+  k.push_back(enum_key<train::ScheduleKind>(
+      "train.schedule", REFORMER_FIELD(train.schedule),
+      {train::ScheduleKind::constant, train::ScheduleKind::noam, train::ScheduleKind::warmup_rsqrt},
+      [](train::ScheduleKind s) { return train::to_string(s); }, train::parse_schedule_kind));
+  k.push_back(integer_key("train.warmup_steps", REFORMER_FIELD(train.warmup_steps)));
+  k.push_back(float_key("train.clip_norm", REFORMER_FIELD(train.clip_norm)));
+  k.push_back(integer_key("train.eval_every", REFORMER_FIELD(train.eval_every)));
+  k.push_back(integer_key("train.eval_batches", REFORMER_FIELD(train.eval_batches)));
+  k.push_back(integer_key("train.log_every", REFORMER_FIELD(train.log_every)));
+  k.push_back(integer_key("train.checkpoint_every", REFORMER_FIELD(train.checkpoint_every)));
+  k.push_back(integer_key("train.keep_checkpoints", REFORMER_FIELD(train.keep_checkpoints)));
+  k.push_back(
+      choice_key("train.metrics_format", REFORMER_FIELD(train.metrics_format), {"csv", "jsonl"}));
+  k.push_back(float_key("train.target_accuracy", REFORMER_FIELD(train.target_accuracy)));
+  k.push_back(seed_key("train.seed", REFORMER_FIELD(train.seed)));
+  k.push_back(choice_key("train.dtype", REFORMER_FIELD(train.dtype), {"float", "double"}));
+
+  k.push_back(float_key("train.adam.beta1", REFORMER_FIELD(train.adam.beta1)));
+  k.push_back(float_key("train.adam.beta2", REFORMER_FIELD(train.adam.beta2)));
+  k.push_back(float_key("train.adam.eps", REFORMER_FIELD(train.adam.eps)));
+  k.push_back(float_key("train.adam.weight_decay", REFORMER_FIELD(train.adam.weight_decay)));
+  return k;
+}
+
+#undef REFORMER_FIELD
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = make_keys();
+  return table;
+}
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names{"run",  "model", "model.lsh", "model.local",
+                                              "data", "train", "train.adam"};
+  return names;
+}
+
+std::string section_of(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+std::string leaf_of(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+const Key* find_key(const std::string& name) {
+  for (const Key& key : keys())
+    if (key.name == name) return &key;
+  return nullptr;
+}
+
+bool is_section(const std::string& name) {
+  const auto& s = sections();
+  return std::find(s.begin(), s.end(), name) != s.end();
+}
+
+// ---------------------------------------------------------------------------
+// Unknown keys: suggest the closest known name.
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key_message(const std::string& name) {
+  std::vector<std::string> known = sections();
+  for (const Key& key : keys()) known.push_back(key.name);
+  // Closest within edit distance 2, else the same leaf in another section
+  // ("model.n_hashes" -> "model.lsh.n_hashes").
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const auto& candidate : known) {
+    const std::size_t d = edit_distance(name, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  if (best.empty())
+    for (const auto& candidate : known)
+      if (leaf_of(candidate) == leaf_of(name)) {
+        best = candidate;
+        break;
+      }
+  std::string message = "unknown key " + name;
+  if (!best.empty()) return message + "; did you mean " + best + "?";
+  const std::string section = section_of(name);
+  std::vector<std::string> siblings;
+  if (is_section(section)) {
+    for (const auto& candidate : known)
+      if (section_of(candidate) == section) siblings.push_back(leaf_of(candidate));
+    return message + " (the keys of [" + section + "] are " + joined(siblings) + ")";
+  }
+  return message + " (the sections are " + joined(sections()) + ")";
+}
+
+// ---------------------------------------------------------------------------
+// Reading a document into a RunConfig.
+
+struct Reader {
+  RunConfig config;
+  std::map<std::string, std::string> origins;  // key -> where its value was written
+
+  void read_table(const TomlNode& table, const std::string& path) {
+    for (const auto& [name, value] : table.table) {
+      const std::string full = path.empty() ? name : path + "." + name;
+      if (is_section(full)) {
+        if (value.type != Type::Table)
+          throw ConfigError(concat(value.origin, ": ", full, " is a section: expected a table ([",
+                                   full, "]), found ", detail::describe(value)));
+        read_table(value, full);
+        continue;
+      }
+      const Key* key = find_key(full);
+      if (key == nullptr) throw ConfigError(concat(value.origin, ": ", unknown_key_message(full)));
+      try {
+        key->read(config, value);
+      } catch (const ConfigError& e) {
+        throw ConfigError(concat(value.origin, ": ", full, ": ", e.what()));
+      }
+      origins[full] = value.origin;
+    }
+  }
+};
+
+void mark_origin(TomlNode& node, const std::string& origin) {
+  node.origin = origin;
+  for (auto& entry : node.table) mark_origin(entry.second, origin);
+  for (auto& element : node.array) mark_origin(element, origin);
+}
+
+// Tables merge key by key; anything else replaces what was there.
+void merge(TomlNode& into, TomlNode&& value) {
+  if (into.type != Type::Table || value.type != Type::Table) {
+    into = std::move(value);
+    return;
+  }
+  for (auto& [name, entry] : value.table) {
+    if (TomlNode* existing = into.find(name))
+      merge(*existing, std::move(entry));
+    else
+      into.table.emplace_back(name, std::move(entry));
+  }
+}
+
+std::string trim(const std::string& text) {
+  const auto begin = text.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  const auto end = text.find_last_not_of(" \t");
+  return text.substr(begin, end - begin + 1);
+}
+
+// "section.key=value" into the document tree.
+void apply_override(TomlNode& root, const std::string& override_text) {
+  const std::string origin = "override '" + override_text + "'";
+  const auto equals = override_text.find('=');
+  require<ConfigError>(equals != std::string::npos, origin,
+                       ": an override must be section.key=value (e.g. train.steps=100)");
+  const std::string name = trim(override_text.substr(0, equals));
+  const std::string text = trim(override_text.substr(equals + 1));
+  require<ConfigError>(!name.empty() && name.front() != '.' && name.back() != '.' &&
+                           name.find("..") == std::string::npos &&
+                           name.find_first_of(" \t\"'") == std::string::npos,
+                       origin, ": \"", name, "\" is not a dotted key such as train.steps");
+
+  TomlNode value;
+  try {
+    TomlNode document = detail::parse_toml("value = " + text + "\n", origin);
+    require<ConfigError>(document.table.size() == 1, origin, ": the value must be one TOML value");
+    value = std::move(document.table.front().second);
+  } catch (const ConfigError& e) {
+    // A bare word is a string: data.path=corpus.txt, model.positions=axial.
+    if (!text.empty() && std::string("[{\"'").find(text.front()) != std::string::npos) {
+      const std::string message = e.what();
+      const auto what = message.find("TOML syntax error: ");
+      throw ConfigError(concat(
+          origin, ": the value is not valid TOML (",
+          what == std::string::npos ? message : message.substr(what + 19),
+          "); strings inside arrays and tables need quotes, e.g. model.attention=[\"lsh\"]"));
+    }
+    value.type = Type::String;
+    value.string = text;
+  }
+  mark_origin(value, origin);
+
+  // Walk down to the parent table, creating sections as needed.
+  TomlNode* table = &root;
+  std::string rest = name;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    const std::string part = rest.substr(0, dot);
+    rest = rest.substr(dot + 1);
+    TomlNode* next = table->find(part);
+    if (next == nullptr) {
+      TomlNode section;
+      section.origin = origin;
+      table->table.emplace_back(part, std::move(section));
+      next = &table->table.back().second;
+    }
+    if (next->type != Type::Table) {
+      next->type = Type::Table;
+      next->array.clear();
+      next->origin = origin;
+    }
+    table = next;
+  }
+  if (TomlNode* existing = table->find(rest))
+    merge(*existing, std::move(value));
+  else
+    table->table.emplace_back(rest, std::move(value));
+}
+
+// Whether `key` occurs in `text` as a whole dotted name.
+bool mentions(const std::string& text, const std::string& key, std::size_t& at) {
+  auto is_name_char = [](char c) { return std::isalnum((unsigned char)c) || c == '_'; };
+  for (auto pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
+    const std::size_t end = pos + key.size();
+    const bool starts = pos == 0 || (!is_name_char(text[pos - 1]) && text[pos - 1] != '.');
+    const bool ends = end == text.size() ||
+                      !(is_name_char(text[end]) ||
+                        (text[end] == '.' && end + 1 < text.size() && is_name_char(text[end + 1])));
+    if (starts && ends) {
+      at = pos;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Validates; a ConfigError gets the source name in front and, for each key it
+// names that the file or an override set, where that value came from.
+void validate_with_origins(const RunConfig& config, const std::string& source_name,
+                           const std::map<std::string, std::string>& origins) {
+  try {
+    config.validate();
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    std::vector<std::pair<std::size_t, std::string>> found;
+    for (const auto& [key, origin] : origins) {
+      std::size_t at = 0;
+      if (mentions(message, key, at)) found.emplace_back(at, key + " from " + origin);
+    }
+    std::sort(found.begin(), found.end());
+    std::string where;
+    for (const auto& entry : found) where += (where.empty() ? " (" : "; ") + entry.second;
+    if (!where.empty()) where += ")";
+    throw ConfigError(concat(source_name, ": ", message, where));
+  }
+}
+
+}  // namespace
+
+void RunConfig::validate() const {
+  model.validate();
+  data.validate();
+  train.validate();
+  const char* op = "RunConfig";
+  require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
+  try {
+    model.validate_length(data.length);
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    const auto colon = message.find(": ");
+    throw ConfigError(concat(op, ": data.length = ", data.length, " does not fit the model: ",
+                             colon == std::string::npos ? message : message.substr(colon + 2)));
+  }
+  require<ConfigError>(data.vocab <= model.vocab, op, ": data.vocab is ", data.vocab,
+                       " but model.vocab is ", model.vocab,
+                       "; the task's token ids must fit the embedding (model.vocab >= data.vocab)");
+  constexpr auto kMaxSeed = std::uint64_t(std::numeric_limits<std::int64_t>::max());
+  require<ConfigError>(data.seed <= kMaxSeed, op, ": data.seed is ", data.seed,
+                       " but must be at most ", kMaxSeed, " (a TOML integer)");
+  require<ConfigError>(train.seed <= kMaxSeed, op, ": train.seed is ", train.seed,
+                       " but must be at most ", kMaxSeed, " (a TOML integer)");
+}
+
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  TomlNode root = detail::parse_toml(toml_text, source_name);
+  for (const auto& override_text : overrides) apply_override(root, override_text);
+
+  Reader reader;
+  std::string stem = std::filesystem::path(source_name).stem().string();
+  if (stem.empty()) stem = "run";
+  reader.config.run_dir = "runs/" + stem;
+  reader.config.name = stem;
+  reader.read_table(root, "");
+  // The optimizer name decides the weight decay; [train.adam] has no key for it.
+  reader.config.train.adam.decoupled_weight_decay = reader.config.train.optimizer == "adamw";
+  validate_with_origins(reader.config, source_name, reader.origins);
+  return reader.config;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  require<IoError>(!std::filesystem::is_directory(path, ec), "cannot read config file \"", path,
+                   "\": it is a directory");
+  errno = 0;
+  std::ifstream file(path, std::ios::binary);
+  require<IoError>(bool(file), "cannot read config file \"", path,
+                   "\": ", errno ? std::strerror(errno) : "cannot open it");
+  std::ostringstream text;
+  text << file.rdbuf();
+  require<IoError>(!file.bad(), "cannot read config file \"", path, "\": read error");
+  return parse_run_config(text.str(), path, overrides);
+}
+
+std::string to_toml(const RunConfig& config) {
+  std::ostringstream out;
+  out << "# Reformer run configuration, every key written (docs/config.md lists them).\n";
+  std::string section;
+  for (const Key& key : keys()) {
+    const std::string key_section = section_of(key.name);
+    if (key_section != section) {
+      section = key_section;
+      out << "\n[" << section << "]\n";
+    }
+    out << leaf_of(key.name) << " = " << key.write(config);
+    const std::string note = key.note(config);
+    if (!note.empty()) out << "  # " << note;
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> names;
+  for (const Key& key : keys()) names.push_back(key.name);
+  return names;
+}
+
+std::string first_difference(const RunConfig& a, const RunConfig& b,
+                             const std::vector<std::string>& ignore, const std::string& a_label,
+                             const std::string& b_label) {
+  for (const Key& key : keys()) {
+    const bool ignored = std::any_of(ignore.begin(), ignore.end(), [&](const std::string& name) {
+      return key.name == name ||
+             (key.name.size() > name.size() && key.name.compare(0, name.size(), name) == 0 &&
+              key.name[name.size()] == '.');
+    });
+    if (ignored) continue;
+    const std::string va = key.write(a), vb = key.write(b);
+    if (va != vb) return concat(key.name, ": ", va, " ", a_label, ", ", vb, " ", b_label);
+  }
+  return "";
+}
+
+}  // namespace reformer::config

@@ -1,0 +1,67 @@
+#include "reformer/train/train_config.hpp"
+
+#include "config/key_errors.hpp"
+#include "reformer/core/error.hpp"
+
+#include <cmath>
+
+namespace reformer::train {
+namespace {
+
+constexpr const char* kOp = "TrainConfig";
+
+void require_positive(const char* key, std::int64_t value) {
+  require<ConfigError>(value > 0, kOp, ": ", key, " is ", value, " but must be positive");
+}
+
+void require_not_negative(const char* key, std::int64_t value, const char* zero_means) {
+  require<ConfigError>(value >= 0, kOp, ": ", key, " is ", value,
+                       " but must be >= 0 (0: ", zero_means, ")");
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  require_positive("train.steps", steps);
+  require_positive("train.batch", batch);
+  require_positive("train.accumulate", accumulate);
+  require<ConfigError>(optimizer == "adam" || optimizer == "adamw", kOp, ": train.optimizer is \"",
+                       optimizer, "\" but must be adam or adamw");
+  const bool adamw = optimizer == "adamw";
+  require<ConfigError>(adam.decoupled_weight_decay == adamw, kOp, ": train.optimizer is ",
+                       optimizer, " but adam.decoupled_weight_decay is ",
+                       adam.decoupled_weight_decay ? "true" : "false",
+                       "; they contradict each other (adamw decouples the weight decay, adam "
+                       "does not): set decoupled_weight_decay = ",
+                       adamw ? "true" : "false");
+  config::detail::with_key_prefix(kOp, "train.adam", [&] { train::validate(adam); });
+  require<ConfigError>(std::isfinite(learning_rate) && learning_rate > 0, kOp,
+                       ": train.learning_rate is ", learning_rate,
+                       " but must be finite and positive");
+  require_not_negative("train.warmup_steps", warmup_steps, "no warmup");
+  if (schedule == ScheduleKind::constant)
+    require<ConfigError>(warmup_steps == 0, kOp, ": train.warmup_steps is ", warmup_steps,
+                         " but train.schedule constant has no warmup; set train.schedule to "
+                         "warmup_rsqrt or noam, or train.warmup_steps = 0");
+  else
+    require<ConfigError>(warmup_steps >= 1, kOp, ": train.warmup_steps is ", warmup_steps,
+                         " but train.schedule ", to_string(schedule),
+                         " needs warmup_steps >= 1 (its peak is at step warmup_steps)");
+  require<ConfigError>(std::isfinite(clip_norm) && clip_norm >= 0, kOp, ": train.clip_norm is ",
+                       clip_norm, " but must be finite and >= 0 (0: no clipping)");
+  require_not_negative("train.eval_every", eval_every, "only at the end");
+  require_positive("train.eval_batches", eval_batches);
+  require_not_negative("train.log_every", log_every, "only at the end");
+  require_not_negative("train.checkpoint_every", checkpoint_every, "only at the end");
+  require_positive("train.keep_checkpoints", keep_checkpoints);
+  require<ConfigError>(metrics_format == "csv" || metrics_format == "jsonl", kOp,
+                       ": train.metrics_format is \"", metrics_format,
+                       "\" but must be csv or jsonl");
+  require<ConfigError>(target_accuracy >= 0 && target_accuracy <= 1, kOp,
+                       ": train.target_accuracy is ", target_accuracy,
+                       " but must be in [0, 1] (0: off)");
+  require<ConfigError>(dtype == "float" || dtype == "double", kOp, ": train.dtype is \"", dtype,
+                       "\" but must be float or double");
+}
+
+}  // namespace reformer::train
