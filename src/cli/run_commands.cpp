@@ -51,8 +51,9 @@ std::vector<int> prompt_ids(const std::string& text, bool bytes) {
   auto flush = [&] {
     if (token.empty()) return;
     for (char c : token)
-      require<ConfigError>(std::isdigit(static_cast<unsigned char>(c)), "generate: --prompt token '",
-                           token, "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
+      require<ConfigError>(std::isdigit(static_cast<unsigned char>(c)),
+                           "generate: --prompt token '", token,
+                           "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
     ids.push_back(std::stoi(token));
     token.clear();
   };
@@ -96,7 +97,12 @@ int run_train(const GlobalOptions& global, const RunArgs& args) {
   Runtime runtime({global.threads, -1, true});
   train::TrainOptions options;
   options.resume = args.resume;
-  const auto summary = train::run_training(config, options);
+  train::TrainSummary summary;
+  try {
+    summary = train::run_training(config, options);
+  } catch (const ConfigError& e) {  // a resumed run whose config differs
+    return config_error(e);
+  }
   std::printf("trained %lld steps in %.1f s%s\n", static_cast<long long>(summary.steps),
               summary.seconds, summary.interrupted ? " (interrupted)" : "");
   return summary.interrupted ? 130 : 0;

@@ -225,6 +225,11 @@ std::vector<Key> make_keys() {
   k.push_back(attention_list_key());
   k.push_back(bool_key("model.causal", REFORMER_FIELD(model.causal)));
   k.push_back(bool_key("model.reversible", REFORMER_FIELD(model.reversible)));
+  k.push_back(enum_key<models::QkProjection>(
+      "model.qk", REFORMER_FIELD(model.qk),
+      {models::QkProjection::Auto, models::QkProjection::Shared, models::QkProjection::Separate},
+      [](models::QkProjection q) { return std::string(models::to_string(q)); },
+      models::parse_qk_projection));
   k.push_back(enum_key<PositionKind>(
       "model.positions", REFORMER_FIELD(model.positions),
       {PositionKind::None, PositionKind::Sinusoidal, PositionKind::Learned, PositionKind::Axial},

@@ -77,6 +77,25 @@ const char* to_string(PositionKind kind) {
   throw Error("to_string: invalid PositionKind");
 }
 
+QkProjection parse_qk_projection(const std::string& name) {
+  for (const QkProjection qk : {QkProjection::Auto, QkProjection::Shared, QkProjection::Separate})
+    if (name == to_string(qk)) return qk;
+  throw ConfigError(
+      concat("qk projection \"", name, "\" is unknown; choose auto, shared or separate"));
+}
+
+const char* to_string(QkProjection qk) {
+  switch (qk) {
+    case QkProjection::Auto:
+      return "auto";
+    case QkProjection::Shared:
+      return "shared";
+    case QkProjection::Separate:
+      return "separate";
+  }
+  throw Error("to_string: invalid QkProjection");
+}
+
 void ReformerConfig::validate() const {
   require_positive("model.vocab", vocab);
   // Token ids are ints on the device.
@@ -180,7 +199,7 @@ attention::AttentionLayerConfig ReformerConfig::attention_config(Index layer) co
   c.heads = heads;
   c.d_head = d_head;
   c.causal = causal;
-  c.shared_qk.reset();  // the variant's own rule
+  if (qk != QkProjection::Auto) c.shared_qk = qk == QkProjection::Shared;
   c.attention_dropout = attention_dropout;
   c.output_dropout = dropout;
   c.lsh = lsh;

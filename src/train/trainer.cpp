@@ -30,10 +30,15 @@ using Clock = std::chrono::steady_clock;
 enum Stream : std::uint64_t { kInit = 1, kStep = 2, kEval = 3, kSample = 4 };
 
 // Keys whose change does not change what a resumed run computes.
-const std::vector<std::string> kResumableKeys = {
-    "train.steps",           "train.eval_every",       "train.eval_batches", "train.log_every",
-    "train.checkpoint_every", "train.keep_checkpoints", "train.target_accuracy", "run.dir",
-    "run.name"};
+const std::vector<std::string> kResumableKeys = {"train.steps",
+                                                 "train.eval_every",
+                                                 "train.eval_batches",
+                                                 "train.log_every",
+                                                 "train.checkpoint_every",
+                                                 "train.keep_checkpoints",
+                                                 "train.target_accuracy",
+                                                 "run.dir",
+                                                 "run.name"};
 
 std::atomic<int> stop_requested{0};
 extern "C" void request_stop(int) { stop_requested.store(1); }
@@ -80,10 +85,20 @@ std::string duration(double seconds) {
 class MetricsLog {
  public:
   static const std::vector<std::string>& columns() {
-    static const std::vector<std::string> names = {
-        "step",        "kind",         "loss",         "bits_per_token",  "accuracy",
-        "tokens",      "tokens_per_s", "learning_rate", "grad_norm",      "seconds",
-        "peak_forward_MiB", "peak_loss_MiB", "peak_backward_MiB", "peak_optimizer_MiB"};
+    static const std::vector<std::string> names = {"step",
+                                                   "kind",
+                                                   "loss",
+                                                   "bits_per_token",
+                                                   "accuracy",
+                                                   "tokens",
+                                                   "tokens_per_s",
+                                                   "learning_rate",
+                                                   "grad_norm",
+                                                   "seconds",
+                                                   "peak_forward_MiB",
+                                                   "peak_loss_MiB",
+                                                   "peak_backward_MiB",
+                                                   "peak_optimizer_MiB"};
     return names;
   }
 
@@ -115,8 +130,8 @@ class MetricsLog {
       for (std::size_t i = 0; i < names.size(); ++i) {
         if (values[i].empty()) continue;
         const bool text = names[i] == "kind";
-        file_ << (first ? "" : ", ") << '"' << names[i] << "\": " << (text ? "\"" : "")
-              << values[i] << (text ? "\"" : "");
+        file_ << (first ? "" : ", ") << '"' << names[i] << "\": " << (text ? "\"" : "") << values[i]
+              << (text ? "\"" : "");
         first = false;
       }
       file_ << "}\n";
@@ -246,9 +261,9 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   SignalGuard signals(options.handle_signals);
 
   out << "run " << config.run_dir << ": " << task->describe() << "; " << m.params.size()
-      << " tensors, " << m.params.total_elements() << " parameters ("
-      << config.model.layers << " layers, " << (config.model.reversible ? "reversible" : "stored")
-      << ", " << tc.dtype << ")\n";
+      << " tensors, " << m.params.total_elements() << " parameters (" << config.model.layers
+      << " layers, " << (config.model.reversible ? "reversible" : "stored") << ", " << tc.dtype
+      << ")\n";
 
   auto checkpoint = [&](std::int64_t step) {
     io::CheckpointMeta meta;
@@ -263,16 +278,16 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   };
   auto evaluate = [&](std::int64_t step) {
     const auto start = Clock::now();
-    summary.last_eval = evaluate_model(m, *task, data::Split::Valid, tc.eval_batches, tc.batch,
-                                       tc.seed);
+    summary.last_eval =
+        evaluate_model(m, *task, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const auto& e = summary.last_eval;
     out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
-        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5) << " ("
-        << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
+        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5) << " (" << e.tokens
+        << " tokens, " << number(seconds, 3) << " s)\n";
     metrics.row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
-                 number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
-                 "", "", ""});
+                 number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "", "",
+                 "", ""});
     return tc.target_accuracy > 0 && e.accuracy >= tc.target_accuracy;
   };
 
@@ -304,8 +319,8 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
       ScopedMemoryPhase phase("optimizer");
       if (tc.accumulate > 1)
         ops::axpby<T>(T(0), m.params.grads(), T(1.0 / double(tc.accumulate)), m.params.grads());
-      grad_norm = tc.clip_norm > 0 ? clip_grad_norm(m.params, tc.clip_norm)
-                                   : global_grad_norm(m.params);
+      grad_norm =
+          tc.clip_norm > 0 ? clip_grad_norm(m.params, tc.clip_norm) : global_grad_norm(m.params);
       adam.step(schedule(step + 1));
     }
     Kokkos::fence();
@@ -327,8 +342,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
       out << "step " << step << "/" << tc.steps << "  loss " << number(loss, 5) << "  acc "
           << number(window_accuracy / double(window_steps), 4) << "  lr "
           << number(schedule(step), 3) << "  " << long(rate) << " tok/s  elapsed "
-          << duration(elapsed) << "  eta " << duration(per_step * double(tc.steps - step))
-          << '\n';
+          << duration(elapsed) << "  eta " << duration(per_step * double(tc.steps - step)) << '\n';
       out.flush();
       auto row = std::vector<std::string>{std::to_string(step),
                                           "train",
@@ -397,8 +411,8 @@ int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64
   std::vector<int> order(logits.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  const std::size_t keep = options.top_k > 0 ? std::min<std::size_t>(options.top_k, order.size())
-                                             : order.size();
+  const std::size_t keep =
+      options.top_k > 0 ? std::min<std::size_t>(options.top_k, order.size()) : order.size();
   std::vector<double> weight(keep);
   double total = 0;
   for (std::size_t i = 0; i < keep; ++i) {

@@ -9,7 +9,6 @@
 #include "reformer/attention/attention_layer.hpp"
 #include "reformer/ops/activations.hpp"
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,11 @@ enum class PositionKind { None, Sinusoidal, Learned, Axial };
 // "none", "sinusoidal", "learned", "axial"; ConfigError naming the value otherwise.
 PositionKind parse_position_kind(const std::string& name);
 const char* to_string(PositionKind kind);
+
+enum class QkProjection { Auto, Shared, Separate };
+// "auto", "shared", "separate"; ConfigError naming the value otherwise.
+QkProjection parse_qk_projection(const std::string& name);
+const char* to_string(QkProjection qk);
 
 struct ReformerConfig {
   Index vocab = 256;  // token ids are in [0, vocab)
@@ -31,11 +35,10 @@ struct ReformerConfig {
   // {"local", "lsh"} alternates local and LSH layers up to the depth.
   std::vector<attention::AttentionKind> attention{attention::AttentionKind::Lsh};
   bool causal = true;
-  // One projection for queries and keys in every layer. Unset: each kind's own
-  // rule (LSH shares, full and local do not). Set it to true to train full
-  // attention that can be evaluated with LSH (and the reverse), as in the
-  // paper's Table 2.
-  std::optional<bool> shared_qk{};
+  // Queries and keys: one shared projection, or separate ones. Auto: each
+  // kind's own rule (LSH shares, full and local do not). Shared full attention
+  // can be evaluated with LSH and the reverse (the paper's Table 2).
+  QkProjection qk = QkProjection::Auto;
   // Reversible blocks (Y1 = X1 + F(X2), Y2 = X2 + G(Y1)) that store no
   // per-layer activations; false: pre-LN residual blocks storing them, on the
   // same parameters (the two can be compared on identical weights).
