@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the OpenMP backend: installs only what it needs, builds, then
-# runs `reformer info` and a short benchmark of the ops and attention variants
-# (REFORMER_QUICK_OPS / REFORMER_QUICK_ATTENTION change the benchmark filters).
+# The main job on the OpenMP backend: installs only what it needs, builds, runs
+# `reformer info`, then trains the paper's duplication task (0 w 0 w, length
+# 256, one LSH layer) sized for a CPU, evaluates the checkpoint and prints a
+# generated sample: the model copies the first half of a sequence it has not
+# seen. The run folder is runs/quickstart-<time> (REFORMER_RUN changes it);
+# QUICKSTART_CONFIG picks another config (default experiments/duplication_lsh.toml).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${REFORMER_BUILD:-$root/build}/openmp
@@ -13,9 +16,10 @@ cmake -S "$root" -B "$build" -G Ninja -DKokkos_ROOT="$DEPS/openmp" \
   { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)"
 "$build/bin/reformer" info
-# A short benchmark: the core ops at 4K positions x d_model 256, then the three
-# attention variants forward + backward at 4K positions (full at 2K).
-"$build/bench/bench_ops" --benchmark_filter="${REFORMER_QUICK_OPS:-/4096/256/}" \
-  --benchmark_min_time=0.05
-"$build/bench/bench_attention" \
-  --benchmark_filter="${REFORMER_QUICK_ATTENTION:-FullAttention/2048/|LshAttention/4096/2/|LocalAttention/4096/}"
+run=${REFORMER_RUN:-$root/runs/quickstart-$(date +%Y%m%d-%H%M%S)}
+config=${QUICKSTART_CONFIG:-$root/experiments/duplication_lsh.toml}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+# Stops once the validation accuracy on the second copy reaches 99%.
+"$build/bin/reformer" train "$config" run.dir="\"$run\"" train.target_accuracy=0.99
+"$build/bin/reformer" eval "$run" --batches 8
+"$build/bin/reformer" generate "$run"

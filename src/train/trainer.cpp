@@ -234,6 +234,11 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
 
   TrainSummary summary;
   std::uint64_t data_position = 0;
+  // A new run never overwrites one that is already saved.
+  require<ConfigError>(options.resume || !io::latest_checkpoint(config.run_dir).has_value(),
+                       "train: run.dir '", config.run_dir,
+                       "' already holds checkpoints; continue it with --resume or choose another "
+                       "run.dir");
   fs::create_directories(config.run_dir);
   if (options.resume) {
     const auto latest = io::latest_checkpoint(config.run_dir);

@@ -88,6 +88,7 @@ grep -q "^step 12/12 " "$work/full.log" && pass "progress_lines" || fail "progre
   fail "run_folder"
 n=$(ls "$work/run/checkpoints"/*.h5 2>/dev/null | wc -l)
 [ "$n" -eq 2 ] && pass "keeps_last_2_checkpoints" || fail "keeps_last_2_checkpoints (found $n)"
+expect no_overwrite 2 "already holds checkpoints" -- train "$work/tiny.toml"
 expect eval 0 "accuracy" -- eval "$work/run" --batches 2
 expect eval_more_hashes 0 "accuracy" -- eval "$work/run" model.lsh.n_hashes=4 --batches 2
 expect generate 0 "generated:" -- generate "$work/run" --tokens 4
