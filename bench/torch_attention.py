@@ -9,8 +9,31 @@ count, forward + backward of the attention itself (no projections):
     back, self mask -1e5, causal mask -1e9, rounds combined by their
     logsumexps), as a PyTorch user would write it.
 Each case runs in its own process so that its peak memory (max RSS growth) is
-its own. Usage:
+its own.
+
+--impl sdpa instead times PyTorch 2's fused torch.nn.functional.
+scaled_dot_product_attention as a whole layer, the counterpart of our
+BM_AttentionLayer: q, k, v and output projections (no bias, as ours), d_model 256
+as 4 heads of 64, batch 1, causal, float32, forward + backward with a random dy,
+at each of --lengths (default 1024 2048 4096 8192 16384). Time: best of 3, as
+above. Memory, measured the same way as the cases above but with a cleaner
+baseline: each length runs in a fresh process, which builds the layer, x and dy,
+does one forward + backward at L = 256 (library initialisation, thread pool,
+parameter gradients), then reads ru_maxrss as the baseline; peak MiB is the
+growth of ru_maxrss over the 3 timed runs at L. Like BM_AttentionLayer's
+peak_MiB it therefore counts y, dx, what autograd saves and the kernels'
+temporaries, and not x, dy or the parameters. (ru_maxrss counts pages touched,
+so it reads allocator behaviour too; glibc returns the large blocks to the system
+on free, so a block freed and reallocated within a run is not counted twice.)
+The "backend" column is the autograd node of the attention output, which tells
+which SDPA kernel ran (ScaledDotProductFlashAttentionForCpuBackward0: the fused
+flash kernel; otherwise the unfused math path). With --ours-layer, our
+BM_AttentionLayer full and LSH-2 rows are added where the binary has that length
+(1024, 4096 and 16384).
+
+Usage:
   bench/torch_attention.py [--threads 2] [--ours build/openmp/bench/bench_attention]
+  bench/torch_attention.py --impl sdpa [--lengths 2048 4096] [--ours-layer]
 """
 import argparse
 import json
@@ -105,6 +128,87 @@ def run_case(kind, length, n_hashes, threads):
     print(json.dumps({"seconds": best, "peak_MiB": peak_mib}))
 
 
+def sdpa_layer(d_model=HEADS * D_HEAD, heads=HEADS):
+    """Multi-head self-attention around F.scaled_dot_product_attention (torch is
+    imported under __main__, so the class is made here)."""
+
+    class SdpaLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w_q = torch.nn.Linear(d_model, d_model, bias=False)
+            self.w_k = torch.nn.Linear(d_model, d_model, bias=False)
+            self.w_v = torch.nn.Linear(d_model, d_model, bias=False)
+            self.w_o = torch.nn.Linear(d_model, d_model, bias=False)
+            self.last_backend = None
+
+        def forward(self, x):
+            batch, length, _ = x.shape
+
+            def split(t):
+                return t.view(batch, length, heads, -1).transpose(1, 2)
+
+            a = torch.nn.functional.scaled_dot_product_attention(
+                split(self.w_q(x)), split(self.w_k(x)), split(self.w_v(x)), is_causal=True)
+            self.last_backend = type(a.grad_fn).__name__ if a.grad_fn is not None else None
+            return self.w_o(a.transpose(1, 2).reshape(batch, length, d_model))
+
+    return SdpaLayer()
+
+
+def run_sdpa_case(length, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    d_model = HEADS * D_HEAD
+    layer = sdpa_layer(d_model, HEADS)
+    x = torch.rand(1, length, d_model, requires_grad=True)
+    dy = torch.rand(1, length, d_model)
+    # Warm-up at a small length: library initialisation and parameter gradients.
+    small = torch.rand(1, 256, d_model, requires_grad=True)
+    layer(small).backward(torch.rand(1, 256, d_model))
+    layer.zero_grad(set_to_none=True)
+    del small
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        layer(x).backward(dy)
+        best = min(best, time.perf_counter() - start)
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+    peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(json.dumps({"seconds": best, "peak_MiB": peak_mib, "backend": layer.last_backend}))
+
+
+def ours_layer(binary, kind, length, threads):
+    """BM_AttentionLayer/kind/length (0 full, 1 LSH-2): seconds and peak MiB, or None."""
+    name = f"BM_AttentionLayer/{kind}/{length}/"
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
+    out = subprocess.run([binary, f"--benchmark_filter=^{name}", "--benchmark_format=json"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    if not out.strip():  # "Failed to match any benchmarks" (on stderr): no case at this length
+        return None
+    rows = json.loads(out)["benchmarks"]
+    if not rows:
+        return None
+    return rows[0]["real_time"] / 1000.0, rows[0].get("peak_MiB", float("nan"))
+
+
+def main_sdpa(args):
+    ours_cols = " ours full s | ours full MiB | ours LSH-2 s | ours LSH-2 MiB |" if args.ours_layer else ""
+    print(f"| layer | L | PyTorch {torch.__version__} s | PyTorch peak MiB | backend |{ours_cols}")
+    print("|---|---|---|---|---|" + ("---|---|---|---|" if args.ours_layer else ""))
+    for length in args.lengths:
+        res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--sdpa-case",
+                              str(length)], capture_output=True, text=True, check=True)
+        row = json.loads(res.stdout.strip().splitlines()[-1])
+        line = f"| SDPA | {length} | {row['seconds']:.3f} | {row['peak_MiB']:.0f} | {row['backend']} |"
+        if args.ours_layer:
+            for kind in (0, 1):
+                got = ours_layer(args.ours, kind, length, args.threads)
+                line += f" {got[0]:.3f} | {got[1]:.0f} |" if got else " - | - |"
+        print(line, flush=True)
+
+
 def ours(binary, kind, length, n_hashes, threads):
     name = f"BM_FullAttention/{length}/" if kind == "full" else f"BM_LshAttention/{length}/{n_hashes}/"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
@@ -118,10 +222,24 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ours", default="build/openmp/bench/bench_attention")
+    parser.add_argument("--impl", choices=["cases", "sdpa"], default="cases",
+                        help="cases: the attention cases above against ours (default); "
+                             "sdpa: the fused scaled_dot_product_attention layer")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384],
+                        help="sdpa: sequence lengths")
+    parser.add_argument("--ours-layer", action="store_true",
+                        help="sdpa: add our BM_AttentionLayer rows (full, LSH-2) from --ours")
     parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--sdpa-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         run_case(args.case[0], int(args.case[1]), int(args.case[2]), args.threads)
+        return
+    if args.sdpa_case:
+        run_sdpa_case(args.sdpa_case, args.threads)
+        return
+    if args.impl == "sdpa":
+        main_sdpa(args)
         return
     print(f"| case | L | PyTorch {torch.__version__} s | PyTorch peak MiB | ours s | ours peak MiB | speed-up |")
     print("|---|---|---|---|---|---|---|")
