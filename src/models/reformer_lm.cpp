@@ -36,6 +36,70 @@ void ensure(View3<T>& slot, const char* label, Index a, Index b, Index c) {
   slot = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), a, b, c);
 }
 
+// Device kernels of the head live in free functions: CUDA does not allow
+// extended lambdas in private member functions.
+using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+
+// out[r] = [x1 ; x2] of row rows(r) (of row r when rows is empty).
+template <class T>
+void concat_streams(View2<T> x1, View2<T> x2, RowList rows, View2<T> out) {
+  const Index d = x1.extent(1), n = out.extent(0);
+  const bool all = rows.extent(0) == 0;
+  Kokkos::parallel_for(
+      "reformer_concat_streams", Policy2({0, 0}, {n, 2 * d}), KOKKOS_LAMBDA(Index r, Index j) {
+        const Index src = all ? r : rows(r);
+        out(r, j) = j < d ? x1(src, j) : x2(src, j - d);
+      });
+}
+
+// dx1 = dcat[:, :d], dx2 = dcat[:, d:].
+template <class T>
+void split_halves(View2<T> dcat, View2<T> dx1, View2<T> dx2) {
+  const Index d = dx1.extent(1);
+  Kokkos::parallel_for(
+      "reformer_split_gradient", Policy2({0, 0}, {Index(dx1.extent(0)), d}),
+      KOKKOS_LAMBDA(Index r, Index j) {
+        dx1(r, j) = dcat(r, j);
+        dx2(r, j) = dcat(r, j + d);
+      });
+}
+
+// folded = h[:, :d] + h[:, d:] (tied weights read the sum of the halves).
+template <class T>
+void fold_halves(View2<T> h, View2<T> folded) {
+  const Index d = folded.extent(1);
+  Kokkos::parallel_for(
+      "reformer_fold_halves", Policy2({0, 0}, {Index(folded.extent(0)), d}),
+      KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = h(r, j) + h(r, j + d); });
+}
+
+// The fold's gradient: both halves receive dfolded.
+template <class T>
+void unfold_halves(View2<T> dfolded, View2<T> dh) {
+  const Index d = dfolded.extent(1);
+  Kokkos::parallel_for(
+      "reformer_unfold_halves", Policy2({0, 0}, {Index(dfolded.extent(0)), d}),
+      KOKKOS_LAMBDA(Index r, Index j) {
+        dh(r, j) = dfolded(r, j);
+        dh(r, j + d) = dfolded(r, j);
+      });
+}
+
+// rows(b) = b * length + position.
+inline void position_rows(Kokkos::View<Index*, Layout, MemSpace> rows, Index length,
+                          Index position) {
+  Kokkos::parallel_for(
+      "reformer_logit_rows", range(rows.extent(0)),
+      KOKKOS_LAMBDA(Index b) { rows(b) = b * length + position; });
+}
+
+template <class T>
+void add_bias(View2<T> logits, View1<T> bias) {
+  Kokkos::parallel_for(
+      "reformer_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+}
+
 }  // namespace
 
 template <class T>
@@ -184,17 +248,8 @@ void ReformerLM<T>::forward(IdMatrix ids, const ReformerCall& call, ReformerStat
 template <class T>
 void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, View2<T> hidden,
                                  View1<T> mean, View1<T> rstd) const {
-  const Index d = config_.d_model, n = hidden.extent(0);
-  auto x1 = as_matrix(state.x1), x2 = as_matrix(state.x2);
-  const bool all = rows.extent(0) == 0;
   // hidden = [y1 ; y2] of the selected rows, then LayerNorm over 2 d_model in place.
-  Kokkos::parallel_for(
-      "reformer_concat_streams",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, 2 * d}),
-      KOKKOS_LAMBDA(Index r, Index j) {
-        const Index src = all ? r : rows(r);
-        hidden(r, j) = j < d ? x1(src, j) : x2(src, j - d);
-      });
+  concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), rows, hidden);
   ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(kLayerNormEps), hidden,
                              mean, rstd);
 }
@@ -202,23 +257,14 @@ void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, Vi
 template <class T>
 void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<T> mean, In1<T> rstd,
                                   View2<T> scratch) const {
-  const Index d = config_.d_model, n = scratch.extent(0);
-  auto x1 = as_matrix(state.x1), x2 = as_matrix(state.x2);
-  auto dx1 = as_matrix(state.dx1), dx2 = as_matrix(state.dx2);
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  const Index n = scratch.extent(0);
   // The LayerNorm's input [y1 ; y2] is rebuilt in `scratch`.
-  Kokkos::parallel_for(
-      "reformer_concat_streams", Policy({0, 0}, {n, 2 * d}),
-      KOKKOS_LAMBDA(Index r, Index j) { scratch(r, j) = j < d ? x1(r, j) : x2(r, j - d); });
+  concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), RowList(), scratch);
   Workspace::Frame frame(state.workspace);
-  auto dcat = frame.take<View2<T>>(n, 2 * d);
+  auto dcat = frame.take<View2<T>>(n, 2 * config_.d_model);
   ops::layer_norm_backward<T>(scratch, out_gamma_->value, mean, rstd, dhidden, dcat,
                               out_gamma_->grad, out_beta_->grad);
-  Kokkos::parallel_for(
-      "reformer_split_gradient", Policy({0, 0}, {n, d}), KOKKOS_LAMBDA(Index r, Index j) {
-        dx1(r, j) = dcat(r, j);
-        dx2(r, j) = dcat(r, j + d);
-      });
+  split_halves<T>(dcat, as_matrix(state.dx1), as_matrix(state.dx2));
 }
 
 template <class T>
@@ -239,11 +285,7 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   View2<T> input = hidden;
   if (config_.tie_embeddings) {
     input = frame.take<View2<T>>(rows, d);
-    auto folded = input;
-    Kokkos::parallel_for(
-        "reformer_fold_halves",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {rows, d}),
-        KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = hidden(r, j) + hidden(r, j + d); });
+    fold_halves<T>(hidden, input);
   }
   const auto weight = config_.tie_embeddings ? embedding_->matrix() : out_weight_->matrix();
   if (!gradients) return ops::cross_entropy_forward<T>(input, weight, out_bias_->value, t, options);
@@ -255,14 +297,7 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   View2<T> dhidden = dinput;
   if (config_.tie_embeddings) {
     dhidden = frame.take<View2<T>>(rows, 2 * d);
-    auto unfolded = dhidden;
-    Kokkos::parallel_for(
-        "reformer_unfold_halves",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {rows, d}),
-        KOKKOS_LAMBDA(Index r, Index j) {
-          unfolded(r, j) = dinput(r, j);
-          unfolded(r, j + d) = dinput(r, j);
-        });
+    unfold_halves<T>(dinput, dhidden);
   }
   ensure(state.dx1, "reformer_dx1", state.batch, state.length, d);
   ensure(state.dx2, "reformer_dx2", state.batch, state.length, d);
@@ -322,28 +357,18 @@ void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
   forward(ids, {state.call.key, false}, state);
   Workspace::Frame frame(state.workspace);
   auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
-  Kokkos::parallel_for(
-      "reformer_logit_rows", range(batch),
-      KOKKOS_LAMBDA(Index b) { rows(b) = b * length + position; });
+  position_rows(rows, length, position);
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
   auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
   head_forward(state, rows, hidden, mean, rstd);
   if (config_.tie_embeddings) {
     auto folded = frame.take<View2<T>>(batch, d);
-    Kokkos::parallel_for(
-        "reformer_fold_halves",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {batch, d}),
-        KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = hidden(r, j) + hidden(r, j + d); });
+    fold_halves<T>(hidden, folded);
     ops::matmul<T>(folded, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
   } else {
     ops::matmul<T>(hidden, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
   }
-  auto bias = out_bias_->value;
-  const Index vocab = config_.vocab;
-  Kokkos::parallel_for(
-      "reformer_logit_bias",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {batch, vocab}),
-      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+  add_bias<T>(logits, out_bias_->value);
 }
 
 template struct ReformerState<float>;
