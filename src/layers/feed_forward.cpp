@@ -67,6 +67,19 @@ Index FeedForward<T>::chunk_rows(Index rows) const {
 }
 
 template <class T>
+void FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
+                                  View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
+                                  View2<T> hidden) const {
+  ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), normed,
+                             mean, rstd);
+  ops::linear_forward<T>(normed, w1_->matrix(), b1_->value, pre);
+  ops::activation_forward<T>(config_.activation, as_vector(pre), as_vector(hidden));
+  if (rate > 0)
+    ops::dropout_forward<T>(as_vector(hidden), rate, sub_key(call.key, kHiddenDropout),
+                            r0 * config_.d_ff, as_vector(hidden));
+}
+
+template <class T>
 void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
                              Workspace& workspace, T beta) const {
   const char* op = "FeedForward::forward";
@@ -86,13 +99,7 @@ void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
     auto xc = rows_of(x, r0, n);
     auto nc = rows_of(normed, 0, n), hc = rows_of(hidden, 0, n), oc = rows_of(out, 0, n);
     auto mc = View1<T>(mean.data(), n), sc = View1<T>(rstd.data(), n);
-    ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), nc, mc,
-                               sc);
-    ops::linear_forward<T>(nc, w1_->matrix(), b1_->value, hc);
-    ops::activation_forward<T>(config_.activation, as_vector(hc), as_vector(hc));
-    if (rate > 0)
-      ops::dropout_forward<T>(as_vector(hc), rate, sub_key(call.key, kHiddenDropout), r0 * f,
-                              as_vector(hc));
+    hidden_chunk(xc, r0, call, rate, nc, mc, sc, hc, hc);
     ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, oc);
     if (rate > 0)
       ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout), r0 * d,
@@ -130,13 +137,7 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
     auto dhc = rows_of(dhidden, 0, n), doc = rows_of(dout, 0, n), dnc = rows_of(dnormed, 0, n);
     auto mc = View1<T>(mean.data(), n), sc = View1<T>(rstd.data(), n);
     // Recompute the chunk's hidden activation.
-    ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), nc, mc,
-                               sc);
-    ops::linear_forward<T>(nc, w1_->matrix(), b1_->value, pc);
-    ops::activation_forward<T>(config_.activation, as_vector(pc), as_vector(hc));
-    if (rate > 0)
-      ops::dropout_forward<T>(as_vector(hc), rate, sub_key(call.key, kHiddenDropout), r0 * f,
-                              as_vector(hc));
+    hidden_chunk(xc, r0, call, rate, nc, mc, sc, pc, hc);
     if (recomputed.data()) {
       auto rc = rows_of(recomputed, r0, n);
       ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, rc);

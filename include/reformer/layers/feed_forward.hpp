@@ -56,6 +56,10 @@ class FeedForward {
 
  private:
   Index chunk_rows(Index rows) const;
+  // The chunk starting at row r0: normed = LN(xc), pre = normed W1 + b1,
+  // hidden = dropout(act(pre)) (pre may be hidden).
+  void hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate, View2<T> normed,
+                    View1<T> mean, View1<T> rstd, View2<T> pre, View2<T> hidden) const;
   FeedForwardConfig config_;
   Parameter<T>* gamma_ = nullptr;
   Parameter<T>* beta_ = nullptr;
