@@ -54,7 +54,9 @@ struct Model {
   std::vector<double> state() const {
     std::vector<double> out;
     for (const auto& p : params)
-      for (const auto& view : {p.value, adam->first_moment(p.name), adam->second_moment(p.name)}) {
+      // A named vector, not a braced list: nvcc 11.8 cannot range over one.
+      for (const auto& view : std::vector<View1<T>>{p.value, adam->first_moment(p.name),
+                                                    adam->second_moment(p.name)}) {
         const auto host = to_host(view);
         out.insert(out.end(), host.begin(), host.end());
       }
