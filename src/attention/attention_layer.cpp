@@ -35,20 +35,6 @@ Kokkos::View<const T**, Layout, MemSpace> as_rows(
                                                    x.extent(2));
 }
 
-// The view in `slot`, reallocated only when its shape differs.
-template <class V, class... Extents>
-V& ensure(V& slot, const char* label, Extents... extents) {
-  const Index want[] = {Index(extents)...};
-  bool same = slot.data() != nullptr;
-  for (std::size_t r = 0; r < sizeof...(extents); ++r)
-    same = same && Index(slot.extent(r)) == want[r];
-  if (!same) {
-    slot = V();
-    slot = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), extents...);
-  }
-  return slot;
-}
-
 }  // namespace
 
 AttentionKind parse_attention_kind(const std::string& name) {
@@ -153,7 +139,7 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   Workspace::Frame frame(workspace);
   // Activations live in the state when they are kept, else in the workspace.
   auto matrix = [&](View2<T>& slot, const char* label, Index rows) {
-    return keep ? ensure(slot, label, rows, inner) : frame.take<View2<T>>(rows, inner);
+    return keep ? ensure_view(slot, label, rows, inner) : frame.take<View2<T>>(rows, inner);
   };
   state.saved = false;
   const View2<T> q = matrix(state.q, "attention_q", batch * lq);
@@ -172,7 +158,7 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
       {config_.causal && !state.cross, state.call.key_valid},
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   auto lse = [&] {
-    return keep ? ensure(state.lse, "attention_lse", batch, lq, h)
+    return keep ? ensure_view(state.lse, "attention_lse", batch, lq, h)
                 : frame.take<View3<T>>(batch, lq, h);
   };
   switch (config_.kind) {

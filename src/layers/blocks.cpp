@@ -28,21 +28,10 @@ View3<T> like(const Kokkos::View<T***, Layout, MemSpace>& x, Workspace::Frame& f
   return frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
 }
 
-// slot = a copy of x, reallocated only when the shape changes.
+// slot = a copy of x (allocated once per shape).
 template <class T>
 void keep_copy(View3<T>& slot, In3<T> x, const char* label) {
-  if (slot.extent(0) != x.extent(0) || slot.extent(1) != x.extent(1) ||
-      slot.extent(2) != x.extent(2) || !slot.data()) {
-    slot = View3<T>();
-    slot = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
-                    x.extent(0), x.extent(1), x.extent(2));
-  }
-  Kokkos::deep_copy(slot, x);
-}
-
-template <class T>
-View1<T> flat(const View3<T>& x) {
-  return as_vector(x);
+  Kokkos::deep_copy(ensure_view(slot, label, x.extent(0), x.extent(1), x.extent(2)), x);
 }
 
 }  // namespace
@@ -91,21 +80,44 @@ void ReversibleBlock<T>::forward(View3<T> x1, View3<T> x2, const BlockCall& call
   require_same_shape(op, "x1", x1, "x2", x2);
   state.call = call;
   state.stored = save == Save::All;
-  Workspace::Frame frame(workspace);
-  const Index rows = x1.extent(0) * x1.extent(1), d = x1.extent(2);
-  // y1 = x1 + Attention(LayerNorm(x2)).
-  auto normed = like(x1, frame);
-  auto f = like(x1, frame);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  // y1 = x1 + F(x2), then y2 = x2 + G(y1).
   if (state.stored) keep_copy<T>(state.f_input, x2, "block_f_input");
-  ops::layer_norm_forward<T>(as_matrix(x2), gamma_->value, beta_->value, T(config_.layer_norm_eps),
-                             as_matrix(normed), mean, rstd);
-  attention_.forward(normed, f, attention_call(call), state.attention, workspace, save);
-  ops::axpby<T>(T(1), flat(f), T(1), flat(x1));
-  // y2 = x2 + G(y1).
+  f_forward(x2, x1, call, state.attention, workspace, save);
   if (state.stored) keep_copy<T>(state.g_input, x1, "block_g_input");
   feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call), workspace, T(1));
-  (void)d;
+}
+
+template <class T>
+void ReversibleBlock<T>::f_norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const {
+  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, T(config_.layer_norm_eps),
+                             as_matrix(normed), mean, rstd);
+}
+
+template <class T>
+void ReversibleBlock<T>::f_forward(In3<T> x, View3<T> y, const BlockCall& call,
+                                   AttentionState<T>& state, Workspace& workspace,
+                                   Save save) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0) * x.extent(1);
+  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto f = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  f_norm(x, normed, mean, rstd);
+  attention_.forward(normed, f, attention_call(call), state, workspace, save);
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
+}
+
+template <class T>
+void ReversibleBlock<T>::f_backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy,
+                                    View3<T> dx, const AttentionState<T>& state,
+                                    Workspace& workspace) const {
+  Workspace::Frame frame(workspace);
+  auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  attention_.backward(normed, dy, dnormed, state, workspace);
+  // The LayerNorm's input gradient goes to `normed` (no longer needed), then into dx.
+  ops::layer_norm_backward<T>(as_matrix(x), gamma_->value, mean, rstd, as_matrix(dnormed),
+                              as_matrix(normed), gamma_->grad, beta_->grad);
+  ops::axpby<T>(T(1), as_vector(normed), T(1), as_vector(dx));
 }
 
 template <class T>
@@ -114,15 +126,9 @@ void ReversibleBlock<T>::f_backward(In3<T> x, In3<T> dy, View3<T> dx,
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0) * x.extent(1);
   auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
   auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, T(config_.layer_norm_eps),
-                             as_matrix(normed), mean, rstd);
-  attention_.backward(normed, dy, dnormed, state, workspace);
-  // The LayerNorm's input gradient goes to `normed` (no longer needed), then into dx.
-  ops::layer_norm_backward<T>(as_matrix(x), gamma_->value, mean, rstd, as_matrix(dnormed),
-                              as_matrix(normed), gamma_->grad, beta_->grad);
-  ops::axpby<T>(T(1), flat(normed), T(1), flat(dx));
+  f_norm(x, normed, mean, rstd);
+  f_backward(x, normed, mean, rstd, dy, dx, state, workspace);
 }
 
 template <class T>
@@ -139,18 +145,17 @@ void ReversibleBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> 
   // G: dy1 += dG/dy1^T dy2 and g = G(y1), from one recomputation; x2 = y2 - G(y1).
   feed_forward_.backward(as_matrix(y1), as_matrix(dy2), as_matrix(dy1),
                          feed_forward_call(state.call), workspace, T(1), as_matrix(g));
-  ops::axpby<T>(T(-1), flat(g), T(1), flat(y2));
+  ops::axpby<T>(T(-1), as_vector(g), T(1), as_vector(y2));
   // F: recompute Attention(LayerNorm(x2)) with the saved plan and dropout
   // stream; x1 = y1 - F(x2); dx2 = dy2 + dF/dx2^T dy1.
   auto normed = g;  // G(y1) is no longer needed
   auto f = like(y1, frame);
   auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  ops::layer_norm_forward<T>(as_matrix(y2), gamma_->value, beta_->value, T(config_.layer_norm_eps),
-                             as_matrix(normed), mean, rstd);
+  f_norm(y2, normed, mean, rstd);
   scratch.use_plan_of(state.attention);
   attention_.recompute(normed, f, scratch, workspace);
-  ops::axpby<T>(T(-1), flat(f), T(1), flat(y1));
-  f_backward(y2, dy1, dy2, scratch, workspace);
+  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y1));
+  f_backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
 }
 
 template <class T>
@@ -179,21 +184,12 @@ void ResidualBlock<T>::init(RandomKey key) {
 template <class T>
 void ResidualBlock<T>::forward(View3<T> x, const BlockCall& call, BlockState<T>& state,
                                Workspace& workspace) const {
-  const char* op = "ResidualBlock::forward";
-  const auto& config = block_.config_;
-  require_extent(op, "x", x, 2, config.attention.d_model);
+  require_extent("ResidualBlock::forward", "x", x, 2, block_.config_.attention.d_model);
   state.call = call;
   state.stored = true;
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0) * x.extent(1);
-  auto normed = like(x, frame);
-  auto f = like(x, frame);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  // y = x + F(x), then z = y + G(y), in place.
   keep_copy<T>(state.f_input, x, "block_f_input");
-  ops::layer_norm_forward<T>(as_matrix(x), block_.gamma_->value, block_.beta_->value,
-                             T(config.layer_norm_eps), as_matrix(normed), mean, rstd);
-  block_.attention_.forward(normed, f, attention_call(call), state.attention, workspace, Save::All);
-  ops::axpby<T>(T(1), flat(f), T(1), flat(x));
+  block_.f_forward(state.f_input, x, call, state.attention, workspace, Save::All);
   keep_copy<T>(state.g_input, x, "block_g_input");
   block_.feed_forward_.forward(as_matrix(state.g_input), as_matrix(x), feed_forward_call(call),
                                workspace, T(1));

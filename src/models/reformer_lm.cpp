@@ -27,15 +27,6 @@ Kokkos::View<const int*, Layout, MemSpace> flat_ids(IdMatrix ids) {
   return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size());
 }
 
-template <class T>
-void ensure(View3<T>& slot, const char* label, Index a, Index b, Index c) {
-  if (slot.data() && Index(slot.extent(0)) == a && Index(slot.extent(1)) == b &&
-      Index(slot.extent(2)) == c)
-    return;
-  slot = View3<T>();
-  slot = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), a, b, c);
-}
-
 // Device kernels of the head live in free functions: CUDA does not allow
 // extended lambdas in private member functions.
 using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
@@ -110,7 +101,6 @@ void ReformerState<T>::release() {
   blocks.clear();
   scratch.release();
   workspace.release();
-  forward_done = false;
 }
 
 template <class T>
@@ -182,8 +172,8 @@ void ReformerLM<T>::check_batch(const char* op, IdMatrix ids) const {
 template <class T>
 void ReformerLM<T>::prepare(ReformerState<T>& state, Index batch, Index length) const {
   const Index d = config_.d_model;
-  ensure(state.x1, "reformer_x1", batch, length, d);
-  ensure(state.x2, "reformer_x2", batch, length, d);
+  ensure_view(state.x1, "reformer_x1", batch, length, d);
+  ensure_view(state.x2, "reformer_x2", batch, length, d);
   state.blocks.resize(blocks_.size());
   state.batch = batch;
   state.length = length;
@@ -242,7 +232,6 @@ void ReformerLM<T>::forward(IdMatrix ids, const ReformerCall& call, ReformerStat
   for (std::size_t i = 0; i < blocks_.size(); ++i)
     blocks_[i]->forward(state.x1, state.x2, block_call(call, Index(i)), state.blocks[i],
                         state.workspace, save);
-  state.forward_done = true;
 }
 
 template <class T>
@@ -299,8 +288,8 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
     dhidden = frame.take<View2<T>>(rows, 2 * d);
     unfold_halves<T>(dinput, dhidden);
   }
-  ensure(state.dx1, "reformer_dx1", state.batch, state.length, d);
-  ensure(state.dx2, "reformer_dx2", state.batch, state.length, d);
+  ensure_view(state.dx1, "reformer_dx1", state.batch, state.length, d);
+  ensure_view(state.dx2, "reformer_dx2", state.batch, state.length, d);
   head_backward(state, dhidden, mean, rstd, hidden);
   return result;
 }
@@ -331,7 +320,6 @@ ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix t
       blocks_[i]->backward_stored(state.dx1, state.dx2, state.blocks[i], state.workspace);
   }
   embed_backward(ids, state);
-  state.forward_done = false;
   return result;
 }
 

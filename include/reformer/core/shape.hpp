@@ -61,4 +61,19 @@ Kokkos::View<typename V::value_type*, Layout, MemSpace> as_vector(const V& v) {
   return Kokkos::View<typename V::value_type*, Layout, MemSpace>(v.data(), v.size());
 }
 
+// The view in `slot`, reallocated (uninitialised) only when its shape differs:
+// state that callers keep across steps is allocated once.
+template <class V, class... Extents>
+V& ensure_view(V& slot, const std::string& label, Extents... extents) {
+  const Index want[] = {Index(extents)...};
+  bool same = slot.data() != nullptr;
+  for (std::size_t r = 0; r < sizeof...(extents); ++r)
+    same = same && Index(slot.extent(r)) == want[r];
+  if (!same) {
+    slot = V();  // free the old buffer before allocating the new one
+    slot = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), extents...);
+  }
+  return slot;
+}
+
 }  // namespace reformer

@@ -81,8 +81,16 @@ class ReversibleBlock {
   const BlockConfig& config() const { return config_; }
 
  private:
-  // F's backward: dx = beta * dx + dF/dx^T dy, for the attention state filled
-  // by a forward pass (or recompute) on x.
+  // normed = LayerNorm(x) with its statistics.
+  void f_norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const;
+  // y += F(x) = Attention(LayerNorm(x)), saving into `state` as `save` says.
+  void f_forward(In3<T> x, View3<T> y, const BlockCall& call, attention::AttentionState<T>& state,
+                 Workspace& workspace, attention::Save save) const;
+  // F's backward: dx += dF/dx^T dy, for the attention state filled by a
+  // forward pass (or recompute) on x. The first form takes LayerNorm(x) and
+  // its statistics from f_norm (and clobbers `normed`); the second computes them.
+  void f_backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy, View3<T> dx,
+                  const attention::AttentionState<T>& state, Workspace& workspace) const;
   void f_backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
                   Workspace& workspace) const;
   BlockConfig config_;

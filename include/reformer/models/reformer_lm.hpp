@@ -48,7 +48,6 @@ struct ReformerState {
   std::vector<layers::BlockState<T>> blocks;  // per layer: LSH plan (+ stored activations)
   attention::AttentionState<T> scratch;       // the layer being recomputed
   Workspace workspace{"reformer_workspace"};
-  bool forward_done = false;
   void release();
 };
 

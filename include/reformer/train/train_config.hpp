@@ -16,19 +16,19 @@ struct TrainConfig {
   std::int64_t accumulate = 1;     // micro-batches per optimizer step
   std::string optimizer = "adam";  // "adam" or "adamw" (decoupled weight decay)
   AdamConfig adam{};
-  double learning_rate = 1e-3;     // schedule scale
+  double learning_rate = 1e-3;  // schedule scale
   ScheduleKind schedule = ScheduleKind::constant;
   std::int64_t warmup_steps = 0;
-  double clip_norm = 0.0;          // global gradient-norm clip; 0: off
-  std::int64_t eval_every = 100;   // steps between evaluations; 0: only at the end
+  double clip_norm = 0.0;         // global gradient-norm clip; 0: off
+  std::int64_t eval_every = 100;  // steps between evaluations; 0: only at the end
   std::int64_t eval_batches = 4;
-  std::int64_t log_every = 10;     // steps between progress lines
-  std::int64_t checkpoint_every = 0;  // steps between checkpoints; 0: only at the end
-  std::int64_t keep_checkpoints = 3;  // newest checkpoints kept in the run folder
+  std::int64_t log_every = 10;         // steps between progress lines
+  std::int64_t checkpoint_every = 0;   // steps between checkpoints; 0: only at the end
+  std::int64_t keep_checkpoints = 3;   // newest checkpoints kept in the run folder
   std::string metrics_format = "csv";  // "csv" or "jsonl"
-  double target_accuracy = 0.0;    // stop once evaluation accuracy reaches it; 0: off
-  std::uint64_t seed = 1;          // parameters, dropout and LSH streams
-  std::string dtype = "float";     // "float" or "double"
+  double target_accuracy = 0.0;        // stop once evaluation accuracy reaches it; 0: off
+  std::uint64_t seed = 1;              // parameters, dropout and LSH streams
+  std::string dtype = "float";         // "float" or "double"
   // ConfigError naming the first bad field.
   void validate() const;
 };
