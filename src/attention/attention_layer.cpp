@@ -1,5 +1,6 @@
 #include "reformer/attention/attention_layer.hpp"
 
+#include "reformer/attention/shared_qk.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
@@ -33,6 +34,16 @@ Kokkos::View<const T**, Layout, MemSpace> as_rows(
     const Kokkos::View<const T***, Layout, MemSpace>& x) {
   return Kokkos::View<const T**, Layout, MemSpace>(x.data(), x.extent(0) * x.extent(1),
                                                    x.extent(2));
+}
+
+// Full attention with shared q/k scores against the normalised queries, as LSH
+// does (shared_qk.hpp), so the scale is already in the keys; the own position
+// is masked.
+FullAttentionConfig full_config(bool shared_qk) {
+  FullAttentionConfig full;
+  full.self_mask = shared_qk;
+  full.scale = shared_qk ? 1.0 : 0.0;
+  return full;
 }
 
 }  // namespace
@@ -163,15 +174,20 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   };
   switch (config_.kind) {
     case AttentionKind::Full: {
-      FullAttentionConfig full;
-      full.self_mask = config_.shares_qk();
       FullAttentionSaved<T> temporary;
       if (!keep) {
         check_full_attention_fits(batch, h, lq, lk, sizeof(T), attention_rate(state.call) > 0);
         temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
       }
-      full_attention_forward<T>(qh, kh, vh, full, call, out, keep ? state.full : temporary,
-                                workspace);
+      View4<T> keys = kh;
+      if (!w_k_) {  // shared q/k: the keys are the normalised queries
+        auto scale = frame.take<View3<T>>(batch, lq, h);
+        keys = frame.take<View4<T>>(batch, lq, h, d);
+        shared_key_scale<T>(qh, scale);
+        shared_keys<T>(qh, scale, keys);
+      }
+      full_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out,
+                                keep ? state.full : temporary, workspace);
       break;
     }
     case AttentionKind::Lsh: {
@@ -273,10 +289,21 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   switch (config_.kind) {
     case AttentionKind::Full: {
-      FullAttentionConfig full;
-      full.self_mask = config_.shares_qk();
-      full_attention_backward<T>(qh, kh, vh, state.full, dout, full, call, gq,
-                                 per_head(dk, batch, lk, h, d), gv, workspace);
+      if (w_k_) {
+        full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq,
+                                   per_head(dk, batch, lk, h, d), gv, workspace);
+        break;
+      }
+      // Shared q/k: rebuild the normalised keys, then send their gradient
+      // through the normalisation into the one q/k gradient.
+      auto scale = frame.take<View3<T>>(batch, lq, h);
+      auto keys = frame.take<View4<T>>(batch, lq, h, d);
+      auto dkeys = frame.take<View4<T>>(batch, lq, h, d);
+      shared_key_scale<T>(qh, scale);
+      shared_keys<T>(qh, scale, keys);
+      full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq, dkeys,
+                                 gv, workspace);
+      shared_keys_backward<T>(qh, scale, dkeys, gq);
       break;
     }
     case AttentionKind::Lsh:
@@ -306,12 +333,9 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Attenti
   Workspace::Frame frame(workspace);
   auto dq = frame.take<View2<T>>(rows, inner);
   auto dv = frame.take<View2<T>>(rows, inner);
-  // LSH returns one gradient for the shared qk; shared-QK full attention returns
-  // separate q and k gradients of the same projection, which add up.
-  const bool full_shared = !w_k_ && config_.kind == AttentionKind::Full;
-  View2<T> dk = w_k_ || full_shared ? frame.take<View2<T>>(rows, inner) : View2<T>();
+  // With shared q/k every variant returns one gradient for the shared projection.
+  View2<T> dk = w_k_ ? frame.take<View2<T>>(rows, inner) : View2<T>();
   attention_backward(state, dy, dq, dk, dv, workspace);
-  if (full_shared) ops::axpby<T>(T(1), as_vector(dk), T(1), as_vector(dq));
   // Projections: dx = beta dx + dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
   const auto xr = as_rows<T>(x);
   auto dxr = as_rows<T>(dx);

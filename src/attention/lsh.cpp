@@ -1,5 +1,7 @@
 #include "reformer/attention/lsh.hpp"
 
+#include "reformer/attention/shared_qk.hpp"
+
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -12,7 +14,6 @@ namespace {
 
 using IntView2 = Kokkos::View<int**, Layout, MemSpace>;
 using IntView3 = Kokkos::View<int***, Layout, MemSpace>;
-constexpr double kNormEps = 1e-6;
 constexpr Index kMaxHashes = 64;
 // Automatic bucket counts above this are split into two factors (trax).
 constexpr Index kMaxUnfactorisedBuckets = 128;
@@ -137,19 +138,6 @@ struct SortPass {
     }
   }
 };
-
-// k = q * rsqrt(mean(q^2) + eps) / sqrt(d_head): the factor per (b, i, h).
-template <class T>
-void compute_key_scale(In4<T> qk, View3<T> scale) {
-  const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
-  Kokkos::parallel_for(
-      "lsh_key_scale", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
-        const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        T sq = 0;
-        for (Index d = 0; d < dh; ++d) sq += qk(b, i, h, d) * qk(b, i, h, d);
-        scale(b, i, h) = T(1) / compat::sqrt(sq / dh + T(kNormEps)) / compat::sqrt(T(dh));
-      });
-}
 
 void check_plan(const char* op, const LshPlan& plan, Index batch, Index length, Index heads,
                 Index rounds) {
@@ -329,7 +317,7 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
   auto key_scale = frame.take<View3<T>>(batch, length, heads);
   auto out_sorted = frame.take<View4<T>>(batch, items, heads, dh);
   auto lse_sorted = frame.take<View3<T>>(batch, items, heads);
-  compute_key_scale<T>(qk, key_scale);
+  shared_key_scale<T>(qk, key_scale);
   const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
   detail::run_forward_chunks("lsh_attention_chunks",
                              detail::ChunkedForward<T>{in, out_sorted, lse_sorted}, batch);
@@ -379,24 +367,12 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
   auto key_scale = frame.take<View3<T>>(batch, length, heads);
   auto delta = frame.take<View3<T>>(batch, length, heads);
   auto dk = frame.take<View4<T>>(batch, length, heads, dh);
-  compute_key_scale<T>(qk, key_scale);
+  shared_key_scale<T>(qk, key_scale);
   detail::item_dot<T>(dout, out, delta);
   const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
   detail::chunked_backward<T>(in, lse, delta, dout, dqk, dk, dv);
-  // The key gradient goes through the normalisation k = x a / sqrt(d),
-  // a = (mean(x^2) + eps)^-1/2:  dx += a / sqrt(d) * (dk - x a^2 mean(dk * x)).
-  Kokkos::parallel_for(
-      "lsh_key_normalisation_backward", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
-        const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        const T* gk = &dk(b, i, h, 0);
-        const T* x = &qk(b, i, h, 0);
-        T gk_dot_x = 0;
-        for (Index d = 0; d < dh; ++d) gk_dot_x += gk[d] * x[d];
-        const T s = key_scale(b, i, h), a = s * compat::sqrt(T(dh));
-        const T c = a * a * gk_dot_x / T(dh);
-        T* g = &dqk(b, i, h, 0);
-        for (Index d = 0; d < dh; ++d) g[d] += s * (gk[d] - x[d] * c);
-      });
+  // The key gradient goes through the key normalisation.
+  shared_keys_backward<T>(qk, key_scale, dk, dqk);
 }
 
 #define REFORMER_INSTANTIATE(T)                                                                   \

@@ -189,6 +189,35 @@ TEST(AttentionLayer, SharedQkFullAttentionGradients) {
   EXPECT_LT(gradient_error(w.value, w.grad, loss, 24), 1e-6);
 }
 
+// Shared-QK full attention uses LSH's normalised keys and the self-mask, so it
+// is LSH attention with one hash round whose one chunk holds the whole
+// sequence: same weights, same outputs and gradients. Weights trained with
+// one can be evaluated with the other (the paper's Table 2).
+TEST(AttentionLayer, SharedQkFullAttentionEqualsOneChunkLsh) {
+  for (const bool causal : {true, false}) {
+    auto full_config = small_config(AttentionKind::Full);
+    full_config.shared_qk = true;
+    full_config.causal = causal;
+    full_config.attention_dropout = 0;  // the two variants index dropout masks differently
+    auto lsh_config = full_config;
+    lsh_config.kind = AttentionKind::Lsh;
+    lsh_config.lsh.n_hashes = 1;
+    lsh_config.lsh.chunk = 8;  // the whole sequence
+    lsh_config.lsh.n_buckets = {2};
+    LayerCase full(full_config), lsh(lsh_config);
+    ASSERT_EQ(full.params.names(), lsh.params.names());
+    const double full_loss = full.loss(), lsh_loss = lsh.loss();
+    EXPECT_NEAR(full_loss, lsh_loss, 1e-12) << "causal " << causal;
+    EXPECT_LT(relative_error(to_host(full.y), to_host(lsh.y)), 1e-12);
+    full.params.zero_grad();
+    lsh.params.zero_grad();
+    full.backward();
+    lsh.backward();
+    EXPECT_LT(relative_error(to_host(full.dx), to_host(lsh.dx)), 1e-12);
+    EXPECT_LT(relative_error(to_host(full.params.grads()), to_host(lsh.params.grads())), 1e-12);
+  }
+}
+
 TEST(AttentionLayer, CrossAttentionGradients) {
   auto config = small_config(AttentionKind::Full);
   config.causal = false;

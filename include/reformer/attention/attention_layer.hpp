@@ -1,6 +1,6 @@
 // Multi-head self-attention layer with one interface for the three variants, so
 // that a model chooses full, LSH or local attention per layer:
-//   q = x W_q, k = x W_k, v = x W_v      (LSH: one shared W_qk, keys normalised)
+//   q = x W_q, k = x W_k, v = x W_v      (shared W_qk: keys normalised, shared_qk.hpp)
 //   a = Attention(q, k, v)                (per head, d_head wide)
 //   y = dropout(a W_o)
 // Projections have no bias. Parameters are registered under a dotted prefix
