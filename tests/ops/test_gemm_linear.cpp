@@ -45,6 +45,41 @@ TEST(Matmul, AllTransposeCombinationsMatchReference) {
     }
 }
 
+// Products large enough to be split over the host threads (one block of rows,
+// or of columns when C is wide, per thread; ops/tpls/host_blas.hpp) give the
+// plain product for every transpose combination.
+TEST(Matmul, ProductsSplitOverThreadsMatchReference) {
+  struct Shape {
+    Index m, n, k;
+  };
+  for (const Shape s : {Shape{257, 70, 61}, Shape{40, 301, 99}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        View2<double> a("a", ta ? s.k : s.m, ta ? s.m : s.k);
+        View2<double> b("b", tb ? s.n : s.k, tb ? s.k : s.n), c("c", s.m, s.n);
+        fill_uniform(a, 1);
+        fill_uniform(b, 2);
+        fill_uniform(c, 3);
+        const auto expected =
+            reference_product(to_host(a), a.extent(1), ta, to_host(b), b.extent(1), tb, to_host(c),
+                              s.m, s.n, s.k, 0.5, 2.0);
+        ops::matmul<double>(a, ta ? Trans::Yes : Trans::No, b, tb ? Trans::Yes : Trans::No, c, 0.5,
+                            2.0);
+        EXPECT_LT(relative_error(to_host(c), expected), 1e-14)
+            << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
+        View2<float> af("af", a.extent(0), a.extent(1)), bf("bf", b.extent(0), b.extent(1));
+        View2<float> cf("cf", s.m, s.n);
+        fill_uniform(af, 4);
+        fill_uniform(bf, 5);
+        ops::matmul<float>(af, ta ? Trans::Yes : Trans::No, bf, tb ? Trans::Yes : Trans::No, cf);
+        const auto expected_f =
+            reference_product(to_host(af), af.extent(1), ta, to_host(bf), bf.extent(1), tb,
+                              std::vector<double>(s.m * s.n), s.m, s.n, s.k, 1.0, 0.0);
+        EXPECT_LT(relative_error(to_host(cf), expected_f), 1e-6)
+            << "float " << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
+      }
+}
+
 TEST(Matmul, FloatMatchesDoubleReference) {
   View2<float> a("a", 33, 17), b("b", 17, 9), c("c", 33, 9);
   fill_uniform(a, 4);
