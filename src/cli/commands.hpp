@@ -18,4 +18,7 @@ void add_info_command(CLI::App& app, const GlobalOptions& global, std::function<
 // Adds `train`, `eval` and `generate`.
 void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<int()>& run);
 
+// Adds `memory` (the memory and speed instrument).
+void add_memory_command(CLI::App& app, const GlobalOptions& global, std::function<int()>& run);
+
 }  // namespace reformer::cli

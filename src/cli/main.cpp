@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   add_info_command(app, global, run);
   add_run_commands(app, global, run);
+  add_memory_command(app, global, run);
 
   try {
     app.parse(argc, argv);

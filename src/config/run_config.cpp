@@ -528,10 +528,11 @@ bool mentions(const std::string& text, const std::string& key, std::size_t& at) 
 
 // Validates; a ConfigError gets the source name in front and, for each key it
 // names that the file or an override set, where that value came from.
-void validate_with_origins(const RunConfig& config, const std::string& source_name,
+template <class Validate>
+void validate_with_origins(const Validate& validate, const std::string& source_name,
                            const std::map<std::string, std::string>& origins) {
   try {
-    config.validate();
+    validate();
   } catch (const ConfigError& e) {
     const std::string message = e.what();
     std::vector<std::pair<std::size_t, std::string>> found;
@@ -573,11 +574,11 @@ void RunConfig::validate() const {
                        " but must be at most ", kMaxSeed, " (a TOML integer)");
 }
 
-RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
-                           const std::vector<std::string>& overrides) {
+namespace {
+Reader read_config(const std::string& toml_text, const std::string& source_name,
+                   const std::vector<std::string>& overrides) {
   TomlNode root = detail::parse_toml(toml_text, source_name);
   for (const auto& override_text : overrides) apply_override(root, override_text);
-
   Reader reader;
   std::string stem = std::filesystem::path(source_name).stem().string();
   if (stem.empty()) stem = "run";
@@ -586,8 +587,26 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   reader.read_table(root, "");
   // The optimizer name decides the weight decay; [train.adam] has no key for it.
   reader.config.train.adam.decoupled_weight_decay = reader.config.train.optimizer == "adamw";
-  validate_with_origins(reader.config, source_name, reader.origins);
+  return reader;
+}
+}  // namespace
+
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  const Reader reader = read_config(toml_text, source_name, overrides);
+  validate_with_origins([&] { reader.config.validate(); }, source_name, reader.origins);
   return reader.config;
+}
+
+models::ReformerConfig parse_model_config(const std::string& toml_text,
+                                          const std::string& source_name,
+                                          const std::vector<std::string>& overrides) {
+  const Reader reader = read_config(toml_text, source_name, overrides);
+  for (const auto& [key, origin] : reader.origins)
+    require<ConfigError>(key.rfind("model.", 0) == 0, source_name, ": ", key, " (from ", origin,
+                         ") is not a model key; only model.* keys apply here");
+  validate_with_origins([&] { reader.config.model.validate(); }, source_name, reader.origins);
+  return reader.config.model;
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {

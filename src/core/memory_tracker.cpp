@@ -16,7 +16,7 @@ EventSet previous_callbacks;
 
 void allocate_hook(Kokkos::Profiling::SpaceHandle handle, const char* label, const void* ptr,
                    std::uint64_t bytes) {
-  MemoryTracker::instance().on_allocate(handle.name, ptr, bytes);
+  MemoryTracker::instance().on_allocate(handle.name, label, ptr, bytes);
   if (previous_callbacks.allocate_data != nullptr)
     previous_callbacks.allocate_data(handle, label, ptr, bytes);
 }
@@ -57,15 +57,19 @@ bool MemoryTracker::installed() const {
   return installed_;
 }
 
-void MemoryTracker::on_allocate(const char* space, const void* ptr, std::uint64_t bytes) {
+void MemoryTracker::on_allocate(const char* space, const char* label, const void* ptr,
+                                std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string name = space != nullptr ? space : "unknown";
-  live_[ptr] = {name, bytes};
+  live_[ptr] = {name, label != nullptr ? label : "", bytes};
   SpaceMemory& s = spaces_[name];
   s.current_bytes += static_cast<std::int64_t>(bytes);
   s.live_allocations += 1;
   s.allocations += 1;
-  s.peak_bytes = std::max(s.peak_bytes, s.current_bytes);
+  if (s.current_bytes > s.peak_bytes) {
+    s.peak_bytes = s.current_bytes;
+    peak_composition_[name] = composition(name);
+  }
   for (OpenPhase& phase : open_) {
     auto [it, inserted] = phase.per_space.try_emplace(name);
     if (inserted) {
@@ -81,8 +85,8 @@ void MemoryTracker::on_deallocate(const char* /*space*/, const void* ptr, std::u
   // tracker while Views are alive never drives the counters negative.
   auto it = live_.find(ptr);
   if (it == live_.end()) return;
-  SpaceMemory& s = spaces_[it->second.first];
-  s.current_bytes -= static_cast<std::int64_t>(it->second.second);
+  SpaceMemory& s = spaces_[it->second.space];
+  s.current_bytes -= static_cast<std::int64_t>(it->second.bytes);
   s.live_allocations -= 1;
   live_.erase(it);
 }
@@ -100,7 +104,32 @@ std::map<std::string, SpaceMemory> MemoryTracker::spaces() const {
 
 void MemoryTracker::reset_peaks() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [name, s] : spaces_) s.peak_bytes = s.current_bytes;
+  for (auto& [name, s] : spaces_) {
+    s.peak_bytes = s.current_bytes;
+    peak_composition_[name] = composition(name);
+  }
+}
+
+std::vector<LabelBytes> MemoryTracker::composition(const std::string& space) const {
+  std::map<std::string, LabelBytes> by_label;
+  for (const auto& [ptr, live] : live_) {
+    if (live.space != space) continue;
+    LabelBytes& entry = by_label[live.label];
+    entry.label = live.label;
+    entry.bytes += static_cast<std::int64_t>(live.bytes);
+    entry.allocations += 1;
+  }
+  std::vector<LabelBytes> out;
+  for (auto& [label, entry] : by_label) out.push_back(entry);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const LabelBytes& a, const LabelBytes& b) { return a.bytes > b.bytes; });
+  return out;
+}
+
+std::vector<LabelBytes> MemoryTracker::peak_composition(const std::string& space) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = peak_composition_.find(space);
+  return it == peak_composition_.end() ? std::vector<LabelBytes>{} : it->second;
 }
 
 void MemoryTracker::begin_phase(const std::string& name) {

@@ -44,6 +44,34 @@ TEST(MemoryTracker, PeakSurvivesReleaseAndResets) {
   EXPECT_EQ(tracker.space(kSpace).peak_bytes, base);
 }
 
+// The peak's composition lists what was live at the peak by label (summed over
+// allocations with the same label), largest first, and not what came later.
+TEST(MemoryTracker, PeakCompositionNamesWhatWasLiveAtThePeak) {
+  auto& tracker = MemoryTracker::instance();
+  auto bytes_of = [&](const std::string& label) {
+    for (const LabelBytes& entry : tracker.peak_composition(kSpace))
+      if (entry.label == label) return entry.bytes;
+    return std::int64_t(-1);
+  };
+  tracker.reset_peaks();
+  {
+    View1<char> big_a("composition_big", 3 << 20), big_b("composition_big", 1 << 20);
+    View1<char> small("composition_small", 1 << 20);
+    const auto top = tracker.peak_composition(kSpace);
+    ASSERT_FALSE(top.empty());
+    EXPECT_EQ(top.front().label, "composition_big");
+    EXPECT_EQ(top.front().bytes, 4 << 20);
+    EXPECT_EQ(top.front().allocations, 2);
+    EXPECT_EQ(bytes_of("composition_small"), 1 << 20);
+  }
+  // Smaller than the peak: not part of it.
+  { View1<char> later("composition_later", 1 << 10); }
+  EXPECT_EQ(bytes_of("composition_later"), -1);
+  EXPECT_EQ(bytes_of("composition_big"), 4 << 20);
+  tracker.reset_peaks();
+  EXPECT_EQ(bytes_of("composition_big"), -1);
+}
+
 TEST(MemoryTracker, PhasesRecordTheirOwnPeaks) {
   auto& tracker = MemoryTracker::instance();
   tracker.clear_phases();

@@ -44,6 +44,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {});
 
+// Only a model: the [model] sections of the text and model.* overrides (any
+// other key is a ConfigError naming it), validated as a model.
+models::ReformerConfig parse_model_config(const std::string& toml_text,
+                                          const std::string& source_name,
+                                          const std::vector<std::string>& overrides = {});
+
 // The whole config as TOML, every key written (automatic values as empty lists
 // with a comment); parse_run_config of it gives back an identical config.
 std::string to_toml(const RunConfig& config);

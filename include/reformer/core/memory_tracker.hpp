@@ -32,6 +32,14 @@ struct PhaseMemory {
   std::int64_t end_bytes = 0;    // current bytes when it ended
 };
 
+// Bytes of the live allocations that share a label (a View's label, e.g.
+// "attention_q" or "workspace").
+struct LabelBytes {
+  std::string label;
+  std::int64_t bytes = 0;
+  std::int64_t allocations = 0;
+};
+
 class MemoryTracker {
  public:
   // The process-wide tracker. Kokkos Tools callbacks are plain function
@@ -52,6 +60,9 @@ class MemoryTracker {
 
   // Sets every space's peak to its current bytes.
   void reset_peaks();
+  // What was live in `space` when its peak was reached (since install() or the
+  // last reset_peaks()), summed by label, largest first: what a peak is made of.
+  std::vector<LabelBytes> peak_composition(const std::string& space) const;
 
   // Phases nest; each records its own peak. Prefer ScopedMemoryPhase.
   void begin_phase(const std::string& name);
@@ -64,7 +75,7 @@ class MemoryTracker {
   std::string report() const;
 
   // Entry points for the Kokkos callbacks (public for the C-style trampolines).
-  void on_allocate(const char* space, const void* ptr, std::uint64_t bytes);
+  void on_allocate(const char* space, const char* label, const void* ptr, std::uint64_t bytes);
   void on_deallocate(const char* space, const void* ptr, std::uint64_t bytes);
 
  private:
@@ -78,7 +89,14 @@ class MemoryTracker {
   mutable std::mutex mutex_;
   bool installed_ = false;
   std::map<std::string, SpaceMemory> spaces_;
-  std::map<const void*, std::pair<std::string, std::uint64_t>> live_;
+  struct Live {
+    std::string space, label;
+    std::uint64_t bytes = 0;
+  };
+  std::map<const void*, Live> live_;
+  // Per space: the live allocations by label at its peak.
+  std::map<std::string, std::vector<LabelBytes>> peak_composition_;
+  std::vector<LabelBytes> composition(const std::string& space) const;  // live now
   std::vector<OpenPhase> open_;
   std::vector<PhaseMemory> closed_;
 };

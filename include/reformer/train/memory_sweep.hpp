@@ -1,0 +1,71 @@
+// The memory and speed instrument (`reformer memory`): one training step
+// (forward, loss, backward, Adam) of a model variant at a sequence length,
+// measured with the memory tracker per phase and timed, beside the memory
+// predicted from the shapes alone.
+//
+// Variants (the rows of the paper's Table 3, plus local attention):
+//   full        full attention, stored activations (a plain Transformer)
+//   full-rev    full attention, reversible blocks
+//   lsh-N       LSH attention with N hash rounds (N = 1, 2, 4, 8), stored activations
+//   local       local attention, stored activations
+//   reformer    LSH (the base config's rounds), reversible, chunked feed-forward and loss
+// Everything but the attention, the reversibility and the chunking comes from a
+// base config (d_model, heads, d_ff, vocabulary, layers, LSH chunk, ...).
+#pragma once
+
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/models/reformer_config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace reformer::train {
+
+// The variant names above, in that order.
+const std::vector<std::string>& sweep_variant_names();
+
+// The base config turned into `variant` at `length` (max_length and the axial
+// shape follow the length). ConfigError naming the variant if it is unknown.
+models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
+                                      Index length);
+
+// Peak bytes of each phase of one training step above what existed before it
+// (the parameters, their gradients and the optimizer moments, the token ids).
+struct StepMemory {
+  std::int64_t forward = 0, loss = 0, backward = 0, optimizer = 0;
+  std::int64_t peak() const;
+};
+
+// What the step needs before it starts: parameters + gradients + Adam moments.
+std::int64_t predict_state_bytes(const models::ReformerConfig& config, std::int64_t scalar_bytes);
+
+// The step's peaks predicted from the shapes (docs/memory.md has the formulas).
+StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch, Index length,
+                               std::int64_t scalar_bytes);
+
+struct SweepPoint {
+  std::string variant;
+  Index length = 0, layers = 0, batch = 0;
+  bool ran = false;
+  std::string skipped;  // why the point did not run (empty if it ran)
+  StepMemory measured, predicted;
+  std::int64_t warmup_peak = 0;  // the first step's peak (workspace still growing)
+  std::int64_t state_bytes = 0;  // measured parameters + gradients + Adam moments
+  std::int64_t predicted_state_bytes = 0;
+  double seconds_per_step = 0.0;        // median of the timed steps
+  std::vector<LabelBytes> composition;  // what was live at the step's peak
+};
+
+struct SweepOptions {
+  int timed_steps = 2;             // steps timed after the measured first one
+  std::int64_t budget_bytes = -1;  // skip points predicted above it; < 0: free memory now
+  std::string dtype = "float";     // "float" or "double"
+};
+
+// Runs one point: skipped (with the reason) when the predicted peak plus the
+// state exceeds the budget, never attempted.
+SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
+                           Index batch, Index length, const SweepOptions& options);
+
+}  // namespace reformer::train

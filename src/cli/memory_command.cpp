@@ -1,0 +1,204 @@
+// `reformer memory`: the memory and speed instrument (train/memory_sweep.hpp).
+// Sweeps variants x lengths x depths x batch sizes, prints a table with a
+// progress counter, and writes sweep.csv and sweep.json into the output folder.
+#include "cli/commands.hpp"
+
+#include "reformer/config/run_config.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/core/runtime.hpp"
+#include "reformer/train/memory_sweep.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace reformer::cli {
+namespace {
+
+struct MemoryArgs {
+  std::vector<std::string> variants = train::sweep_variant_names();
+  std::vector<std::int64_t> lengths = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
+  std::vector<std::int64_t> layers = {2};
+  std::vector<std::int64_t> batches = {1};
+  std::int64_t tokens = 0;  // > 0: batch = tokens / length (fixed tokens per batch)
+  int steps = 2;
+  double budget_gib = -1;
+  std::string dtype = "float";
+  std::string out;
+  bool explain = false;
+  std::vector<std::string> overrides;
+};
+
+// The base model of the sweep: the issue's Reformer (d_model 256, 4 heads of 64,
+// d_ff 1024, vocabulary 256, LSH chunk 64 with 2 rounds, local chunk 128,
+// feed-forward chunks of 1024 positions, loss chunks of 1024 rows, axial positions).
+constexpr const char* kBaseModel = R"([model]
+vocab = 256
+layers = 2
+d_model = 256
+d_ff = 1024
+heads = 4
+d_head = 64
+attention = ["lsh"]
+causal = true
+positions = "axial"
+max_length = 1024
+ff_chunk = 1024
+loss_chunk = 1024
+[model.lsh]
+chunk = 64
+n_hashes = 2
+[model.local]
+chunk = 128
+)";
+
+double mib(std::int64_t bytes) { return double(bytes) / (1 << 20); }
+
+std::string default_out() {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return std::string("runs/memory-") + stamp;
+}
+
+int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
+  models::ReformerConfig base;
+  try {
+    // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
+    // the config parser, so a typo is named like in a config file.
+    base = config::parse_model_config(kBaseModel, "reformer memory", args.overrides);
+    require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
+                         args.dtype, "' but must be float or double");
+    for (const auto& v : args.variants) train::variant_config(v, base, base.lsh.chunk * 16);
+    for (const auto length : args.lengths)
+      require<ConfigError>(length > 0 && (args.tokens == 0 || args.tokens % length == 0),
+                           "memory: length ", length, " must be positive",
+                           args.tokens ? " and divide --tokens" : "");
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "reformer: error: %s\n", e.what());
+    return 2;
+  }
+  Runtime runtime({global.threads, -1, true});
+  const std::string out = args.out.empty() ? default_out() : args.out;
+  std::filesystem::create_directories(out);
+  std::ofstream csv(out + "/sweep.csv");
+  csv << "variant,length,layers,batch,status,seconds_per_step,tokens_per_s,"
+         "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
+         "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"
+         "predicted_optimizer_MiB,predicted_peak_MiB,state_MiB,predicted_state_MiB,note\n";
+  std::ostringstream json;
+  json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"points\": [";
+  train::SweepOptions options;
+  options.timed_steps = args.steps;
+  options.dtype = args.dtype;
+  options.budget_bytes =
+      args.budget_gib >= 0 ? std::int64_t(args.budget_gib * double(1 << 30)) : -1;
+  const std::size_t total = args.variants.size() * args.lengths.size() * args.layers.size() *
+                            (args.tokens ? 1 : args.batches.size());
+  std::size_t index = 0;
+  std::printf("%-9s %7s %6s %5s %9s %10s %10s %8s  %s\n", "variant", "length", "layers", "batch",
+              "s/step", "peak MiB", "predicted", "ratio", "state MiB (params+grads+Adam)");
+  bool first = true;
+  for (const auto& variant : args.variants)
+    for (const auto layers : args.layers)
+      for (const auto length : args.lengths)
+        for (std::size_t b = 0; b < (args.tokens ? 1 : args.batches.size()); ++b) {
+          const Index batch = args.tokens ? args.tokens / length : args.batches[b];
+          auto config = base;
+          config.layers = layers;
+          ++index;
+          train::SweepPoint p;
+          try {
+            p = train::run_sweep_point(variant, config, batch, length, options);
+          } catch (const MemoryError& e) {
+            p.variant = variant;
+            p.length = length;
+            p.layers = layers;
+            p.batch = batch;
+            p.skipped = e.what();
+          }
+          const double peak = mib(p.measured.peak()), predicted = mib(p.predicted.peak());
+          if (p.ran)
+            std::printf("%-9s %7lld %6lld %5lld %9.3f %10.1f %10.1f %8.2f  %.1f   [%zu/%zu]\n",
+                        variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                        p.seconds_per_step, peak, predicted, predicted > 0 ? peak / predicted : 0.0,
+                        mib(p.state_bytes), index, total);
+          else
+            std::printf("%-9s %7lld %6lld %5lld   skipped: %s   [%zu/%zu]\n", variant.c_str(),
+                        (long long)length, (long long)layers, (long long)batch, p.skipped.c_str(),
+                        index, total);
+          if (p.ran && args.explain) {
+            std::printf("          at the peak:");
+            for (std::size_t i = 0; i < p.composition.size() && i < 8; ++i)
+              std::printf(" %s %.1f MiB (%lld)%s", p.composition[i].label.c_str(),
+                          mib(p.composition[i].bytes), (long long)p.composition[i].allocations,
+                          i + 1 < p.composition.size() && i < 7 ? "," : "\n");
+          }
+          std::fflush(stdout);
+          const double tokens_per_s =
+              p.ran && p.seconds_per_step > 0 ? double(batch * length) / p.seconds_per_step : 0;
+          char row[1024];
+          std::snprintf(row, sizeof row,
+                        "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+                        "%.3f,%.3f,%.3f,%.3f,\"%s\"\n",
+                        variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                        p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
+                        mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
+                        mib(p.measured.optimizer), peak, mib(p.predicted.forward),
+                        mib(p.predicted.loss), mib(p.predicted.backward),
+                        mib(p.predicted.optimizer), predicted, mib(p.state_bytes),
+                        mib(p.predicted_state_bytes), p.skipped.c_str());
+          csv << row;
+          csv.flush();
+          json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
+               << "\", \"length\": " << length << ", \"layers\": " << layers
+               << ", \"batch\": " << batch << ", \"ran\": " << (p.ran ? "true" : "false")
+               << ", \"seconds_per_step\": " << p.seconds_per_step
+               << ", \"measured_MiB\": {\"forward\": " << mib(p.measured.forward)
+               << ", \"loss\": " << mib(p.measured.loss)
+               << ", \"backward\": " << mib(p.measured.backward)
+               << ", \"optimizer\": " << mib(p.measured.optimizer)
+               << "}, \"predicted_MiB\": {\"forward\": " << mib(p.predicted.forward)
+               << ", \"loss\": " << mib(p.predicted.loss)
+               << ", \"backward\": " << mib(p.predicted.backward)
+               << ", \"optimizer\": " << mib(p.predicted.optimizer)
+               << "}, \"state_MiB\": " << mib(p.state_bytes)
+               << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
+               << ", \"skipped\": \"" << p.skipped << "\"}";
+          first = false;
+        }
+  json << "\n ]\n}\n";
+  std::ofstream(out + "/sweep.json") << json.str();
+  std::printf("wrote %s/sweep.csv and %s/sweep.json\n", out.c_str(), out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_memory_command(CLI::App& app, const GlobalOptions& global, std::function<int()>& run) {
+  static MemoryArgs args;
+  CLI::App* sub = app.add_subcommand(
+      "memory", "Measure (and predict) the memory and time of a training step per variant");
+  sub->add_option("--variants", args.variants,
+                  "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, reformer (default: all)")
+      ->delimiter(',');
+  sub->add_option("--lengths", args.lengths, "Sequence lengths (default 1024,...,65536)")
+      ->delimiter(',');
+  sub->add_option("--layers", args.layers, "Depths (default 2)")->delimiter(',');
+  sub->add_option("--batch", args.batches, "Batch sizes (default 1)")->delimiter(',');
+  sub->add_option("--tokens", args.tokens,
+                  "Fixed tokens per batch: batch = tokens / length (overrides --batch)");
+  sub->add_option("--steps", args.steps, "Timed steps after the measured one (default 2)")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--budget-gib", args.budget_gib,
+                  "Skip points predicted above this (default: the free memory)");
+  sub->add_option("--dtype", args.dtype, "float or double (default float)");
+  sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
+  sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
+  sub->add_option("overrides", args.overrides, "Model overrides, e.g. model.d_model=512");
+  sub->callback([&global, &run] { run = [&global] { return run_memory(global, args); }; });
+}
+
+}  // namespace reformer::cli

@@ -1,0 +1,265 @@
+#include "reformer/train/memory_sweep.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/runtime.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/optimizer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace reformer::train {
+namespace {
+
+using attention::AttentionKind;
+
+struct VariantSpec {
+  AttentionKind kind;
+  Index n_hashes;  // 0: the base config's
+  bool reversible;
+  bool chunked;  // chunked feed-forward and loss
+};
+
+const std::map<std::string, VariantSpec>& variant_specs() {
+  static const std::map<std::string, VariantSpec> specs = {
+      {"full", {AttentionKind::Full, 0, false, false}},
+      {"full-rev", {AttentionKind::Full, 0, true, false}},
+      {"lsh-1", {AttentionKind::Lsh, 1, false, false}},
+      {"lsh-2", {AttentionKind::Lsh, 2, false, false}},
+      {"lsh-4", {AttentionKind::Lsh, 4, false, false}},
+      {"lsh-8", {AttentionKind::Lsh, 8, false, false}},
+      {"local", {AttentionKind::Local, 0, false, false}},
+      {"reformer", {AttentionKind::Lsh, 0, true, true}},
+  };
+  return specs;
+}
+
+std::int64_t phase_peak(const std::vector<PhaseMemory>& phases, const std::string& name,
+                        const std::string& space, std::int64_t base) {
+  std::int64_t peak = base;
+  for (const auto& p : phases)
+    if (p.phase == name && p.space == space) peak = std::max(peak, p.peak_bytes);
+  return peak - base;
+}
+
+template <class T>
+SweepPoint measure(SweepPoint point, const models::ReformerConfig& config,
+                   const SweepOptions& options) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  const std::string space = MemSpace::name();
+  const std::int64_t start = tracker.space(space).current_bytes;
+  ParameterSet<T> params;
+  models::ReformerLM<T> model(config, params);
+  model.init({1, 1});
+  Adam<T> adam(params);
+  const Index batch = point.batch, length = point.length, vocab = config.vocab;
+  Kokkos::View<int**, Layout, MemSpace> ids("sweep_ids", batch, length),
+      targets("sweep_targets", batch, length);
+  Kokkos::parallel_for(
+      "sweep_ids", range(batch * length), KOKKOS_LAMBDA(Index i) {
+        ids(i / length, i % length) = int(random_bits({1, 1}, i) % vocab);
+        targets(i / length, i % length) = int(random_bits({1, 2}, i) % vocab);
+      });
+  models::ReformerState<T> state;
+  auto step = [&](std::uint64_t n) {
+    params.zero_grad();
+    model.forward_backward(ids, targets, -1, {{7, n}, true}, state);
+    {
+      ScopedMemoryPhase phase("optimizer");
+      adam.step(1e-4);
+    }
+    Kokkos::fence();
+  };
+  // Adam allocates its moments on the first update: make them part of the state.
+  adam.step(0.0);
+  Kokkos::fence();
+  const std::int64_t before = tracker.space(space).current_bytes;
+  point.state_bytes = before - start - std::int64_t(2 * batch * length * sizeof(int));
+  // The first step grows the workspace (in pieces until it is consolidated);
+  // the measured step is the second one, as every later step of a training run.
+  tracker.reset_peaks();
+  step(0);
+  point.warmup_peak = tracker.space(space).peak_bytes - before;
+  tracker.reset_peaks();
+  tracker.clear_phases();
+  step(1);
+  const auto phases = tracker.phases();
+  point.measured = {phase_peak(phases, "forward", space, before),
+                    phase_peak(phases, "loss", space, before),
+                    phase_peak(phases, "backward", space, before),
+                    phase_peak(phases, "optimizer", space, before)};
+  point.composition = tracker.peak_composition(space);
+  std::vector<double> seconds;
+  for (int n = 0; n < options.timed_steps; ++n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step(std::uint64_t(n) + 2);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  point.seconds_per_step = seconds.empty() ? 0.0 : seconds[seconds.size() / 2];
+  point.ran = true;
+  return point;
+}
+
+}  // namespace
+
+std::int64_t StepMemory::peak() const { return std::max({forward, loss, backward, optimizer}); }
+
+const std::vector<std::string>& sweep_variant_names() {
+  static const std::vector<std::string> names = {"full",  "full-rev", "lsh-1", "lsh-2",
+                                                 "lsh-4", "lsh-8",    "local", "reformer"};
+  return names;
+}
+
+models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
+                                      Index length) {
+  const auto& specs = variant_specs();
+  auto it = specs.find(variant);
+  if (it == specs.end()) {
+    std::string known;
+    for (const auto& name : sweep_variant_names()) known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError("memory sweep: unknown variant '" + variant + "' (expected one of " + known +
+                      ")");
+  }
+  const VariantSpec& spec = it->second;
+  base.attention = {spec.kind};
+  if (spec.n_hashes > 0) base.lsh.n_hashes = spec.n_hashes;
+  base.reversible = spec.reversible;
+  if (!spec.chunked) {
+    base.ff_chunk = 0;
+    base.loss_chunk = length;
+  }
+  base.max_length = length;
+  base.axial_shape.clear();
+  base.validate();
+  base.validate_length(length);
+  return base;
+}
+
+SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
+                           Index batch, Index length, const SweepOptions& options) {
+  require<ConfigError>(options.dtype == "float" || options.dtype == "double",
+                       "memory sweep: dtype is '", options.dtype,
+                       "' but must be \"float\" or \"double\"");
+  require<ConfigError>(batch > 0 && length > 0, "memory sweep: batch ", batch, " and length ",
+                       length, " must be positive");
+  SweepPoint point;
+  point.variant = variant;
+  point.length = length;
+  point.batch = batch;
+  const auto config = variant_config(variant, base, length);
+  point.layers = config.layers;
+  const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
+  point.predicted = predict_step_memory(config, batch, length, scalar);
+  point.predicted_state_bytes = predict_state_bytes(config, scalar);
+  const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
+  const std::int64_t budget =
+      options.budget_bytes >= 0 ? options.budget_bytes : available_memory_bytes();
+  if (budget >= 0 && needed > budget) {
+    point.skipped = "predicted " + format_bytes(needed) + " (step peak + parameters, gradients " +
+                    "and Adam moments) exceeds the budget of " + format_bytes(budget);
+    return point;
+  }
+  return options.dtype == "float" ? measure<float>(point, config, options)
+                                  : measure<double>(point, config, options);
+}
+
+}  // namespace reformer::train
+
+namespace reformer::train {
+
+// Parameters of the model, counted from the config's shapes (as registered by
+// ReformerLM, AttentionLayer and FeedForward).
+std::int64_t predict_state_bytes(const models::ReformerConfig& c, std::int64_t scalar_bytes) {
+  const double d = c.d_model, inner = double(c.heads) * c.d_head, f = c.d_ff, v = c.vocab;
+  double count = v * d;  // embedding
+  if (c.positions == models::PositionKind::Learned) count += double(c.max_length) * d;
+  if (c.positions == models::PositionKind::Axial) {
+    const auto shape = c.resolved_axial_shape();
+    const auto dims = c.resolved_axial_dims();
+    count += double(shape[0]) * dims[0] + double(shape[1]) * dims[1];
+  }
+  for (Index i = 0; i < c.layers; ++i) {
+    const bool separate = !c.attention_config(i).shares_qk();
+    count += 2 * d + (3 + separate) * d * inner;  // LayerNorm, w_q(k), w_k, w_v, w_o
+    count += 2 * d + 2 * d * f + f + d;           // LayerNorm, w1, b1, w2, b2
+  }
+  count += 4 * d + v + (c.tie_embeddings ? 0 : 2 * d * v);  // LayerNorm(2d), b, W_out
+  // Value, gradient and Adam's two moments.
+  return std::int64_t(4 * count * double(scalar_bytes));
+}
+
+// Bytes of one training step above the state, from the shapes: what stays
+// alive (the two streams and their gradients; per layer the stored activations
+// or only the LSH plan) plus the workspace, which is as large as the deepest
+// stack of temporaries of any call (docs/memory.md lists the terms). The model
+// is the one of ReformerLM with its layers, blocks and attention variants.
+StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Index length,
+                               std::int64_t scalar_bytes) {
+  using attention::AttentionKind;
+  const double s = double(scalar_bytes), x = double(batch) * length, d = c.d_model;
+  const double heads = c.heads, inner = heads * c.d_head, f = c.d_ff, v = c.vocab;
+  const double scores = double(batch) * heads * double(length) * length;  // one L x L per head
+  const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
+  const double loss_rows = std::min(double(c.loss_chunk), x);
+  // Per kind (the largest layer of the stack decides the workspace).
+  double stored = 0, plans = 0, scratch = 0, ws_forward = 0, ws_backward = 0;
+  for (Index i = 0; i < c.layers; ++i) {
+    const AttentionKind kind = c.layer_kind(i);
+    const auto layer = c.attention_config(i);
+    const double k_sep = layer.shares_qk() ? 0 : 1;
+    const double rounds = kind == AttentionKind::Lsh ? double(c.lsh.n_hashes) : 0;
+    const bool full = kind == AttentionKind::Full;
+    const bool dropout = c.attention_dropout > 0;
+    // What AttentionState keeps (q, k, v, attended; lse; full: P) and the plan.
+    const double attention_state = x * inner * (3 + k_sep) + (full ? scores : x * heads);
+    const double plan_bytes = 3 * rounds * x * heads * 4;  // buckets, perm, undo (int)
+    plans += plan_bytes;
+    if (!c.reversible) stored += (2 * x * d + attention_state) * s;  // + block inputs
+    scratch = std::max(scratch, c.reversible ? attention_state * s : 0.0);
+    // Temporaries of the attention kernels.
+    const double shared_keys = full && !k_sep ? 2 * x * inner + x * heads : 0;
+    double fwd = 0, bwd = 0;
+    if (kind == AttentionKind::Lsh) {
+      fwd = x * heads + rounds * x * (inner + heads);  // key scale, per-round out and lse
+      bwd = 2 * x * heads + x * inner;                 // key scale, D, dk
+    } else if (kind == AttentionKind::Local) {
+      bwd = x * heads;  // D
+    } else {
+      fwd = 4 * x * inner + (dropout ? scores : 0) + shared_keys;  // per-head copies
+      bwd = 7 * x * inner + scores + (dropout ? scores : 0) + shared_keys + x * inner;  // + dS
+    }
+    // F's forward: LayerNorm output, F's output, mean and rstd, then the layer
+    // (without Save::All its q, k, v, attended, lse and P are temporaries too).
+    const double f_frame = 2 * x * d + 2 * x;
+    const double unsaved = c.reversible ? attention_state : 0;
+    ws_forward = std::max(ws_forward, f_frame + unsaved + fwd);
+    // Backward of F: dLN input, then the layer: dq, dv, (dk), d(attended).
+    const double attention_bwd = x * d + x * inner * (3 + k_sep) + bwd;
+    // FF (chunk rows): forward LN out, hidden, out; backward LN out, pre-activation,
+    // hidden, d hidden, d out, d LN out.
+    const double ff_forward = ff_rows * (2 * d + f + 2);
+    const double ff_backward = ff_rows * (3 * d + 3 * f + 2);
+    ws_forward = std::max(ws_forward, ff_forward);
+    if (c.reversible)  // G(y1), then F's recompute and backward
+      ws_backward = std::max(
+          ws_backward, x * d + std::max(ff_backward, x * d + 2 * x + std::max(fwd, attention_bwd)));
+    else  // the upstream gradient, then G's and F's backward
+      ws_backward =
+          std::max(ws_backward, x * d + std::max(ff_backward, x * d + 2 * x + attention_bwd));
+  }
+  // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice, one chunk of logits.
+  const double ws_loss = x * 6 * d + 2 * x + loss_rows * v + x;
+  const double streams = 2 * x * d * s;
+  StepMemory m;
+  m.forward = std::int64_t(streams + stored + plans + ws_forward * s);
+  m.loss = std::int64_t(2 * streams + stored + plans + std::max(ws_forward, ws_loss) * s);
+  m.backward = std::int64_t(2 * streams + stored + plans + scratch +
+                            std::max({ws_forward, ws_loss, ws_backward}) * s);
+  m.optimizer = m.backward;  // Adam updates in place; the workspace stays allocated
+  return m;
+}
+
+}  // namespace reformer::train

@@ -1,0 +1,94 @@
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/train/memory_sweep.hpp"
+#include "support/checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+models::ReformerConfig small_base() {
+  models::ReformerConfig c;
+  c.vocab = 32;
+  c.d_model = 32;
+  c.heads = 2;
+  c.d_head = 16;
+  c.d_ff = 64;
+  c.layers = 2;
+  c.lsh.chunk = 32;
+  c.lsh.n_hashes = 2;
+  c.local.chunk = 64;
+  c.ff_chunk = 64;
+  c.loss_chunk = 64;
+  return c;
+}
+
+// The instrument's promise: for every variant the peak predicted from the
+// shapes is within 20% of the tracker's, and the parameter state is exact.
+TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
+  train::SweepOptions options;
+  options.timed_steps = 1;
+  for (const auto& variant : train::sweep_variant_names())
+    for (const Index length : {Index(256), Index(512)}) {
+      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
+      ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+      EXPECT_EQ(p.layers, 2);
+      EXPECT_GT(p.measured.forward, 0) << variant;
+      EXPECT_GE(p.measured.backward, p.measured.forward) << variant;
+      const double ratio = double(p.measured.peak()) / double(p.predicted.peak());
+      EXPECT_NEAR(ratio, 1.0, 0.2) << variant << " at " << length;
+      EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << variant;
+      EXPECT_GT(p.seconds_per_step, 0.0);
+    }
+}
+
+// Full attention's peak is quadratic in the length, LSH's and the Reformer's
+// linear, measured and predicted alike.
+TEST(MemorySweep, FullAttentionGrowsQuadraticallyLshLinearly) {
+  train::SweepOptions options;
+  options.timed_steps = 0;
+  auto growth = [&](const std::string& variant, bool predicted) {
+    const auto a = train::run_sweep_point(variant, small_base(), 1, 512, options);
+    const auto b = train::run_sweep_point(variant, small_base(), 1, 1024, options);
+    return predicted ? double(b.predicted.peak()) / a.predicted.peak()
+                     : double(b.measured.peak()) / a.measured.peak();
+  };
+  for (const bool predicted : {false, true}) {
+    EXPECT_GT(growth("full", predicted), 3.0) << predicted;
+    EXPECT_LT(growth("lsh-2", predicted), 2.2) << predicted;
+    EXPECT_LT(growth("reformer", predicted), 2.2) << predicted;
+  }
+}
+
+// A point predicted above the budget is skipped with the reason, and nothing is
+// allocated for it.
+TEST(MemorySweep, PointOverTheBudgetIsSkippedNotAttempted) {
+  train::SweepOptions options;
+  options.budget_bytes = 1 << 20;
+  auto& tracker = MemoryTracker::instance();
+  const auto before = tracker.space(MemSpace::name()).allocations;
+  const auto p = train::run_sweep_point("full", small_base(), 1, 4096, options);
+  EXPECT_FALSE(p.ran);
+  EXPECT_NE(p.skipped.find("exceeds the budget of 1.00 MiB"), std::string::npos) << p.skipped;
+  EXPECT_GT(p.predicted.peak(), options.budget_bytes);
+  EXPECT_EQ(tracker.space(MemSpace::name()).allocations, before);
+}
+
+TEST(MemorySweep, BadVariantsAndShapesAreNamed) {
+  expect_error<ConfigError>([] { train::run_sweep_point("lsh-3", small_base(), 1, 256, {}); },
+                            {"unknown variant 'lsh-3'", "lsh-2"});
+  expect_error<ConfigError>([] { train::run_sweep_point("lsh-2", small_base(), 1, 100, {}); },
+                            {"100"});
+  train::SweepOptions options;
+  options.dtype = "half";
+  expect_error<ConfigError>([&] { train::run_sweep_point("lsh-2", small_base(), 1, 256, options); },
+                            {"dtype is 'half'"});
+}
+
+}  // namespace
+}  // namespace reformer
