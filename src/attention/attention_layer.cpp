@@ -41,7 +41,8 @@ AttentionKind parse_attention_kind(const std::string& name) {
   if (name == "full") return AttentionKind::Full;
   if (name == "lsh") return AttentionKind::Lsh;
   if (name == "local") return AttentionKind::Local;
-  throw ConfigError("attention: unknown kind '" + name + "' (expected full, lsh or local)");
+  if (name == "exact") return AttentionKind::Exact;
+  throw ConfigError("attention: unknown kind '" + name + "' (expected full, lsh, local or exact)");
 }
 
 const char* to_string(AttentionKind kind) {
@@ -52,6 +53,8 @@ const char* to_string(AttentionKind kind) {
       return "lsh";
     case AttentionKind::Local:
       return "local";
+    case AttentionKind::Exact:
+      return "exact";
   }
   return "?";
 }
@@ -188,6 +191,12 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
     case AttentionKind::Local:
       local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
       break;
+    case AttentionKind::Exact: {
+      ExactAttentionConfig exact;
+      exact.self_mask = config_.shares_qk();
+      exact_attention_forward<T>(qh, kh, vh, exact, call, out, lse(), workspace);
+      break;
+    }
   }
   // Output projection and its dropout.
   auto yr = as_rows<T>(y);
@@ -231,9 +240,11 @@ void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y,
                                       const AttentionLayerCall& call, AttentionState<T>& state,
                                       Workspace& workspace, Save save) const {
   const char* op = "AttentionLayer::forward_cross";
-  require<ConfigError>(config_.kind == AttentionKind::Full && w_k_ != nullptr, op,
-                       ": cross-attention needs full attention with separate q and k, got ",
-                       to_string(config_.kind), w_k_ ? "" : " (shared qk)");
+  require<ConfigError>(
+      (config_.kind == AttentionKind::Full || config_.kind == AttentionKind::Exact) &&
+          w_k_ != nullptr,
+      op, ": cross-attention needs full or exact attention with separate q and k, got ",
+      to_string(config_.kind), w_k_ ? "" : " (shared qk)");
   require_extent(op, "x", x, 2, config_.d_model);
   require_extent(op, "memory", memory, 2, config_.d_model);
   require_same_shape(op, "x", x, "y", y);
@@ -287,6 +298,13 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
       local_attention_backward<T>(qh, kh, vh, out, state.lse, dout, config_.local, call, gq,
                                   per_head(dk, batch, lk, h, d), gv, workspace);
       break;
+    case AttentionKind::Exact: {
+      ExactAttentionConfig exact;
+      exact.self_mask = config_.shares_qk();
+      exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, exact, call, gq,
+                                  per_head(dk, batch, lk, h, d), gv, workspace);
+      break;
+    }
   }
 }
 
@@ -306,9 +324,11 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Attenti
   Workspace::Frame frame(workspace);
   auto dq = frame.take<View2<T>>(rows, inner);
   auto dv = frame.take<View2<T>>(rows, inner);
-  // LSH returns one gradient for the shared qk; shared-QK full attention returns
-  // separate q and k gradients of the same projection, which add up.
-  const bool full_shared = !w_k_ && config_.kind == AttentionKind::Full;
+  // LSH returns one gradient for the shared qk; shared-QK full and exact
+  // attention return separate q and k gradients of the same projection, which
+  // add up.
+  const bool full_shared =
+      !w_k_ && (config_.kind == AttentionKind::Full || config_.kind == AttentionKind::Exact);
   View2<T> dk = w_k_ || full_shared ? frame.take<View2<T>>(rows, inner) : View2<T>();
   attention_backward(state, dy, dq, dk, dv, workspace);
   if (full_shared) ops::axpby<T>(T(1), as_vector(dk), T(1), as_vector(dq));
