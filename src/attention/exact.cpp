@@ -7,10 +7,10 @@
 // rounded up to whole register blocks); padded keys are "absent" (position -1)
 // and take no part in any softmax, padded queries are never written out.
 //
-// Masks and their constants are those of full attention, applied with the
-// chunked kernels' mask_row; the dropout mask of score (bh, i, j) is full
-// attention's ((bh * Lq + i) * Lk + j), a pure function of the position pair, so
-// forward and both backward passes replay it whatever the tiling.
+// Masks and their constants are those of full attention (rows of queries:
+// the chunked kernels' mask_row; rows of keys: mask_key_row); the dropout mask of score (bh, i, j)
+// is full attention's ((bh * Lq + i) * Lk + j), a pure function of the position pair, so forward
+// and both backward passes replay it whatever the tiling.
 #include "reformer/attention/exact.hpp"
 
 #include "attention/attention_checks.hpp"
@@ -78,14 +78,98 @@ struct ExactInputs {
                : T(0);
   }
   // Loads `rows` rows of x [batch, length, heads, d] starting at `first` into
-  // scratch (rows and/or transposed), times `factor`; rows past `length` are zero.
+  // scratch, times `factor`; rows past `length` are zero. As rows: contiguous
+  // copies (every tile pair loads its streamed operands this way); transposed:
+  // through the chunked kernels' gather (once per team).
   template <class X>
-  KOKKOS_INLINE_FUNCTION void load(const TeamMember& team, const X& x, Index b, Index h,
-                                   Index first, Index rows, Index length, T factor,
-                                   Scratch2<T> as_rows, Scratch2<T> as_cols) const {
+  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, Index b, Index h,
+                                        Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
+    const Index dh = in.d_head;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
+      T* to = &dst(r, 0);
+      if (first + r >= length) {
+        for (Index c = 0; c < dh; ++c) to[c] = T(0);
+        return;
+      }
+      const auto* from = &x(b, first + r, h, 0);
+      for (Index c = 0; c < dh; ++c) to[c] = T(from[c]) * factor;
+    });
+  }
+  template <class X>
+  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, Index b, Index h,
+                                        Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
     detail::gather_rows<T>(
         team, rows, in.d_head, [&](Index r) { return first + r < length ? first + r : Index(-1); },
-        [&](Index pos, Index c) { return T(x(b, pos, h, c)) * factor; }, as_rows, as_cols);
+        [&](Index pos, Index c) { return T(x(b, pos, h, c)) * factor; }, Scratch2<T>(), dst);
+  }
+  // Positions of a tile's rows (-1 past the sequence).
+  KOKKOS_INLINE_FUNCTION void positions(const TeamMember& team, Index first, Index n, Index length,
+                                        ScratchInts pos) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
+                         [&](Index r) { pos(r) = first + r < length ? int(first + r) : -1; });
+  }
+  // Per query of a tile: softmax_base and D_i, as ld(r, 0..2) = base, D, rest.
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void load_rows_stats(const TeamMember& team, const L& lse, const L& delta,
+                                              Index b, Index h, Index first, Scratch2<T> ld) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+      const Index i = first + r;
+      T base = 0, rest = 0;
+      if (i < lq) softmax_base(b, i, lse(b, i, h), base, rest);
+      ld(r, 0) = base;
+      ld(r, 1) = i < lq ? delta(b, i, h) : T(0);
+      ld(r, 2) = rest;
+    });
+  }
+  // Scores of key j (a row of S^T) against the queries posq[0, BQ) of a tile,
+  // with the masks of full attention. Absent keys or queries get kNoScore.
+  // kGrad: grad[s] = 1 where the score is a dot product, 0 where a constant
+  // replaced it. Without padding everything but the row's key is a select: the
+  // loop vectorises.
+  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, const int* posq, T* row) const {
+    if (j >= lk) {
+      for (Index s = 0; s < BQ; ++s) row[s] = T(kNoScore);
+      return;
+    }
+    const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
+    const bool causal = in.causal, self_mask = in.self_mask;
+    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    for (Index s = 0; s < BQ; ++s) {
+      const int i = posq[s];
+      const bool absent = i < 0, self = self_mask && i == j;
+      const bool constant = padded || (causal && j > i);
+      row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : row[s];
+    }
+  }
+  // Backward along key j: srow holds its scores (S^T row), drow dP^T = (v_j . dout_i);
+  // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
+  // constant replaced the score.
+  KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, const int* posq,
+                                                Scratch2<T> ld, T* srow, T* drow) const {
+    if (j >= lk) {
+      for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = T(0);
+      return;
+    }
+    const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
+    const bool causal = in.causal, self_mask = in.self_mask;
+    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    auto entry = [&](Index s, T keep) {
+      const int i = posq[s];
+      const bool absent = i < 0, self = self_mask && i == j;
+      const bool constant = padded || (causal && j > i);
+      const T score = self ? self_value : constant ? masked_value : srow[s];
+      const T p = absent ? T(0) : softmax_weight((score - ld(s, 0)) - ld(s, 2));
+      const T grad = self || constant ? T(0) : T(1);
+      drow[s] = p * grad * (keep * drow[s] - ld(s, 1));
+      srow[s] = p * keep;
+    };
+    if (in.dropout.rate > 0.0) {
+      for (Index s = 0; s < BQ; ++s) entry(s, posq[s] < 0 ? T(0) : drop(bh, posq[s], j));
+    } else {
+      for (Index s = 0; s < BQ; ++s) entry(s, T(1));
+    }
   }
 };
 
@@ -98,11 +182,16 @@ KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, Scratch2<T> m) {
   });
 }
 
-// Forward: one team per (batch * head, query tile), heaviest tiles first.
+// Forward: one team per (batch * head, query tile), heaviest tiles first. The
+// team keeps its queries transposed (Qs^T) and streams key tiles as rows:
+// S^T = K Qs^T, so that only contiguous rows are loaded per key tile. The
+// online softmax runs down the columns of S^T (one per query), vectorised
+// along the row.
 template <class T>
 struct ExactForward {
   using Traits = TileTraits<T>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index G = Traits::block_cols;  // queries per column group
   ExactInputs<T> x;
   View4<T> out;
   View3<T> lse;
@@ -110,79 +199,108 @@ struct ExactForward {
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(BQ, dp) + Scratch2<T>::shmem_size(dp, BK) +
-           Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(BQ, 2) + ScratchInts::shmem_size(BK);
+    return Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
+           2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(BK, BQ) +
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const Index bhs = x.in.heads * out.extent(0), heads = x.in.heads, dh = x.in.d_head;
     const Index dp = x.dpad, lq = x.lq, lk = x.lk;
-    const Index qt = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, BQ, dp), kt(scratch, dp, BK), vs(scratch, BK, dp), s(scratch, BQ, BK),
-        o(scratch, BQ, dp), ml(scratch, BQ, 2);
-    ScratchInts posk(scratch, BK);
-    Scratch2<T> none;
+    Scratch2<T> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
+        st(scratch, BK, BQ), stats(scratch, 3, BQ);  // stats: max, sum, rescale per query
+    ScratchInts posq(scratch, BQ);
     zero<T>(team, o);
     if (dh != dp) {
-      zero<T>(team, qs);
-      zero<T>(team, kt);
+      zero<T>(team, qt);
+      zero<T>(team, ks);
       zero<T>(team, vs);
     }
     team.team_barrier();
-    x.load(team, x.in.q, b, h, qt * BQ, BQ, lq, x.scale, qs, none);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-      ml(r, 0) = T(kNoScore);
-      ml(r, 1) = T(0);
+    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
+    x.positions(team, qc * BQ, BQ, lq, posq);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      stats(0, s) = T(kNoScore);
+      stats(1, s) = T(0);
     });
-    const Index tiles = x.key_tiles(b, qt);
+    const bool dropout = x.in.dropout.rate > 0.0;
+    const Index tiles = x.key_tiles(b, qc);
     for (Index kc = 0; kc < tiles; ++kc) {
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        const Index j = kc * BK + t;
-        posk(t) = j < lk ? int(j) : -1;
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                           [&](Index t) { x.mask_key_row(b, kc * BK + t, &posq(0), &st(t, 0)); });
+      team.team_barrier();
+      // Online softmax per query (column), G columns per thread.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
+        T* m = &stats(0, g * G);
+        T* l = &stats(1, g * G);
+        T* alpha = &stats(2, g * G);
+        T m_new[G], sum[G];
+        for (Index s = 0; s < G; ++s) {
+          m_new[s] = m[s];
+          sum[s] = T(0);
+        }
+        for (Index t = 0; t < BK; ++t) {
+          const T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
+        }
+        for (Index t = 0; t < BK; ++t) {
+          T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) {
+            row[s] = softmax_weight(row[s] - m_new[s]);
+            sum[s] += row[s];
+          }
+        }
+        for (Index s = 0; s < G; ++s) {
+          alpha[s] = softmax_weight(m[s] - m_new[s]);
+          l[s] = l[s] * alpha[s] + sum[s];
+          m[s] = m_new[s];
+        }
+        if (dropout)
+          for (Index t = 0; t < BK; ++t) {
+            const Index j = kc * BK + t;
+            T* row = &st(t, g * G);
+            for (Index s = 0; s < G; ++s) {
+              const int i = posq(g * G + s);
+              row[s] *= i < 0 || j >= lk ? T(0) : x.drop(bh, i, j);
+            }
+          }
       });
-      x.load(team, x.in.k, b, h, kc * BK, BK, lk, T(1), none, kt);
-      x.load(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs, none);
       team.team_barrier();
-      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-      team.team_barrier();
-      // Online softmax: rescale the row's sum and output to the new maximum.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        const Index i = qt * BQ + r;
-        T* row = &s(r, 0);
-        x.in.template mask_row<false>(b, bh, i, &posk(0), BK, row, nullptr);
-        const T m_old = ml(r, 0), tile_max = max_values(row, BK);
-        const T m = tile_max > m_old ? tile_max : m_old;
-        const T alpha = softmax_weight(m_old - m);
-        for (Index t = 0; t < BK; ++t) row[t] = softmax_weight(row[t] - m);
-        ml(r, 0) = m;
-        ml(r, 1) = ml(r, 1) * alpha + sum_values(row, BK);
-        if (x.in.dropout.rate > 0.0 && i < lq)
-          for (Index t = 0; t < BK; ++t) row[t] *= posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
-        T* orow = &o(r, 0);
-        for (Index c = 0; c < dp; ++c) orow[c] *= alpha;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        const T a = stats(2, s);
+        T* orow = &o(s, 0);
+        for (Index c = 0; c < dp; ++c) orow[c] *= a;
       });
       team.team_barrier();
-      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &s(0, 0), BK, 1, &vs(0, 0), dp);
+      // O += P V, P read transposed out of S^T.
+      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, &vs(0, 0), dp);
     }
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-      const Index i = qt * BQ + r;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = qc * BQ + s;
       if (i >= lq) return;
-      const T sum = ml(r, 1), inverse = T(1) / sum;
+      const T sum = stats(1, s), inverse = T(1) / sum;
       T* dst = &out(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = o(r, c) * inverse;
-      lse(b, i, h) = ml(r, 0) + compat::log(sum);
+      for (Index c = 0; c < dh; ++c) dst[c] = o(s, c) * inverse;
+      lse(b, i, h) = stats(0, s) + compat::log(sum);
     });
   }
 };
 
-// Backward, keys: one team per (batch * head, key tile) streams the query tiles
-// that see it and sums dK = dS^T Qs and dV = dropout(P)^T dout in scratch.
-// Scores are computed transposed (rows: keys), so padding is a row constant.
+// Backward, keys: one team per (batch * head, key tile) keeps its keys and
+// values transposed and streams the query tiles that see it as rows:
+// S = Qs K^T, dP = dout V^T (rows: queries, masked by the chunked kernels'
+// mask_row), then dV += dropout(P)^T dout and dK += dS^T Qs, with P and dS read
+// transposed. The sums stay in scratch.
 template <class T>
 struct ExactBackwardKeys {
   using Traits = TileTraits<T>;
@@ -195,9 +313,9 @@ struct ExactBackwardKeys {
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 4 * Scratch2<T>::shmem_size(BK, dp) + 2 * Scratch2<T>::shmem_size(dp, BQ) +
-           2 * Scratch2<T>::shmem_size(BQ, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BQ);
+    return 2 * Scratch2<T>::shmem_size(dp, BK) + 2 * Scratch2<T>::shmem_size(BK, dp) +
+           2 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
+           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BK);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -206,77 +324,64 @@ struct ExactBackwardKeys {
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> ks(scratch, BK, dp), vs(scratch, BK, dp), dks(scratch, BK, dp),
-        dvs(scratch, BK, dp), qt(scratch, dp, BQ), dot(scratch, dp, BQ), qs(scratch, BQ, dp),
-        dos(scratch, BQ, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ), ld(scratch, BQ, 3);
-    ScratchInts posq(scratch, BQ);
-    Scratch2<T> none;
+    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
+        dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), s(scratch, BQ, BK),
+        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, BQ, 3);
+    ScratchInts posk(scratch, BK);
     zero<T>(team, dks);
     zero<T>(team, dvs);
     if (dh != dp) {
-      zero<T>(team, ks);
-      zero<T>(team, vs);
-      zero<T>(team, qt);
-      zero<T>(team, dot);
+      zero<T>(team, kt);
+      zero<T>(team, vt);
       zero<T>(team, qs);
       zero<T>(team, dos);
     }
     team.team_barrier();
-    x.load(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks, none);
-    x.load(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs, none);
-    const bool padding = x.in.key_valid.extent(0) != 0, causal = x.in.causal;
-    const bool self_mask = x.in.self_mask, dropout = x.in.dropout.rate > 0.0;
-    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
+    x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
+    x.positions(team, kc * BK, BK, lk, posk);
+    const bool dropout = x.in.dropout.rate > 0.0;
     for (Index qc = 0; qc < x.nq; ++qc) {
       if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
       team.team_barrier();
+      x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
+      x.load_rows(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs);
+      x.load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos);
+      team.team_barrier();
+      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
+      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+      team.team_barrier();
+      // s <- dropout(P), dps <- dS = P (drop dP - D), zero where a constant
+      // replaced the score.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
         const Index i = qc * BQ + r;
-        const bool present = i < lq;
-        posq(r) = present ? int(i) : -1;
-        T base = 0, rest = 0;
-        if (present) x.softmax_base(b, i, lse(b, i, h), base, rest);
-        ld(r, 0) = base;
-        ld(r, 1) = present ? delta(b, i, h) : T(0);
-        ld(r, 2) = rest;
-      });
-      x.load(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs, qt);
-      x.load(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos, dot);
-      team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
-      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
-      team.team_barrier();
-      // st <- dropout(P)^T, dpt <- dS^T (zero where a constant replaced the score).
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        const Index j = kc * BK + t;
-        T* srow = &st(t, 0);
-        T* drow = &dpt(t, 0);
-        if (j >= lk) {
-          for (Index r = 0; r < BQ; ++r) srow[r] = drow[r] = T(0);
+        T* row = &s(r, 0);
+        T* drow = &dps(r, 0);
+        T* grad = &grad_masks(r, 0);
+        if (i >= lq) {
+          for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
           return;
         }
-        const bool padded = padding && x.in.key_valid(b, j) == 0;
-        // P = exp(score - lse), dS = P (drop dP - D); the loop without dropout
-        // has no calls and vectorises.
-        auto entry = [&](Index r, T keep) {
-          const int i = posq(r);
-          const bool absent = i < 0, self = self_mask && i == j;
-          const bool constant = padded || (causal && j > i);
-          const T score = self ? self_value : constant ? masked_value : srow[r];
-          const T p = absent ? T(0) : softmax_weight((score - ld(r, 0)) - ld(r, 2));
-          const T grad = self || constant ? T(0) : T(1);
-          drow[r] = p * grad * (keep * drow[r] - ld(r, 1));
-          srow[r] = p * keep;
-        };
+        x.in.template mask_row<true>(b, bh, i, &posk(0), BK, row, grad);
+        const T base = ld(r, 0), d_i = ld(r, 1), rest = ld(r, 2);
         if (dropout) {
-          for (Index r = 0; r < BQ; ++r) entry(r, posq(r) < 0 ? T(0) : x.drop(bh, posq(r), j));
+          for (Index t = 0; t < BK; ++t) {
+            const T keep = posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
+            const T p = softmax_weight((row[t] - base) - rest);
+            drow[t] = p * grad[t] * (keep * drow[t] - d_i);
+            row[t] = p * keep;
+          }
         } else {
-          for (Index r = 0; r < BQ; ++r) entry(r, T(1));
+          for (Index t = 0; t < BK; ++t) {
+            const T p = softmax_weight((row[t] - base) - rest);
+            drow[t] = p * grad[t] * (drow[t] - d_i);
+            row[t] = p;
+          }
         }
       });
       team.team_barrier();
-      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &st(0, 0), BQ, 1, &dos(0, 0), dp);
-      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dpt(0, 0), BQ, 1, &qs(0, 0), dp);
+      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
+      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
@@ -292,8 +397,10 @@ struct ExactBackwardKeys {
   }
 };
 
-// Backward, queries: one team per (batch * head, query tile) streams the key
-// tiles it sees and sums dQ = scale dS K in scratch, heaviest tiles first.
+// Backward, queries: one team per (batch * head, query tile), heaviest first,
+// keeps its queries and output gradients transposed and streams the key tiles
+// it sees as rows: S^T = K Qs^T, dP^T = V dout^T (rows: keys), then
+// dQ += dS K with dS read transposed; dQ = scale dQ at the end.
 template <class T>
 struct ExactBackwardQueries {
   using Traits = TileTraits<T>;
@@ -306,9 +413,9 @@ struct ExactBackwardQueries {
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 3 * Scratch2<T>::shmem_size(BQ, dp) + 2 * Scratch2<T>::shmem_size(dp, BK) +
-           Scratch2<T>::shmem_size(BK, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BK);
+    return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
+           2 * Scratch2<T>::shmem_size(BK, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
+           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -317,64 +424,36 @@ struct ExactBackwardQueries {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, BQ, dp), dos(scratch, BQ, dp), dqs(scratch, BQ, dp),
-        kt(scratch, dp, BK), vt(scratch, dp, BK), ks(scratch, BK, dp), s(scratch, BQ, BK),
-        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, BQ, 3);
-    ScratchInts posk(scratch, BK);
-    Scratch2<T> none;
+    Scratch2<T> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
+        ks(scratch, BK, dp), vs(scratch, BK, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ),
+        ld(scratch, BQ, 3);
+    ScratchInts posq(scratch, BQ);
     zero<T>(team, dqs);
     if (dh != dp) {
-      zero<T>(team, qs);
-      zero<T>(team, dos);
-      zero<T>(team, kt);
-      zero<T>(team, vt);
+      zero<T>(team, qt);
+      zero<T>(team, dot);
       zero<T>(team, ks);
+      zero<T>(team, vs);
     }
     team.team_barrier();
-    x.load(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs, none);
-    x.load(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos, none);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-      const Index i = qc * BQ + r;
-      T base = 0, rest = 0;
-      if (i < lq) x.softmax_base(b, i, lse(b, i, h), base, rest);
-      ld(r, 0) = base;
-      ld(r, 1) = i < lq ? delta(b, i, h) : T(0);
-      ld(r, 2) = rest;
-    });
-    const bool dropout = x.in.dropout.rate > 0.0;
+    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
+    x.load_cols(team, dout, b, h, qc * BQ, BQ, lq, T(1), dot);
+    x.positions(team, qc * BQ, BQ, lq, posq);
+    x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
     const Index tiles = x.key_tiles(b, qc);
     for (Index kc = 0; kc < tiles; ++kc) {
       team.team_barrier();
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
+      team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        const Index j = kc * BK + t;
-        posk(t) = j < lk ? int(j) : -1;
-      });
-      x.load(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks, kt);
-      x.load(team, x.in.v, b, h, kc * BK, BK, lk, T(1), none, vt);
-      team.team_barrier();
-      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-      team.team_barrier();
-      // dps <- dS = P (drop dP - D), zero where a constant replaced the score.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        const Index i = qc * BQ + r;
-        T* row = &s(r, 0);
-        T* drow = &dps(r, 0);
-        T* grad = &grad_masks(r, 0);
-        x.in.template mask_row<true>(b, bh, i, &posk(0), BK, row, grad);
-        const T base = ld(r, 0), d_i = ld(r, 1), rest = ld(r, 2);
-        if (dropout && i < lq) {
-          for (Index t = 0; t < BK; ++t) {
-            const T keep = posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
-            drow[t] = softmax_weight((row[t] - base) - rest) * grad[t] * (keep * drow[t] - d_i);
-          }
-        } else {
-          for (Index t = 0; t < BK; ++t)
-            drow[t] = softmax_weight((row[t] - base) - rest) * grad[t] * (drow[t] - d_i);
-        }
+        x.key_row_gradients(b, bh, kc * BK + t, &posq(0), ld, &st(t, 0), &dpt(t, 0));
       });
       team.team_barrier();
-      team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0), dp);
+      team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
     }
     team.team_barrier();
     const T scale = x.scale;
