@@ -110,7 +110,8 @@ struct ExactInputs {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
                          [&](Index r) { pos(r) = first + r < length ? int(first + r) : -1; });
   }
-  // Per query of a tile: softmax_base and D_i, as ld(r, 0..2) = base, D, rest.
+  // Per query r of a tile: softmax_base and D_i, as ld(0..2, r) = base, D, rest
+  // (rows of BQ, so that loops along a row of keys read them contiguously).
   template <class L>
   KOKKOS_INLINE_FUNCTION void load_rows_stats(const TeamMember& team, const L& lse, const L& delta,
                                               Index b, Index h, Index first, Scratch2<T> ld) const {
@@ -118,17 +119,17 @@ struct ExactInputs {
       const Index i = first + r;
       T base = 0, rest = 0;
       if (i < lq) softmax_base(b, i, lse(b, i, h), base, rest);
-      ld(r, 0) = base;
-      ld(r, 1) = i < lq ? delta(b, i, h) : T(0);
-      ld(r, 2) = rest;
+      ld(0, r) = base;
+      ld(1, r) = i < lq ? delta(b, i, h) : T(0);
+      ld(2, r) = rest;
     });
   }
-  // Scores of key j (a row of S^T) against the queries posq[0, BQ) of a tile,
+  // Scores of key j (a row of S^T) against the queries [first, first + BQ),
   // with the masks of full attention. Absent keys or queries get kNoScore.
   // kGrad: grad[s] = 1 where the score is a dot product, 0 where a constant
   // replaced it. Without padding everything but the row's key is a select: the
   // loop vectorises.
-  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, const int* posq, T* row) const {
+  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, T* row) const {
     if (j >= lk) {
       for (Index s = 0; s < BQ; ++s) row[s] = T(kNoScore);
       return;
@@ -137,17 +138,20 @@ struct ExactInputs {
     const bool causal = in.causal, self_mask = in.self_mask;
     const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
     for (Index s = 0; s < BQ; ++s) {
-      const int i = posq[s];
-      const bool absent = i < 0, self = self_mask && i == j;
+      const Index i = first + s;
+      const bool absent = i >= lq, self = self_mask && i == j;
       const bool constant = padded || (causal && j > i);
-      row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : row[s];
+      const T dot = row[s];
+      row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : dot;
     }
   }
   // Backward along key j: srow holds its scores (S^T row), drow dP^T = (v_j . dout_i);
   // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
   // constant replaced the score.
-  KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, const int* posq,
-                                                Scratch2<T> ld, T* srow, T* drow) const {
+  KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, Index first,
+                                                Scratch2<T> ld, T* srow_, T* drow_) const {
+    T* srow = srow_;
+    T* drow = drow_;
     if (j >= lk) {
       for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = T(0);
       return;
@@ -155,20 +159,32 @@ struct ExactInputs {
     const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
     const bool causal = in.causal, self_mask = in.self_mask;
     const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
-    auto entry = [&](Index s, T keep) {
-      const int i = posq[s];
-      const bool absent = i < 0, self = self_mask && i == j;
-      const bool constant = padded || (causal && j > i);
-      const T score = self ? self_value : constant ? masked_value : srow[s];
-      const T p = absent ? T(0) : softmax_weight((score - ld(s, 0)) - ld(s, 2));
-      const T grad = self || constant ? T(0) : T(1);
-      drow[s] = p * grad * (keep * drow[s] - ld(s, 1));
-      srow[s] = p * keep;
-    };
+    const T* base = &ld(0, 0);
+    const T* d = &ld(1, 0);
+    const T* rest = &ld(2, 0);
     if (in.dropout.rate > 0.0) {
-      for (Index s = 0; s < BQ; ++s) entry(s, posq[s] < 0 ? T(0) : drop(bh, posq[s], j));
+      for (Index s = 0; s < BQ; ++s) {
+        const Index i = first + s;
+        const bool self = self_mask && i == j, constant = padded || (causal && j > i);
+        const T dot = srow[s];  // read unconditionally, so that the selects vectorise
+        const T score = self ? self_value : constant ? masked_value : dot;
+        const T p = i >= lq ? T(0) : softmax_weight((score - base[s]) - rest[s]);
+        const T keep = i >= lq ? T(0) : drop(bh, i, j);
+        drow[s] = self || constant ? T(0) : p * (keep * drow[s] - d[s]);
+        srow[s] = p * keep;
+      }
     } else {
-      for (Index s = 0; s < BQ; ++s) entry(s, T(1));
+      // Mask first (absent queries get kNoScore, so P = 0 there), then a loop
+      // of arithmetic and index selects only: both vectorise.
+      mask_key_row(b, j, first, srow);
+      for (Index s = 0; s < BQ; ++s) {
+        const Index i = first + s;
+        const bool self = self_mask && i == j, constant = padded || (causal && j > i);
+        const T grad = self || constant ? T(0) : T(1);
+        const T p = softmax_weight((srow[s] - base[s]) - rest[s]);
+        drow[s] = p * grad * (drow[s] - d[s]);
+        srow[s] = p;
+      }
     }
   }
 };
@@ -236,7 +252,7 @@ struct ExactForward {
       team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
-                           [&](Index t) { x.mask_key_row(b, kc * BK + t, &posq(0), &st(t, 0)); });
+                           [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
       team.team_barrier();
       // Online softmax per query (column), G columns per thread.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
@@ -315,7 +331,7 @@ struct ExactBackwardKeys {
     const Index dp = x.dpad;
     return 2 * Scratch2<T>::shmem_size(dp, BK) + 2 * Scratch2<T>::shmem_size(BK, dp) +
            2 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BK);
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -326,7 +342,7 @@ struct ExactBackwardKeys {
     const auto scratch = team.team_scratch(level);
     Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
         dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), s(scratch, BQ, BK),
-        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, BQ, 3);
+        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
     ScratchInts posk(scratch, BK);
     zero<T>(team, dks);
     zero<T>(team, dvs);
@@ -363,7 +379,7 @@ struct ExactBackwardKeys {
           return;
         }
         x.in.template mask_row<true>(b, bh, i, &posk(0), BK, row, grad);
-        const T base = ld(r, 0), d_i = ld(r, 1), rest = ld(r, 2);
+        const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
         if (dropout) {
           for (Index t = 0; t < BK; ++t) {
             const T keep = posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
@@ -415,7 +431,7 @@ struct ExactBackwardQueries {
     const Index dp = x.dpad;
     return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
            2 * Scratch2<T>::shmem_size(BK, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(BQ, 3) + ScratchInts::shmem_size(BQ);
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -426,7 +442,7 @@ struct ExactBackwardQueries {
     const auto scratch = team.team_scratch(level);
     Scratch2<T> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
         ks(scratch, BK, dp), vs(scratch, BK, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ),
-        ld(scratch, BQ, 3);
+        ld(scratch, 3, BQ);
     ScratchInts posq(scratch, BQ);
     zero<T>(team, dqs);
     if (dh != dp) {
@@ -450,7 +466,7 @@ struct ExactBackwardQueries {
       team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        x.key_row_gradients(b, bh, kc * BK + t, &posq(0), ld, &st(t, 0), &dpt(t, 0));
+        x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, &st(t, 0), &dpt(t, 0));
       });
       team.team_barrier();
       team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
