@@ -1,19 +1,21 @@
 // Forward + backward time and measured peak memory of the attention variants on
 // the same inputs: d_model 256 as 4 heads of 64, batch 1, causal, float.
 //   BM_AttentionLayer/kind/L: the whole layer (projections included; kind 0
-//   full, 1 LSH with 2 hashes, 2 local), state and workspace reused after a
+//   full, 1 LSH with 2 hashes, 2 local, 3 exact), state and workspace reused after a
 //   warm-up step; peak_MiB counts everything above x, dy and the parameters
 //   (y, dx, the saved state and the workspace included).
 //   BM_LshSort/L: the counting sort alone (buckets from one hashing, 2 hashes).
 //   BM_FullAttention/L, BM_LshAttention/L/n_hashes (chunk 64, 2 * L / 64 buckets
 //   per round, factorised into two factors so that hashing stays O(L)),
-//   BM_LocalAttention/L (chunk 128, one chunk back).
+//   BM_LocalAttention/L (chunk 128, one chunk back),
+//   BM_ExactAttention/L (exact attention in O(L) memory, tiles from TileTraits).
 // Time is the best of 3 runs up to L = 16384 and of 2 beyond (the first run at a
 // new size also pays for first touching its memory).
 // Counters: us_per_token (time / L in microseconds), peak_MiB (memory tracker: the peak of
 // the attention's own buffers above the inputs and gradients, which are
 // allocated beforehand and total 8 * L * 256 floats).
 #include "reformer/attention/attention_layer.hpp"
+#include "reformer/attention/exact.hpp"
 #include "reformer/attention/full.hpp"
 #include "reformer/attention/local.hpp"
 #include "reformer/attention/lsh.hpp"
@@ -132,6 +134,20 @@ void BM_FullAttention(benchmark::State& state) {
     attention::full_attention_forward<float>(t.q, t.k, t.v, config, call, t.out, saved, workspace);
     attention::full_attention_backward<float>(t.q, t.k, t.v, saved, t.dout, config, call, t.dq,
                                               t.dk, t.dv, workspace);
+  });
+}
+
+void BM_ExactAttention(benchmark::State& state) {
+  const Index length = state.range(0);
+  Tensors t(length);
+  const attention::ExactAttentionConfig config;
+  const auto call = causal_call();
+  View3<float> lse("lse", 1, length, kHeads);
+  Workspace workspace;
+  measure(state, length, [&] {
+    attention::exact_attention_forward<float>(t.q, t.k, t.v, config, call, t.out, lse, workspace);
+    attention::exact_attention_backward<float>(t.q, t.k, t.v, t.out, lse, t.dout, config, call,
+                                               t.dq, t.dk, t.dv, workspace);
   });
 }
 
@@ -267,6 +283,11 @@ BENCHMARK(BM_FullAttention)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
+BENCHMARK(BM_ExactAttention)
+    ->Apply(full_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
 BENCHMARK(BM_LshAttention)
     ->Apply(lsh_cases)
     ->Iterations(1)
@@ -285,6 +306,8 @@ BENCHMARK(BM_LshForward)
 void layer_cases(benchmark::internal::Benchmark* b) {
   for (int kind : {0, 1, 2})
     for (int l : {1024, 4096, 16384}) b->Args({kind, l});
+  // Exact attention also at the lengths of the PyTorch SDPA comparison.
+  for (int l : {1024, 2048, 4096, 8192, 16384}) b->Args({3, l});
 }
 void sort_cases(benchmark::internal::Benchmark* b) {
   for (int l : {4096, 16384, 65536}) b->Args({l});

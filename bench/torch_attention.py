@@ -28,12 +28,13 @@ on free, so a block freed and reallocated within a run is not counted twice.)
 The "backend" column is the autograd node of the attention output, which tells
 which SDPA kernel ran (ScaledDotProductFlashAttentionForCpuBackward0: the fused
 flash kernel; otherwise the unfused math path). With --ours-layer, our
-BM_AttentionLayer full and LSH-2 rows are added where the binary has that length
-(1024, 4096 and 16384).
+BM_AttentionLayer rows of the kinds in --ours-kinds (default: full and lsh, i.e.
+LSH-2; also local and exact) are added where the binary has that length (full,
+LSH and local: 1024, 4096 and 16384; exact: 1024 to 16384).
 
 Usage:
   bench/torch_attention.py [--threads 2] [--ours build/openmp/bench/bench_attention]
-  bench/torch_attention.py --impl sdpa [--lengths 2048 4096] [--ours-layer]
+  bench/torch_attention.py --impl sdpa [--lengths 2048 4096] [--ours-layer] [--ours-kinds exact]
 """
 import argparse
 import json
@@ -179,8 +180,11 @@ def run_sdpa_case(length, threads):
     print(json.dumps({"seconds": best, "peak_MiB": peak_mib, "backend": layer.last_backend}))
 
 
+LAYER_KINDS = {"full": (0, "full"), "lsh": (1, "LSH-2"), "local": (2, "local"), "exact": (3, "exact")}
+
+
 def ours_layer(binary, kind, length, threads):
-    """BM_AttentionLayer/kind/length (0 full, 1 LSH-2): seconds and peak MiB, or None."""
+    """BM_AttentionLayer/kind/length (0 full, 1 LSH-2, 2 local, 3 exact): seconds and peak MiB, or None."""
     name = f"BM_AttentionLayer/{kind}/{length}/"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
     out = subprocess.run([binary, f"--benchmark_filter=^{name}", "--benchmark_format=json"],
@@ -194,18 +198,18 @@ def ours_layer(binary, kind, length, threads):
 
 
 def main_sdpa(args):
-    ours_cols = " ours full s | ours full MiB | ours LSH-2 s | ours LSH-2 MiB |" if args.ours_layer else ""
+    kinds = [LAYER_KINDS[k] for k in args.ours_kinds] if args.ours_layer else []
+    ours_cols = "".join(f" ours {label} s | ours {label} MiB |" for _, label in kinds)
     print(f"| layer | L | PyTorch {torch.__version__} s | PyTorch peak MiB | backend |{ours_cols}")
-    print("|---|---|---|---|---|" + ("---|---|---|---|" if args.ours_layer else ""))
+    print("|---|---|---|---|---|" + "---|---|" * len(kinds))
     for length in args.lengths:
         res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--sdpa-case",
                               str(length)], capture_output=True, text=True, check=True)
         row = json.loads(res.stdout.strip().splitlines()[-1])
         line = f"| SDPA | {length} | {row['seconds']:.3f} | {row['peak_MiB']:.0f} | {row['backend']} |"
-        if args.ours_layer:
-            for kind in (0, 1):
-                got = ours_layer(args.ours, kind, length, args.threads)
-                line += f" {got[0]:.3f} | {got[1]:.0f} |" if got else " - | - |"
+        for kind, _ in kinds:
+            got = ours_layer(args.ours, kind, length, args.threads)
+            line += f" {got[0]:.3f} | {got[1]:.0f} |" if got else " - | - |"
         print(line, flush=True)
 
 
@@ -228,7 +232,9 @@ def main():
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384],
                         help="sdpa: sequence lengths")
     parser.add_argument("--ours-layer", action="store_true",
-                        help="sdpa: add our BM_AttentionLayer rows (full, LSH-2) from --ours")
+                        help="sdpa: add our BM_AttentionLayer columns (see --ours-kinds) from --ours")
+    parser.add_argument("--ours-kinds", nargs="+", choices=sorted(LAYER_KINDS), default=["full", "lsh"],
+                        help="sdpa with --ours-layer: which of our attention kinds to add (default: full lsh)")
     parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--sdpa-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

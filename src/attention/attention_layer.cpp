@@ -36,14 +36,21 @@ Kokkos::View<const T**, Layout, MemSpace> as_rows(
                                                    x.extent(2));
 }
 
-// Full attention with shared q/k scores against the normalised queries, as LSH
-// does (shared_qk.hpp), so the scale is already in the keys; the own position
-// is masked.
+// Full and exact attention with shared q/k score against the normalised
+// queries, as LSH does (shared_qk.hpp), so the scale is already in the keys;
+// the own position is masked.
 FullAttentionConfig full_config(bool shared_qk) {
   FullAttentionConfig full;
   full.self_mask = shared_qk;
   full.scale = shared_qk ? 1.0 : 0.0;
   return full;
+}
+
+ExactAttentionConfig exact_config(bool shared_qk) {
+  ExactAttentionConfig exact;
+  exact.self_mask = shared_qk;
+  exact.scale = shared_qk ? 1.0 : 0.0;
+  return exact;
 }
 
 }  // namespace
@@ -52,7 +59,8 @@ AttentionKind parse_attention_kind(const std::string& name) {
   if (name == "full") return AttentionKind::Full;
   if (name == "lsh") return AttentionKind::Lsh;
   if (name == "local") return AttentionKind::Local;
-  throw ConfigError("attention: unknown kind '" + name + "' (expected full, lsh or local)");
+  if (name == "exact") return AttentionKind::Exact;
+  throw ConfigError("attention: unknown kind '" + name + "' (expected full, lsh, local or exact)");
 }
 
 const char* to_string(AttentionKind kind) {
@@ -63,6 +71,8 @@ const char* to_string(AttentionKind kind) {
       return "lsh";
     case AttentionKind::Local:
       return "local";
+    case AttentionKind::Exact:
+      return "exact";
   }
   return "?";
 }
@@ -172,19 +182,20 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
     return keep ? ensure_view(state.lse, "attention_lse", batch, lq, h)
                 : frame.take<View3<T>>(batch, lq, h);
   };
+  // Full and exact attention with shared q/k score against the normalised queries.
+  View4<T> keys = kh;
+  if (!w_k_ && (config_.kind == AttentionKind::Full || config_.kind == AttentionKind::Exact)) {
+    auto scale = frame.take<View3<T>>(batch, lq, h);
+    keys = frame.take<View4<T>>(batch, lq, h, d);
+    shared_key_scale<T>(qh, scale);
+    shared_keys<T>(qh, scale, keys);
+  }
   switch (config_.kind) {
     case AttentionKind::Full: {
       FullAttentionSaved<T> temporary;
       if (!keep) {
         check_full_attention_fits(batch, h, lq, lk, sizeof(T), attention_rate(state.call) > 0);
         temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
-      }
-      View4<T> keys = kh;
-      if (!w_k_) {  // shared q/k: the keys are the normalised queries
-        auto scale = frame.take<View3<T>>(batch, lq, h);
-        keys = frame.take<View4<T>>(batch, lq, h, d);
-        shared_key_scale<T>(qh, scale);
-        shared_keys<T>(qh, scale, keys);
       }
       full_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out,
                                 keep ? state.full : temporary, workspace);
@@ -203,6 +214,9 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
     }
     case AttentionKind::Local:
       local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
+      break;
+    case AttentionKind::Exact:
+      exact_attention_forward<T>(qh, keys, vh, exact_config(!w_k_), call, out, lse(), workspace);
       break;
   }
   // Output projection and its dropout.
@@ -247,9 +261,11 @@ void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y,
                                       const AttentionLayerCall& call, AttentionState<T>& state,
                                       Workspace& workspace, Save save) const {
   const char* op = "AttentionLayer::forward_cross";
-  require<ConfigError>(config_.kind == AttentionKind::Full && w_k_ != nullptr, op,
-                       ": cross-attention needs full attention with separate q and k, got ",
-                       to_string(config_.kind), w_k_ ? "" : " (shared qk)");
+  require<ConfigError>(
+      (config_.kind == AttentionKind::Full || config_.kind == AttentionKind::Exact) &&
+          w_k_ != nullptr,
+      op, ": cross-attention needs full or exact attention with separate q and k, got ",
+      to_string(config_.kind), w_k_ ? "" : " (shared qk)");
   require_extent(op, "x", x, 2, config_.d_model);
   require_extent(op, "memory", memory, 2, config_.d_model);
   require_same_shape(op, "x", x, "y", y);
@@ -288,10 +304,17 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
       {config_.causal && !state.cross, state.call.key_valid},
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   switch (config_.kind) {
-    case AttentionKind::Full: {
+    case AttentionKind::Full:
+    case AttentionKind::Exact: {
+      const bool full = config_.kind == AttentionKind::Full;
       if (w_k_) {
-        full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq,
-                                   per_head(dk, batch, lk, h, d), gv, workspace);
+        const auto gk = per_head(dk, batch, lk, h, d);
+        if (full)
+          full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq, gk,
+                                     gv, workspace);
+        else
+          exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, exact_config(false), call,
+                                      gq, gk, gv, workspace);
         break;
       }
       // Shared q/k: rebuild the normalised keys, then send their gradient
@@ -301,8 +324,12 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
       auto dkeys = frame.take<View4<T>>(batch, lq, h, d);
       shared_key_scale<T>(qh, scale);
       shared_keys<T>(qh, scale, keys);
-      full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq, dkeys,
-                                 gv, workspace);
+      if (full)
+        full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq,
+                                   dkeys, gv, workspace);
+      else
+        exact_attention_backward<T>(qh, keys, vh, out, state.lse, dout, exact_config(true), call,
+                                    gq, dkeys, gv, workspace);
       shared_keys_backward<T>(qh, scale, dkeys, gq);
       break;
     }

@@ -175,7 +175,7 @@ Key integer_list_key(std::string name, Access<std::vector<Index>> field, std::st
 
 Key attention_list_key() {
   using attention::AttentionKind;
-  const std::vector<std::string> choices{"full", "lsh", "local"};
+  const std::vector<std::string> choices{"full", "lsh", "local", "exact"};
   return {"model.attention",
           [choices](RunConfig& c, const TomlNode& v) {
             const std::string expected =

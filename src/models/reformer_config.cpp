@@ -156,7 +156,8 @@ void ReformerConfig::validate() const {
   config::detail::with_key_prefix(kOp, "model.lsh", [&] { lsh.validate(); });
   config::detail::with_key_prefix(kOp, "model.local", [&] { local.validate(); });
   // Per kind: d_head limits of the fused kernels and the variant's own rules.
-  for (const AttentionKind kind : {AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Local})
+  for (const AttentionKind kind :
+       {AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact})
     for (Index i = 0; i < layers; ++i)
       if (layer_kind(i) == kind) {
         config::detail::with_key_prefix(kOp, "model", [&] { attention_config(i).validate(); });

@@ -54,8 +54,8 @@ struct LayerCase {
 
 class AttentionLayerKinds : public ::testing::TestWithParam<AttentionKind> {};
 
-// One interface for every variant: the same calls train full, LSH and local
-// attention, and the gradients of the input and of every projection are right.
+// One interface for every variant: the same calls train full, LSH, local and
+// exact attention, and the gradients of the input and of every projection are right.
 TEST_P(AttentionLayerKinds, GradientsOfInputAndProjections) {
   LayerCase c(small_config(GetParam()));
   c.loss();
@@ -171,9 +171,9 @@ TEST_P(AttentionLayerKinds, NoAllocationsAfterWarmUp) {
   EXPECT_GT(workspace.capacity_bytes(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(FullLshLocal, AttentionLayerKinds,
+INSTANTIATE_TEST_SUITE_P(FullLshLocalExact, AttentionLayerKinds,
                          ::testing::Values(AttentionKind::Full, AttentionKind::Lsh,
-                                           AttentionKind::Local));
+                                           AttentionKind::Local, AttentionKind::Exact));
 
 TEST(AttentionLayer, SharedQkFullAttentionGradients) {
   auto config = small_config(AttentionKind::Full);

@@ -277,6 +277,17 @@ TEST(RunConfig, OverridesApplyInOrder) {
   expect_error<ConfigError>([] { parse("", {"run.dir="}); }, {"run.dir is empty"});
 }
 
+// Exact attention is a layer kind like the others, in files and overrides.
+TEST(RunConfig, ParsesExactAttention) {
+  const RunConfig c = parse("[model]\nattention = [\"exact\", \"lsh\"]\n", {});
+  EXPECT_EQ(c.model.attention,
+            (std::vector<AttentionKind>{AttentionKind::Exact, AttentionKind::Lsh}));
+  const RunConfig o = parse("", {"model.attention=[\"exact\"]"});
+  EXPECT_EQ(o.model.attention, std::vector<AttentionKind>{AttentionKind::Exact});
+  EXPECT_EQ(o.model.attention_config(0).kind, AttentionKind::Exact);
+  EXPECT_NE(config::to_toml(o).find("attention = [\"exact\"]"), std::string::npos);
+}
+
 TEST(RunConfig, UnknownKeysSuggestTheClosest) {
   expect_error<ConfigError>(
       [] { parse("[model]\nvocab = 256\nd_modle = 512\n"); },
@@ -336,7 +347,7 @@ TEST(RunConfig, OutOfRangeValuesNameKeyValueAndRule) {
       [] { parse("[model]\npositions = \"axiall\"\n"); },
       {"model.positions", "\"axiall\" is unknown", "none, sinusoidal, learned or axial"});
   expect_error<ConfigError>([] { parse("[model]\nattention = [\"lsh\", \"ful\"]\n"); },
-                            {"model.attention", "\"ful\" is unknown", "full, lsh or local"});
+                            {"model.attention", "\"ful\" is unknown", "full, lsh, local or exact"});
   expect_error<ConfigError>([] { parse("[train]\nlearning_rate = -0.001\n"); },
                             {"train.learning_rate is -0.001", "positive"});
   expect_error<ConfigError>([] { parse("[train]\ntarget_accuracy = 1.5\n"); },

@@ -135,6 +135,32 @@ TEST(ReformerLM, ReversibleGradientsEqualNonReversible) {
         << name;
 }
 
+// Exact attention is full attention computed in O(L) memory: a model with
+// exact layers gives the loss and gradients of the same model with full layers
+// (separate q and k, reversible, dropout on: same weights, same dropout masks).
+TEST(ReformerLM, ExactAttentionModelEqualsFullAttentionModel) {
+  auto config = tiny_config();
+  config.layers = 3;
+  config.max_length = 16;
+  config.axial_shape = {4, 4};
+  config.attention = {AttentionKind::Exact};
+  ModelCase exact(config, 2, 16);
+  config.attention = {AttentionKind::Full};
+  ModelCase full(config, 2, 16);
+  ASSERT_EQ(exact.params.names(), full.params.names());
+  EXPECT_FALSE(exact.params.contains("layers.0.attn.w_qk"));
+  Kokkos::deep_copy(full.params.values(), exact.params.values());
+  const auto a = exact.gradients();
+  const auto b = full.gradients();
+  EXPECT_NEAR(a.loss, b.loss, 1e-12 * std::abs(b.loss));
+  EXPECT_LT(relative_error(to_host(exact.params.grads()), to_host(full.params.grads())), 1e-12);
+  for (const auto& name : exact.params.names())
+    EXPECT_LT(
+        relative_error(to_host(exact.params.get(name).grad), to_host(full.params.get(name).grad)),
+        1e-11)
+        << name;
+}
+
 // The same call replays the same dropout masks and LSH rotations; another
 // key draws others; evaluation (training = false) has no dropout at all.
 TEST(ReformerLM, RandomnessComesFromTheCallKey) {

@@ -1,12 +1,12 @@
-// Multi-head self-attention layer with one interface for the three variants, so
-// that a model chooses full, LSH or local attention per layer:
+// Multi-head self-attention layer with one interface for the four variants, so
+// that a model chooses full, exact, LSH or local attention per layer:
 //   q = x W_q, k = x W_k, v = x W_v      (shared W_qk: keys normalised, shared_qk.hpp)
 //   a = Attention(q, k, v)                (per head, d_head wide)
 //   y = dropout(a W_o)
 // Projections have no bias. Parameters are registered under a dotted prefix
 // ("layers.3.attn") as w_q, w_k (or w_qk), w_v and w_o, each [d_model, heads * d_head]
-// (w_o: [heads * d_head, d_model]). Full attention also serves cross-attention:
-// queries from x, keys and values from a second sequence.
+// (w_o: [heads * d_head, d_model]). Full and exact attention also serve
+// cross-attention: queries from x, keys and values from a second sequence.
 //
 // Ownership (docs/design.md): the layer owns its parameters and nothing else.
 // What backward needs from forward goes into an AttentionState that the caller
@@ -15,6 +15,7 @@
 // backward of every variant allocate nothing.
 #pragma once
 
+#include "reformer/attention/exact.hpp"
 #include "reformer/attention/full.hpp"
 #include "reformer/attention/local.hpp"
 #include "reformer/attention/lsh.hpp"
@@ -26,9 +27,10 @@
 
 namespace reformer::attention {
 
-enum class AttentionKind { Full, Lsh, Local };
+// Exact: the same attention as Full, computed in O(L) memory (exact.hpp).
+enum class AttentionKind { Full, Lsh, Local, Exact };
 
-// "full", "lsh", "local"; ConfigError naming the value otherwise.
+// "full", "lsh", "local", "exact"; ConfigError naming the value otherwise.
 AttentionKind parse_attention_kind(const std::string& name);
 const char* to_string(AttentionKind kind);
 
@@ -40,8 +42,8 @@ struct AttentionLayerConfig {
   Index heads = 4;
   Index d_head = 64;
   bool causal = true;
-  // One projection for q and k. Unset: the variant's own rule (LSH shares, full
-  // and local do not). LSH cannot unshare and local cannot share: ConfigError.
+  // One projection for q and k. Unset: the variant's own rule (LSH shares, full,
+  // exact and local do not). LSH cannot unshare and local cannot share: ConfigError.
   std::optional<bool> shared_qk{};
   double attention_dropout = 0.0;  // on the attention probabilities
   double output_dropout = 0.0;     // after W_o
@@ -71,7 +73,7 @@ struct AttentionState {
   bool cross = false;
   bool saved = false;            // activations below hold a forward pass
   View2<T> q, k, v, attended;    // [rows, heads * d_head]; k empty when q and k are shared
-  View3<T> lse;                  // LSH and local: [batch, length_q, heads]
+  View3<T> lse;                  // LSH, local and exact: [batch, length_q, heads]
   FullAttentionSaved<T> full{};  // full: probabilities
   LshPlan plan{};                // LSH: buckets and sort of the last forward
 
@@ -112,7 +114,7 @@ class AttentionLayer {
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
                 Workspace& workspace, T beta = T(0)) const;
 
-  // Cross-attention (full attention with separate q and k): queries from x
+  // Cross-attention (full or exact attention with separate q and k): queries from x
   // [batch, Lq, d_model], keys and values from memory [batch, Lk, d_model]; no
   // causal mask; call.key_valid masks memory positions.
   void forward_cross(In3<T> x, In3<T> memory, View3<T> y, const AttentionLayerCall& call,

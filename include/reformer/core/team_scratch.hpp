@@ -39,4 +39,12 @@ inline Kokkos::TeamPolicy<ExecSpace> team_policy(Index league, std::size_t bytes
   return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
 }
 
+// The same with teams handed out one at a time in league order, for leagues
+// whose teams have unequal work (put the largest first).
+using DynamicTeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+inline DynamicTeamPolicy dynamic_team_policy(Index league, std::size_t bytes) {
+  DynamicTeamPolicy policy(league, Kokkos::AUTO);
+  return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
+}
+
 }  // namespace reformer

@@ -1,0 +1,51 @@
+// Exact attention in O(L) memory (FlashAttention-style): the same result as
+// full attention (full.hpp), score_ij = scale * q_i . k_j with the same masks,
+// mask constants and dropout mask, without ever holding an L x L matrix.
+//
+// Forward: each team takes a tile of queries and streams over tiles of keys
+// with an online softmax (running maximum and sum per query); it keeps only the
+// output and the logsumexp of every query row, lse [batch, Lq, heads].
+// Backward recomputes the probabilities tile by tile from lse, with
+// D_i = dout_i . out_i:  dS_ij = P_ij (drop_ij dP_ij - D_i),  dP = dout V^T.
+// It runs in two passes, neither with atomics: one team per key tile streams
+// the queries and sums dK and dV; one team per query tile streams the keys and
+// sums dQ. Results therefore do not depend on the thread count.
+// Causal: key tiles wholly above the diagonal are skipped, not masked (except
+// for queries whose every visible key is padding: full attention lets those
+// attend uniformly to all keys, and so does this).
+// Tile sizes come from TileTraits (core/tile_multiply.hpp).
+//
+// Tensors are [batch, length, heads, d_head]; keys and values may have another
+// length than queries (cross-attention, not causal).
+#pragma once
+
+#include "reformer/attention/masks.hpp"
+#include "reformer/core/workspace.hpp"
+
+namespace reformer::attention {
+
+// Hyper-parameters only (per-call masks and dropout: AttentionCall).
+struct ExactAttentionConfig {
+  // Shared-QK attention: the own position gets MaskValues::self (Lq == Lk).
+  bool self_mask = false;
+  // Score scale; 0 means 1 / sqrt(d_head).
+  double scale = 0.0;
+
+  // ConfigError naming the field and its value.
+  void validate() const;
+};
+
+// out [batch, Lq, heads, d_head]; lse [batch, Lq, heads] is saved for backward.
+// The dropout mask of score (b * heads + h, i, j) is the one full attention uses.
+template <class T>
+void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
+                             const AttentionCall& call, View4<T> out, View3<T> lse,
+                             Workspace& workspace);
+
+// Gradients of q, k and v (overwritten) from the forward's out and lse.
+template <class T>
+void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
+                              const ExactAttentionConfig& config, const AttentionCall& call,
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace);
+
+}  // namespace reformer::attention

@@ -1,0 +1,129 @@
+// Register-blocked products of small tiles inside a team, and the per-backend
+// tile sizes of the fused attention kernels (exact attention).
+//
+//   C[m][n] (+)= A[m][count] B[count][n],   A(r, k) = a[r * a_row + k * a_col]
+//
+// with C and B row-major (leading dimensions ldc, ldb): A may be read
+// transposed (a_row = 1) at no cost because its elements are broadcast one at a
+// time. The team splits C into blocks of block_rows x block_cols; each block's
+// partial sums stay in registers for the whole loop over `count`, and every
+// row of B that is loaded feeds block_rows multiply-adds per lane. m must be a
+// multiple of block_rows and n of block_cols: callers pad their scratch tiles
+// with zero rows and columns (pad_columns).
+//
+// On host compilers with GCC vector extensions (GCC, Clang) the block is held in
+// vector registers explicitly: compilers keep a plain `T acc[R][W]` array in
+// memory. Device compilers get the plain loops (a GPU thread holds its small
+// block in registers anyway). Host and device differ only in TileTraits.
+#pragma once
+
+#include "reformer/core/team_scratch.hpp"
+
+#include <cstring>
+
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
+    !defined(__SYCL_DEVICE_ONLY__)
+#define REFORMER_HOST_VECTOR_EXTENSIONS 1
+#endif
+
+namespace reformer {
+
+// Tile sizes of the fused exact-attention kernels for the default execution
+// space. Host: 64 x 64 tiles (a tile of floats is 16 KiB: the working set of one
+// tile pair stays in L2, the rows streamed by a block in L1) and 8-row blocks
+// two 64-byte vectors wide (16 accumulators of the 32 AVX-512 registers). GPU:
+// 16 x 16 tiles, so that every tile of the backward pass fits the 48 KiB of
+// level-0 scratch for d_head <= 64 (d_head 128 falls back to level 1), and one
+// thread per 1 x 4 block.
+template <class T>
+struct TileTraits {
+  static constexpr Index query_tile = kHostMemory ? 64 : 16;
+  static constexpr Index key_tile = kHostMemory ? 64 : 16;
+  static constexpr int block_rows = kHostMemory ? 8 : 1;
+  static constexpr int block_cols = kHostMemory ? int(128 / sizeof(T)) : 4;
+  // Head size rounded up to whole blocks (the zero columns add nothing).
+  static constexpr Index pad_columns(Index d) {
+    return (d + block_cols - 1) / block_cols * block_cols;
+  }
+  static_assert(query_tile % block_rows == 0 && key_tile % block_rows == 0,
+                "tiles must be whole row blocks");
+  static_assert(query_tile % block_cols == 0 && key_tile % block_cols == 0,
+                "tiles must be whole column blocks");
+};
+
+namespace detail {
+
+#ifdef REFORMER_HOST_VECTOR_EXTENSIONS
+template <class T>
+struct HostVector {
+  static constexpr int lanes = int(64 / sizeof(T));
+  typedef T type __attribute__((vector_size(64)));
+};
+#endif
+
+// One R x W block of C.
+template <int R, int W, bool kAdd, class T>
+KOKKOS_INLINE_FUNCTION void multiply_block(T* c, Index ldc, const T* a, Index a_row, Index a_col,
+                                           const T* b, Index ldb, Index count) {
+#ifdef REFORMER_HOST_VECTOR_EXTENSIONS
+  if constexpr (W % HostVector<T>::lanes == 0) {
+    using V = typename HostVector<T>::type;
+    constexpr int lanes = HostVector<T>::lanes, n = W / lanes;
+    V acc[R][n];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int w = 0; w < n; ++w) {
+        if (kAdd)
+          std::memcpy(&acc[r][w], c + r * ldc + w * lanes, sizeof(V));
+        else
+          acc[r][w] = V{};
+      }
+    for (Index k = 0; k < count; ++k) {
+      V row[n];
+#pragma GCC unroll 16
+      for (int w = 0; w < n; ++w) std::memcpy(&row[w], b + k * ldb + w * lanes, sizeof(V));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const T x = a[r * a_row + k * a_col];
+#pragma GCC unroll 16
+        for (int w = 0; w < n; ++w) acc[r][w] += x * row[w];
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int w = 0; w < n; ++w) std::memcpy(c + r * ldc + w * lanes, &acc[r][w], sizeof(V));
+    return;
+  }
+#endif
+  T acc[R][W];
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = kAdd ? c[r * ldc + w] : T(0);
+  for (Index k = 0; k < count; ++k)
+    for (int r = 0; r < R; ++r) {
+      const T x = a[r * a_row + k * a_col];
+      for (int w = 0; w < W; ++w) acc[r][w] += x * b[k * ldb + w];
+    }
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) c[r * ldc + w] = acc[r][w];
+}
+
+}  // namespace detail
+
+// C = A B (kAdd false) or C += A B over the whole team (see the top of the file);
+// m % block_rows == 0 and n % block_cols == 0.
+template <bool kAdd, class T>
+KOKKOS_INLINE_FUNCTION void team_multiply(const TeamMember& team, Index m, Index n, Index count,
+                                          T* c, Index ldc, const T* a, Index a_row, Index a_col,
+                                          const T* b, Index ldb) {
+  constexpr int R = TileTraits<T>::block_rows, W = TileTraits<T>::block_cols;
+  const Index col_blocks = n / W;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m / R * col_blocks), [&](Index block) {
+    const Index r = block / col_blocks * R, w = block % col_blocks * W;
+    detail::multiply_block<R, W, kAdd>(c + r * ldc + w, ldc, a + r * a_row, a_row, a_col, b + w,
+                                       ldb, count);
+  });
+}
+
+}  // namespace reformer

@@ -1,0 +1,594 @@
+// Exact attention in O(L) memory: fused team kernels over tiles (see exact.hpp).
+//
+// Every product runs on tiles in team scratch through team_multiply (register
+// blocks, core/tile_multiply.hpp). Queries are pre-multiplied by the score
+// scale when they are loaded, so S = Qs K^T, dK = dS^T Qs and dQ = scale dS K.
+// Tiles are padded with zero rows (past the sequence) and zero columns (d_head
+// rounded up to whole register blocks); padded keys are "absent" (position -1)
+// and take no part in any softmax, padded queries are never written out.
+//
+// Masks and their constants are those of full attention (rows of queries:
+// the chunked kernels' mask_row; rows of keys: mask_key_row); the dropout mask of score (bh, i, j)
+// is full attention's ((bh * Lq + i) * Lk + j), a pure function of the position pair, so forward
+// and both backward passes replay it whatever the tiling.
+#include "reformer/attention/exact.hpp"
+
+#include "attention/attention_checks.hpp"
+#include "attention/chunked_kernels.hpp"
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/tile_multiply.hpp"
+
+#include <cmath>
+
+namespace reformer::attention {
+namespace {
+
+using detail::Scratch2;
+using detail::ScratchInts;
+using Ints1 = Kokkos::View<const int*, Layout, MemSpace>;
+
+// Start of every online-softmax maximum, below every mask constant.
+constexpr double kNoScore = -1e30;
+
+// What every exact kernel reads: the inputs and masks (as the chunked kernels'
+// inputs, whose mask_row applies the masks to a row of scores), the tiling and
+// the first non-padding key of each batch entry.
+template <class T>
+struct ExactInputs {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+
+  detail::ChunkedInputs<T> in;
+  Index lq = 0, lk = 0, dpad = 0, nq = 0, nk = 0;
+  T scale = T(1);
+  // With padding: the first non-padding key of each batch entry (Lk if none).
+  // Empty without padding. Without the self-mask, queries before first_valid(b)
+  // (causal) or every query of an entry without a valid key (not causal) see
+  // only padding: every score is the mask constant, so, as in full attention,
+  // they attend uniformly to every key, and no key tile may be skipped for them.
+  Ints1 first_valid;
+
+  KOKKOS_INLINE_FUNCTION bool uniform_row(Index b, Index i) const {
+    if (in.self_mask || first_valid.extent(0) == 0) return false;
+    return in.causal ? i < Index(first_valid(b)) : Index(first_valid(b)) >= lk;
+  }
+  // Backward recomputes P = exp((score - base) - rest): base = lse, rest = 0,
+  // except for uniform rows, whose lse (the mask constant + log Lk) has lost
+  // the digits of log Lk to rounding: base = mask constant, rest = log Lk, so
+  // that P = 1 / Lk to the last bit, as in full attention.
+  KOKKOS_INLINE_FUNCTION void softmax_base(Index b, Index i, T lse_i, T& base, T& rest) const {
+    const bool uniform = uniform_row(b, i);
+    base = uniform ? T(MaskValues<T>::masked) : lse_i;
+    rest = uniform ? T(compat::log(T(lk))) : T(0);
+  }
+
+  // Key tiles that query tile qt of batch entry b visits: all, or causal up to
+  // the diagonal.
+  KOKKOS_INLINE_FUNCTION Index key_tiles(Index b, Index qt) const {
+    if (!in.causal) return nk;
+    if (uniform_row(b, qt * BQ)) return nk;
+    const Index last = (qt + 1) * BQ < lq ? (qt + 1) * BQ - 1 : lq - 1;
+    return last / BK + 1;
+  }
+  KOKKOS_INLINE_FUNCTION T drop(Index bh, Index i, Index j) const {
+    if (in.dropout.rate == 0.0) return T(1);
+    const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
+    return ops::dropout_keeps(in.dropout.key, index, in.dropout.rate)
+               ? T(1.0 / (1.0 - in.dropout.rate))
+               : T(0);
+  }
+  // Loads `rows` rows of x [batch, length, heads, d] starting at `first` into
+  // scratch, times `factor`; rows past `length` are zero. As rows: contiguous
+  // copies (every tile pair loads its streamed operands this way); transposed:
+  // through the chunked kernels' gather (once per team).
+  template <class X>
+  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, Index b, Index h,
+                                        Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
+    const Index dh = in.d_head;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
+      T* to = &dst(r, 0);
+      if (first + r >= length) {
+        for (Index c = 0; c < dh; ++c) to[c] = T(0);
+        return;
+      }
+      const auto* from = &x(b, first + r, h, 0);
+      for (Index c = 0; c < dh; ++c) to[c] = T(from[c]) * factor;
+    });
+  }
+  template <class X>
+  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, Index b, Index h,
+                                        Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
+    detail::gather_rows<T>(
+        team, rows, in.d_head, [&](Index r) { return first + r < length ? first + r : Index(-1); },
+        [&](Index pos, Index c) { return T(x(b, pos, h, c)) * factor; }, Scratch2<T>(), dst);
+  }
+  // Positions of a tile's rows (-1 past the sequence).
+  KOKKOS_INLINE_FUNCTION void positions(const TeamMember& team, Index first, Index n, Index length,
+                                        ScratchInts pos) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
+                         [&](Index r) { pos(r) = first + r < length ? int(first + r) : -1; });
+  }
+  // Per query r of a tile: softmax_base and D_i, as ld(0..2, r) = base, D, rest
+  // (rows of BQ, so that loops along a row of keys read them contiguously).
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void load_rows_stats(const TeamMember& team, const L& lse, const L& delta,
+                                              Index b, Index h, Index first, Scratch2<T> ld) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+      const Index i = first + r;
+      T base = 0, rest = 0;
+      if (i < lq) softmax_base(b, i, lse(b, i, h), base, rest);
+      ld(0, r) = base;
+      ld(1, r) = i < lq ? delta(b, i, h) : T(0);
+      ld(2, r) = rest;
+    });
+  }
+  // Scores of key j (a row of S^T) against the queries [first, first + BQ),
+  // with the masks of full attention. Absent keys or queries get kNoScore.
+  // kGrad: grad[s] = 1 where the score is a dot product, 0 where a constant
+  // replaced it. Without padding everything but the row's key is a select: the
+  // loop vectorises.
+  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, T* row) const {
+    if (j >= lk) {
+      for (Index s = 0; s < BQ; ++s) row[s] = T(kNoScore);
+      return;
+    }
+    const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
+    const bool causal = in.causal, self_mask = in.self_mask;
+    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    for (Index s = 0; s < BQ; ++s) {
+      const Index i = first + s;
+      const bool absent = i >= lq, self = self_mask && i == j;
+      const bool constant = padded || (causal && j > i);
+      const T dot = row[s];
+      row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : dot;
+    }
+  }
+  // Backward along key j: srow holds its scores (S^T row), drow dP^T = (v_j . dout_i);
+  // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
+  // constant replaced the score.
+  KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, Index first,
+                                                Scratch2<T> ld, T* srow_, T* drow_) const {
+    T* srow = srow_;
+    T* drow = drow_;
+    if (j >= lk) {
+      for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = T(0);
+      return;
+    }
+    const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
+    const bool causal = in.causal, self_mask = in.self_mask;
+    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    const T* base = &ld(0, 0);
+    const T* d = &ld(1, 0);
+    const T* rest = &ld(2, 0);
+    if (in.dropout.rate > 0.0) {
+      for (Index s = 0; s < BQ; ++s) {
+        const Index i = first + s;
+        const bool self = self_mask && i == j, constant = padded || (causal && j > i);
+        const T dot = srow[s];  // read unconditionally, so that the selects vectorise
+        const T score = self ? self_value : constant ? masked_value : dot;
+        const T p = i >= lq ? T(0) : softmax_weight((score - base[s]) - rest[s]);
+        const T keep = i >= lq ? T(0) : drop(bh, i, j);
+        drow[s] = self || constant ? T(0) : p * (keep * drow[s] - d[s]);
+        srow[s] = p * keep;
+      }
+    } else {
+      // Mask first (absent queries get kNoScore, so P = 0 there), then a loop
+      // of arithmetic and index selects only: both vectorise.
+      mask_key_row(b, j, first, srow);
+      for (Index s = 0; s < BQ; ++s) {
+        const Index i = first + s;
+        const bool self = self_mask && i == j, constant = padded || (causal && j > i);
+        const T grad = self || constant ? T(0) : T(1);
+        const T p = softmax_weight((srow[s] - base[s]) - rest[s]);
+        drow[s] = p * grad * (drow[s] - d[s]);
+        srow[s] = p;
+      }
+    }
+  }
+};
+
+// Zeroes a scratch matrix (the padding of a tile stays zero afterwards).
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, Scratch2<T> m) {
+  const Index cols = m.extent(1);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index r) {
+    for (Index c = 0; c < cols; ++c) m(r, c) = T(0);
+  });
+}
+
+// Forward: one team per (batch * head, query tile), heaviest tiles first. The
+// team keeps its queries transposed (Qs^T) and streams key tiles as rows:
+// S^T = K Qs^T, so that only contiguous rows are loaded per key tile. The
+// online softmax runs down the columns of S^T (one per query), vectorised
+// along the row.
+template <class T>
+struct ExactForward {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index G = Traits::block_cols;  // queries per column group
+  ExactInputs<T> x;
+  View4<T> out;
+  View3<T> lse;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
+           2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(BK, BQ) +
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.in.heads * out.extent(0), heads = x.in.heads, dh = x.in.d_head;
+    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / heads, h = bh % heads;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
+        st(scratch, BK, BQ), stats(scratch, 3, BQ);  // stats: max, sum, rescale per query
+    ScratchInts posq(scratch, BQ);
+    zero<T>(team, o);
+    if (dh != dp) {
+      zero<T>(team, qt);
+      zero<T>(team, ks);
+      zero<T>(team, vs);
+    }
+    team.team_barrier();
+    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
+    x.positions(team, qc * BQ, BQ, lq, posq);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      stats(0, s) = T(kNoScore);
+      stats(1, s) = T(0);
+    });
+    const bool dropout = x.in.dropout.rate > 0.0;
+    const Index tiles = x.key_tiles(b, qc);
+    for (Index kc = 0; kc < tiles; ++kc) {
+      team.team_barrier();
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                           [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
+      team.team_barrier();
+      // Online softmax per query (column), G columns per thread.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
+        T* m = &stats(0, g * G);
+        T* l = &stats(1, g * G);
+        T* alpha = &stats(2, g * G);
+        T m_new[G], sum[G];
+        for (Index s = 0; s < G; ++s) {
+          m_new[s] = m[s];
+          sum[s] = T(0);
+        }
+        for (Index t = 0; t < BK; ++t) {
+          const T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
+        }
+        for (Index t = 0; t < BK; ++t) {
+          T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) {
+            row[s] = softmax_weight(row[s] - m_new[s]);
+            sum[s] += row[s];
+          }
+        }
+        for (Index s = 0; s < G; ++s) {
+          alpha[s] = softmax_weight(m[s] - m_new[s]);
+          l[s] = l[s] * alpha[s] + sum[s];
+          m[s] = m_new[s];
+        }
+        if (dropout)
+          for (Index t = 0; t < BK; ++t) {
+            const Index j = kc * BK + t;
+            T* row = &st(t, g * G);
+            for (Index s = 0; s < G; ++s) {
+              const int i = posq(g * G + s);
+              row[s] *= i < 0 || j >= lk ? T(0) : x.drop(bh, i, j);
+            }
+          }
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        const T a = stats(2, s);
+        T* orow = &o(s, 0);
+        for (Index c = 0; c < dp; ++c) orow[c] *= a;
+      });
+      team.team_barrier();
+      // O += P V, P read transposed out of S^T.
+      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, &vs(0, 0), dp);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = qc * BQ + s;
+      if (i >= lq) return;
+      const T sum = stats(1, s), inverse = T(1) / sum;
+      T* dst = &out(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = o(s, c) * inverse;
+      lse(b, i, h) = stats(0, s) + compat::log(sum);
+    });
+  }
+};
+
+// Backward, keys: one team per (batch * head, key tile) keeps its keys and
+// values transposed and streams the query tiles that see it as rows:
+// S = Qs K^T, dP = dout V^T (rows: queries, masked by the chunked kernels'
+// mask_row), then dV += dropout(P)^T dout and dK += dS^T Qs, with P and dS read
+// transposed. The sums stay in scratch.
+template <class T>
+struct ExactBackwardKeys {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  ExactInputs<T> x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> dk, dv;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 2 * Scratch2<T>::shmem_size(dp, BK) + 2 * Scratch2<T>::shmem_size(BK, dp) +
+           2 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.in.heads * dout.extent(0), heads = x.in.heads, dh = x.in.d_head;
+    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / heads, h = bh % heads;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
+        dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), s(scratch, BQ, BK),
+        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
+    ScratchInts posk(scratch, BK);
+    zero<T>(team, dks);
+    zero<T>(team, dvs);
+    if (dh != dp) {
+      zero<T>(team, kt);
+      zero<T>(team, vt);
+      zero<T>(team, qs);
+      zero<T>(team, dos);
+    }
+    team.team_barrier();
+    x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
+    x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
+    x.positions(team, kc * BK, BK, lk, posk);
+    const bool dropout = x.in.dropout.rate > 0.0;
+    for (Index qc = 0; qc < x.nq; ++qc) {
+      if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
+      team.team_barrier();
+      x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
+      x.load_rows(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs);
+      x.load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos);
+      team.team_barrier();
+      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
+      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+      team.team_barrier();
+      // s <- dropout(P), dps <- dS = P (drop dP - D), zero where a constant
+      // replaced the score.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+        const Index i = qc * BQ + r;
+        T* row = &s(r, 0);
+        T* drow = &dps(r, 0);
+        T* grad = &grad_masks(r, 0);
+        if (i >= lq) {
+          for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
+          return;
+        }
+        x.in.template mask_row<true>(b, bh, i, &posk(0), BK, row, grad);
+        const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
+        if (dropout) {
+          for (Index t = 0; t < BK; ++t) {
+            const T keep = posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
+            const T p = softmax_weight((row[t] - base) - rest);
+            drow[t] = p * grad[t] * (keep * drow[t] - d_i);
+            row[t] = p * keep;
+          }
+        } else {
+          for (Index t = 0; t < BK; ++t) {
+            const T p = softmax_weight((row[t] - base) - rest);
+            drow[t] = p * grad[t] * (drow[t] - d_i);
+            row[t] = p;
+          }
+        }
+      });
+      team.team_barrier();
+      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
+      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+      const Index j = kc * BK + t;
+      if (j >= lk) return;
+      T* gk = &dk(b, j, h, 0);
+      T* gv = &dv(b, j, h, 0);
+      for (Index c = 0; c < dh; ++c) {
+        gk[c] = dks(t, c);
+        gv[c] = dvs(t, c);
+      }
+    });
+  }
+};
+
+// Backward, queries: one team per (batch * head, query tile), heaviest first,
+// keeps its queries and output gradients transposed and streams the key tiles
+// it sees as rows: S^T = K Qs^T, dP^T = V dout^T (rows: keys), then
+// dQ += dS K with dS read transposed; dQ = scale dQ at the end.
+template <class T>
+struct ExactBackwardQueries {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  ExactInputs<T> x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> dq;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
+           2 * Scratch2<T>::shmem_size(BK, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.in.heads * dout.extent(0), heads = x.in.heads, dh = x.in.d_head;
+    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / heads, h = bh % heads;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
+        ks(scratch, BK, dp), vs(scratch, BK, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ),
+        ld(scratch, 3, BQ);
+    ScratchInts posq(scratch, BQ);
+    zero<T>(team, dqs);
+    if (dh != dp) {
+      zero<T>(team, qt);
+      zero<T>(team, dot);
+      zero<T>(team, ks);
+      zero<T>(team, vs);
+    }
+    team.team_barrier();
+    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
+    x.load_cols(team, dout, b, h, qc * BQ, BQ, lq, T(1), dot);
+    x.positions(team, qc * BQ, BQ, lq, posq);
+    x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
+    const Index tiles = x.key_tiles(b, qc);
+    for (Index kc = 0; kc < tiles; ++kc) {
+      team.team_barrier();
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+        x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, &st(t, 0), &dpt(t, 0));
+      });
+      team.team_barrier();
+      team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
+    }
+    team.team_barrier();
+    const T scale = x.scale;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+      const Index i = qc * BQ + r;
+      if (i >= lq) return;
+      T* dst = &dq(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = dqs(r, c) * scale;
+    });
+  }
+};
+
+template <class T>
+void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
+                  const AttentionCall& call) {
+  config.validate();
+  detail::check_qkv(op, q, k, v, /*same_length=*/false);
+  if (call.masks.causal || config.self_mask)
+    require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
+                        "and key lengths, got Lq = ", q.extent(1), " and Lk = ", k.extent(1));
+  detail::check_masks(op, call.masks, k.extent(0), k.extent(1));
+  detail::check_dropout(op, call.dropout);
+}
+
+// The kernels' inputs; first_valid is filled when causal attention has padding.
+template <class T>
+ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
+                            const AttentionCall& call, Workspace::Frame& frame) {
+  using Traits = TileTraits<T>;
+  ExactInputs<T> x;
+  x.in.q = q;
+  x.in.k = k;
+  x.in.v = v;
+  x.in.key_valid = call.masks.key_valid;
+  x.in.causal = call.masks.causal;
+  x.in.self_mask = config.self_mask;
+  x.in.length = q.extent(1);
+  x.in.heads = q.extent(2);
+  x.in.d_head = q.extent(3);
+  x.in.dropout = call.dropout;
+  x.lq = q.extent(1);
+  x.lk = k.extent(1);
+  x.dpad = Traits::pad_columns(q.extent(3));
+  x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
+  x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
+  x.scale = T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(q.extent(3))));
+  if (call.masks.key_valid.extent(0)) {
+    const Index lk = x.lk;
+    const auto valid = call.masks.key_valid;
+    auto first = frame.take<Kokkos::View<int*, Layout, MemSpace>>(Index(k.extent(0)));
+    Kokkos::parallel_for(
+        "exact_attention_first_valid", range(first.extent(0)), KOKKOS_LAMBDA(Index b) {
+          Index j = 0;
+          while (j < lk && valid(b, j) == 0) ++j;
+          first(b) = int(j);
+        });
+    x.first_valid = first;
+  }
+  return x;
+}
+
+}  // namespace
+
+void ExactAttentionConfig::validate() const {
+  require<ConfigError>(std::isfinite(scale) && scale >= 0, "ExactAttentionConfig: scale is ", scale,
+                       " but must be finite and >= 0 (0: 1 / sqrt(d_head))");
+}
+
+template <class T>
+void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
+                             const AttentionCall& call, View4<T> out, View3<T> lse,
+                             Workspace& workspace) {
+  const char* op = "exact_attention_forward";
+  check_inputs<T>(op, q, k, v, config, call);
+  require_same_shape(op, "q", q, "out", out);
+  detail::check_lse(op, lse, q);
+  Workspace::Frame frame(workspace);
+  ExactForward<T> kernel{exact_inputs<T>(q, k, v, config, call, frame), out, lse};
+  const size_t bytes = kernel.scratch_bytes();
+  kernel.level = scratch_level(bytes);
+  const Index league = Index(q.extent(0)) * q.extent(2) * kernel.x.nq;
+  Kokkos::parallel_for("exact_attention_forward", dynamic_team_policy(league, bytes), kernel);
+}
+
+template <class T>
+void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
+                              const ExactAttentionConfig& config, const AttentionCall& call,
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace) {
+  const char* op = "exact_attention_backward";
+  check_inputs<T>(op, q, k, v, config, call);
+  require_same_shape(op, "q", q, "out", out);
+  require_same_shape(op, "q", q, "dout", dout);
+  require_same_shape(op, "q", q, "dq", dq);
+  require_same_shape(op, "k", k, "dk", dk);
+  require_same_shape(op, "v", v, "dv", dv);
+  detail::check_lse(op, lse, q);
+  Workspace::Frame frame(workspace);
+  const auto x = exact_inputs<T>(q, k, v, config, call, frame);
+  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
+  detail::item_dot<T>(dout, out, delta);
+  const Index bhs = Index(q.extent(0)) * q.extent(2);
+  ExactBackwardKeys<T> keys{x, lse, delta, dout, dk, dv};
+  const size_t key_bytes = keys.scratch_bytes();
+  keys.level = scratch_level(key_bytes);
+  Kokkos::parallel_for("exact_attention_backward_keys", dynamic_team_policy(bhs * x.nk, key_bytes),
+                       keys);
+  ExactBackwardQueries<T> queries{x, lse, delta, dout, dq};
+  const size_t query_bytes = queries.scratch_bytes();
+  queries.level = scratch_level(query_bytes);
+  Kokkos::parallel_for("exact_attention_backward_queries",
+                       dynamic_team_policy(bhs * x.nq, query_bytes), queries);
+}
+
+#define REFORMER_INSTANTIATE(T)                                                                   \
+  template void exact_attention_forward<T>(In4<T>, In4<T>, In4<T>, const ExactAttentionConfig&,   \
+                                           const AttentionCall&, View4<T>, View3<T>, Workspace&); \
+  template void exact_attention_backward<T>(In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>,       \
+                                            const ExactAttentionConfig&, const AttentionCall&,    \
+                                            View4<T>, View4<T>, View4<T>, Workspace&);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::attention
