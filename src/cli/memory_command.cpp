@@ -182,7 +182,8 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   CLI::App* sub = app.add_subcommand(
       "memory", "Measure (and predict) the memory and time of a training step per variant");
   sub->add_option("--variants", args.variants,
-                  "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, reformer (default: all)")
+                  "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, exact, exact-rev, reformer "
+                  "(default: all)")
       ->delimiter(',');
   sub->add_option("--lengths", args.lengths, "Sequence lengths (default 1024,...,65536)")
       ->delimiter(',');

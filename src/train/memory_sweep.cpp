@@ -30,6 +30,8 @@ const std::map<std::string, VariantSpec>& variant_specs() {
       {"lsh-4", {AttentionKind::Lsh, 4, false, false}},
       {"lsh-8", {AttentionKind::Lsh, 8, false, false}},
       {"local", {AttentionKind::Local, 0, false, false}},
+      {"exact", {AttentionKind::Exact, 0, false, false}},
+      {"exact-rev", {AttentionKind::Exact, 0, true, false}},
       {"reformer", {AttentionKind::Lsh, 0, true, true}},
   };
   return specs;
@@ -108,8 +110,9 @@ SweepPoint measure(SweepPoint point, const models::ReformerConfig& config,
 std::int64_t StepMemory::peak() const { return std::max({forward, loss, backward, optimizer}); }
 
 const std::vector<std::string>& sweep_variant_names() {
-  static const std::vector<std::string> names = {"full",  "full-rev", "lsh-1", "lsh-2",
-                                                 "lsh-4", "lsh-8",    "local", "reformer"};
+  static const std::vector<std::string> names = {"full",      "full-rev", "lsh-1", "lsh-2",
+                                                 "lsh-4",     "lsh-8",    "local", "exact",
+                                                 "exact-rev", "reformer"};
   return names;
 }
 
@@ -220,13 +223,15 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     if (!c.reversible) stored += (2 * x * d + attention_state) * s;  // + block inputs
     scratch = std::max(scratch, c.reversible ? attention_state * s : 0.0);
     // Temporaries of the attention kernels.
-    const double shared_keys = full && !k_sep ? 2 * x * inner + x * heads : 0;
+    const double shared_keys =
+        (full || kind == AttentionKind::Exact) && !k_sep ? 2 * x * inner + x * heads : 0;
     double fwd = 0, bwd = 0;
     if (kind == AttentionKind::Lsh) {
       fwd = x * heads + rounds * x * (inner + heads);  // key scale, per-round out and lse
       bwd = 2 * x * heads + x * inner;                 // key scale, D, dk
-    } else if (kind == AttentionKind::Local) {
+    } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
       bwd = x * heads;  // D
+      fwd = shared_keys;
     } else {
       fwd = 4 * x * inner + (dropout ? scores : 0) + shared_keys;  // per-head copies
       bwd = 7 * x * inner + scores + (dropout ? scores : 0) + shared_keys + x * inner;  // + dS

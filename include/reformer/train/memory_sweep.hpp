@@ -8,6 +8,8 @@
 //   full-rev    full attention, reversible blocks
 //   lsh-N       LSH attention with N hash rounds (N = 1, 2, 4, 8), stored activations
 //   local       local attention, stored activations
+//   exact       exact attention in O(L) memory (FlashAttention-style), stored activations
+//   exact-rev   exact attention, reversible blocks
 //   reformer    LSH (the base config's rounds), reversible, chunked feed-forward and loss
 // Everything but the attention, the reversibility and the chunking comes from a
 // base config (d_model, heads, d_ff, vocabulary, layers, LSH chunk, ...).
