@@ -71,7 +71,9 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
     base = config::parse_model_config(kBaseModel, "reformer memory", args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
-    for (const auto& v : args.variants) train::variant_config(v, base, base.lsh.chunk * 16);
+    // Every point's config (variant, length) is checked before any work starts.
+    for (const auto& v : args.variants)
+      for (const auto length : args.lengths) train::variant_config(v, base, length);
     for (const auto length : args.lengths)
       require<ConfigError>(length > 0 && (args.tokens == 0 || args.tokens % length == 0),
                            "memory: length ", length, " must be positive",

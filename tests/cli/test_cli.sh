@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the `reformer` program's user-facing behaviour: help, version, info,
-# and exit code 2 with a clear message for unknown subcommands and options.
+# exit code 2 with a clear message for unknown subcommands and options, and
+# `reformer memory`.
 set -u
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
@@ -12,4 +13,20 @@ expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus
 expect unknown_option 2 "--frobnicate" -- --frobnicate info
 expect bad_threads 2 "threads" -- --threads -3 info
+# reformer memory: bad input exits with 2 naming it; a tiny sweep writes one CSV
+# row per point with measured and predicted peaks, and skips a point over the budget.
+expect memory_bad_variant 2 "unknown variant 'lsh-3'" -- memory --variants lsh-3
+expect memory_not_model_key 2 "train.steps" -- memory train.steps=3
+expect memory_bad_length 2 "100" -- memory --variants lsh-2 --lengths 100
+out=$(mktemp -d)
+small="model.d_model=32 model.heads=2 model.d_head=16 model.d_ff=64 model.vocab=32"
+# shellcheck disable=SC2086
+expect memory_sweep 0 "[2/2]" -- memory --variants lsh-2,exact --lengths 256 --steps 1 \
+  --out "$out" $small
+rows=$(grep -c '^lsh-2,256,2,1,ran\|^exact,256,2,1,ran' "$out/sweep.csv")
+[ "$rows" -eq 2 ] && pass memory_csv || fail "memory_csv: $rows rows ran in $out/sweep.csv"
+# shellcheck disable=SC2086
+expect memory_budget 0 "skipped: predicted" -- memory --variants full --lengths 4096 \
+  --budget-gib 0.001 --out "$out" $small
+rm -rf "$out"
 [ "$failures" -eq 0 ]
