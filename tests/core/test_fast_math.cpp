@@ -49,5 +49,16 @@ TEST(FastExp, UnderflowIsZeroAndOneIsExact) {
   EXPECT_NEAR(d[3] / std::exp(-100.0), 1.0, 1e-14);
 }
 
+// exp(NaN) is NaN, with no undefined conversion of NaN to an integer on the way
+// (UBSan checks that in the Serial build): attention kernels may meet NaN inputs.
+TEST(FastExp, NanStaysNan) {
+  const auto f = fast_exp_on_device<float>({std::nanf(""), 0.0f});
+  EXPECT_TRUE(std::isnan(f[0]));
+  EXPECT_EQ(f[1], 1.0f);
+  const auto d = fast_exp_on_device<double>({std::nan(""), 0.0});
+  EXPECT_TRUE(std::isnan(d[0]));
+  EXPECT_EQ(d[1], 1.0);
+}
+
 }  // namespace
 }  // namespace reformer

@@ -27,7 +27,8 @@ KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(k) + 127) << 23;
+  // A NaN input stays NaN (through p); the exponent bits must not convert it.
+  const std::int32_t bits = (static_cast<std::int32_t>(k == k ? k : 0.0f) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   return underflow ? 0.0f : p * scale;
@@ -51,7 +52,7 @@ KOKKOS_INLINE_FUNCTION double fast_exp(double x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  const std::int64_t bits = (static_cast<std::int64_t>(k) + 1023) << 52;
+  const std::int64_t bits = (static_cast<std::int64_t>(k == k ? k : 0.0) + 1023) << 52;
   double scale;
   memcpy(&scale, &bits, sizeof scale);
   return underflow ? 0.0 : p * scale;
