@@ -1,7 +1,10 @@
 // Input validation shared by the attention variants (internal header).
 #pragma once
 
+#include "reformer/attention/full.hpp"
 #include "reformer/attention/masks.hpp"
+
+#include <cmath>
 #include "reformer/core/shape.hpp"
 
 namespace reformer::attention::detail {
@@ -53,6 +56,26 @@ void check_lse(const char* op, const L& lse, const Q& q) {
 inline void check_dropout(const char* op, const AttentionDropout& dropout) {
   require<ConfigError>(dropout.rate >= 0.0 && dropout.rate < 1.0, op, ": dropout rate is ",
                        dropout.rate, " but must be in [0, 1)");
+}
+
+// Inputs of full and exact attention (the dense variants): q [B, Lq, H, d], k
+// and v [B, Lk, H, d]; causal and self masks need Lq == Lk.
+template <class A, class B>
+void check_dense_inputs(const char* op, const A& q, const B& k, const B& v,
+                        const FullAttentionConfig& config, const AttentionCall& call) {
+  config.validate();
+  check_qkv(op, q, k, v, /*same_length=*/false);
+  if (call.masks.causal || config.self_mask)
+    require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
+                        "and key lengths, got Lq = ", q.extent(1), " and Lk = ", k.extent(1));
+  check_masks(op, call.masks, k.extent(0), k.extent(1));
+  check_dropout(op, call.dropout);
+}
+
+// The dense variants' score scale: config.scale, or 1 / sqrt(d_head) when it is 0.
+template <class T>
+T dense_score_scale(const FullAttentionConfig& config, Index d_head) {
+  return T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(d_head)));
 }
 
 }  // namespace reformer::attention::detail

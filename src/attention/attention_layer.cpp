@@ -46,13 +46,6 @@ FullAttentionConfig full_config(bool shared_qk) {
   return full;
 }
 
-ExactAttentionConfig exact_config(bool shared_qk) {
-  ExactAttentionConfig exact;
-  exact.self_mask = shared_qk;
-  exact.scale = shared_qk ? 1.0 : 0.0;
-  return exact;
-}
-
 }  // namespace
 
 AttentionKind parse_attention_kind(const std::string& name) {
@@ -216,7 +209,7 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
       local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
       break;
     case AttentionKind::Exact:
-      exact_attention_forward<T>(qh, keys, vh, exact_config(!w_k_), call, out, lse(), workspace);
+      exact_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out, lse(), workspace);
       break;
   }
   // Output projection and its dropout.
@@ -313,7 +306,7 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
           full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq, gk,
                                      gv, workspace);
         else
-          exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, exact_config(false), call,
+          exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, full_config(false), call,
                                       gq, gk, gv, workspace);
         break;
       }
@@ -328,8 +321,8 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
         full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq,
                                    dkeys, gv, workspace);
       else
-        exact_attention_backward<T>(qh, keys, vh, out, state.lse, dout, exact_config(true), call,
-                                    gq, dkeys, gv, workspace);
+        exact_attention_backward<T>(qh, keys, vh, out, state.lse, dout, full_config(true), call, gq,
+                                    dkeys, gv, workspace);
       shared_keys_backward<T>(qh, scale, dkeys, gq);
       break;
     }

@@ -482,18 +482,6 @@ struct ExactBackwardQueries {
   }
 };
 
-template <class T>
-void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
-                  const AttentionCall& call) {
-  config.validate();
-  detail::check_qkv(op, q, k, v, /*same_length=*/false);
-  if (call.masks.causal || config.self_mask)
-    require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
-                        "and key lengths, got Lq = ", q.extent(1), " and Lk = ", k.extent(1));
-  detail::check_masks(op, call.masks, k.extent(0), k.extent(1));
-  detail::check_dropout(op, call.dropout);
-}
-
 // The kernels' inputs; first_valid is filled when causal attention has padding.
 template <class T>
 ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
@@ -515,7 +503,7 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
   x.dpad = Traits::pad_columns(q.extent(3));
   x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
   x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
-  x.scale = T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(q.extent(3))));
+  x.scale = detail::dense_score_scale<T>(config, q.extent(3));
   if (call.masks.key_valid.extent(0)) {
     const Index lk = x.lk;
     const auto valid = call.masks.key_valid;
@@ -533,17 +521,12 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
 
 }  // namespace
 
-void ExactAttentionConfig::validate() const {
-  require<ConfigError>(std::isfinite(scale) && scale >= 0, "ExactAttentionConfig: scale is ", scale,
-                       " but must be finite and >= 0 (0: 1 / sqrt(d_head))");
-}
-
 template <class T>
 void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
                              const AttentionCall& call, View4<T> out, View3<T> lse,
                              Workspace& workspace) {
   const char* op = "exact_attention_forward";
-  check_inputs<T>(op, q, k, v, config, call);
+  detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
@@ -559,7 +542,7 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
                               const ExactAttentionConfig& config, const AttentionCall& call,
                               View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace) {
   const char* op = "exact_attention_backward";
-  check_inputs<T>(op, q, k, v, config, call);
+  detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   require_same_shape(op, "q", q, "dout", dout);
   require_same_shape(op, "q", q, "dq", dq);

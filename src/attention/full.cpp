@@ -143,25 +143,8 @@ void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
       });
 }
 
-template <class T>
-void check_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, const FullAttentionConfig& config,
-                  const AttentionCall& call) {
-  config.validate();
-  detail::check_qkv(op, q, k, v, /*same_length=*/false);
-  if (call.masks.causal || config.self_mask)
-    require<ShapeError>(q.extent(1) == k.extent(1), op, ": causal or self masks need equal query ",
-                        "and key lengths, got ", q.extent(1), " and ", k.extent(1));
-  detail::check_masks(op, call.masks, k.extent(0), k.extent(1));
-  detail::check_dropout(op, call.dropout);
-}
-
 ScoreMask score_mask(const FullAttentionConfig& config, const AttentionCall& call, Index heads) {
   return {call.masks.key_valid, call.masks.causal, config.self_mask, heads};
-}
-
-template <class T>
-T score_scale(const FullAttentionConfig& config, Index d_head) {
-  return T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(d_head)));
 }
 
 }  // namespace
@@ -193,7 +176,7 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
                             const AttentionCall& call, View4<T> out, FullAttentionSaved<T>& saved,
                             Workspace& workspace) {
   const char* op = "full_attention_forward";
-  check_inputs<T>(op, q, k, v, config, call);
+  detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   const Index batch = q.extent(0), lq = q.extent(1), lk = k.extent(1), heads = q.extent(2);
   const bool dropout = call.dropout.rate > 0;
@@ -213,7 +196,7 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
   const auto lower_c = call.masks.causal ? Structure::LowerC : Structure::Dense;
   const auto lower_a = call.masks.causal ? Structure::LowerA : Structure::Dense;
   ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs,
-                         score_scale<T>(config, q.extent(3)), T(0), lower_c);
+                         detail::dense_score_scale<T>(config, q.extent(3)), T(0), lower_c);
   masked_softmax<T>(saved.probs, score_mask(config, call, heads));
   auto oh = frame.take<View3<T>>(batch * heads, lq, q.extent(3));
   if (dropout) {
@@ -232,7 +215,7 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
                              const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
                              Workspace& workspace) {
   const char* op = "full_attention_backward";
-  check_inputs<T>(op, q, k, v, config, call);
+  detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "dout", dout);
   require_same_shape(op, "q", q, "dq", dq);
   require_same_shape(op, "k", k, "dk", dk);
@@ -242,7 +225,7 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
                           Index(saved.probs.extent(1)) == lq && Index(saved.probs.extent(2)) == lk,
                       op, ": saved probabilities have shape ", shape_string(saved.probs),
                       "; run full_attention_forward on these inputs first");
-  const T scale = score_scale<T>(config, q.extent(3));
+  const T scale = detail::dense_score_scale<T>(config, q.extent(3));
   const bool causal = call.masks.causal;
   const auto lower_a = causal ? Structure::LowerA : Structure::Dense;
   const auto upper_a = causal ? Structure::UpperA : Structure::Dense;

@@ -19,21 +19,14 @@
 // length than queries (cross-attention, not causal).
 #pragma once
 
-#include "reformer/attention/masks.hpp"
+#include "reformer/attention/full.hpp"
 #include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
 
-// Hyper-parameters only (per-call masks and dropout: AttentionCall).
-struct ExactAttentionConfig {
-  // Shared-QK attention: the own position gets MaskValues::self (Lq == Lk).
-  bool self_mask = false;
-  // Score scale; 0 means 1 / sqrt(d_head).
-  double scale = 0.0;
-
-  // ConfigError naming the field and its value.
-  void validate() const;
-};
+// Exact attention computes full attention: the same hyper-parameters (self
+// mask, score scale) and the same checks.
+using ExactAttentionConfig = FullAttentionConfig;
 
 // out [batch, Lq, heads, d_head]; lse [batch, Lq, heads] is saved for backward.
 // The dropout mask of score (b * heads + h, i, j) is the one full attention uses.
