@@ -89,7 +89,8 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
   csv << "variant,length,layers,batch,status,seconds_per_step,tokens_per_s,"
          "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
          "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"
-         "predicted_optimizer_MiB,predicted_peak_MiB,state_MiB,predicted_state_MiB,note\n";
+         "predicted_optimizer_MiB,predicted_peak_MiB,warmup_peak_MiB,state_MiB,predicted_state_MiB,"
+         "note\n";
   std::ostringstream json;
   json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"points\": [";
   train::SweepOptions options;
@@ -144,14 +145,14 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
           char row[1024];
           std::snprintf(row, sizeof row,
                         "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                        "%.3f,%.3f,%.3f,%.3f,\"%s\"\n",
+                        "%.3f,%.3f,%.3f,%.3f,%.3f,\"%s\"\n",
                         variant.c_str(), (long long)length, (long long)layers, (long long)batch,
                         p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
                         mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
                         mib(p.measured.optimizer), peak, mib(p.predicted.forward),
                         mib(p.predicted.loss), mib(p.predicted.backward),
-                        mib(p.predicted.optimizer), predicted, mib(p.state_bytes),
-                        mib(p.predicted_state_bytes), p.skipped.c_str());
+                        mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
+                        mib(p.state_bytes), mib(p.predicted_state_bytes), p.skipped.c_str());
           csv << row;
           csv.flush();
           json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
@@ -166,7 +167,8 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
                << ", \"loss\": " << mib(p.predicted.loss)
                << ", \"backward\": " << mib(p.predicted.backward)
                << ", \"optimizer\": " << mib(p.predicted.optimizer)
-               << "}, \"state_MiB\": " << mib(p.state_bytes)
+               << "}, \"warmup_peak_MiB\": " << mib(p.warmup_peak)
+               << ", \"state_MiB\": " << mib(p.state_bytes)
                << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
                << ", \"skipped\": \"" << p.skipped << "\"}";
           first = false;

@@ -255,15 +255,18 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
       ws_backward =
           std::max(ws_backward, x * d + std::max(ff_backward, x * d + 2 * x + attention_bwd));
   }
-  // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice, one chunk of logits.
-  const double ws_loss = x * 6 * d + 2 * x + loss_rows * v + x;
-  const double streams = 2 * x * d * s;
+  // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
+  const double ws_loss = x * 6 * d + 2 * x;
+  // A training step after the first one (the measured one) starts with what the
+  // previous step left: the streams and their gradients, the stored layers or
+  // plans, the recompute state and the workspace at its high-water mark. Every
+  // phase holds all of that; the loss adds one chunk of logits and the per-row
+  // losses, which are not workspace.
+  const double alive =
+      4 * x * d * s + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward}) * s;
   StepMemory m;
-  m.forward = std::int64_t(streams + stored + plans + ws_forward * s);
-  m.loss = std::int64_t(2 * streams + stored + plans + std::max(ws_forward, ws_loss) * s);
-  m.backward = std::int64_t(2 * streams + stored + plans + scratch +
-                            std::max({ws_forward, ws_loss, ws_backward}) * s);
-  m.optimizer = m.backward;  // Adam updates in place; the workspace stays allocated
+  m.forward = m.backward = m.optimizer = std::int64_t(alive);
+  m.loss = std::int64_t(alive + (loss_rows * v + x) * s);
   return m;
 }
 

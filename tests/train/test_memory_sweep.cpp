@@ -42,6 +42,10 @@ TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
       EXPECT_GE(p.measured.backward, p.measured.forward) << variant;
       const double ratio = double(p.measured.peak()) / double(p.predicted.peak());
       EXPECT_NEAR(ratio, 1.0, 0.2) << variant << " at " << length;
+      // Each phase too (every one of a steady-state step holds the workspace).
+      EXPECT_NEAR(double(p.measured.forward) / p.predicted.forward, 1.0, 0.2) << variant;
+      EXPECT_NEAR(double(p.measured.loss) / p.predicted.loss, 1.0, 0.2) << variant;
+      EXPECT_NEAR(double(p.measured.backward) / p.predicted.backward, 1.0, 0.2) << variant;
       EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << variant;
       EXPECT_GT(p.seconds_per_step, 0.0);
     }
