@@ -24,6 +24,7 @@
 
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/team_scratch.hpp"
+#include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/vector_loops.hpp"
 #include "reformer/ops/dropout.hpp"
 
@@ -148,8 +149,7 @@ using ItemScalars = Kokkos::View<T***, Layout, MemSpace>;
 
 // The fused kernels work on one chunk per team. The chunk's queries and the
 // keys and values of its window are gathered into scratch (keys already scaled,
-// and also transposed), so that every product below is a loop over contiguous
-// memory that the compiler vectorises:
+// and also transposed), and every product is a register-blocked team_multiply:
 //   S = Q K^T (window), P = softmax(masked S), out = dropout(P) V.
 // Absent window slots (before the first chunk, without wrap-around) have
 // position -1 and take no part in the softmax.
@@ -157,47 +157,84 @@ template <class T>
 using Scratch2 = ScratchMatrix<T>;
 using ScratchInts = ScratchVector<int>;
 
-// Gathers rows [0, n) of a chunk: row r is item first + r (or absent if the
-// item index is negative); dst_rows [n][d] and, if given, dst_cols [d][n].
-template <class T, class Items, class Source>
-KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Items&& item_of,
-                                        Source&& value, Scratch2<T> rows, Scratch2<T> cols) {
+// Scratch tile shapes of a chunk, padded to whole register blocks of
+// team_multiply: query rows to block_rows; window slots, which are the columns
+// of S and the rows of dK and dV, to both (powers of two: the larger one); head
+// columns to block_cols. Padded slots are absent keys; padded rows and head
+// columns are zero, so they add nothing to any product.
+template <class T>
+struct ChunkTiles {
+  Index c = 0, w = 0, d = 0;
+  KOKKOS_INLINE_FUNCTION ChunkTiles(const ChunkWindow& window, Index d_head) {
+    constexpr Index rows = TileTraits<T>::block_rows, cols = TileTraits<T>::block_cols;
+    constexpr Index slots = rows > cols ? rows : cols;
+    static_assert((rows & (rows - 1)) == 0 && (cols & (cols - 1)) == 0,
+                  "block sizes must be powers of two");
+    c = (window.chunk + rows - 1) / rows * rows;
+    w = (window.slots() + slots - 1) / slots * slots;
+    d = TileTraits<T>::pad_columns(d_head);
+  }
+};
+
+// Gathers rows [0, n) of a tile: row r is factor * the d values at source(r,
+// factor) (nullptr: a zero row), then zeros up to d_pad columns; written as
+// rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
+template <class T, class Source>
+KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
+                                        Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index r) {
-    const Index item = item_of(r);
-    for (Index c = 0; c < d; ++c) {
-      const T x = item < 0 ? T(0) : value(item, c);
-      if (rows.extent(0)) rows(r, c) = x;
-      if (cols.extent(0)) cols(c, r) = x;
+    T factor = T(1);
+    const T* from = source(r, factor);
+    if (rows.extent(0)) {
+      T* to = &rows(r, 0);
+      if (from)
+        for (Index c = 0; c < d; ++c) to[c] = from[c] * factor;
+      else
+        for (Index c = 0; c < d; ++c) to[c] = T(0);
+      for (Index c = d; c < d_pad; ++c) to[c] = T(0);
+    }
+    if (cols.extent(0)) {
+      if (from)
+        for (Index c = 0; c < d; ++c) cols(c, r) = from[c] * factor;
+      else
+        for (Index c = 0; c < d; ++c) cols(c, r) = T(0);
+      for (Index c = d; c < d_pad; ++c) cols(c, r) = T(0);
     }
   });
 }
 
-// Loads chunk qc of (batch, head) bh into scratch: the positions of its queries
-// and of its window's keys (-1 for absent slots), the queries as rows, and the
-// scaled keys and the values as rows and/or transposed (empty views are skipped).
+// Loads chunk qc of (batch, head) bh into scratch (shapes `tile`): the
+// positions of its queries and of its window's keys (-1 for absent and padded
+// slots), the queries as rows, and the scaled keys and the values as rows
+// and/or transposed (empty views are skipped).
 template <class T, class Ints, class Rows>
 KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInputs<T>& in,
-                                        Index bh, Index qc, Ints posq, Ints posk, Rows q_rows,
-                                        Rows k_rows, Rows k_cols, Rows v_rows, Rows v_cols) {
+                                        const ChunkTiles<T>& tile, Index bh, Index qc, Ints posq,
+                                        Ints posk, Rows q_rows, Rows k_rows, Rows k_cols,
+                                        Rows v_rows, Rows v_cols) {
   const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
   const Index b = bh / in.heads, h = bh % in.heads;
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c),
-                       [&](Index i) { posq(i) = int(in.position(bh, qc * c + i)); });
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
-    const Index item = in.window.key_item(qc, t);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.c),
+                       [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
+    const Index item = t < w ? in.window.key_item(qc, t) : Index(-1);
     posk(t) = item < 0 ? -1 : int(in.position(bh, item));
   });
   team.team_barrier();
   gather_rows<T>(
-      team, c, dh, [&](Index i) { return Index(posq(i)); },
-      [&](Index pos, Index d) { return in.q(b, pos, h, d); }, q_rows, Rows());
+      team, tile.c, dh, tile.d,
+      [&](Index i, T&) { return posq(i) < 0 ? nullptr : &in.q(b, posq(i), h, 0); }, q_rows, Rows());
   gather_rows<T>(
-      team, w, dh, [&](Index t) { return Index(posk(t)); },
-      [&](Index pos, Index d) { return in.k(b, pos, h, d) * in.scale_of(b, pos, h); }, k_rows,
-      k_cols);
+      team, tile.w, dh, tile.d,
+      [&](Index t, T& factor) {
+        if (posk(t) < 0) return static_cast<const T*>(nullptr);
+        factor = in.scale_of(b, posk(t), h);
+        return &in.k(b, posk(t), h, 0);
+      },
+      k_rows, k_cols);
   gather_rows<T>(
-      team, w, dh, [&](Index t) { return Index(posk(t)); },
-      [&](Index pos, Index d) { return in.v(b, pos, h, d); }, v_rows, v_cols);
+      team, tile.w, dh, tile.d,
+      [&](Index t, T&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); }, v_rows, v_cols);
   team.team_barrier();
 }
 
@@ -210,40 +247,53 @@ struct ChunkedForward {
   int level = 0;  // scratch level, from scratch_bytes()
 
   size_t scratch_bytes() const {
-    const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
-    return Scratch2<T>::shmem_size(c, d) + Scratch2<T>::shmem_size(d, w) +
-           Scratch2<T>::shmem_size(w, d) + Scratch2<T>::shmem_size(c, w) +
-           ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
+    const ChunkTiles<T> tile(in.window, in.d_head);
+    return Scratch2<T>::shmem_size(tile.c, tile.d) + Scratch2<T>::shmem_size(tile.d, tile.w) +
+           Scratch2<T>::shmem_size(tile.w, tile.d) + Scratch2<T>::shmem_size(tile.c, tile.w) +
+           ScratchVector<T>::shmem_size(tile.c) + ScratchInts::shmem_size(tile.c) +
+           ScratchInts::shmem_size(tile.w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const ChunkTiles<T> tile(in.window, in.d_head);
     const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
     const Index n_chunks = in.window.n_chunks, heads = in.heads;
     const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, c, dh), kt(scratch, dh, w), vs(scratch, w, dh), s(scratch, c, w);
-    ScratchInts posq(scratch, c), posk(scratch, w);
+    Scratch2<T> qs(scratch, tile.c, tile.d), kt(scratch, tile.d, tile.w),
+        vs(scratch, tile.w, tile.d), s(scratch, tile.c, tile.w);
+    ScratchVector<T> inverse_sum(scratch, tile.c);
+    ScratchInts posq(scratch, tile.c), posk(scratch, tile.w);
     Scratch2<T> none;
-    load_window<T>(team, in, bh, qc, posq, posk, qs, none, kt, vs, none);
+    load_window<T>(team, in, tile, bh, qc, posq, posk, qs, none, kt, vs, none);
+    // S = Q K^T
+    team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,
+                         &kt(0, 0), tile.w);
+    team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
-      for (Index t = 0; t < w; ++t) row[t] = 0;
-      accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
-      in.template mask_row<false>(b, bh, pq, &posk(0), w, row, nullptr);
+      in.template mask_row<false>(b, bh, pq, &posk(0), tile.w, row, nullptr);
       // Online softmax of the window: o = sum_t exp(s_t - m) drop_t v_t / sum_t exp(s_t - m).
-      const T m = max_values(row, w);
-      for (Index t = 0; t < w; ++t) row[t] = softmax_weight(row[t] - m);
-      const T sum = sum_values(row, w);
+      const T m = max_values(row, tile.w);
+      for (Index t = 0; t < tile.w; ++t) row[t] = softmax_weight(row[t] - m);
+      const T sum = sum_values(row, tile.w);
       if (in.dropout.rate > 0.0)
         for (Index t = 0; t < w; ++t) row[t] *= in.drop_factor(bh, item, t);
-      T* o = &out(b, item, h, 0);
-      for (Index d = 0; d < dh; ++d) o[d] = 0;
-      accumulate_rows(o, &vs(0, 0), dh, row, 1, w, dh);
-      const T inverse = T(1) / sum;
-      for (Index d = 0; d < dh; ++d) o[d] *= inverse;
+      inverse_sum(i) = T(1) / sum;
       lse(b, item, h) = m + compat::log(sum);
+    });
+    team.team_barrier();
+    // O = dropout(P) V, into the queries' tile (no longer needed).
+    team_multiply<false>(team, tile.c, tile.d, tile.w, &qs(0, 0), tile.d, &s(0, 0), tile.w, 1,
+                         &vs(0, 0), tile.d);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      T* o = &out(b, qc * c + i, h, 0);
+      const T* from = &qs(i, 0);
+      const T inverse = inverse_sum(i);
+      for (Index d = 0; d < dh; ++d) o[d] = from[d] * inverse;
     });
   }
 };
@@ -254,7 +304,7 @@ struct ChunkedForward {
 //   dq += dscore K,  dk += dscore^T Q,  dv += dropout(P)^T dout,
 // all added into rows indexed by position. A chunk's queries are distinct
 // positions (one round), and so are the keys of each chunk of its window,
-// which the team handles one window chunk at a time.
+// which the team adds one window chunk at a time.
 template <class T>
 struct ChunkedBackward {
   ChunkedInputs<T> in;
@@ -266,63 +316,90 @@ struct ChunkedBackward {
   int level = 0;
 
   size_t scratch_bytes() const {
-    const Index c = in.window.chunk, w = in.window.slots(), d = in.d_head;
-    return 2 * Scratch2<T>::shmem_size(c, d) + 2 * Scratch2<T>::shmem_size(d, w) +
-           Scratch2<T>::shmem_size(w, d) + 3 * Scratch2<T>::shmem_size(c, w) +
-           ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
+    const ChunkTiles<T> tile(in.window, in.d_head);
+    return 2 * Scratch2<T>::shmem_size(tile.c, tile.d) +
+           2 * Scratch2<T>::shmem_size(tile.d, tile.w) + Scratch2<T>::shmem_size(tile.w, tile.d) +
+           3 * Scratch2<T>::shmem_size(tile.c, tile.w) + ScratchInts::shmem_size(tile.c) +
+           ScratchInts::shmem_size(tile.w);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head, heads = in.heads;
+    const ChunkTiles<T> tile(in.window, in.d_head);
+    const Index c = in.window.chunk, dh = in.d_head, heads = in.heads;
     const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
     const Index bh = team.league_rank() / chunks, b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, c, dh), dos(scratch, c, dh), kt(scratch, dh, w), vt(scratch, dh, w),
-        ks(scratch, w, dh), s(scratch, c, w), dp(scratch, c, w), grad_masks(scratch, c, w);
-    ScratchInts posq(scratch, c), posk(scratch, w);
+    Scratch2<T> qs(scratch, tile.c, tile.d), dos(scratch, tile.c, tile.d),
+        kt(scratch, tile.d, tile.w), vt(scratch, tile.d, tile.w), ks(scratch, tile.w, tile.d),
+        s(scratch, tile.c, tile.w), dp(scratch, tile.c, tile.w),
+        grad_masks(scratch, tile.c, tile.w);
+    ScratchInts posq(scratch, tile.c), posk(scratch, tile.w);
     Scratch2<T> none;
-    load_window<T>(team, in, bh, qc, posq, posk, qs, ks, kt, none, vt);
+    load_window<T>(team, in, tile, bh, qc, posq, posk, qs, ks, kt, none, vt);
     gather_rows<T>(
-        team, c, dh, [&](Index i) { return Index(posq(i)); },
-        [&](Index pos, Index d) { return dout(b, pos, h, d); }, dos, none);
+        team, tile.c, dh, tile.d,
+        [&](Index i, T&) { return posq(i) < 0 ? nullptr : &dout(b, posq(i), h, 0); }, dos, none);
     team.team_barrier();
-    // Rows are queries: s <- dropout(P), dp <- dscore; then dq.
+    // S = Q K^T, dP = dout V^T.
+    team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,
+                         &kt(0, 0), tile.w);
+    team_multiply<false>(team, tile.c, tile.w, tile.d, &dp(0, 0), tile.w, &dos(0, 0), tile.d, 1,
+                         &vt(0, 0), tile.w);
+    team.team_barrier();
+    // Rows are queries: s <- dropout(P), dp <- dscore.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* row = &s(i, 0);
       T* drow = &dp(i, 0);
-      for (Index t = 0; t < w; ++t) row[t] = drow[t] = 0;
-      accumulate_rows(row, &kt(0, 0), w, &qs(i, 0), 1, dh, w);
-      accumulate_rows(drow, &vt(0, 0), w, &dos(i, 0), 1, dh, w);
       const Index pq = posq(i), item = qc * c + i;
       const T l = lse(b, pq, h), base = delta(b, pq, h);
       T* grad_mask = &grad_masks(i, 0);
-      in.template mask_row<true>(b, bh, pq, &posk(0), w, row, grad_mask);
+      in.template mask_row<true>(b, bh, pq, &posk(0), tile.w, row, grad_mask);
       if (in.dropout.rate == 0.0) {
-        for (Index t = 0; t < w; ++t) {
+        for (Index t = 0; t < tile.w; ++t) {
           const T p = softmax_weight(row[t] - l);
           drow[t] = p * grad_mask[t] * (drow[t] - base);
           row[t] = p;
         }
       } else {
-        for (Index t = 0; t < w; ++t) {
-          const T p = softmax_weight(row[t] - l), drop = in.drop_factor(bh, item, t);
+        for (Index t = 0; t < tile.w; ++t) {
+          const T p = softmax_weight(row[t] - l);
+          const T drop = t < in.window.slots() ? in.drop_factor(bh, item, t) : T(0);
           drow[t] = p * grad_mask[t] * (drop * drow[t] - base);
           row[t] = p * drop;
         }
       }
-      accumulate_rows(&dq(b, pq, h, 0), &ks(0, 0), dh, drow, 1, w, dh);
     });
-    // Columns are keys: dk += dscore^T Q, dv += dropout(P)^T dout, one chunk
-    // of the window at a time (with several rounds, a window can hold the same
-    // position twice, once per round).
+    team.team_barrier();
+    // dQ = dS K into K^T's tile, dK = dS^T Q into V^T's tile (both read no more).
+    Scratch2<T> dqs(kt.data(), tile.c, tile.d), dks(vt.data(), tile.w, tile.d);
+    team_multiply<false>(team, tile.c, tile.d, tile.w, dqs.data(), tile.d, &dp(0, 0), tile.w, 1,
+                         &ks(0, 0), tile.d);
+    team_multiply<false>(team, tile.w, tile.d, tile.c, dks.data(), tile.d, &dp(0, 0), 1, tile.w,
+                         &qs(0, 0), tile.d);
+    team.team_barrier();
+    // dV = dropout(P)^T dout into K's tile; dq rows added by position.
+    Scratch2<T> dvs(ks.data(), tile.w, tile.d);
+    team_multiply<false>(team, tile.w, tile.d, tile.c, dvs.data(), tile.d, &s(0, 0), 1, tile.w,
+                         &dos(0, 0), tile.d);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
+      T* to = &dq(b, posq(i), h, 0);
+      const T* from = &dqs(i, 0);
+      for (Index d = 0; d < dh; ++d) to[d] += from[d];
+    });
+    // Columns are keys: one chunk of the window at a time (with several
+    // rounds, a window can hold the same position twice, once per round).
     for (Index part = 0; part <= in.window.n_before; ++part) {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index j) {
         const Index t = part * c + j;
         if (posk(t) < 0) return;
         const Index pk = posk(t);
-        accumulate_rows(&dk_scaled(b, pk, h, 0), &qs(0, 0), dh, &dp(0, t), w, c, dh);
-        accumulate_rows(&dv(b, pk, h, 0), &dos(0, 0), dh, &s(0, t), w, c, dh);
+        T* to_k = &dk_scaled(b, pk, h, 0);
+        T* to_v = &dv(b, pk, h, 0);
+        for (Index d = 0; d < dh; ++d) {
+          to_k[d] += dks(t, d);
+          to_v[d] += dvs(t, d);
+        }
       });
     }
   }

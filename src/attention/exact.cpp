@@ -101,8 +101,12 @@ struct ExactInputs {
                                         Index first, Index rows, Index length, T factor,
                                         Scratch2<T> dst) const {
     detail::gather_rows<T>(
-        team, rows, in.d_head, [&](Index r) { return first + r < length ? first + r : Index(-1); },
-        [&](Index pos, Index c) { return T(x(b, pos, h, c)) * factor; }, Scratch2<T>(), dst);
+        team, rows, in.d_head, in.d_head,
+        [&](Index r, T& f) {
+          f = factor;
+          return first + r < length ? &x(b, first + r, h, 0) : nullptr;
+        },
+        Scratch2<T>(), dst);
   }
   // Positions of a tile's rows (-1 past the sequence).
   KOKKOS_INLINE_FUNCTION void positions(const TeamMember& team, Index first, Index n, Index length,
