@@ -117,8 +117,11 @@ std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
   return out;
 }
 
-struct LshCase {
-  static constexpr Index batch = 2, length = 16, heads = 2, d = 4;
+// D = 4 pads the kernels' scratch tiles (rows, slots and head columns);
+// D = 16 with chunks of 8 fills them exactly (double: blocks of 8 x 16).
+template <Index D>
+struct LshCaseOf {
+  static constexpr Index batch = 2, length = 16, heads = 2, d = D;
   LshAttentionConfig config;
   attention::AttentionCall call;
   Workspace workspace;
@@ -129,7 +132,7 @@ struct LshCase {
   Kokkos::View<int**, Layout, MemSpace> valid{"valid", batch, length};
   attention::LshPlan plan;
 
-  LshCase(Index chunk, Index n_hashes, std::vector<Index> buckets, bool causal) {
+  LshCaseOf(Index chunk, Index n_hashes, std::vector<Index> buckets, bool causal) {
     config.chunk = chunk;
     config.n_hashes = n_hashes;
     config.n_buckets = buckets;
@@ -166,6 +169,8 @@ struct LshCase {
   }
 };
 
+using LshCase = LshCaseOf<4>;
+
 struct Variant {
   Index chunk, n_hashes;
   std::vector<Index> buckets;
@@ -190,6 +195,17 @@ TEST(LshAttention, GradientsMatchFiniteDifferences) {
     auto loss = [&] { return c.loss(); };
     EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6) << "hashes " << var.n_hashes;
     EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << "hashes " << var.n_hashes;
+  }
+}
+
+TEST(LshAttention, WholeScratchTilesMatchReferenceAndFiniteDifferences) {
+  for (const bool causal : {false, true}) {
+    LshCaseOf<16> c(8, 2, {}, causal);
+    c.backward();
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12) << causal;
+    auto loss = [&] { return c.loss(); };
+    EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6) << causal;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << causal;
   }
 }
 
