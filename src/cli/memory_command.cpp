@@ -31,29 +31,6 @@ struct MemoryArgs {
   std::vector<std::string> overrides;
 };
 
-// The base model of the sweep: the issue's Reformer (d_model 256, 4 heads of 64,
-// d_ff 1024, vocabulary 256, LSH chunk 64 with 2 rounds, local chunk 128,
-// feed-forward chunks of 1024 positions, loss chunks of 1024 rows, axial positions).
-constexpr const char* kBaseModel = R"([model]
-vocab = 256
-layers = 2
-d_model = 256
-d_ff = 1024
-heads = 4
-d_head = 64
-attention = ["lsh"]
-causal = true
-positions = "axial"
-max_length = 1024
-ff_chunk = 1024
-loss_chunk = 1024
-[model.lsh]
-chunk = 64
-n_hashes = 2
-[model.local]
-chunk = 128
-)";
-
 double mib(std::int64_t bytes) { return double(bytes) / (1 << 20); }
 
 std::string default_out() {
@@ -68,7 +45,7 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
   try {
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
-    base = config::parse_model_config(kBaseModel, "reformer memory", args.overrides);
+    base = config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
     // Every point's config (variant, length) is checked before any work starts.
@@ -195,7 +172,8 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--batch", args.batches, "Batch sizes (default 1)")->delimiter(',');
   sub->add_option("--tokens", args.tokens,
                   "Fixed tokens per batch: batch = tokens / length (overrides --batch)");
-  sub->add_option("--steps", args.steps, "Timed steps after the measured one (default 2)")
+  sub->add_option("--steps", args.steps,
+                  "Timed steps after the measured one (default 2; 0: time the measured step)")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--budget-gib", args.budget_gib,
                   "Skip points predicted above this (default: the free memory)");

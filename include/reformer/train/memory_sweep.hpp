@@ -24,6 +24,13 @@
 
 namespace reformer::train {
 
+// The base model of the sweep as a [model] TOML table: the Reformer
+// (vocabulary 256, d_model 256, 4 heads of 64, d_ff 1024, LSH chunk 64 with 2
+// rounds, local chunk 128, feed-forward chunks of 1024 positions, loss chunks of
+// 1024 rows, axial positions, causal, 2 layers). `reformer memory` overrides it
+// with model.k=v arguments; bench_model uses it as it is.
+const char* sweep_base_model();
+
 // The variant names above, in that order.
 const std::vector<std::string>& sweep_variant_names();
 
@@ -60,7 +67,7 @@ struct SweepPoint {
 };
 
 struct SweepOptions {
-  int timed_steps = 2;             // steps timed after the measured first one
+  int timed_steps = 2;  // steps timed after the measured one (0: the measured step is timed)
   std::int64_t budget_bytes = -1;  // skip points predicted above it; < 0: free memory now
   std::string dtype = "float";     // "float" or "double"
 };
