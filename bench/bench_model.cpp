@@ -1,15 +1,24 @@
-// A whole training step of the Reformer language model: forward, backward and
-// the Adam update, float, batch 1, d_model 256 (4 heads of 64), d_ff 512 in
-// chunks of 1024 positions, vocabulary 256, LSH with 2 hashes (chunk 64),
-// loss in chunks of 1024 rows.
-//   BM_TrainStep/L/layers/reversible/kind: kind 0 = LSH, 1 = full, 2 = local;
-//   reversible 1 = reversible blocks, 0 = the same network with stored activations.
-// Counters: tokens_per_s; peak_MiB = the memory tracker's peak during the step
-// above what was allocated before it (parameters, gradients, Adam moments and
-// the ids are allocated beforehand and excluded); params_MiB = those.
-// State and workspace are reused after a warm-up step, as in training.
+// A whole training step of the Reformer language model and its variants:
+// forward, loss, backward and the Adam update, float, batch 1, on the base model
+// of `reformer memory` (train::sweep_base_model(): d_model 256, 4 heads of 64,
+// d_ff 1024, vocabulary 256, LSH chunk 64 with 2 hashes, local chunk 128,
+// feed-forward and loss in chunks of 1024) turned into a variant by
+// train::variant_config, exactly as the sweep does.
+//   BM_TrainStep/variant:V/L:L/layers:N, V indexes train::sweep_variant_names()
+//   (0 full, 1 full-rev, 2 lsh-1, 3 lsh-2, 4 lsh-4, 5 lsh-8, 6 local, 7 exact,
+//   8 exact-rev, 9 reformer); the label names the variant.
+// Counters: tokens_per_s; peak_MiB = the memory tracker's peak during a
+// steady-state step (the second) above what was allocated before the first (the
+// parameters, their gradients, the Adam moments and the ids: state_MiB), as
+// `reformer memory` measures it. State and workspace are reused after the
+// warm-up step, as in training.
+// JSON: bench_model --benchmark_format=json (or --benchmark_out=FILE
+// --benchmark_out_format=json); `reformer memory` runs the same step with the
+// per-phase peaks and the prediction beside them.
+#include "reformer/config/run_config.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/optimizer.hpp"
 
 #include <benchmark/benchmark.h>
@@ -17,39 +26,17 @@
 namespace reformer {
 namespace {
 
-using attention::AttentionKind;
-
-models::ReformerConfig step_config(Index length, Index layers, bool reversible, int kind) {
-  models::ReformerConfig c;
-  c.vocab = 256;
-  c.d_model = 256;
-  c.d_ff = 512;
-  c.heads = 4;
-  c.d_head = 64;
-  c.layers = layers;
-  c.attention = {kind == 0   ? AttentionKind::Lsh
-                 : kind == 1 ? AttentionKind::Full
-                             : AttentionKind::Local};
-  c.reversible = reversible;
-  c.positions = models::PositionKind::Axial;
-  c.max_length = length;
-  c.ff_chunk = 1024;
-  c.loss_chunk = 1024;
-  c.lsh.chunk = 64;
-  c.lsh.n_hashes = 2;
-  c.local.chunk = 128;
-  return c;
-}
-
 void BM_TrainStep(benchmark::State& bench) {
-  const Index length = bench.range(0), layers = bench.range(1);
-  const bool reversible = bench.range(2) != 0;
-  const int kind = int(bench.range(3));
+  const auto& variant = train::sweep_variant_names().at(std::size_t(bench.range(0)));
+  const Index length = bench.range(1), layers = bench.range(2);
+  auto base = config::parse_model_config(train::sweep_base_model(), "bench_model",
+                                         {"model.layers=" + std::to_string(layers)});
+  const auto config = train::variant_config(variant, base, length);
   auto& tracker = MemoryTracker::instance();
   tracker.install();
-  const auto base = tracker.space("Host").current_bytes;
+  const auto base_bytes = tracker.space("Host").current_bytes;
   ParameterSet<float> params;
-  models::ReformerLM<float> model(step_config(length, layers, reversible, kind), params);
+  models::ReformerLM<float> model(config, params);
   model.init({1, 1});
   train::Adam<float> adam(params);
   Kokkos::View<int**, Layout, MemSpace> ids("ids", 1, length), targets("targets", 1, length);
@@ -65,26 +52,32 @@ void BM_TrainStep(benchmark::State& bench) {
     adam.step(1e-4);
     Kokkos::fence();
   };
+  adam.step(0.0);  // Adam allocates its moments on the first update: part of the state
+  Kokkos::fence();
   const auto before = tracker.space("Host").current_bytes;
+  step(0);  // warm-up: state and workspace grow to their sizes
   tracker.reset_peaks();
-  step(0);
+  step(1);
   const double peak = double(tracker.space("Host").peak_bytes - before);
-  std::uint64_t n = 1;
+  std::uint64_t n = 2;
   for (auto _ : bench) step(n++);
+  bench.SetLabel(variant);
   bench.counters["tokens_per_s"] =
       benchmark::Counter(double(length), benchmark::Counter::kIsIterationInvariantRate);
   bench.counters["peak_MiB"] = peak / (1 << 20);
-  bench.counters["params_MiB"] = double(before - base) / (1 << 20);
+  bench.counters["state_MiB"] = double(before - base_bytes) / (1 << 20);
+}
+
+// Every variant at 4096 positions (2 layers); the Reformer (variant 9)
+// at 16K with 6 layers and at 4096 with 2, 6 and 12 layers; LSH-2 stored at 16K.
+void step_arguments(benchmark::internal::Benchmark* b) {
+  for (int v = 0; v < int(train::sweep_variant_names().size()); ++v) b->Args({v, 4096, 2});
+  b->Args({9, 4096, 6})->Args({9, 4096, 12})->Args({9, 16384, 6})->Args({3, 16384, 6});
 }
 
 BENCHMARK(BM_TrainStep)
-    ->ArgNames({"L", "layers", "rev", "kind"})
-    ->Args({4096, 2, 1, 0})
-    ->Args({4096, 6, 1, 0})
-    ->Args({4096, 12, 1, 0})
-    ->Args({4096, 2, 0, 0})
-    ->Args({4096, 6, 0, 0})
-    ->Args({4096, 12, 0, 0})
+    ->ArgNames({"variant", "L", "layers"})
+    ->Apply(step_arguments)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(2);
