@@ -39,24 +39,7 @@ r = json.load(open(sys.argv[1]))
 print("reformer-pytorch lsh: %s steps, %.1f s (torch %s)" % (
     r["steps"] if r["reached_target"] else "not reached", r["wall_seconds"], r["torch_version"]))
 PY
-# The machine's sgemm rate in this run, beside the times above: our matmul (the
-# host BLAS split over the OpenMP threads) and PyTorch's, [4096 x 1024] x [1024 x 1024].
+# The machine's sgemm rate in this run, beside the times above: ours and PyTorch's.
 bench_ops=$(dirname "$bin")/../bench/bench_ops
-if [ -x "$bench_ops" ]; then
-  "$bench_ops" --benchmark_filter='BM_Matmul/4096/1024/' --benchmark_min_time=1 \
-    --benchmark_format=json 2>/dev/null | "$python" -c '
-import json, sys
-b = json.load(sys.stdin)["benchmarks"][0]
-print("sgemm, ours (build/openmp matmul): %.0f GFLOP/s" % b["GFLOP/s"])'
-fi
-"$python" - "$threads" <<'PY'
-import sys, time, torch
-torch.set_num_threads(int(sys.argv[1]))
-a, b = torch.rand(4096, 1024), torch.rand(1024, 1024)
-for _ in range(3): a @ b
-n, start = 0, time.perf_counter()
-while time.perf_counter() - start < 1.0:
-    a @ b
-    n += 1
-print("sgemm, PyTorch %s: %.0f GFLOP/s" % (torch.__version__, 2 * 4096 * 1024 * 1024 * n / (time.perf_counter() - start) / 1e9))
-PY
+[ -x "$bench_ops" ] && "$python" "$root/experiments/sgemm_rate.py" --threads "$threads" --bench-ops "$bench_ops"
+"$python" "$root/experiments/sgemm_rate.py" --threads "$threads"
