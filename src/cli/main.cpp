@@ -29,12 +29,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {
-    // A leading word that is not a subcommand is most likely a typo of one.
+    // A leading word that is not a subcommand is most likely a typo of one; after
+    // a known subcommand, the extra word is an argument it does not take.
     const std::string first = argc > 1 ? argv[1] : "";
-    if (!first.empty() && first[0] != '-') {
-      std::string names;
-      for (const CLI::App* sub : app.get_subcommands({}))
-        names += (names.empty() ? "" : ", ") + sub->get_name();
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == first;
+    }
+    if (!first.empty() && first[0] != '-' && !known) {
       std::fprintf(stderr, "reformer: error: unknown subcommand '%s' (available: %s)\n",
                    first.c_str(), names.c_str());
     } else {

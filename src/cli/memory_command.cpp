@@ -8,7 +8,9 @@
 #include "reformer/core/runtime.hpp"
 #include "reformer/train/memory_sweep.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -48,13 +50,28 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
     base = config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
-    // Every point's config (variant, length) is checked before any work starts.
-    for (const auto& v : args.variants)
-      for (const auto length : args.lengths) train::variant_config(v, base, length);
-    for (const auto length : args.lengths)
-      require<ConfigError>(length > 0 && (args.tokens == 0 || args.tokens % length == 0),
-                           "memory: length ", length, " must be positive",
-                           args.tokens ? " and divide --tokens" : "");
+    // Every point's config (variant, depth, length, batch) is checked before any
+    // work starts, so a bad value never leaves a half-written sweep behind.
+    for (const auto length : args.lengths) {
+      require<ConfigError>(length > 0, "memory: --lengths has ", length,
+                           " but every length must be positive");
+      require<ConfigError>(args.tokens == 0 || (args.tokens >= length && args.tokens % length == 0),
+                           "memory: --tokens ", args.tokens, " is not a whole number of length ",
+                           length, " sequences (batch = tokens / length); use a multiple of ",
+                           length, ", e.g. --tokens ",
+                           length * std::max<std::int64_t>(1, args.tokens / length));
+    }
+    for (const auto batch : args.batches)
+      require<ConfigError>(batch > 0, "memory: --batch has ", batch,
+                           " but every batch size must be positive");
+    for (const auto layers : args.layers) {
+      require<ConfigError>(layers > 0, "memory: --layers has ", layers,
+                           " but every depth must be positive");
+      auto config = base;
+      config.layers = layers;
+      for (const auto& v : args.variants)
+        for (const auto length : args.lengths) train::variant_config(v, config, length);
+    }
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
     return 2;
@@ -176,7 +193,15 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
                   "Timed steps after the measured one (default 2; 0: time the measured step)")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--budget-gib", args.budget_gib,
-                  "Skip points predicted above this (default: the free memory)");
+                  "Skip points predicted above this (default: the free memory)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            char* end = nullptr;
+            const double gib = std::strtod(value.c_str(), &end);
+            if (end != value.c_str() && *end == '\0' && gib > 0) return "";
+            return "'" + value + "' is not a positive number of GiB (e.g. 0.5 or 16)";
+          },
+          "GiB > 0"));
   sub->add_option("--dtype", args.dtype, "float or double (default float)");
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");

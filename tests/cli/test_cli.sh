@@ -18,6 +18,13 @@ expect bad_threads 2 "threads" -- --threads -3 info
 expect memory_bad_variant 2 "unknown variant 'lsh-3'" -- memory --variants lsh-3
 expect memory_not_model_key 2 "train.steps" -- memory train.steps=3
 expect memory_bad_length 2 "100" -- memory --variants lsh-2 --lengths 100
+expect memory_zero_length 2 "every length must be positive" -- memory --lengths 0
+expect memory_bad_layers 2 "--layers has -1" -- memory --layers 2,-1
+expect memory_bad_batch 2 "--batch has 0" -- memory --batch 0
+expect memory_bad_tokens 2 "--tokens 100 is not a whole number of length 4096" -- \
+  memory --tokens 100 --lengths 4096
+expect memory_bad_budget 2 "--budget-gib" -- memory --budget-gib -3
+expect memory_unknown_option 2 "--bogus" -- memory --bogus
 out=$(mktemp -d)
 small="model.d_model=32 model.heads=2 model.d_head=16 model.d_ff=64 model.vocab=32"
 # shellcheck disable=SC2086
