@@ -34,7 +34,7 @@ void BM_TrainStep(benchmark::State& bench) {
   const auto config = train::variant_config(variant, base, length);
   auto& tracker = MemoryTracker::instance();
   tracker.install();
-  const auto base_bytes = tracker.space("Host").current_bytes;
+  const auto base_bytes = tracker.space(MemSpace::name()).current_bytes;
   ParameterSet<float> params;
   models::ReformerLM<float> model(config, params);
   model.init({1, 1});
@@ -54,11 +54,11 @@ void BM_TrainStep(benchmark::State& bench) {
   };
   adam.step(0.0);  // Adam allocates its moments on the first update: part of the state
   Kokkos::fence();
-  const auto before = tracker.space("Host").current_bytes;
+  const auto before = tracker.space(MemSpace::name()).current_bytes;
   step(0);  // warm-up: state and workspace grow to their sizes
   tracker.reset_peaks();
   step(1);
-  const double peak = double(tracker.space("Host").peak_bytes - before);
+  const double peak = double(tracker.space(MemSpace::name()).peak_bytes - before);
   std::uint64_t n = 2;
   for (auto _ : bench) step(n++);
   bench.SetLabel(variant);

@@ -7,8 +7,11 @@
 #           1 to 12 layers
 #   r64k    the 6-layer Reformer (the base model: d_ff 1024) at 65,536 tokens
 #   r512k   the same at 524,288 tokens (the paper's Crime-and-Punishment length)
-# then the plots (docs/memory_{length,tokens,layers}.png) and the one-run PyTorch
-# comparison (experiments/pytorch_compare.py).
+# then the plots (OUT_DIR/memory_{length,tokens,layers}.png, copied by hand to
+# docs/) and the one-run PyTorch comparison (experiments/pytorch_compare.py; its
+# two Python interpreters are made as its docstring says). The r64k and r512k
+# runs also record the whole process's peak resident set (GNU time, KiB) in
+# maxrss_kib beside their sweep.csv.
 #   experiments/memory_sweeps.sh [THREADS] [OUT_DIR] [BUDGET_GIB]
 # Steps: each point runs a warm-up step and the measured step; --steps 0 times
 # the measured step (points of a minute and more), the tokens sweep times 2 more.
@@ -26,8 +29,17 @@ memory --variants full lsh-1 lsh-2 lsh-4 lsh-8 --tokens 32768 \
   --lengths 1024 2048 4096 8192 16384 32768 --layers 2 --steps 2 --out "$out/tokens"
 memory --variants full full-rev lsh-2 exact-rev reformer --lengths 4096 --layers 1 2 4 8 12 \
   --steps 0 --out "$out/layers"
-memory --variants reformer --lengths 65536 --layers 6 --steps 1 --out "$out/r64k"
-memory --variants reformer --lengths 524288 --layers 6 --steps 0 --out "$out/r512k"
+rss() {  # rss <dir> <command...>: runs it, its peak resident set to <dir>/maxrss_kib
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  /usr/bin/time -f %M -o "$dir/maxrss_kib" "$@"
+}
+rss "$out/r64k" "$bin" memory --budget-gib "$budget" --variants reformer --lengths 65536 \
+  --layers 6 --steps 1 --out "$out/r64k"
+rss "$out/r512k" "$bin" memory --budget-gib "$budget" --variants reformer --lengths 524288 \
+  --layers 6 --steps 0 --out "$out/r512k"
 /usr/bin/python3 "$root/experiments/plot_memory.py" --lengths "$out/len" --tokens "$out/tokens" \
   --layers "$out/layers" --out-prefix "$out/memory"
-/usr/bin/python3 "$root/experiments/pytorch_compare.py" --threads "$threads" --out "$out/pytorch"
+/usr/bin/python3 "$root/experiments/pytorch_compare.py" --threads "$threads" --reformer "$bin" \
+  --budget-gib "$budget" --out "$out/pytorch"

@@ -63,14 +63,26 @@ def predicted_mib(row):
     return float(row["predicted_peak_MiB"]) + float(row["predicted_state_MiB"])
 
 
+# One colour per variant, the same in every plot (the order of `reformer memory --variants`).
+VARIANTS = ["full", "full-rev", "lsh-1", "lsh-2", "lsh-4", "lsh-8", "local", "exact", "exact-rev",
+            "reformer"]
+
+
+def variant_color(variant):
+    if variant in VARIANTS:
+        i = VARIANTS.index(variant)
+        return f"C{i}" if i < 10 else "black"
+    return "gray"
+
+
 def plot(lines, xlabel, ylabel, title, path, loglog=True, predicted=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (variant, (x, y)) in enumerate(sorted(lines.items())):
-        color = f"C{i % 10}"
+    for variant, (x, y) in sorted(lines.items()):
+        color = variant_color(variant)
         ax.plot(x, y, marker="o", color=color, label=variant)
         if predicted and variant in predicted:
             px, py = predicted[variant]

@@ -23,7 +23,17 @@ The ratios use our peak resident set, the larger of our two figures.
 
 Usage (needs build/openmp; neither Python is needed by the project itself):
   python3 experiments/pytorch_compare.py [--length 16384] [--full-length 4096] \
-      [--threads 2] [--out runs/pytorch-compare]
+      [--threads 2] [--pythons PY ...] [--budget-gib G] [--out runs/pytorch-compare]
+
+The two interpreters (--pythons; the defaults are these paths) are made once:
+  # Debian's torch 1.13 (apt-get install python3-torch python3-venv), with
+  # reformer-pytorch beside it and Debian's torch left in place:
+  python3 -m venv --system-site-packages /work/venv-debian
+  /work/venv-debian/bin/pip install --no-deps reformer-pytorch==1.4.4 einops \
+      axial-positional-embedding==0.2.1 local-attention==1.4.4 product-key-memory==0.1.10
+  # PyPI's torch (CPU wheel) and reformer-pytorch:
+  python3 -m venv /work/venv
+  /work/venv/bin/pip install torch reformer-pytorch==1.4.4
 """
 import argparse
 import json
@@ -51,10 +61,15 @@ def ours(args, variant, length, env):
     out_dir = os.path.join(args.out, f"ours-{variant}-{length}")
     cmd = [args.reformer, "memory", "--variants", variant, "--lengths", str(length),
            "--layers", str(args.layers), "--steps", str(args.steps), "--out", out_dir]
+    if args.budget_gib:
+        cmd += ["--budget-gib", str(args.budget_gib)]
     os.makedirs(out_dir, exist_ok=True)
     _, rss = run(cmd, env, out_dir)
     with open(os.path.join(out_dir, "sweep.json")) as f:
         point = json.load(f)["points"][0]
+    if not point["ran"]:
+        sys.exit(f"pytorch_compare.py: our {variant} step at L = {length} was skipped: "
+                 f"{point['skipped']} (give --budget-gib or a smaller --length)")
     peak = max(point["measured_MiB"].values()) + point["state_MiB"]
     return {"side": "ours", "model": variant, "length": length,
             "seconds_per_step": point["seconds_per_step"], "tracker_MiB": peak, "peak_MiB": rss}
@@ -82,16 +97,30 @@ def main():
     parser.add_argument("--pythons", nargs="+",
                         default=["/work/venv-debian/bin/python", "/work/venv/bin/python"],
                         help="interpreters with torch and reformer-pytorch (Debian's, PyPI's)")
+    parser.add_argument("--budget-gib", type=float,
+                        help="our memory budget (default: `reformer memory`'s, the free memory)")
     parser.add_argument("--out", default=os.path.join(ROOT, "runs",
                                                       time.strftime("pytorch-compare-%Y%m%d-%H%M%S")))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_PROC_BIND="false")
 
+    if not os.access(args.reformer, os.X_OK):
+        sys.exit(f"pytorch_compare.py: {args.reformer} is not an executable; build it "
+                 "(tests/run_all.sh or cmake --build build/openmp) or give --reformer")
+    for python in args.pythons:
+        if not os.access(python, os.X_OK):
+            sys.exit(f"pytorch_compare.py: interpreter {python} does not exist; make it as the "
+                     "top of this script says, or give --pythons")
     bench_ops = os.path.join(os.path.dirname(args.reformer), "..", "bench", "bench_ops")
-    sgemm = [subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "sgemm_rate.py"),
-                             "--threads", str(args.threads), "--bench-ops", bench_ops],
-                            capture_output=True, text=True, env=env, check=True).stdout.strip()]
+    if os.access(bench_ops, os.X_OK):
+        sgemm = [subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "sgemm_rate.py"),
+                                 "--threads", str(args.threads), "--bench-ops", bench_ops],
+                                capture_output=True, text=True, env=env,
+                                check=True).stdout.strip()]
+    else:
+        sgemm = [f"sgemm, ours: not measured ({bench_ops} was not built: "
+                 "configure with -DREFORMER_ENABLE_BENCH=ON)"]
     rows = []
     for model, variant, length in (("full", "full", args.full_length),
                                    ("reformer", "reformer", args.length)):

@@ -2,7 +2,7 @@
 """Times one training step (forward, loss, backward, Adam) of lucidrains'
 reformer_pytorch.ReformerLM at one sequence length and reports its peak memory.
 
-The PyTorch side of `experiments/pytorch_compare.sh` (issue: the memory and
+The PyTorch side of `experiments/pytorch_compare.py` (issue: the memory and
 speed instrument). The model is the one `reformer memory` builds:
   - vocabulary 256, d_model 256, 4 heads of 64, feed-forward 4 x 256 = 1024
     (GELU), pre-LayerNorm blocks, causal, every dropout 0, axial positions with

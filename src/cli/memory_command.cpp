@@ -35,6 +35,31 @@ struct MemoryArgs {
 
 double mib(std::int64_t bytes) { return double(bytes) / (1 << 20); }
 
+// A note as a CSV field ("" doubled) or a JSON string (quote, backslash and
+// control characters escaped).
+std::string csv_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string json_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if ((unsigned char)c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", unsigned(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 std::string default_out() {
   char stamp[32];
   const std::time_t now = std::time(nullptr);
@@ -98,6 +123,7 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
   std::printf("%-9s %7s %6s %5s %9s %10s %10s %8s  %s\n", "variant", "length", "layers", "batch",
               "s/step", "peak MiB", "predicted", "ratio", "state MiB (params+grads+Adam)");
   bool first = true;
+  std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
   for (const auto& variant : args.variants)
     for (const auto layers : args.layers)
       for (const auto length : args.lengths)
@@ -139,15 +165,15 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
           char row[1024];
           std::snprintf(row, sizeof row,
                         "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                        "%.3f,%.3f,%.3f,%.3f,%.3f,\"%s\"\n",
+                        "%.3f,%.3f,%.3f,%.3f,%.3f,",
                         variant.c_str(), (long long)length, (long long)layers, (long long)batch,
                         p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
                         mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
                         mib(p.measured.optimizer), peak, mib(p.predicted.forward),
                         mib(p.predicted.loss), mib(p.predicted.backward),
                         mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
-                        mib(p.state_bytes), mib(p.predicted_state_bytes), p.skipped.c_str());
-          csv << row;
+                        mib(p.state_bytes), mib(p.predicted_state_bytes));
+          csv << row << csv_quoted(p.skipped) << '\n';
           csv.flush();
           json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
                << "\", \"length\": " << length << ", \"layers\": " << layers
@@ -164,11 +190,11 @@ int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
                << "}, \"warmup_peak_MiB\": " << mib(p.warmup_peak)
                << ", \"state_MiB\": " << mib(p.state_bytes)
                << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
-               << ", \"skipped\": \"" << p.skipped << "\"}";
+               << ", \"skipped\": " << json_quoted(p.skipped) << "}";
           first = false;
+          // Rewritten after every point: a sweep stopped midway keeps what ran.
+          std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
         }
-  json << "\n ]\n}\n";
-  std::ofstream(out + "/sweep.json") << json.str();
   std::printf("wrote %s/sweep.csv and %s/sweep.json\n", out.c_str(), out.c_str());
   return 0;
 }

@@ -23,7 +23,7 @@ expect memory_bad_layers 2 "--layers has -1" -- memory --layers 2,-1
 expect memory_bad_batch 2 "--batch has 0" -- memory --batch 0
 expect memory_bad_tokens 2 "--tokens 100 is not a whole number of length 4096" -- \
   memory --tokens 100 --lengths 4096
-expect memory_bad_budget 2 "--budget-gib" -- memory --budget-gib -3
+expect memory_bad_budget 2 "'-3' is not a positive number of GiB" -- memory --budget-gib -3
 expect memory_unknown_option 2 "--bogus" -- memory --bogus
 out=$(mktemp -d)
 small="model.d_model=32 model.heads=2 model.d_head=16 model.d_ff=64 model.vocab=32"
@@ -32,8 +32,19 @@ expect memory_sweep 0 "[2/2]" -- memory --variants lsh-2,exact --lengths 256 --s
   --out "$out" $small
 rows=$(grep -c '^lsh-2,256,2,1,ran\|^exact,256,2,1,ran' "$out/sweep.csv")
 [ "$rows" -eq 2 ] && pass memory_csv || fail "memory_csv: $rows rows ran in $out/sweep.csv"
+# The JSON parses, and the plot script's tables read the CSV's columns.
+if command -v python3 >/dev/null; then
+  python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"]; assert len(p) == 2 and all(x["ran"] and x["measured_MiB"]["backward"] > 0 for x in p), p' \
+    "$out/sweep.json" && pass memory_json || fail "memory_json: $out/sweep.json"
+  table=$(python3 "$(dirname "${BASH_SOURCE[0]}")/../../experiments/plot_memory.py" --markdown \
+    --lengths "$out" 2>&1)
+  grep -q '^| lsh-2 | 256 | 2 | 1 | [0-9.]* | [0-9.]* | [01]\.[0-9][0-9] |' <<<"$table" &&
+    pass memory_markdown || fail "memory_markdown: $table"
+fi
 # shellcheck disable=SC2086
 expect memory_budget 0 "skipped: predicted" -- memory --variants full --lengths 4096 \
   --budget-gib 0.001 --out "$out" $small
+grep -q '^full,4096,2,1,skipped,.*exceeds the budget of 1.02 MiB' "$out/sweep.csv" &&
+  pass memory_budget_csv || fail "memory_budget_csv: $(tail -1 "$out/sweep.csv")"
 rm -rf "$out"
 [ "$failures" -eq 0 ]

@@ -234,7 +234,7 @@ TEST(ReformerLM, ReversibleMemoryDoesNotGrowWithDepth) {
     model.init({1, 1});
     IdView ids = random_ids(1, 512, 32, 3), targets = random_ids(1, 512, 32, 4);
     ReformerState<float> state;
-    const std::string space = "Host";
+    const std::string space = MemSpace::name();
     tracker.reset_peaks();
     const auto before = tracker.space(space).current_bytes;
     model.forward_backward(ids, targets, -1, {{1, 1}, true}, state);
