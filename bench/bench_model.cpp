@@ -17,9 +17,8 @@
 // per-phase peaks and the prediction beside them.
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/memory_tracker.hpp"
-#include "reformer/models/reformer_lm.hpp"
 #include "reformer/train/memory_sweep.hpp"
-#include "reformer/train/optimizer.hpp"
+#include "reformer/train/synthetic_step.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -35,32 +34,14 @@ void BM_TrainStep(benchmark::State& bench) {
   auto& tracker = MemoryTracker::instance();
   tracker.install();
   const auto base_bytes = tracker.space(MemSpace::name()).current_bytes;
-  ParameterSet<float> params;
-  models::ReformerLM<float> model(config, params);
-  model.init({1, 1});
-  train::Adam<float> adam(params);
-  Kokkos::View<int**, Layout, MemSpace> ids("ids", 1, length), targets("targets", 1, length);
-  Kokkos::parallel_for(
-      "bench_ids", range(length), KOKKOS_LAMBDA(Index i) {
-        ids(0, i) = int(random_bits({1, 1}, i) % 256);
-        targets(0, i) = int(random_bits({1, 2}, i) % 256);
-      });
-  models::ReformerState<float> state;
-  auto step = [&](std::uint64_t n) {
-    params.zero_grad();
-    model.forward_backward(ids, targets, -1, {{7, n}, true}, state);
-    adam.step(1e-4);
-    Kokkos::fence();
-  };
-  adam.step(0.0);  // Adam allocates its moments on the first update: part of the state
-  Kokkos::fence();
+  train::SyntheticStep<float> synthetic(config, 1, length);
   const auto before = tracker.space(MemSpace::name()).current_bytes;
-  step(0);  // warm-up: state and workspace grow to their sizes
+  synthetic.run(0);  // warm-up: state and workspace grow to their sizes
   tracker.reset_peaks();
-  step(1);
+  synthetic.run(1);
   const double peak = double(tracker.space(MemSpace::name()).peak_bytes - before);
   std::uint64_t n = 2;
-  for (auto _ : bench) step(n++);
+  for (auto _ : bench) synthetic.run(n++);
   bench.SetLabel(variant);
   bench.counters["tokens_per_s"] =
       benchmark::Counter(double(length), benchmark::Counter::kIsIterationInvariantRate);

@@ -4,12 +4,57 @@
 #include "reformer/core/runtime.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/train/optimizer.hpp"
+#include "reformer/train/synthetic_step.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 
 namespace reformer::train {
+namespace {
+
+// Uniform random ids and targets below vocab, keyed by position (a free
+// function: nvcc limits which member functions may hold a device lambda).
+void fill_random_tokens(Kokkos::View<int**, Layout, MemSpace> ids,
+                        Kokkos::View<int**, Layout, MemSpace> targets, Index vocab) {
+  const Index length = ids.extent(1);
+  const auto v = std::uint64_t(vocab);
+  Kokkos::parallel_for(
+      "synthetic_ids", range(ids.extent(0) * length), KOKKOS_LAMBDA(Index i) {
+        ids(i / length, i % length) = int(random_bits({1, 1}, i) % v);
+        targets(i / length, i % length) = int(random_bits({1, 2}, i) % v);
+      });
+}
+
+}  // namespace
+
+template <class T>
+SyntheticStep<T>::SyntheticStep(const models::ReformerConfig& config, Index batch, Index length)
+    : model_(config, params_),
+      adam_(params_),
+      ids_("synthetic_ids", batch, length),
+      targets_("synthetic_targets", batch, length) {
+  model_.init({1, 1});
+  fill_random_tokens(ids_, targets_, config.vocab);
+  // Adam allocates its moments on the first update: make them part of the state.
+  adam_.step(0.0);
+  Kokkos::fence();
+}
+
+template <class T>
+void SyntheticStep<T>::run(std::uint64_t n) {
+  params_.zero_grad();
+  model_.forward_backward(ids_, targets_, -1, {{7, n}, true}, state_);
+  {
+    ScopedMemoryPhase phase("optimizer");
+    adam_.step(1e-4);
+  }
+  Kokkos::fence();
+}
+
+template class SyntheticStep<float>;
+template class SyntheticStep<double>;
+
 namespace {
 
 using attention::AttentionKind;
@@ -52,42 +97,18 @@ SweepPoint measure(SweepPoint point, const models::ReformerConfig& config,
   tracker.install();
   const std::string space = MemSpace::name();
   const std::int64_t start = tracker.space(space).current_bytes;
-  ParameterSet<T> params;
-  models::ReformerLM<T> model(config, params);
-  model.init({1, 1});
-  Adam<T> adam(params);
-  const Index batch = point.batch, length = point.length, vocab = config.vocab;
-  Kokkos::View<int**, Layout, MemSpace> ids("sweep_ids", batch, length),
-      targets("sweep_targets", batch, length);
-  Kokkos::parallel_for(
-      "sweep_ids", range(batch * length), KOKKOS_LAMBDA(Index i) {
-        ids(i / length, i % length) = int(random_bits({1, 1}, i) % vocab);
-        targets(i / length, i % length) = int(random_bits({1, 2}, i) % vocab);
-      });
-  models::ReformerState<T> state;
-  auto step = [&](std::uint64_t n) {
-    params.zero_grad();
-    model.forward_backward(ids, targets, -1, {{7, n}, true}, state);
-    {
-      ScopedMemoryPhase phase("optimizer");
-      adam.step(1e-4);
-    }
-    Kokkos::fence();
-  };
-  // Adam allocates its moments on the first update: make them part of the state.
-  adam.step(0.0);
-  Kokkos::fence();
+  SyntheticStep<T> synthetic(config, point.batch, point.length);
   const std::int64_t before = tracker.space(space).current_bytes;
-  point.state_bytes = before - start - std::int64_t(2 * batch * length * sizeof(int));
+  point.state_bytes = before - start - synthetic.id_bytes();
   // The first step grows the workspace (in pieces until it is consolidated);
   // the measured step is the second one, as every later step of a training run.
   tracker.reset_peaks();
-  step(0);
+  synthetic.run(0);
   point.warmup_peak = tracker.space(space).peak_bytes - before;
   tracker.reset_peaks();
   tracker.clear_phases();
   const auto measured_start = std::chrono::steady_clock::now();
-  step(1);
+  synthetic.run(1);
   const double measured_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - measured_start).count();
   const auto phases = tracker.phases();
@@ -99,7 +120,7 @@ SweepPoint measure(SweepPoint point, const models::ReformerConfig& config,
   std::vector<double> seconds;
   for (int n = 0; n < options.timed_steps; ++n) {
     const auto t0 = std::chrono::steady_clock::now();
-    step(std::uint64_t(n) + 2);
+    synthetic.run(std::uint64_t(n) + 2);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(seconds.begin(), seconds.end());

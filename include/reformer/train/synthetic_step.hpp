@@ -1,0 +1,37 @@
+// A training step of a ReformerLM on random tokens, as `reformer memory` and
+// bench_model run it: the model (initialised), Adam with its moments already
+// allocated, batch x length random ids and targets, and the caller-owned state
+// that the steps reuse. run(n) is one step: forward, loss and backward (the
+// model's own memory phases), then the Adam update in the phase "optimizer".
+// Everything is allocated by the constructor, so the tracker's current bytes
+// after it are the run's state (parameters, gradients, moments, ids).
+#pragma once
+
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/optimizer.hpp"
+
+#include <cstdint>
+
+namespace reformer::train {
+
+template <class T>
+class SyntheticStep {
+ public:
+  SyntheticStep(const models::ReformerConfig& config, Index batch, Index length);
+  void run(std::uint64_t n);  // n keys the dropout stream; fences at the end
+  std::int64_t id_bytes() const {
+    return 2 * std::int64_t(ids_.size()) * std::int64_t(sizeof(int));
+  }
+
+ private:
+  ParameterSet<T> params_;
+  models::ReformerLM<T> model_;
+  Adam<T> adam_;
+  Kokkos::View<int**, Layout, MemSpace> ids_, targets_;
+  models::ReformerState<T> state_;
+};
+
+extern template class SyntheticStep<float>;
+extern template class SyntheticStep<double>;
+
+}  // namespace reformer::train
