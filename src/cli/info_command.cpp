@@ -29,6 +29,7 @@ int run_info(const GlobalOptions& global) {
               info.concurrency);
   std::printf("  memory space       %s\n", info.default_memory_space.c_str());
   std::printf("  device             %s\n", info.device.c_str());
+  std::printf("  host vector unit   %s\n", info.cpu_target.c_str());
   std::printf("  HDF5               %u.%u.%u\n", h5_major, h5_minor, h5_release);
 
   // A known allocation must show up in the tracker and go away again. Kernels

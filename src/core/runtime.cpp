@@ -3,7 +3,9 @@
 #include "core/device.hpp"
 #include "reformer/core/huge_pages.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/types.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <cstdlib>
 
@@ -22,11 +24,20 @@ Runtime::Runtime(const RuntimeOptions& options) {
   // tracker chains to the huge-page hook registered before it.
   advise_huge_pages_for_host_allocations();
   if (options.track_memory) MemoryTracker::instance().install();
+  ops::prepare_host_blas();
 }
 
 Runtime::~Runtime() {
   MemoryTracker::instance().uninstall();
   if (owns_kokkos_) Kokkos::finalize();
+}
+
+std::string cpu_target_description() {
+  using F = TileTraits<float>;
+  return std::string(CpuTarget::name) + ", " + std::to_string(CpuTarget::vector_bytes) +
+         "-byte vectors, " + std::to_string(CpuTarget::vector_registers) +
+         " registers; float tile blocks " + std::to_string(F::block_rows) + " x " +
+         std::to_string(F::block_cols);
 }
 
 std::int64_t available_memory_bytes() { return device::free_memory_bytes(); }
@@ -39,6 +50,7 @@ BackendInfo backend_info() {
   info.default_memory_space = MemSpace::name();
   info.concurrency = ExecSpace().concurrency();  // the instance form (Kokkos 5 drops the static)
   info.device = device::description();
+  info.cpu_target = cpu_target_description();
   return info;
 }
 

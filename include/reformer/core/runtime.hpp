@@ -33,9 +33,15 @@ struct BackendInfo {
   std::vector<std::string> backends;    // enabled at build time: "Serial", "OpenMP", ...
   std::string default_execution_space;  // Kokkos' name of the space kernels run in
   std::string default_memory_space;
-  int concurrency = 0;  // threads, or GPU threads in flight
-  std::string device;   // GPU name and memory, or "none (host only)"
+  int concurrency = 0;     // threads, or GPU threads in flight
+  std::string device;      // GPU name and memory, or "none (host only)"
+  std::string cpu_target;  // cpu_target_description()
 };
+
+// The host vector unit this binary was compiled for and the register block of
+// its tile kernels (core/cpu_target.hpp), e.g. "AVX2, 32-byte vectors, 16
+// registers; float tile blocks 4 x 16". On GPU builds the blocks are the GPU's.
+std::string cpu_target_description();
 
 // Requires an initialised Kokkos.
 BackendInfo backend_info();

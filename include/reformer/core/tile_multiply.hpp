@@ -13,10 +13,14 @@
 //
 // On host compilers with GCC vector extensions (GCC, Clang) the block is held in
 // vector registers explicitly: compilers keep a plain `T acc[R][W]` array in
-// memory. Device compilers get the plain loops (a GPU thread holds its small
-// block in registers anyway). Host and device differ only in TileTraits.
+// memory. The block's shape comes from the vector unit the build targets
+// (core/cpu_target.hpp): a block larger than the register file spills every
+// accumulator on every step and runs at a few percent of the machine's rate.
+// Device compilers get the plain loops (a GPU thread holds its small block in
+// registers anyway). Host and device differ only in TileTraits.
 #pragma once
 
+#include "reformer/core/cpu_target.hpp"
 #include "reformer/core/team_scratch.hpp"
 
 #include <cstring>
@@ -28,19 +32,24 @@
 
 namespace reformer {
 
-// Tile sizes of the fused exact-attention kernels for the default execution
-// space. Host: 64 x 64 tiles (a tile of floats is 16 KiB: the working set of one
-// tile pair stays in L2, the rows streamed by a block in L1) and 8-row blocks
-// two 64-byte vectors wide (16 accumulators of the 32 AVX-512 registers). GPU:
-// 16 x 16 tiles, so that every tile of the backward pass fits the 48 KiB of
-// level-0 scratch for d_head <= 64 (d_head 128 falls back to level 1), and one
-// thread per 1 x 4 block.
+// Tile sizes of the fused kernels for the default execution space. Host: 64 x
+// 64 tiles (a tile of floats is 16 KiB: the working set of one tile pair stays
+// in L2, the rows streamed by a block in L1) and blocks of CpuTarget's shape:
+// block_rows rows, two vectors wide (8 x 32 floats on AVX-512, 4 x 16 on AVX2,
+// 8 x 8 on NEON; 4 x 4 plain loops without a known vector unit). GPU: 16 x 16
+// tiles, so that every tile of the backward pass fits the 48 KiB of level-0
+// scratch for d_head <= 64 (d_head 128 falls back to level 1), and one thread
+// per 1 x 4 block.
 template <class T>
 struct TileTraits {
-  static constexpr Index query_tile = kHostMemory ? 64 : 16;
-  static constexpr Index key_tile = kHostMemory ? 64 : 16;
-  static constexpr int block_rows = kHostMemory ? 8 : 1;
-  static constexpr int block_cols = kHostMemory ? int(128 / sizeof(T)) : 4;
+  static constexpr Index query_tile = kHostMemory ? 128 : 16;
+  static constexpr Index key_tile = kHostMemory ? 128 : 16;
+  static constexpr int host_block_cols =
+      CpuTarget::vector_bytes == 0
+          ? 4
+          : CpuTarget::block_vectors * CpuTarget::vector_bytes / int(sizeof(T));
+  static constexpr int block_rows = kHostMemory ? CpuTarget::block_rows : 1;
+  static constexpr int block_cols = kHostMemory ? host_block_cols : 4;
   // Head size rounded up to whole blocks (the zero columns add nothing).
   static constexpr Index pad_columns(Index d) {
     return (d + block_cols - 1) / block_cols * block_cols;
@@ -54,10 +63,12 @@ struct TileTraits {
 namespace detail {
 
 #ifdef REFORMER_HOST_VECTOR_EXTENSIONS
+// One vector register of T (CpuTarget::vector_bytes; unused without one).
 template <class T>
 struct HostVector {
-  static constexpr int lanes = int(64 / sizeof(T));
-  typedef T type __attribute__((vector_size(64)));
+  static constexpr int bytes = CpuTarget::vector_bytes > 0 ? CpuTarget::vector_bytes : 16;
+  static constexpr int lanes = int(bytes / sizeof(T));
+  typedef T type __attribute__((vector_size(bytes)));
 };
 #endif
 
@@ -66,7 +77,7 @@ template <int R, int W, bool kAdd, class T>
 KOKKOS_INLINE_FUNCTION void multiply_block(T* c, Index ldc, const T* a, Index a_row, Index a_col,
                                            const T* b, Index ldb, Index count) {
 #ifdef REFORMER_HOST_VECTOR_EXTENSIONS
-  if constexpr (W % HostVector<T>::lanes == 0) {
+  if constexpr (CpuTarget::vector_bytes > 0 && W % HostVector<T>::lanes == 0) {
     using V = typename HostVector<T>::type;
     constexpr int lanes = HostVector<T>::lanes, n = W / lanes;
     V acc[R][n];
@@ -82,7 +93,10 @@ KOKKOS_INLINE_FUNCTION void multiply_block(T* c, Index ldc, const T* a, Index a_
     for (Index k = 0; k < count; ++k) {
       V row[n];
 #pragma GCC unroll 16
-      for (int w = 0; w < n; ++w) std::memcpy(&row[w], b + k * ldb + w * lanes, sizeof(V));
+      for (int w = 0; w < n; ++w) {
+        std::memcpy(&row[w], b + k * ldb + w * lanes, sizeof(V));
+        CpuTarget::hold_in_register(row[w]);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const T x = a[r * a_row + k * a_col];

@@ -27,4 +27,13 @@ template <class T>
 void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha = T(1),
                     T beta = T(0), Structure structure = Structure::Dense);
 
+// Makes a multithreaded (pthreads) host BLAS run one thread per call: large
+// host products are split over Kokkos' own threads, each calling the BLAS on
+// its block (one pool of threads, not two). Runtime calls it at start, so that
+// every product of a process runs the same code path from the first one on
+// (a BLAS made sequential only at the first large product would sum the
+// earlier small ones in another order). Cheap after the first call; does
+// nothing without a host BLAS or when it already runs one thread a call.
+void prepare_host_blas();
+
 }  // namespace reformer::ops

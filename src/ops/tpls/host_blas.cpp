@@ -23,22 +23,6 @@ constexpr double kMinSplitWork = 1 << 20;
 // Blocks of C are at least this many rows (or columns) wide.
 constexpr Index kMinBlock = 32;
 
-// A pthreads OpenBLAS would start its own threads inside each of ours: make it
-// sequential once (an OpenMP OpenBLAS, MKL or a reference BLAS runs one thread
-// inside a parallel region already).
-void make_blas_sequential() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    using GetParallel = int (*)();
-    using SetThreads = void (*)(int);
-    auto get_parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-    auto set_threads =
-        reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    // openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP.
-    if (get_parallel && set_threads && get_parallel() == 1) set_threads(1);
-  });
-}
-
 }  // namespace
 
 template <class T>
@@ -56,7 +40,7 @@ bool host_blas_matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T>
     const bool by_rows = m >= n ? m >= threads * kMinBlock : n < threads * kMinBlock;
     const Index side = by_rows ? m : n;
     if (side < threads * kMinBlock) return false;
-    make_blas_sequential();
+    prepare_host_blas();
     const Index block = (side + threads - 1) / threads;
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: BLAS gets
     // B first, and the leading dimensions are the row strides.
@@ -95,3 +79,25 @@ template bool host_blas_matmul<double>(In2<double>, Trans, In2<double>, Trans, V
                                        double, double);
 
 }  // namespace reformer::ops::tpls
+
+namespace reformer::ops {
+
+// A pthreads OpenBLAS would start its own threads inside each of ours: make it
+// sequential once (an OpenMP OpenBLAS, MKL or a reference BLAS runs one thread
+// inside a parallel region already).
+void prepare_host_blas() {
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    using GetParallel = int (*)();
+    using SetThreads = void (*)(int);
+    auto get_parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    auto set_threads =
+        reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    // openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP.
+    if (get_parallel && set_threads && get_parallel() == 1) set_threads(1);
+  });
+#endif
+}
+
+}  // namespace reformer::ops

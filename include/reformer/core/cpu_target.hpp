@@ -1,0 +1,85 @@
+// The vector unit the host code is compiled for, read from the compiler's
+// target macros. This is the one file that names an instruction set: the
+// register-blocked tile products (core/tile_multiply.hpp) size their blocks
+// from it, and the benchmarks print it beside every figure.
+//
+//   target                      vector bytes   vector registers
+//   AVX-512 (x86-64-v4)         64             32
+//   AVX2 / AVX (x86-64-v3)      32             16
+//   SSE2 (plain x86-64)         16             16
+//   SVE, fixed length           bits / 8       32   (-msve-vector-bits=N)
+//   NEON / ASIMD (AArch64)      16             32
+//   anything else               0 (plain loops)
+//
+// REFORMER_TILE_VECTOR_BYTES and REFORMER_TILE_REGISTERS, when defined (CMake:
+// REFORMER_TILE_OVERRIDE="bytes;registers"), replace what the macros say. They
+// exist to show what a wrong block shape costs (an AVX-512 block in an AVX2
+// build spills its accumulators); a build for a real target leaves them unset.
+#pragma once
+
+namespace reformer {
+
+struct CpuTarget {
+#if defined(REFORMER_TILE_VECTOR_BYTES) && defined(REFORMER_TILE_REGISTERS)
+  static constexpr int vector_bytes = REFORMER_TILE_VECTOR_BYTES;
+  static constexpr int vector_registers = REFORMER_TILE_REGISTERS;
+  static constexpr const char* name = "override";
+#elif defined(__AVX512F__)
+  static constexpr int vector_bytes = 64;
+  static constexpr int vector_registers = 32;
+  static constexpr const char* name = "AVX-512";
+#elif defined(__AVX2__)
+  static constexpr int vector_bytes = 32;
+  static constexpr int vector_registers = 16;
+  static constexpr const char* name = "AVX2";
+#elif defined(__AVX__)
+  static constexpr int vector_bytes = 32;
+  static constexpr int vector_registers = 16;
+  static constexpr const char* name = "AVX";
+#elif defined(__SSE2__)
+  static constexpr int vector_bytes = 16;
+  static constexpr int vector_registers = 16;
+  static constexpr const char* name = "SSE2";
+#elif defined(__ARM_FEATURE_SVE) && defined(__ARM_FEATURE_SVE_BITS) && \
+    __ARM_FEATURE_SVE_BITS >= 128 && __ARM_FEATURE_SVE_BITS <= 512
+  static constexpr int vector_bytes = __ARM_FEATURE_SVE_BITS / 8;
+  static constexpr int vector_registers = 32;
+  static constexpr const char* name = "SVE";
+#elif defined(__ARM_NEON) || defined(__aarch64__)
+  static constexpr int vector_bytes = 16;
+  static constexpr int vector_registers = 32;
+  static constexpr const char* name = "NEON";
+#else
+  static constexpr int vector_bytes = 0;
+  static constexpr int vector_registers = 0;
+  static constexpr const char* name = "generic";
+#endif
+
+  // Shape of a register block of C in team_multiply: rows x vectors, so that
+  // the accumulators, one row of B (`vectors` registers) and the broadcast
+  // element of A fit the register file: 8 x 2 = 16 + 3 of 32 registers, 4 x 2
+  // = 8 + 3 of 16. Both are powers of two (the tiles are whole blocks).
+  static constexpr int block_rows = vector_registers >= 32 ? 8 : 4;
+  static constexpr int block_vectors = 2;
+  // Keeps a loaded vector in a register: without it, GCC's tuning for AMD Zen
+  // (-march=native on Zen 3) folds the load of B's row into every multiply-add
+  // that uses it, block_rows loads instead of one, and the block becomes bound
+  // by loads (0.6x the rate of the same code tuned for a generic x86-64).
+  template <class V>
+  static inline void hold_in_register(V& v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+    asm("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    asm("" : "+w"(v));
+#else
+    (void)v;
+#endif
+  }
+
+  static_assert(vector_bytes == 0 || (vector_bytes & (vector_bytes - 1)) == 0,
+                "the vector width must be a power of two");
+  static_assert(vector_bytes == 0 || vector_registers >= 16,
+                "a register block needs at least 16 vector registers");
+};
+
+}  // namespace reformer
