@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from nothing: installs the dependencies of every backend
 # (cached under REFORMER_DEPS, default ~/.cache/reformer-deps), then
-#   1. OpenMP build  -> ctest
+#   1. OpenMP build  -> ctest, then the tile-kernel speed guard (bench/tile_guard.cpp)
+#      for the build's target and for x86-64-v3
 #   2. Serial build (Debian's Kokkos) with AddressSanitizer + UBSan -> ctest
 #   3. CUDA build (sm_80): library, CLI, tests and benchmarks compiled and linked;
 #      the binaries must contain sm_80 device code (nothing runs on a GPU here)
@@ -50,6 +51,19 @@ for backend in $backends; do
     configure_and_build openmp -DKokkos_ROOT="$DEPS/openmp" -DKokkosKernels_ROOT="$DEPS/openmp" \
       -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=ON
     run_ctest "$build/openmp"
+    step "OpenMP: tile-kernel speed guard (this build's target and x86-64-v3)"
+    # A short benchmark, not a unit test: team_multiply at the fused kernels'
+    # tile shapes against the host BLAS's sgemm of the same size, 2 threads;
+    # below 0.35x (a block shape that spills runs at about 0.05x) it fails.
+    for guard in "$build"/openmp/bench/tile_guard "$build"/openmp/bench/tile_guard_x86_64_v3; do
+      [ -x "$guard" ] || continue
+      if OMP_NUM_THREADS=2 "$guard"; then
+        passed=$((passed + 1))
+      else
+        echo "FAIL $(basename "$guard")"
+        failed=$((failed + 1))
+      fi
+    done
     step "OpenMP: install and use the CMake package from another project"
     rm -rf "$build/openmp-install" "$build/package-consumer"
     if cmake --install "$build/openmp" --prefix "$build/openmp-install" >"$build/package.log" 2>&1 &&

@@ -96,6 +96,22 @@ struct ExactInputs {
       for (Index c = 0; c < dh; ++c) to[c] = T(from[c]) * factor;
     });
   }
+  // Rows [first, first + rows) of x as a tile for team_multiply: read in
+  // place (returns a pointer into x, ld = its row stride) when they are whole
+  // rows inside the sequence and d_head needs no padding, else loaded into dst
+  // by load_rows with factor 1 (ld = dpad). Streamed tiles skip a copy this way.
+  template <class X>
+  KOKKOS_INLINE_FUNCTION const T* tile_rows(const TeamMember& team, const X& x, Index b, Index h,
+                                            Index first, Index rows, Index length,
+                                            Scratch2<T> dst, Index& ld) const {
+    if (in.d_head == dpad && first + rows <= length) {
+      ld = Index(x.stride(1));
+      return &x(b, first, h, 0);
+    }
+    load_rows(team, x, b, h, first, rows, length, T(1), dst);
+    ld = dpad;
+    return &dst(0, 0);
+  }
   template <class X>
   KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, Index b, Index h,
                                         Index first, Index rows, Index length, T factor,
@@ -148,6 +164,50 @@ struct ExactInputs {
       const T dot = row[s];
       row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : dot;
     }
+  }
+  // Backward along query i (row r of a query tile) against a tile of keys at
+  // positions posk: srow holds its scores (S row), drow dP = (dout_i . v_j);
+  // afterwards srow = dropout(P) and drow = dS = P (drop dP - D), zero where a
+  // constant replaced the score (grad: scratch for mask_row's gradient mask).
+  KOKKOS_INLINE_FUNCTION void query_row_gradients(Index b, Index bh, Index i, const int* posk,
+                                                  Scratch2<T> ld, Index r, bool dropout, T* row,
+                                                  T* drow, T* grad) const {
+    if (i >= lq) {
+      for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
+      return;
+    }
+    in.template mask_row<true>(b, bh, i, posk, BK, row, grad);
+    const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
+    if (dropout) {
+      for (Index t = 0; t < BK; ++t) {
+        const T keep = posk[t] < 0 ? T(0) : drop(bh, i, posk[t]);
+        const T p = softmax_weight((row[t] - base) - rest);
+        drow[t] = p * grad[t] * (keep * drow[t] - d_i);
+        row[t] = p * keep;
+      }
+    } else {
+      for (Index t = 0; t < BK; ++t) {
+        const T p = softmax_weight((row[t] - base) - rest);
+        drow[t] = p * grad[t] * (drow[t] - d_i);
+        row[t] = p;
+      }
+    }
+  }
+  // Writes the sums of key tile kc into dk and dv (rows past lk are padding).
+  KOKKOS_INLINE_FUNCTION void store_key_gradients(const TeamMember& team, Index b, Index h,
+                                                  Index kc, Scratch2<T> dks, Scratch2<T> dvs,
+                                                  const View4<T>& dk, const View4<T>& dv) const {
+    const Index dh = in.d_head;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+      const Index j = kc * BK + t;
+      if (j >= lk) return;
+      T* gk = &dk(b, j, h, 0);
+      T* gv = &dv(b, j, h, 0);
+      for (Index c = 0; c < dh; ++c) {
+        gk[c] = dks(t, c);
+        gv[c] = dvs(t, c);
+      }
+    });
   }
   // Backward along key j: srow holds its scores (S^T row), drow dP^T = (v_j . dout_i);
   // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
@@ -250,10 +310,11 @@ struct ExactForward {
     const Index tiles = x.key_tiles(b, qc);
     for (Index kc = 0; kc < tiles; ++kc) {
       team.team_barrier();
-      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
-      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      Index kld = dp, vld = dp;
+      const T* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, lk, ks, kld);
+      const T* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, lk, vs, vld);
       team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
                            [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
@@ -302,7 +363,7 @@ struct ExactForward {
       });
       team.team_barrier();
       // O += P V, P read transposed out of S^T.
-      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, &vs(0, 0), dp);
+      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
@@ -371,49 +432,16 @@ struct ExactBackwardKeys {
       team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
       team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
       team.team_barrier();
-      // s <- dropout(P), dps <- dS = P (drop dP - D), zero where a constant
-      // replaced the score.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        const Index i = qc * BQ + r;
-        T* row = &s(r, 0);
-        T* drow = &dps(r, 0);
-        T* grad = &grad_masks(r, 0);
-        if (i >= lq) {
-          for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
-          return;
-        }
-        x.in.template mask_row<true>(b, bh, i, &posk(0), BK, row, grad);
-        const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
-        if (dropout) {
-          for (Index t = 0; t < BK; ++t) {
-            const T keep = posk(t) < 0 ? T(0) : x.drop(bh, i, posk(t));
-            const T p = softmax_weight((row[t] - base) - rest);
-            drow[t] = p * grad[t] * (keep * drow[t] - d_i);
-            row[t] = p * keep;
-          }
-        } else {
-          for (Index t = 0; t < BK; ++t) {
-            const T p = softmax_weight((row[t] - base) - rest);
-            drow[t] = p * grad[t] * (drow[t] - d_i);
-            row[t] = p;
-          }
-        }
+        x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, &s(r, 0), &dps(r, 0),
+                              &grad_masks(r, 0));
       });
       team.team_barrier();
       team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
       team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
     }
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-      const Index j = kc * BK + t;
-      if (j >= lk) return;
-      T* gk = &dk(b, j, h, 0);
-      T* gv = &dv(b, j, h, 0);
-      for (Index c = 0; c < dh; ++c) {
-        gk[c] = dks(t, c);
-        gv[c] = dvs(t, c);
-      }
-    });
+    x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
   }
 };
 
@@ -486,6 +514,96 @@ struct ExactBackwardQueries {
   }
 };
 
+// Backward in one pass (host): one team per (batch * head) walks its key tiles;
+// for each it keeps K and V transposed and K as rows, streams the query tiles
+// that see it (S = Qs K^T, dP = dout V^T, masked by mask_row as in the keys
+// pass), sums dV += dropout(P)^T dout and dK += dS^T Qs in scratch, and adds
+// dS K into dq rows that only this team writes (scaled once at the end).
+template <class T>
+struct ExactBackwardOnePass {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  ExactInputs<T> x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> dq, dk, dv;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 2 * Scratch2<T>::shmem_size(dp, BK) + 3 * Scratch2<T>::shmem_size(BK, dp) +
+           3 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
+           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index heads = x.in.heads, dh = x.in.d_head;
+    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), ks(scratch, BK, dp), dks(scratch, BK, dp),
+        dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), dqs(scratch, BQ, dp),
+        s(scratch, BQ, BK), dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
+    ScratchInts posk(scratch, BK);
+    if (dh != dp) {
+      zero<T>(team, kt);
+      zero<T>(team, vt);
+      zero<T>(team, ks);
+      zero<T>(team, qs);
+      zero<T>(team, dos);
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
+      T* dst = &dq(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = T(0);
+    });
+    const bool dropout = x.in.dropout.rate > 0.0;
+    for (Index kc = 0; kc < x.nk; ++kc) {
+      team.team_barrier();
+      zero<T>(team, dks);
+      zero<T>(team, dvs);
+      x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
+      x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      x.positions(team, kc * BK, BK, lk, posk);
+      for (Index qc = 0; qc < x.nq; ++qc) {
+        if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
+        team.team_barrier();
+        x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
+        x.load_rows(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs);
+        x.load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos);
+        team.team_barrier();
+        team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
+        team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+          x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, &s(r, 0), &dps(r, 0),
+                                &grad_masks(r, 0));
+        });
+        team.team_barrier();
+        team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
+        team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
+        team_multiply<false>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0), dp);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+          const Index i = qc * BQ + r;
+          if (i >= lq) return;
+          T* dst = &dq(b, i, h, 0);
+          const T* from = &dqs(r, 0);
+          for (Index c = 0; c < dh; ++c) dst[c] += from[c];
+        });
+      }
+      team.team_barrier();
+      x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
+    }
+    team.team_barrier();
+    const T scale = x.scale;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
+      T* dst = &dq(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] *= scale;
+    });
+  }
+};
+
 // The kernels' inputs; first_valid is filled when causal attention has padding.
 template <class T>
 ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
@@ -525,6 +643,14 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
 
 }  // namespace
 
+bool exact_backward_one_pass(Index batch_heads, Index concurrency, ExactBackwardSchedule schedule) {
+  if (schedule != ExactBackwardSchedule::Auto) return schedule == ExactBackwardSchedule::OnePass;
+  // One team per (batch, head): only worth it where those fill the threads
+  // evenly (GPUs need a team per tile).
+  return kHostMemory && batch_heads >= concurrency &&
+         (batch_heads % concurrency == 0 || batch_heads >= 4 * concurrency);
+}
+
 template <class T>
 void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
                              const AttentionCall& call, View4<T> out, View3<T> lse,
@@ -544,7 +670,8 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
 template <class T>
 void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
                               const ExactAttentionConfig& config, const AttentionCall& call,
-                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace) {
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace,
+                              ExactBackwardSchedule schedule) {
   const char* op = "exact_attention_backward";
   detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
@@ -558,6 +685,13 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
   auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
   const Index bhs = Index(q.extent(0)) * q.extent(2);
+  if (exact_backward_one_pass(bhs, ExecSpace().concurrency(), schedule)) {
+    ExactBackwardOnePass<T> kernel{x, lse, delta, dout, dq, dk, dv};
+    const size_t bytes = kernel.scratch_bytes();
+    kernel.level = scratch_level(bytes);
+    Kokkos::parallel_for("exact_attention_backward_one_pass", team_policy(bhs, bytes), kernel);
+    return;
+  }
   ExactBackwardKeys<T> keys{x, lse, delta, dout, dk, dv};
   const size_t key_bytes = keys.scratch_bytes();
   keys.level = scratch_level(key_bytes);
@@ -573,9 +707,9 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
 #define REFORMER_INSTANTIATE(T)                                                                   \
   template void exact_attention_forward<T>(In4<T>, In4<T>, In4<T>, const ExactAttentionConfig&,   \
                                            const AttentionCall&, View4<T>, View3<T>, Workspace&); \
-  template void exact_attention_backward<T>(In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>,       \
-                                            const ExactAttentionConfig&, const AttentionCall&,    \
-                                            View4<T>, View4<T>, View4<T>, Workspace&);
+  template void exact_attention_backward<T>(                                                      \
+      In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>, const ExactAttentionConfig&,                \
+      const AttentionCall&, View4<T>, View4<T>, View4<T>, Workspace&, ExactBackwardSchedule);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

@@ -39,6 +39,7 @@ struct ExactCase {
   Index batch, lq, lk, heads, d;
   bool self_mask = false;
   AttentionCall call;
+  attention::ExactBackwardSchedule schedule = attention::ExactBackwardSchedule::Auto;
   Workspace workspace;
   View4<T> q, k, v, r, out, dq, dk, dv;
   View3<T> lse;
@@ -86,7 +87,7 @@ struct ExactCase {
     Grads<T> g;
     g.out = to_host(out);
     attention::exact_attention_backward<T>(q, k, v, out, lse, r, exact_config(), call, dq, dk, dv,
-                                           workspace);
+                                           workspace, schedule);
     g.dq = to_host(dq);
     g.dk = to_host(dk);
     g.dv = to_host(dv);
@@ -128,6 +129,53 @@ TEST(ExactAttention, MatchesFullAttentionInDouble) {
             "L " + std::to_string(length) + (causal ? " causal" : "") + " d " + std::to_string(d);
         expect_same(c.exact(), c.full(), 1e-12, what);
       }
+}
+
+// Both backward schedules (one team per key tile and one per query tile, or
+// one team per (batch, head) in one pass) give full attention's gradients,
+// with every option: padding, causal, dropout, shared q/k, cross-attention,
+// head sizes that need padded columns (5) and that do not (16, 64: streamed
+// tiles are then read in place).
+TEST(ExactAttention, BothBackwardSchedulesMatchFullAttention) {
+  using attention::ExactBackwardSchedule;
+  for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass}) {
+    const std::string name = schedule == ExactBackwardSchedule::OnePass ? "one pass" : "two passes";
+    for (bool causal : {false, true})
+      for (Index d : {Index(5), Index(16)}) {
+        ExactCase<double> c(2, 2 * kQueryTile + 3, 2 * kQueryTile + 3, 3, d, causal);
+        c.schedule = schedule;
+        c.pad({{0, 2}, {1, 40}});
+        c.call.dropout = {0.2, {3, 4}};
+        expect_same(c.exact(), c.full(), 1e-12,
+                    name + (causal ? " causal" : "") + " d " + std::to_string(d));
+      }
+    ExactCase<double> shared(1, kQueryTile + 9, kQueryTile + 9, 2, 8, true);
+    shared.schedule = schedule;
+    shared.share_qk();
+    expect_same(shared.exact(), shared.full(), 1e-12, name + " shared q/k");
+    ExactCase<double> cross(2, 70, kQueryTile + 50, 2, 16, false);
+    cross.schedule = schedule;
+    cross.pad({{1, 3}});
+    expect_same(cross.exact(), cross.full(), 1e-12, name + " cross");
+    ExactCase<float> single(1, 300, 300, 2, 64, true);
+    single.schedule = schedule;
+    expect_same(single.exact(), single.full(), 1e-5, name + " float");
+  }
+}
+
+// Auto takes one pass where the (batch, head) pairs fill the host threads
+// evenly, or are at least four per thread, and two passes elsewhere.
+TEST(ExactAttention, BackwardScheduleChoice) {
+  using attention::exact_backward_one_pass;
+  using attention::ExactBackwardSchedule;
+  EXPECT_EQ(exact_backward_one_pass(4, 2), kHostMemory);
+  EXPECT_EQ(exact_backward_one_pass(1, 1), kHostMemory);
+  EXPECT_EQ(exact_backward_one_pass(17, 4), kHostMemory);
+  EXPECT_FALSE(exact_backward_one_pass(3, 2));
+  EXPECT_FALSE(exact_backward_one_pass(2, 4));
+  EXPECT_FALSE(exact_backward_one_pass(6, 4));
+  EXPECT_TRUE(exact_backward_one_pass(3, 2, ExactBackwardSchedule::OnePass));
+  EXPECT_FALSE(exact_backward_one_pass(4, 2, ExactBackwardSchedule::TwoPass));
 }
 
 // The logsumexp saved for backward is that of the dense reference.

@@ -7,9 +7,16 @@
 // output and the logsumexp of every query row, lse [batch, Lq, heads].
 // Backward recomputes the probabilities tile by tile from lse, with
 // D_i = dout_i . out_i:  dS_ij = P_ij (drop_ij dP_ij - D_i),  dP = dout V^T.
-// It runs in two passes, neither with atomics: one team per key tile streams
-// the queries and sums dK and dV; one team per query tile streams the keys and
-// sums dQ. Results therefore do not depend on the thread count.
+// Neither of its two schedules uses atomics, so results do not depend on the
+// thread count:
+//  - two passes (GPUs, and CPUs with fewer batch x heads than threads): one
+//    team per key tile streams the queries and sums dK and dV; one team per
+//    query tile streams the keys and sums dQ (recomputing S and dP: nine tile
+//    products per tile pair with the forward's two);
+//  - one pass (CPUs whose threads each get whole (batch, head) pairs): one
+//    team per (batch, head) walks its key tiles, streams the queries past each
+//    and sums dK and dV in scratch and dQ straight into dq, which no other
+//    team touches (seven products).
 // Causal: key tiles wholly above the diagonal are skipped, not masked (except
 // for queries whose every visible key is padding: full attention lets those
 // attend uniformly to all keys, and so does this).
@@ -35,10 +42,19 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
                              const AttentionCall& call, View4<T> out, View3<T> lse,
                              Workspace& workspace);
 
+// The backward's schedule (see the top of the file). Auto: one pass on host
+// memory when every thread gets the same number of (batch, head) pairs, or at
+// least four; two passes otherwise. The other values exist for tests and
+// measurements; both give the same gradients up to rounding.
+enum class ExactBackwardSchedule { Auto, OnePass, TwoPass };
+bool exact_backward_one_pass(Index batch_heads, Index concurrency,
+                             ExactBackwardSchedule schedule = ExactBackwardSchedule::Auto);
+
 // Gradients of q, k and v (overwritten) from the forward's out and lse.
 template <class T>
 void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
                               const ExactAttentionConfig& config, const AttentionCall& call,
-                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace);
+                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace,
+                              ExactBackwardSchedule schedule = ExactBackwardSchedule::Auto);
 
 }  // namespace reformer::attention
