@@ -158,20 +158,17 @@ using Scratch2 = ScratchMatrix<T>;
 using ScratchInts = ScratchVector<int>;
 
 // Scratch tile shapes of a chunk, padded to whole register blocks of
-// team_multiply: query rows to block_rows; window slots, which are the columns
-// of S and the rows of dK and dV, to both (powers of two: the larger one); head
-// columns to block_cols. Padded slots are absent keys; padded rows and head
+// team_multiply where a product needs it: window slots, which are the columns
+// of S, and head columns to block_cols (query rows and the rows of dK and dV
+// may end in a smaller block). Padded slots are absent keys; padded head
 // columns are zero, so they add nothing to any product.
 template <class T>
 struct ChunkTiles {
   Index c = 0, w = 0, d = 0;
   KOKKOS_INLINE_FUNCTION ChunkTiles(const ChunkWindow& window, Index d_head) {
-    constexpr Index rows = TileTraits<T>::block_rows, cols = TileTraits<T>::block_cols;
-    constexpr Index slots = rows > cols ? rows : cols;
-    static_assert((rows & (rows - 1)) == 0 && (cols & (cols - 1)) == 0,
-                  "block sizes must be powers of two");
-    c = (window.chunk + rows - 1) / rows * rows;
-    w = (window.slots() + slots - 1) / slots * slots;
+    constexpr Index cols = TileTraits<T>::block_cols;
+    c = window.chunk;
+    w = (window.slots() + cols - 1) / cols * cols;
     d = TileTraits<T>::pad_columns(d_head);
   }
 };

@@ -7,9 +7,9 @@
 // transposed (a_row = 1) at no cost because its elements are broadcast one at a
 // time. The team splits C into blocks of block_rows x block_cols; each block's
 // partial sums stay in registers for the whole loop over `count`, and every
-// row of B that is loaded feeds block_rows multiply-adds per lane. m must be a
-// multiple of block_rows and n of block_cols: callers pad their scratch tiles
-// with zero rows and columns (pad_columns).
+// row of B that is loaded feeds block_rows multiply-adds per lane. n must be a
+// multiple of block_cols: callers pad their scratch tiles with zero columns
+// (pad_columns). m may be anything: the last rows form a smaller block.
 //
 // On host compilers with GCC vector extensions (GCC, Clang) the block is held in
 // vector registers explicitly: compilers keep a plain `T acc[R][W]` array in
@@ -35,7 +35,7 @@ namespace reformer {
 // Tile sizes of the fused kernels for the default execution space. Host: 64 x
 // 64 tiles (a tile of floats is 16 KiB: the working set of one tile pair stays
 // in L2, the rows streamed by a block in L1) and blocks of CpuTarget's shape:
-// block_rows rows, two vectors wide (8 x 32 floats on AVX-512, 4 x 16 on AVX2,
+// block_rows rows, two vectors wide (8 x 32 floats on AVX-512, 6 x 16 on AVX2,
 // 8 x 8 on NEON; 4 x 4 plain loops without a known vector unit). GPU: 16 x 16
 // tiles, so that every tile of the backward pass fits the 48 KiB of level-0
 // scratch for d_head <= 64 (d_head 128 falls back to level 1), and one thread
@@ -54,8 +54,6 @@ struct TileTraits {
   static constexpr Index pad_columns(Index d) {
     return (d + block_cols - 1) / block_cols * block_cols;
   }
-  static_assert(query_tile % block_rows == 0 && key_tile % block_rows == 0,
-                "tiles must be whole row blocks");
   static_assert(query_tile % block_cols == 0 && key_tile % block_cols == 0,
                 "tiles must be whole column blocks");
 };
@@ -126,17 +124,36 @@ KOKKOS_INLINE_FUNCTION void multiply_block(T* c, Index ldc, const T* a, Index a_
 }  // namespace detail
 
 // C = A B (kAdd false) or C += A B over the whole team (see the top of the file);
-// m % block_rows == 0 and n % block_cols == 0.
+// n % block_cols == 0.
+namespace detail {
+
+// The last rows of C when m is not a multiple of R: a block of `rows` < R rows.
+template <int R, int W, bool kAdd, class T>
+KOKKOS_INLINE_FUNCTION void multiply_rest(int rows, T* c, Index ldc, const T* a, Index a_row,
+                                          Index a_col, const T* b, Index ldb, Index count) {
+  if constexpr (R > 1) {
+    if (rows == R - 1)
+      return multiply_block<R - 1, W, kAdd>(c, ldc, a, a_row, a_col, b, ldb, count);
+    multiply_rest<R - 1, W, kAdd>(rows, c, ldc, a, a_row, a_col, b, ldb, count);
+  }
+}
+
+}  // namespace detail
+
 template <bool kAdd, class T>
 KOKKOS_INLINE_FUNCTION void team_multiply(const TeamMember& team, Index m, Index n, Index count,
                                           T* c, Index ldc, const T* a, Index a_row, Index a_col,
                                           const T* b, Index ldb) {
   constexpr int R = TileTraits<T>::block_rows, W = TileTraits<T>::block_cols;
-  const Index col_blocks = n / W;
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m / R * col_blocks), [&](Index block) {
+  const Index col_blocks = n / W, row_blocks = (m + R - 1) / R;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, row_blocks * col_blocks), [&](Index block) {
     const Index r = block / col_blocks * R, w = block % col_blocks * W;
-    detail::multiply_block<R, W, kAdd>(c + r * ldc + w, ldc, a + r * a_row, a_row, a_col, b + w,
-                                       ldb, count);
+    if (r + R <= m)
+      detail::multiply_block<R, W, kAdd>(c + r * ldc + w, ldc, a + r * a_row, a_row, a_col, b + w,
+                                         ldb, count);
+    else
+      detail::multiply_rest<R, W, kAdd>(int(m - r), c + r * ldc + w, ldc, a + r * a_row, a_row,
+                                        a_col, b + w, ldb, count);
   });
 }
 
