@@ -5,6 +5,8 @@
 # generated sample: the model copies the first half of a sequence it has not
 # seen. The run folder is runs/quickstart-<time> (REFORMER_RUN changes it);
 # QUICKSTART_CONFIG picks another config (default experiments/duplication_lsh.toml).
+# REFORMER_ARCH picks the CPU target (default native; x86-64-v3 runs on every x86
+# machine with AVX2, as a binary built for another machine would).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${REFORMER_BUILD:-$root/build}/openmp
@@ -12,7 +14,8 @@ DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
 "$root/cmake/install-deps.sh" openmp >/dev/null
 mkdir -p "$(dirname "$build")"
 cmake -S "$root" -B "$build" -G Ninja -DKokkos_ROOT="$DEPS/openmp" \
-  -DKokkosKernels_ROOT="$DEPS/openmp" -DREFORMER_ENABLE_TESTS=OFF >"$build.configure.log" 2>&1 ||
+  -DKokkosKernels_ROOT="$DEPS/openmp" -DREFORMER_ENABLE_TESTS=OFF \
+  -DREFORMER_ARCH="${REFORMER_ARCH:-native}" >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)"
 "$build/bin/reformer" info

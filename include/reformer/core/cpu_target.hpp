@@ -69,9 +69,17 @@ struct CpuTarget {
   template <class V>
   static inline void hold_in_register(V& v) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
-    asm("" : "+x"(v));
+#if defined(__AVX512F__)
+    constexpr unsigned register_bytes = 64;
+#elif defined(__AVX__)
+    constexpr unsigned register_bytes = 32;
+#else
+    constexpr unsigned register_bytes = 16;
+#endif
+    // (A vector wider than the registers, as with REFORMER_TILE_OVERRIDE, is left alone.)
+    if constexpr (sizeof(V) <= register_bytes) asm("" : "+x"(v));
 #elif defined(__GNUC__) && defined(__aarch64__)
-    asm("" : "+w"(v));
+    if constexpr (sizeof(V) <= 16) asm("" : "+w"(v));
 #else
     (void)v;
 #endif
