@@ -100,10 +100,15 @@ def ours(folder, threads, out):
     log(f"{folder}: attention layers")
     data = json.loads(run([os.path.join(folder, "bench", "bench_attention"),
                            f"--benchmark_filter=BM_AttentionLayer/({pattern})/",
-                           "--benchmark_format=json"], env=env))
+                           "--benchmark_repetitions=3", "--benchmark_format=json"], env=env))
     for b in data["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration":
+            continue
         kind, length = (int(x) for x in b["name"].split("/")[1:3])
-        result[f"layer/{kind}/{length}"] = (b["real_time"] / 1e3, b["peak_MiB"])
+        key = f"layer/{kind}/{length}"
+        best = result.get(key, (float("inf"), 0))[0]
+        if b["real_time"] / 1e3 < best:  # the best of 3 runs, as the peers
+            result[key] = (b["real_time"] / 1e3, b["peak_MiB"])
     log(f"{folder}: 6-layer Reformer step at 16K")
     sweep = os.path.join(out, os.path.basename(folder) + "-reformer")
     run([os.path.join(folder, "bin", "reformer"), "memory", "--variants", "reformer", "--lengths",

@@ -102,8 +102,8 @@ struct ExactInputs {
   // by load_rows with factor 1 (ld = dpad). Streamed tiles skip a copy this way.
   template <class X>
   KOKKOS_INLINE_FUNCTION const T* tile_rows(const TeamMember& team, const X& x, Index b, Index h,
-                                            Index first, Index rows, Index length,
-                                            Scratch2<T> dst, Index& ld) const {
+                                            Index first, Index rows, Index length, Scratch2<T> dst,
+                                            Index& ld) const {
     if (in.d_head == dpad && first + rows <= length) {
       ld = Index(x.stride(1));
       return &x(b, first, h, 0);
@@ -165,19 +165,37 @@ struct ExactInputs {
       row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : dot;
     }
   }
+  // True when no score of tile pair (qc, kc) is masked or absent: no padding,
+  // whole tiles inside both sequences, wholly below the causal diagonal and
+  // off the self-mask diagonal. Such tiles (all but O(L / tile) of them) skip
+  // the mask pass, and their gradient mask is all ones.
+  KOKKOS_INLINE_FUNCTION bool plain_tile(Index qc, Index kc) const {
+    const Index q0 = qc * BQ, k0 = kc * BK;
+    if (in.key_valid.extent(0) != 0 || q0 + BQ > lq || k0 + BK > lk) return false;
+    if (in.causal && k0 + BK - 1 > q0) return false;
+    return !(in.self_mask && k0 < q0 + BQ && q0 < k0 + BK);
+  }
   // Backward along query i (row r of a query tile) against a tile of keys at
   // positions posk: srow holds its scores (S row), drow dP = (dout_i . v_j);
   // afterwards srow = dropout(P) and drow = dS = P (drop dP - D), zero where a
   // constant replaced the score (grad: scratch for mask_row's gradient mask).
   KOKKOS_INLINE_FUNCTION void query_row_gradients(Index b, Index bh, Index i, const int* posk,
-                                                  Scratch2<T> ld, Index r, bool dropout, T* row,
-                                                  T* drow, T* grad) const {
+                                                  Scratch2<T> ld, Index r, bool dropout, bool plain,
+                                                  T* row, T* drow, T* grad) const {
     if (i >= lq) {
       for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
       return;
     }
-    in.template mask_row<true>(b, bh, i, posk, BK, row, grad);
     const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
+    if (plain && !dropout) {  // nothing masked: grad = 1
+      for (Index t = 0; t < BK; ++t) {
+        const T p = softmax_weight((row[t] - base) - rest);
+        drow[t] = p * (drow[t] - d_i);
+        row[t] = p;
+      }
+      return;
+    }
+    in.template mask_row<true>(b, bh, i, posk, BK, row, grad);
     if (dropout) {
       for (Index t = 0; t < BK; ++t) {
         const T keep = posk[t] < 0 ? T(0) : drop(bh, i, posk[t]);
@@ -213,11 +231,23 @@ struct ExactInputs {
   // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
   // constant replaced the score.
   KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, Index first,
-                                                Scratch2<T> ld, T* srow_, T* drow_) const {
+                                                Scratch2<T> ld, bool plain, T* srow_,
+                                                T* drow_) const {
     T* srow = srow_;
     T* drow = drow_;
     if (j >= lk) {
       for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = T(0);
+      return;
+    }
+    if (plain && in.dropout.rate == 0.0) {  // nothing masked: grad = 1
+      const T* base = &ld(0, 0);
+      const T* d = &ld(1, 0);
+      const T* rest = &ld(2, 0);
+      for (Index s = 0; s < BQ; ++s) {
+        const T p = softmax_weight((srow[s] - base[s]) - rest[s]);
+        drow[s] = p * (drow[s] - d[s]);
+        srow[s] = p;
+      }
       return;
     }
     const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
@@ -316,9 +346,11 @@ struct ExactForward {
       team.team_barrier();
       team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
-                           [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
-      team.team_barrier();
+      if (!x.plain_tile(qc, kc)) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                             [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
+        team.team_barrier();
+      }
       // Online softmax per query (column), G columns per thread.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
         T* m = &stats(0, g * G);
@@ -432,9 +464,10 @@ struct ExactBackwardKeys {
       team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
       team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
       team.team_barrier();
+      const bool plain = x.plain_tile(qc, kc);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, &s(r, 0), &dps(r, 0),
-                              &grad_masks(r, 0));
+        x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, plain, &s(r, 0),
+                              &dps(r, 0), &grad_masks(r, 0));
       });
       team.team_barrier();
       team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
@@ -497,8 +530,9 @@ struct ExactBackwardQueries {
       team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
       team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
       team.team_barrier();
+      const bool plain = x.plain_tile(qc, kc);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, &st(t, 0), &dpt(t, 0));
+        x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, plain, &st(t, 0), &dpt(t, 0));
       });
       team.team_barrier();
       team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
@@ -575,9 +609,10 @@ struct ExactBackwardOnePass {
         team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
         team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
         team.team_barrier();
+        const bool plain = x.plain_tile(qc, kc);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-          x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, &s(r, 0), &dps(r, 0),
-                                &grad_masks(r, 0));
+          x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, plain, &s(r, 0),
+                                &dps(r, 0), &grad_masks(r, 0));
         });
         team.team_barrier();
         team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
