@@ -176,26 +176,46 @@ struct ChunkTiles {
 // Gathers rows [0, n) of a tile: row r is factor * the d values at source(r,
 // factor) (nullptr: a zero row), then zeros up to d_pad columns; written as
 // rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
+// The transposed copy takes 8 rows at a time, so that each column of the
+// group is one contiguous run of 8 stores instead of 8 stores n apart.
 template <class T, class Source>
 KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
                                         Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index r) {
-    T factor = T(1);
-    const T* from = source(r, factor);
-    if (rows.extent(0)) {
-      T* to = &rows(r, 0);
-      if (from)
-        for (Index c = 0; c < d; ++c) to[c] = from[c] * factor;
-      else
-        for (Index c = 0; c < d; ++c) to[c] = T(0);
-      for (Index c = d; c < d_pad; ++c) to[c] = T(0);
+  constexpr Index G = 8;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (n + G - 1) / G), [&](Index group) {
+    const Index first = group * G, count = first + G <= n ? G : n - first;
+    const T* from[G];
+    T factor[G];
+    for (Index u = 0; u < G; ++u) {
+      factor[u] = T(1);
+      from[u] = u < count ? source(first + u, factor[u]) : nullptr;
     }
+    if (rows.extent(0))
+      for (Index u = 0; u < count; ++u) {
+        T* to = &rows(first + u, 0);
+        if (from[u])
+          for (Index c = 0; c < d; ++c) to[c] = from[u][c] * factor[u];
+        else
+          for (Index c = 0; c < d; ++c) to[c] = T(0);
+        for (Index c = d; c < d_pad; ++c) to[c] = T(0);
+      }
     if (cols.extent(0)) {
-      if (from)
-        for (Index c = 0; c < d; ++c) cols(c, r) = from[c] * factor;
-      else
-        for (Index c = 0; c < d; ++c) cols(c, r) = T(0);
-      for (Index c = d; c < d_pad; ++c) cols(c, r) = T(0);
+      // Absent rows read a zero row with factor 0 (no branch in the loop).
+      const T zeros[1] = {T(0)};
+      Index step[G];
+      for (Index u = 0; u < G; ++u) {
+        step[u] = from[u] ? 1 : 0;
+        if (!from[u]) {
+          from[u] = zeros;
+          factor[u] = T(0);
+        }
+      }
+      for (Index c = 0; c < d; ++c) {
+        T* to = &cols(c, first);
+        for (Index u = 0; u < count; ++u) to[u] = from[u][c * step[u]] * factor[u];
+      }
+      for (Index c = d; c < d_pad; ++c)
+        for (Index u = 0; u < count; ++u) cols(c, first + u) = T(0);
     }
   });
 }

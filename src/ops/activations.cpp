@@ -33,8 +33,16 @@ void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
   require_same_shape("activation_backward", "x", x, "dx", dx);
   const Index n = x.extent(0);
   if (kind == Activation::ReLU) {
+    // Raw pointers: through the views, GCC reloads dy's data pointer after
+    // every store to dx (dx may be dy) and runs the loop scalar, with a branch.
+    const T* px = x.data();
+    const T* pdy = dy.data();
+    T* pdx = dx.data();
     Kokkos::parallel_for(
-        "relu_backward", range(n), KOKKOS_LAMBDA(Index i) { dx(i) = x(i) > T(0) ? dy(i) : T(0); });
+        "relu_backward", range(n), KOKKOS_LAMBDA(Index i) {
+          const T g = pdy[i];
+          pdx[i] = px[i] > T(0) ? g : T(0);
+        });
   } else {
     // d/dx [x Phi(x)] = Phi(x) + x phi(x)
     Kokkos::parallel_for(
