@@ -75,10 +75,20 @@ double launch(const Shape& s, Index league, Body body) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// GFLOP/s of `body` on shape s: launches of growing size until one takes at
-// least `seconds`, then the best of three of that size.
-template <class Body>
-double rate(const Shape& s, double seconds, Body body) {
+// GFLOP/s of multiply(team, a, b, c) on shape s, where a, b and c are the
+// team's scratch tiles, a and b filled: launches of growing size until one
+// takes at least `seconds`, then the best of three of that size.
+template <class Multiply>
+double rate(const Shape& s, double seconds, Multiply multiply) {
+  auto body = [=](const TeamMember& team) {
+    ScratchVector<float> tiles(team.team_scratch(0), tile_floats(s));
+    float* a = tiles.data();
+    float* b = a + s.m * s.k;
+    float* c = b + s.k * s.n;
+    Kokkos::single(Kokkos::PerTeam(team), [&] { fill_tiles(a, s.m * s.k + s.k * s.n); });
+    team.team_barrier();
+    multiply(team, a, b, c);
+  };
   Index league = 64;
   double t = launch(s, league, body);
   while (t < seconds && league < (Index(1) << 24)) {
@@ -93,13 +103,7 @@ double rate(const Shape& s, double seconds, Body body) {
 }
 
 double team_multiply_rate(const Shape& s, double seconds) {
-  return rate(s, seconds, [=](const TeamMember& team) {
-    ScratchVector<float> tiles(team.team_scratch(0), tile_floats(s));
-    float* a = tiles.data();
-    float* b = a + s.m * s.k;
-    float* c = b + s.k * s.n;
-    Kokkos::single(Kokkos::PerTeam(team), [&] { fill_tiles(a, s.m * s.k + s.k * s.n); });
-    team.team_barrier();
+  return rate(s, seconds, [=](const TeamMember& team, float* a, float* b, float* c) {
     const Index a_row = s.a_transposed ? 1 : s.k, a_col = s.a_transposed ? s.m : 1;
     team_multiply<false>(team, s.m, s.n, s.k, c, s.n, a, a_row, a_col, b, s.n);
     for (int r = 1; r < kReps; ++r) {
@@ -112,13 +116,8 @@ double team_multiply_rate(const Shape& s, double seconds) {
 // The same products through sgemm on the same scratch tiles, one call per
 // team (row-major C = A B is column-major C^T = B^T A^T).
 double blas_rate(const Shape& s, double seconds) {
-  return rate(s, seconds, [=](const TeamMember& team) {
-    ScratchVector<float> tiles(team.team_scratch(0), tile_floats(s));
-    float* a = tiles.data();
-    float* b = a + s.m * s.k;
-    float* c = b + s.k * s.n;
+  return rate(s, seconds, [=](const TeamMember& team, float* a, float* b, float* c) {
     Kokkos::single(Kokkos::PerTeam(team), [&] {
-      fill_tiles(a, s.m * s.k + s.k * s.n);
       const int m = int(s.m), n = int(s.n), k = int(s.k);
       const int lda = s.a_transposed ? m : k;
       const char ta = s.a_transposed ? 'T' : 'N';

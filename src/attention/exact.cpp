@@ -211,6 +211,38 @@ struct ExactInputs {
       }
     }
   }
+  // The tiles of a team that holds key tile kc (kt, vt: K and V transposed)
+  // and streams query tiles past it.
+  struct KeyTileScratch {
+    Scratch2<T> kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs;
+  };
+  // Query tile qc streamed past key tile kc (positions posk): S = Qs K^T,
+  // dP = dout V^T, then s <- dropout(P), dps <- dS, and dV += dropout(P)^T dout,
+  // dK += dS^T Qs (t.dvs, t.dks). Leaves t.dps = dS (the one-pass kernel
+  // multiplies it by K for dQ).
+  template <class L, class D>
+  KOKKOS_INLINE_FUNCTION void key_tile_gradients(const TeamMember& team, const L& lse,
+                                                 const L& delta, const D& dout, Index b, Index bh,
+                                                 Index qc, Index kc, ScratchInts posk,
+                                                 const KeyTileScratch& t) const {
+    const Index h = bh % in.heads, dp = dpad;
+    const bool dropout = in.dropout.rate > 0.0, plain = plain_tile(qc, kc);
+    team.team_barrier();
+    load_rows_stats(team, lse, delta, b, h, qc * BQ, t.ld);
+    load_rows(team, in.q, b, h, qc * BQ, BQ, lq, scale, t.qs);
+    load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), t.dos);
+    team.team_barrier();
+    team_multiply<false>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0), BK);
+    team_multiply<false>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1, &t.vt(0, 0), BK);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+      query_row_gradients(b, bh, qc * BQ + r, &posk(0), t.ld, r, dropout, plain, &t.s(r, 0),
+                          &t.dps(r, 0), &t.grad_masks(r, 0));
+    });
+    team.team_barrier();
+    team_multiply<true>(team, BK, dp, BQ, &t.dvs(0, 0), dp, &t.s(0, 0), 1, BK, &t.dos(0, 0), dp);
+    team_multiply<true>(team, BK, dp, BQ, &t.dks(0, 0), dp, &t.dps(0, 0), 1, BK, &t.qs(0, 0), dp);
+  }
   // Writes the sums of key tile kc into dk and dv (rows past lk are padding).
   KOKKOS_INLINE_FUNCTION void store_key_gradients(const TeamMember& team, Index b, Index h,
                                                   Index kc, Scratch2<T> dks, Scratch2<T> dvs,
@@ -453,25 +485,10 @@ struct ExactBackwardKeys {
     x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
     x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
     x.positions(team, kc * BK, BK, lk, posk);
-    const bool dropout = x.in.dropout.rate > 0.0;
     for (Index qc = 0; qc < x.nq; ++qc) {
       if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
-      team.team_barrier();
-      x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
-      x.load_rows(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs);
-      x.load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos);
-      team.team_barrier();
-      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-      team.team_barrier();
-      const bool plain = x.plain_tile(qc, kc);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, plain, &s(r, 0),
-                              &dps(r, 0), &grad_masks(r, 0));
-      });
-      team.team_barrier();
-      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
-      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
+      x.key_tile_gradients(team, lse, delta, dout, b, bh, qc, kc, posk,
+                           {kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs});
     }
     team.team_barrier();
     x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
@@ -590,7 +607,6 @@ struct ExactBackwardOnePass {
       T* dst = &dq(b, i, h, 0);
       for (Index c = 0; c < dh; ++c) dst[c] = T(0);
     });
-    const bool dropout = x.in.dropout.rate > 0.0;
     for (Index kc = 0; kc < x.nk; ++kc) {
       team.team_barrier();
       zero<T>(team, dks);
@@ -601,22 +617,8 @@ struct ExactBackwardOnePass {
       x.positions(team, kc * BK, BK, lk, posk);
       for (Index qc = 0; qc < x.nq; ++qc) {
         if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
-        team.team_barrier();
-        x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
-        x.load_rows(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qs);
-        x.load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), dos);
-        team.team_barrier();
-        team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-        team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-        team.team_barrier();
-        const bool plain = x.plain_tile(qc, kc);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-          x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), ld, r, dropout, plain, &s(r, 0),
-                                &dps(r, 0), &grad_masks(r, 0));
-        });
-        team.team_barrier();
-        team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
-        team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qs(0, 0), dp);
+        x.key_tile_gradients(team, lse, delta, dout, b, bh, qc, kc, posk,
+                             {kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs});
         team_multiply<false>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0), dp);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
