@@ -44,16 +44,19 @@ foreach(backend SERIAL OPENMP CUDA HIP)
 endforeach()
 message(STATUS "Reformer: Kokkos ${Kokkos_VERSION} with backends: ${REFORMER_BACKENDS}")
 
-find_package(HDF5 REQUIRED COMPONENTS C)
-# HDF5 as plain paths, so that projects using the installed package need neither
-# FindHDF5 nor the C language.
-add_library(reformer_hdf5 INTERFACE)
-target_include_directories(reformer_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
-target_link_libraries(reformer_hdf5 INTERFACE ${HDF5_LIBRARIES})
-target_compile_definitions(reformer_hdf5 INTERFACE ${HDF5_DEFINITIONS})
-find_package(CLI11 CONFIG REQUIRED)
-# TOML configs (Debian: libtomlplusplus-dev).
-find_package(tomlplusplus 3 CONFIG REQUIRED)
+# REFORMER_CORE_ONLY (core, ops, attention) needs none of HDF5, CLI11, toml++.
+if(NOT REFORMER_CORE_ONLY)
+  find_package(HDF5 REQUIRED COMPONENTS C)
+  # HDF5 as plain paths, so that projects using the installed package need neither
+  # FindHDF5 nor the C language.
+  add_library(reformer_hdf5 INTERFACE)
+  target_include_directories(reformer_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+  target_link_libraries(reformer_hdf5 INTERFACE ${HDF5_LIBRARIES})
+  target_compile_definitions(reformer_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+  find_package(CLI11 CONFIG REQUIRED)
+  # TOML configs (Debian: libtomlplusplus-dev).
+  find_package(tomlplusplus 3 CONFIG REQUIRED)
+endif()
 if(REFORMER_ENABLE_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -3,13 +3,17 @@
 # each requested backend, in a cache prefix outside the work tree. Re-running it is
 # cheap: installed packages and finished builds are detected and reused.
 #
-#   cmake/install-deps.sh [serial] [openmp] [cuda] [hip] [testing]   (default: openmp)
+#   cmake/install-deps.sh [serial] [openmp] [cuda] [hip] [aarch64] [testing]   (default: openmp)
 #
 # Backends:
 #   serial  Debian's libtrilinos-kokkos-dev / libtrilinos-kokkos-kernels-dev (3.4.01)
 #   openmp  Kokkos + Kokkos Kernels 3.4.01 built from Debian's trilinos source package
 #   cuda    same sources, Debian non-free nvidia-cuda-toolkit 11.8, g++-11 host, sm_80
 #   hip     same sources, Debian hipcc 5.2, gfx908
+#   aarch64 same sources cross-compiled for 64-bit Arm (OpenMP, no BLAS TPL) with
+#           Debian's g++-aarch64-linux-gnu, plus GoogleTest cross-compiled from
+#           /usr/src/googletest, and qemu-user to run the tests; no arm64
+#           (multiarch) packages. Toolchain file: cmake/toolchain-aarch64.cmake
 #   testing GoogleTest and h5py (only the test suite needs them; the checkpoint
 #           tests read a file with the system python3's h5py)
 # A user with their own Kokkos 4.x passes -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
@@ -19,6 +23,7 @@
 # Prints, for every backend, the CMake prefix path to use on the last lines.
 set -euo pipefail
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
 JOBS=${JOBS:-$(nproc)}
 mkdir -p "$DEPS"
@@ -29,8 +34,8 @@ log() { printf '[install-deps] %s\n' "$*" >&2; }
 die() { printf '[install-deps] error: %s\n' "$*" >&2; exit 1; }
 
 for b in "${backends[@]}"; do
-  case "$b" in serial | openmp | cuda | hip | testing) ;;
-  *) die "unknown backend '$b' (expected serial, openmp, cuda, hip or testing)" ;;
+  case "$b" in serial | openmp | cuda | hip | aarch64 | testing) ;;
+  *) die "unknown backend '$b' (expected serial, openmp, cuda, hip, aarch64 or testing)" ;;
   esac
 done
 
@@ -187,6 +192,30 @@ for b in "${backends[@]}"; do
     build_kokkos hip -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ENABLE_HIP=ON -DKokkos_ARCH_VEGA908=ON \
       -- -DCMAKE_CXX_COMPILER=hipcc
     echo "hip=$DEPS/hip"
+    ;;
+  aarch64)
+    # No arm64 multiarch packages: the cross runtime (libc, libstdc++, libgomp)
+    # comes with the compiler, and what the core, ops and attention tests link
+    # besides it (Kokkos, Kokkos Kernels without a BLAS, GoogleTest) is built
+    # here. HDF5, toml++ and CLI11 are not needed (REFORMER_CORE_ONLY).
+    apt_need g++-aarch64-linux-gnu qemu-user googletest
+    toolchain=$here/toolchain-aarch64.cmake
+    build_kokkos aarch64 -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DKokkos_ENABLE_OPENMP=ON \
+      -- -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_FIND_ROOT_PATH="$DEPS/aarch64"
+    if [ ! -f "$DEPS/aarch64/.googletest" ]; then
+      log "aarch64: building GoogleTest from /usr/src/googletest"
+      gbuild=$DEPS/build/aarch64-googletest
+      rm -rf "$gbuild"
+      cmake -S /usr/src/googletest -B "$gbuild" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_INSTALL_PREFIX="$DEPS/aarch64" \
+        -DBUILD_GMOCK=OFF >"$gbuild.log" 2>&1 &&
+        cmake --build "$gbuild" -j "$JOBS" >>"$gbuild.log" 2>&1 &&
+        cmake --install "$gbuild" >>"$gbuild.log" 2>&1 ||
+        { tail -n 40 "$gbuild.log" >&2; die "aarch64: GoogleTest build failed (log: $gbuild.log)"; }
+      rm -rf "$gbuild"
+      touch "$DEPS/aarch64/.googletest"
+    fi
+    echo "aarch64=$DEPS/aarch64"
     ;;
   esac
 done
