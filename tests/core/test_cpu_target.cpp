@@ -23,11 +23,11 @@ Expected expected_for_this_target() {
 #elif defined(__AVX512F__)
   return {"AVX-512", 8, 32, 16};
 #elif defined(__AVX2__)
-  return {"AVX2", 4, 16, 8};
+  return {"AVX2", 6, 16, 8};
 #elif defined(__AVX__)
-  return {"AVX", 4, 16, 8};
+  return {"AVX", 6, 16, 8};
 #elif defined(__SSE2__)
-  return {"SSE2", 4, 8, 4};
+  return {"SSE2", 6, 8, 4};
 #elif defined(__aarch64__) && !defined(__ARM_FEATURE_SVE_BITS)
   return {"NEON", 8, 8, 4};
 #else
