@@ -3,6 +3,7 @@
 #include "config/toml_document.hpp"
 #include "reformer/attention/lsh.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/io/files.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -300,6 +301,7 @@ std::vector<Key> make_keys() {
   k.push_back(integer_key("train.log_every", REFORMER_FIELD(train.log_every)));
   k.push_back(integer_key("train.checkpoint_every", REFORMER_FIELD(train.checkpoint_every)));
   k.push_back(integer_key("train.keep_checkpoints", REFORMER_FIELD(train.keep_checkpoints)));
+  k.push_back(integer_key("train.skip_nonfinite", REFORMER_FIELD(train.skip_nonfinite)));
   k.push_back(
       choice_key("train.metrics_format", REFORMER_FIELD(train.metrics_format), {"csv", "jsonl"}));
   k.push_back(float_key("train.target_accuracy", REFORMER_FIELD(train.target_accuracy)));
@@ -610,17 +612,11 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  require<IoError>(!std::filesystem::is_directory(path, ec), "cannot read config file \"", path,
-                   "\": it is a directory");
-  errno = 0;
-  std::ifstream file(path, std::ios::binary);
-  require<IoError>(bool(file), "cannot read config file \"", path,
-                   "\": ", errno ? std::strerror(errno) : "cannot open it");
-  std::ostringstream text;
-  text << file.rdbuf();
-  require<IoError>(!file.bad(), "cannot read config file \"", path, "\": read error");
-  return parse_run_config(text.str(), path, overrides);
+  // A FIFO, a device or a folder is refused before it is opened (a FIFO would
+  // block the read forever).
+  return parse_run_config(
+      io::read_text_file(path, "config", "give the path of a TOML run config (experiments/*.toml)"),
+      path, overrides);
 }
 
 std::string to_toml(const RunConfig& config) {

@@ -38,7 +38,8 @@ class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
     const char* op = "bytes corpus";
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat refuses it below).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
       throw IoError(detail::concat(op, ": cannot open \"", path, "\": ", errno_text(errno),
                                    "; check data.path"));

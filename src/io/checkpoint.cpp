@@ -3,11 +3,10 @@
 #include "io/hdf5.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "reformer/io/files.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,34 +32,8 @@ hid_t memory_type() {
 
 std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 
-// ---------------------------------------------------------------- files
-
-std::string errno_text(int error) { return std::strerror(error); }
-
-// fsync of a file or a directory, so that its data (or its entries) are on disk.
-void sync_path(const std::string& path, bool directory, const std::string& context) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0)
-    throw IoError(detail::concat(context, ": cannot open ", quoted(path),
-                                 " to sync it: ", errno_text(errno)));
-  const int status = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (status != 0)
-    throw IoError(
-        detail::concat(context, ": cannot sync ", quoted(path), " to disk: ", errno_text(error)));
-}
-
 Handle open_checkpoint(const std::string& path, const std::string& context) {
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (error || !fs::exists(status))
-    throw IoError(detail::concat(context, ": cannot open ", quoted(path), ": ",
-                                 error ? error.message() : errno_text(ENOENT)));
-  if (!fs::is_regular_file(status))
-    throw IoError(detail::concat(context, ": ", quoted(path), " is not a regular file"));
-  if (::access(path.c_str(), R_OK) != 0)
-    throw IoError(detail::concat(context, ": cannot read ", quoted(path), ": ", errno_text(errno)));
+  require_regular_file(path, context, "");
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   hdf5::check(file.valid(), context,
               detail::concat(quoted(path),
@@ -69,23 +42,67 @@ Handle open_checkpoint(const std::string& path, const std::string& context) {
   return file;
 }
 
-// Reads the root attributes and /config; version first, so that a file of
-// another format is reported as such.
+// FNV-1a (64 bit) of the metadata written as "key=value" lines: the root
+// attributes, the optimizer's step count and the config text. HDF5 checksums
+// only the datasets (Fletcher-32), so this is what finds an attribute or the
+// config changed after writing (an edit, a flipped byte).
+std::uint64_t meta_checksum(const CheckpointMeta& meta, const std::string& library_version) {
+  std::string text = detail::concat(
+      "format_version=", meta.format_version, "\nstep=", meta.step,
+      "\ndata_position=", meta.data_position, "\nseed=", meta.seed, "\ndtype=", meta.dtype,
+      "\nlibrary_version=", library_version, "\nskipped_batches=", meta.skipped_batches,
+      "\noptimizer_steps=", meta.optimizer_steps, "\nconfig=", meta.config);
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// Reads the root attributes, /config and the optimizer's step count, and checks
+// them against the stored checksum; version first, so that a file of another
+// format is reported as such.
 CheckpointMeta read_meta(hid_t file, const std::string& path, const std::string& context) {
   CheckpointMeta meta;
   const std::string where = detail::concat(context, ": ", quoted(path));
   hdf5::check(hdf5::has_attribute(file, "format_version"), where,
               "has no format_version attribute; it is not a reformer checkpoint");
   const std::int64_t version = hdf5::read_int_attribute(file, "format_version", where);
-  require<IoError>(version == kCheckpointFormatVersion, where, " has format version ", version,
-                   " but this build reads version ", kCheckpointFormatVersion,
-                   "; load it with the reformer version that wrote it");
+  const bool checksummed = hdf5::has_attribute(file, "meta_checksum");
+  // Version 1 (no checksum) is still read; a version-1 file with a checksum
+  // can only be a damaged version-2 file.
+  require<IoError>(version == kCheckpointFormatVersion || (version == 1 && !checksummed), where,
+                   " has format version ", version, " but this build reads versions 1 and ",
+                   kCheckpointFormatVersion,
+                   version == 1 ? " (and version 1 files carry no checksum: the file is damaged)"
+                                : "; load it with the reformer version that wrote it");
+  require<IoError>(version == 1 || checksummed, where,
+                   " is damaged: it has no meta_checksum attribute (every version-",
+                   kCheckpointFormatVersion, " checkpoint has one); restore it from a copy or ",
+                   "use an earlier checkpoint");
   meta.format_version = int(version);
   meta.step = hdf5::read_int_attribute(file, "step", where);
   meta.data_position = hdf5::read_uint_attribute(file, "data_position", where);
   meta.seed = hdf5::read_uint_attribute(file, "seed", where);
   meta.dtype = hdf5::read_string_attribute(file, "dtype", where);
   meta.config = hdf5::read_string(file, "config", where);
+  if (hdf5::has_attribute(file, "skipped_batches"))
+    meta.skipped_batches = hdf5::read_int_attribute(file, "skipped_batches", where);
+  if (hdf5::has_link(file, "optimizer")) {
+    const Handle group = hdf5::open_group(file, "optimizer", where);
+    meta.optimizer_steps = hdf5::read_int_attribute(group.get(), "steps", where);
+  }
+  if (checksummed) {
+    const std::string library_version =
+        hdf5::has_attribute(file, "library_version")
+            ? hdf5::read_string_attribute(file, "library_version", where)
+            : std::string();
+    const std::uint64_t stored = hdf5::read_uint_attribute(file, "meta_checksum", where);
+    require<IoError>(stored == meta_checksum(meta, library_version), where,
+                     " is damaged: its metadata (step, data position, seed, dtype, optimizer "
+                     "steps or config text) does not match the checksum written with it; "
+                     "restore it from a copy or use an earlier checkpoint");
+  }
+  require<IoError>(meta.step >= 0 && meta.skipped_batches >= 0, where, ": step ", meta.step,
+                   " and skipped_batches ", meta.skipped_batches, " must be >= 0");
   return meta;
 }
 
@@ -129,6 +146,21 @@ std::vector<T> read_values(const Handle& dataset, Index size, const std::string&
 }
 
 template <class T>
+void require_finite(const std::vector<T>& values, const std::string& where,
+                    const std::string& what) {
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = values.size(); i-- > 0;)
+    if (!std::isfinite(values[i])) {
+      ++bad;
+      first = i;
+    }
+  require<IoError>(bad == 0, where, ": ", what, " holds ", bad, " non-finite value",
+                   bad == 1 ? "" : "s", " (the first at index ", first, " is ",
+                   bad ? double(values[first]) : 0.0,
+                   "); the run had diverged when it was saved: use an earlier checkpoint");
+}
+
+template <class T>
 void copy_to(const View1<T>& destination, const std::vector<T>& values) {
   Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(values.data(),
                                                                                   values.size());
@@ -159,7 +191,13 @@ void write_file(const std::string& path, const ParameterSet<T>& params,
   hdf5::write_attribute(root, "seed", std::uint64_t(meta.seed), context);
   hdf5::write_attribute(root, "dtype", std::string(dtype_name<T>()), context);
   hdf5::write_attribute(root, "library_version", std::string(REFORMER_VERSION), context);
+  hdf5::write_attribute(root, "skipped_batches", std::int64_t(meta.skipped_batches), context);
   hdf5::write_string(root, "config", meta.config, context);
+  CheckpointMeta written = meta;
+  written.format_version = kCheckpointFormatVersion;
+  written.dtype = dtype_name<T>();
+  written.optimizer_steps = optimizer ? optimizer->steps() : -1;
+  hdf5::write_attribute(root, "meta_checksum", meta_checksum(written, REFORMER_VERSION), context);
   {
     const Handle group = hdf5::create_group(root, "parameters", context);
     for (const Parameter<T>& p : params) write_view(group.get(), p.name, p.shape, p.value, context);
@@ -195,13 +233,13 @@ void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
 
   // Write aside, sync, then rename over the final name: a reader (or a crash)
   // sees the old file or the new one, never a partial one.
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const std::string temporary = temporary_path(path);
   try {
     write_file(temporary, params, optimizer, meta, context);
     sync_path(temporary, false, context);
     if (std::rename(temporary.c_str(), path.c_str()) != 0)
       throw IoError(detail::concat(context, ": cannot rename ", quoted(temporary), " to ",
-                                   quoted(path), ": ", errno_text(errno)));
+                                   quoted(path), ": ", std::strerror(errno)));
   } catch (...) {
     std::remove(temporary.c_str());
     throw;
@@ -233,15 +271,11 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
     require<IoError>(params.contains(stored.name), where, " has parameter \"", stored.name,
                      "\" (shape ", shape_string(stored.shape),
                      ") that the model lacks; the model config differs from the checkpoint's");
-  std::int64_t optimizer_steps = 0;
+  const std::int64_t optimizer_steps = meta.optimizer_steps;
   if (optimizer) {
     require<IoError>(hdf5::has_link(file.get(), "optimizer"), where,
                      " has no optimizer state (it was saved without an optimizer); load it "
                      "with optimizer = nullptr to restore the parameters only");
-    {
-      const Handle group = hdf5::open_group(file.get(), "optimizer", where);
-      optimizer_steps = hdf5::read_int_attribute(group.get(), "steps", where);
-    }
     require<IoError>(optimizer_steps >= 0, where, ": the optimizer's steps attribute is ",
                      optimizer_steps, " but must be >= 0");
     const std::string fix = "; the optimizer state is incomplete";
@@ -265,6 +299,17 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
     if (optimizer) {
       first_data.push_back(read_values<T>(first[i], p.size(), where, "first moment " + p.name));
       second_data.push_back(read_values<T>(second[i], p.size(), where, "second moment " + p.name));
+    }
+    ++i;
+  }
+  // ... check that every value is finite (a run that diverged must not be
+  // continued or evaluated from its NaNs) ...
+  i = 0;
+  for (const Parameter<T>& p : params) {
+    require_finite(value_data[i], where, "parameter \"" + p.name + "\"");
+    if (optimizer) {
+      require_finite(first_data[i], where, "first moment of \"" + p.name + "\"");
+      require_finite(second_data[i], where, "second moment of \"" + p.name + "\"");
     }
     ++i;
   }

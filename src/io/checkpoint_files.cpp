@@ -1,9 +1,7 @@
 // The checkpoints of a run folder: names, the newest one, pruning.
 #include "reformer/core/error.hpp"
 #include "reformer/io/checkpoint.hpp"
-
-#include <signal.h>
-#include <sys/types.h>
+#include "reformer/io/files.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -36,18 +34,6 @@ std::int64_t step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
-// The writer's pid of "<anything>.tmp.<pid>", or -1 for any other name.
-long temporary_owner(const std::string& name) {
-  const std::string marker = ".tmp.";
-  const auto at = name.rfind(marker);
-  if (at == std::string::npos) return -1;
-  const std::string digits = name.substr(at + marker.size());
-  if (!all_digits(digits) || digits.size() > 9) return -1;
-  return std::stol(digits);
-}
-
-bool process_exists(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
-
 // (step, path) of every checkpoint in the folder, highest step first.
 std::vector<std::pair<std::int64_t, fs::path>> checkpoints_of(const std::string& run_dir,
                                                               const char* op) {
@@ -57,8 +43,13 @@ std::vector<std::pair<std::int64_t, fs::path>> checkpoints_of(const std::string&
   if (!fs::is_directory(folder, error)) return out;
   for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
     const std::int64_t step = step_of(it->path().filename().string());
-    std::error_code type_error;
-    if (step >= 0 && it->is_regular_file(type_error)) out.emplace_back(step, it->path());
+    if (step < 0) continue;
+    // A checkpoint's name on anything but a readable regular file (a folder, a
+    // dangling link, a FIFO) is damage to report, not a file to skip: skipping
+    // it would resume silently from an older step.
+    require_regular_file(it->path().string(), op,
+                         "it has a checkpoint's name; restore the checkpoint or remove it");
+    out.emplace_back(step, it->path());
   }
   require<IoError>(!error, op, ": cannot list \"", folder.string(), "\": ", error.message());
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -94,15 +85,7 @@ void prune_checkpoints(const std::string& run_dir, int keep) {
   for (std::size_t i = std::size_t(keep); i < checkpoints.size(); ++i)
     remove_file(checkpoints[i].second, op);
   // Temporary files of writers that were killed mid-write.
-  const fs::path folder = checkpoint_folder(run_dir);
-  std::error_code error;
-  if (!fs::is_directory(folder, error)) return;
-  std::vector<fs::path> stale;
-  for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
-    const long owner = temporary_owner(it->path().filename().string());
-    if (owner > 0 && !process_exists(owner)) stale.push_back(it->path());
-  }
-  for (const fs::path& path : stale) remove_file(path, op);
+  remove_stale_temporaries(run_dir);
 }
 
 }  // namespace reformer::io

@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/io/checkpoint.hpp"
+#include "reformer/io/files.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/temp_dir.hpp"
@@ -8,6 +9,7 @@
 #include <hdf5.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 
 namespace reformer::io {
@@ -171,17 +174,17 @@ void expect_load_error(const std::string& path, const std::vector<std::string>& 
 
 TEST(CheckpointMismatch, FormatVersion) {
   TempDir dir;
-  const std::string path = dir.file("v2.h5");
+  const std::string path = dir.file("v3.h5");
   const Model<float> model(1);
   save_checkpoint(path, model.params, model.adam.get(), sample_meta());
   edit_file(path, [](hid_t file) {
-    const std::int64_t version = 2;
+    const std::int64_t version = 3;
     const hid_t attribute = H5Aopen(file, "format_version", H5P_DEFAULT);
     H5Awrite(attribute, H5T_NATIVE_INT64, &version);
     H5Aclose(attribute);
   });
-  expect_load_error<float>(path, {path, "format version 2", "this build reads version 1"});
-  expect_error<IoError>([&] { read_checkpoint_meta(path); }, {"format version 2"});
+  expect_load_error<float>(path, {path, "format version 3", "this build reads versions 1 and 2"});
+  expect_error<IoError>([&] { read_checkpoint_meta(path); }, {"format version 3"});
 }
 
 TEST(CheckpointMismatch, Dtype) {
@@ -365,6 +368,206 @@ TEST(CheckpointFiles, NamesLatestAndPrune) {
 
 // ---------------------------------------------------------------- h5py
 
+// ---------------------------------------------------------------- metadata
+
+void write_int_attribute(hid_t object, const char* name, std::int64_t value) {
+  const hid_t attribute = H5Aopen(object, name, H5P_DEFAULT);
+  ASSERT_GE(attribute, 0) << name;
+  H5Awrite(attribute, H5T_NATIVE_INT64, &value);
+  H5Aclose(attribute);
+}
+
+// Every metadata field is covered by the checksum: an edit to any of them (as
+// h5py or a flipped byte would make) is "damaged", and the file is not changed
+// by the failed load.
+TEST(CheckpointMetadata, EditsAreFoundAsDamage) {
+  TempDir dir;
+  const Model<float> model(2);
+  const std::string good = dir.file("good.h5");
+  save_checkpoint(good, model.params, model.adam.get(), sample_meta());
+  const std::vector<std::pair<std::string, std::function<void(hid_t)>>> edits = {
+      {"step", [](hid_t f) { write_int_attribute(f, "step", 3); }},
+      {"step 2^62", [](hid_t f) { write_int_attribute(f, "step", std::int64_t(1) << 62); }},
+      {"data_position", [](hid_t f) { write_int_attribute(f, "data_position", 7); }},
+      {"skipped_batches", [](hid_t f) { write_int_attribute(f, "skipped_batches", 1); }},
+      {"optimizer steps",
+       [](hid_t f) {
+         const hid_t group = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+         write_int_attribute(group, "steps", 99);
+         H5Gclose(group);
+       }},
+      {"checksum", [](hid_t f) { write_int_attribute(f, "meta_checksum", 12345); }},
+      {"config text",
+       [](hid_t f) {
+         // Rewrite /config with other text of the same length.
+         ASSERT_GE(H5Ldelete(f, "config", H5P_DEFAULT), 0);
+         const hid_t type = H5Tcopy(H5T_C_S1);
+         H5Tset_size(type, H5T_VARIABLE);
+         H5Tset_cset(type, H5T_CSET_UTF8);
+         const hid_t space = H5Screate(H5S_SCALAR);
+         const hid_t data =
+             H5Dcreate2(f, "config", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+         const char* text = "[model]\nd_model = 512 # width\n";
+         H5Dwrite(data, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &text);
+         H5Dclose(data);
+         H5Sclose(space);
+         H5Tclose(type);
+       }},
+  };
+  for (const auto& [what, edit] : edits) {
+    SCOPED_TRACE(what);
+    const std::string path = dir.file("edited.h5");
+    write_file(path, file_bytes(good));
+    edit_file(path, edit);
+    const std::string before = file_bytes(path);
+    expect_error<IoError>([&] { read_checkpoint_meta(path); },
+                          {path, "is damaged", "does not match the checksum"});
+    expect_load_error<float>(path, {path, "is damaged"});
+    EXPECT_EQ(file_bytes(path), before) << "a failed load changed the file";
+  }
+}
+
+// Files of format version 1 (no checksum) still load; a version-1 file that
+// carries a checksum can only be a damaged version-2 file.
+TEST(CheckpointMetadata, VersionOneFilesStillLoad) {
+  TempDir dir;
+  const Model<float> model(3);
+  const std::string path = dir.file("v1.h5");
+  save_checkpoint(path, model.params, model.adam.get(), sample_meta());
+  edit_file(path, [](hid_t f) { write_int_attribute(f, "format_version", 1); });
+  expect_load_error<float>(path, {path, "format version 1", "the file is damaged"});
+  edit_file(path, [](hid_t f) {
+    ASSERT_GE(H5Adelete(f, "meta_checksum"), 0);
+    ASSERT_GE(H5Adelete(f, "skipped_batches"), 0);
+  });
+  Model<float> loaded(9);
+  const CheckpointMeta meta = load_checkpoint(path, loaded.params, loaded.adam.get());
+  EXPECT_EQ(meta.format_version, 1);
+  EXPECT_EQ(meta.step, sample_meta().step);
+  EXPECT_EQ(meta.skipped_batches, 0);
+  EXPECT_EQ(loaded.state(), model.state());
+}
+
+TEST(CheckpointMetadata, SkippedBatchesAndOptimizerStepsRoundTrip) {
+  TempDir dir;
+  const Model<double> model(4);
+  CheckpointMeta meta = sample_meta();
+  meta.skipped_batches = 5;
+  save_checkpoint(dir.file("a.h5"), model.params, model.adam.get(), meta);
+  const CheckpointMeta read = read_checkpoint_meta(dir.file("a.h5"));
+  EXPECT_EQ(read.skipped_batches, 5);
+  EXPECT_EQ(read.optimizer_steps, model.adam->steps());
+  save_checkpoint(dir.file("b.h5"), model.params, nullptr, meta);
+  EXPECT_EQ(read_checkpoint_meta(dir.file("b.h5")).optimizer_steps, -1);
+}
+
+// A checkpoint holding inf or nan (a run that diverged) is refused by name.
+TEST(CheckpointMetadata, NonFiniteValuesAreRefused) {
+  TempDir dir;
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE("which " + std::to_string(which));
+    Model<float> model(5);
+    const auto& p = model.params.get("layers.0.attn.w_qk");
+    const View1<float> views[3] = {p.value, model.adam->first_moment(p.name),
+                                   model.adam->second_moment(p.name)};
+    Kokkos::deep_copy(Kokkos::subview(views[which], std::make_pair(Index(3), Index(5))),
+                      which == 1 ? std::numeric_limits<float>::infinity()
+                                 : std::numeric_limits<float>::quiet_NaN());
+    const std::string path = dir.file("nan.h5");
+    save_checkpoint(path, model.params, model.adam.get(), sample_meta());
+    const char* names[3] = {"parameter \"layers.0.attn.w_qk\"",
+                            "first moment of \"layers.0.attn.w_qk\"",
+                            "second moment of \"layers.0.attn.w_qk\""};
+    expect_load_error<float>(path, {path, names[which], "holds 2 non-finite values",
+                                    "the first at index 3", "diverged"});
+  }
+}
+
+// ---------------------------------------------------------------- run folders
+
+// A checkpoint name on a folder, a dangling link or a FIFO is an error naming
+// it, never skipped in favour of an older checkpoint.
+TEST(RunFolder, NonRegularCheckpointNamesAreErrors) {
+  TempDir dir;
+  const std::string run = dir.path();
+  const Model<float> model(1);
+  save_checkpoint(checkpoint_file(run, 4), model.params, model.adam.get(), sample_meta());
+  const std::string newest = checkpoint_file(run, 8);
+  fs::create_directory(newest);
+  expect_error<IoError>([&] { latest_checkpoint(run); }, {newest, "is a directory"});
+  expect_error<IoError>([&] { prune_checkpoints(run, 1); }, {newest, "is a directory"});
+  fs::remove(newest);
+  fs::create_symlink(dir.file("gone.h5"), newest);
+  expect_error<IoError>([&] { latest_checkpoint(run); }, {newest, "No such file"});
+  fs::remove(newest);
+  ASSERT_EQ(::mkfifo(newest.c_str(), 0600), 0);
+  expect_error<IoError>([&] { latest_checkpoint(run); }, {newest, "is a FIFO"});
+  expect_error<IoError>([&] { read_checkpoint_meta(newest); }, {newest, "is a FIFO"});
+  fs::remove(newest);
+  EXPECT_EQ(latest_checkpoint(run), checkpoint_file(run, 4));
+  // A link to a complete checkpoint is a checkpoint.
+  fs::create_symlink(checkpoint_file(run, 4), newest);
+  EXPECT_EQ(latest_checkpoint(run), newest);
+}
+
+TEST(RunFolder, StaleTemporariesAreRemoved) {
+  TempDir dir;
+  const std::string run = dir.path();
+  fs::create_directories(run + "/checkpoints");
+  const std::string mine = ".tmp." + std::to_string(::getpid());
+  const std::vector<std::string> names = {"metrics.csv.tmp.999999999",
+                                          "config.toml.tmp.999999998",
+                                          "metrics.csv" + mine,
+                                          "checkpoints/step_00000002.h5.tmp.999999999",
+                                          "checkpoints/step_00000003.h5" + mine,
+                                          "checkpoints/notes.tmp.x"};
+  for (const std::string& name : names) write_file(run + "/" + name, "partial");
+  auto removed = remove_stale_temporaries(run);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{run + "/checkpoints/step_00000002.h5.tmp.999999999",
+                                               run + "/config.toml.tmp.999999998",
+                                               run + "/metrics.csv.tmp.999999999"}));
+  for (const auto& path : removed) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_TRUE(fs::exists(run + "/metrics.csv" + mine));  // a live writer's file stays
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/notes.tmp.x"));
+  EXPECT_TRUE(remove_stale_temporaries(run).empty());
+}
+
+TEST(RunFolder, LockIsExclusiveAndNamesItsHolder) {
+  TempDir dir;
+  EXPECT_EQ(RunLock::holder(dir.path()), -1);
+  {
+    const RunLock lock(dir.path(), "train");
+    EXPECT_EQ(RunLock::holder(dir.path()), long(::getpid()));
+    // flock locks belong to an open file: a second lock in this process is
+    // refused as one in another process would be.
+    expect_error<IoError>([&] { RunLock second(dir.path(), "train"); },
+                          {"train: the run folder", dir.path(), "is in use by process",
+                           std::to_string(::getpid()), ".lock", "choose another run.dir"});
+  }
+  EXPECT_EQ(RunLock::holder(dir.path()), -1);  // released with the object
+  EXPECT_NO_THROW(RunLock(dir.path(), "train"));
+}
+
+TEST(RunFolder, SpecialFilesAreRefusedAndWritesAreAtomic) {
+  TempDir dir;
+  const std::string fifo = dir.file("config.toml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Refused without opening (opening a FIFO would block until a writer comes).
+  expect_error<IoError>(
+      [&] { read_text_file(fifo, "config", "give a file"); },
+      {"config: ", fifo, "is a FIFO (named pipe), not a regular file", "give a file"});
+  expect_error<IoError>([&] { read_text_file(dir.path(), "config", ""); }, {"is a directory"});
+  expect_error<IoError>([&] { read_text_file("/dev/null", "config", ""); },
+                        {"is a character device"});
+  expect_error<IoError>([&] { read_text_file(dir.file("none"), "config", ""); }, {"No such file"});
+  const std::string path = dir.file("metrics.csv");
+  write_file_atomically(path, "a,b\n1,2\n", "metrics");
+  write_file_atomically(path, "a,b\n", "metrics");
+  EXPECT_EQ(read_text_file(path, "metrics", ""), "a,b\n");
+  EXPECT_EQ(folder_entries(dir.path()), (std::vector<std::string>{"config.toml", "metrics.csv"}));
+}
+
 TEST(CheckpointH5py, ReadsTheLayout) {
   const std::string python = REFORMER_TEST_PYTHON;
   if (std::system((python + " -c 'import h5py, numpy' >/dev/null 2>&1").c_str()) != 0)
@@ -391,7 +594,7 @@ assert list(f["parameters"]) == ["layers.0.attn.w_qk", "embedding.table"], list(
 assert f["optimizer/m/embedding.table"].shape == (2, 4)
 assert int(f["optimizer"].attrs["steps"]) == 17
 a = f.attrs
-assert int(a["format_version"]) == 1 and int(a["step"]) == 1234, dict(a)
+assert int(a["format_version"]) == 2 and int(a["step"]) == 1234, dict(a)
 assert int(a["data_position"]) == 98765432109876 and int(a["seed"]) == 2**63 + 5, dict(a)
 assert a["dtype"] == "float", a["dtype"]
 config = f["config"][()]

@@ -4,7 +4,10 @@
 //   /                       attributes format_version (int64), step (int64),
 //                           data_position (uint64), seed (uint64), dtype ("float"
 //                           or "double"), library_version (strings are
-//                           variable-length UTF-8)
+//                           variable-length UTF-8), skipped_batches (int64:
+//                           batches the divergence guard skipped), meta_checksum
+//                           (uint64, FNV-1a over every attribute, the optimizer's
+//                           steps and the config text; version 2)
 //   /config                 the resolved run config (TOML text), a scalar string
 //   /parameters/<name>      one dataset per parameter under its dotted name
 //                           ("layers.0.attn.w_qk"), with the parameter's shape, in
@@ -12,10 +15,11 @@
 //   /optimizer              attribute steps (int64), only when saved with an optimizer
 //   /optimizer/m/<name>     Adam's first moments, shaped like the parameter
 //   /optimizer/v/<name>     Adam's second moments
-// Datasets are chunked with a Fletcher-32 checksum, so flipped bits in the data
-// are found when loading. Randomness is counter-based (core/random.hpp): the seed,
-// the step and the data position restore every random stream; there is no RNG
-// state to store.
+// Datasets are chunked with a Fletcher-32 checksum and the metadata has its own,
+// so flipped bits or edits anywhere are found when loading ("... is damaged").
+// Version 1 files (no meta_checksum) are still read. Randomness is counter-based (core/random.hpp):
+// the seed, the step and the data position restore every random stream; there is no RNG state to
+// store.
 //
 // Writing is atomic: the file is written as "<path>.tmp.<pid>" in the same
 // directory, flushed, closed and fsync'ed, renamed over <path>, and the directory
@@ -24,9 +28,10 @@
 // checkpoints.
 //
 // Loading validates the whole file before it changes anything: format version,
-// dtype, the set of parameter names, every shape and, with an optimizer, every
-// moment. The IoError names the first mismatch, the file and the fix; the model
-// and the optimizer are unchanged when loading fails.
+// the metadata checksum, dtype, the set of parameter names, every shape and, with
+// an optimizer, every moment; and every value and moment must be finite. The IoError names the
+// first mismatch, the file and the fix; the model and the optimizer are unchanged when loading
+// fails.
 #pragma once
 
 #include "reformer/core/parameter_set.hpp"
@@ -39,15 +44,17 @@
 
 namespace reformer::io {
 
-constexpr int kCheckpointFormatVersion = 1;
+constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointMeta {
   std::int64_t step = 0;                          // optimizer steps taken
   std::uint64_t data_position = 0;                // index of the next training batch
   std::uint64_t seed = 0;                         // the run's seed
+  std::int64_t skipped_batches = 0;               // batches skipped as non-finite
   std::string config;                             // the resolved run config (TOML text)
   std::string dtype;                              // "float" or "double"; written by save_checkpoint
   int format_version = kCheckpointFormatVersion;  // written by save_checkpoint
+  std::int64_t optimizer_steps = -1;  // read: the optimizer's steps, -1 when saved without one
 };
 
 // The optimizer type of a ParameterSet<T>; the optimizer argument does not take
@@ -90,7 +97,9 @@ std::string checkpoint_file(const std::string& run_dir, std::int64_t step);
 // The checkpoint of the highest step in <run_dir>/checkpoints, or nothing when
 // there is none (or no such folder). Files that are not named step_<digits>.h5,
 // such as the temporary files of a write in progress, are ignored. Every file
-// with a checkpoint name is complete, since files only get there by rename.
+// with a checkpoint name is complete, since files only get there by rename; a
+// checkpoint name on anything but a readable regular file (a folder, a dangling
+// link) is an IoError naming it, never skipped for an older checkpoint.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
 // Deletes all but the `keep` newest checkpoints of <run_dir>/checkpoints

@@ -1,0 +1,220 @@
+// Run-folder files: regular-file checks, atomic writes, stale temporaries, the lock.
+#include "reformer/io/files.hpp"
+
+#include "reformer/core/error.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace reformer::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quoted(const std::string& path) { return "\"" + path + "\""; }
+std::string errno_text(int error) { return std::strerror(error); }
+
+// What a non-regular file is, for messages.
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+bool all_digits(const std::string& text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The writer's pid of "<anything>.tmp.<pid>", or -1 for any other name.
+long temporary_owner(const std::string& name) {
+  const std::string marker = ".tmp.";
+  const auto at = name.rfind(marker);
+  if (at == std::string::npos) return -1;
+  const std::string digits = name.substr(at + marker.size());
+  if (!all_digits(digits) || digits.size() > 9) return -1;
+  return std::stol(digits);
+}
+
+bool process_exists(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
+
+void write_all(int fd, const std::string& text, const std::string& path, const std::string& op) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw IoError(detail::concat(op, ": cannot write ", quoted(path), ": ", errno_text(errno)));
+    done += std::size_t(n);
+  }
+}
+
+std::string lock_path(const std::string& run_dir) { return (fs::path(run_dir) / ".lock").string(); }
+
+long read_pid(int fd) {
+  char text[32] = {};
+  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  return std::strtol(text, nullptr, 10);
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path, const std::string& op, const std::string& fix) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0)
+    throw IoError(detail::concat(op, ": cannot open ", quoted(path), ": ", errno_text(errno),
+                                 fix.empty() ? "" : "; ", fix));
+  if (!S_ISREG(info.st_mode))
+    throw IoError(detail::concat(op, ": ", quoted(path), " is ", kind_of(info.st_mode),
+                                 ", not a regular file", fix.empty() ? "" : "; ", fix));
+  if (::access(path.c_str(), R_OK) != 0)
+    throw IoError(detail::concat(op, ": cannot read ", quoted(path), ": ", errno_text(errno)));
+}
+
+std::string read_text_file(const std::string& path, const std::string& op, const std::string& fix) {
+  require_regular_file(path, op, fix);
+  // O_NONBLOCK: a file swapped for a FIFO after the check still cannot block.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    throw IoError(detail::concat(op, ": cannot open ", quoted(path), ": ", errno_text(errno)));
+  std::string text;
+  struct stat info {};
+  bool ok = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  char buffer[1 << 16];
+  while (ok) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = n == 0;
+      break;
+    }
+    text.append(buffer, std::size_t(n));
+  }
+  const int error = errno;
+  ::close(fd);
+  if (!ok)
+    throw IoError(detail::concat(op, ": cannot read ", quoted(path), ": ", errno_text(error)));
+  return text;
+}
+
+void sync_path(const std::string& path, bool directory, const std::string& op) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    throw IoError(
+        detail::concat(op, ": cannot open ", quoted(path), " to sync it: ", errno_text(errno)));
+  const int status = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (status != 0)
+    throw IoError(
+        detail::concat(op, ": cannot sync ", quoted(path), " to disk: ", errno_text(error)));
+}
+
+std::string temporary_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+void write_file_atomically(const std::string& path, const std::string& text,
+                           const std::string& op) {
+  const std::string temporary = temporary_path(path);
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw IoError(
+        detail::concat(op, ": cannot write ", quoted(temporary), ": ", errno_text(errno)));
+  bool open = true;
+  try {
+    write_all(fd, text, temporary, op);
+    if (::fsync(fd) != 0)
+      throw IoError(
+          detail::concat(op, ": cannot sync ", quoted(temporary), ": ", errno_text(errno)));
+    ::close(fd);
+    open = false;
+    if (std::rename(temporary.c_str(), path.c_str()) != 0)
+      throw IoError(detail::concat(op, ": cannot rename ", quoted(temporary), " to ", quoted(path),
+                                   ": ", errno_text(errno)));
+  } catch (...) {
+    if (open) ::close(fd);
+    std::remove(temporary.c_str());
+    throw;
+  }
+  fs::path folder = fs::path(path).parent_path();
+  sync_path(folder.empty() ? "." : folder.string(), true, op);
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  for (const fs::path folder : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+    std::error_code error;
+    if (!fs::is_directory(folder, error)) continue;
+    std::vector<fs::path> stale;
+    for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+      const long owner = temporary_owner(it->path().filename().string());
+      if (owner > 0 && !process_exists(owner)) stale.push_back(it->path());
+    }
+    for (const fs::path& path : stale) {
+      fs::remove(path, error);
+      require<IoError>(!error, "run folder: cannot remove the stale temporary file ",
+                       quoted(path.string()), ": ", error.message());
+      removed.push_back(path.string());
+    }
+  }
+  return removed;
+}
+
+RunLock::RunLock(const std::string& run_dir, const std::string& op) {
+  const std::string path = lock_path(run_dir);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd_ < 0)
+    throw IoError(
+        detail::concat(op, ": cannot open the lock file ", quoted(path), ": ", errno_text(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    const long pid = read_pid(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    if (error == EWOULDBLOCK)
+      throw IoError(detail::concat(
+          op, ": the run folder ", quoted(run_dir), " is in use by process ",
+          pid > 0 ? std::to_string(pid) : std::string("(unknown pid)"), " (it holds ", quoted(path),
+          "); wait for that run to end or stop it, or choose another run.dir"));
+    throw IoError(detail::concat(op, ": cannot lock ", quoted(path), ": ", errno_text(error)));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError(
+        detail::concat(op, ": cannot write the lock file ", quoted(path), ": ", errno_text(error)));
+  }
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+long RunLock::holder(const std::string& run_dir) {
+  const int fd = ::open(lock_path(run_dir).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  long pid = -1;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) pid = read_pid(fd);
+  ::close(fd);
+  return pid;
+}
+
+}  // namespace reformer::io
