@@ -28,6 +28,16 @@ void require_positive(const char* key, Index value) {
   require<ConfigError>(value > 0, kOp, ": ", key, " is ", value, " but must be positive");
 }
 
+// The product of two sizes that must fit a 64-bit index (it sizes a tensor);
+// ConfigError naming both keys and values when it does not.
+Index checked_product(const char* key_a, Index a, const char* key_b, Index b) {
+  Index product = 0;
+  require<ConfigError>(!__builtin_mul_overflow(a, b, &product), kOp, ": ", key_a, " * ", key_b,
+                       " = ", a, " * ", b,
+                       " overflows a 64-bit size; no tensor can be that large: lower them");
+  return product;
+}
+
 void require_rate(const char* key, double value) {
   require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
                        " but must be in [0, 1)");
@@ -106,10 +116,19 @@ void ReformerConfig::validate() const {
   require_positive("model.heads", heads);
   require_positive("model.d_head", d_head);
   require_positive("model.layers", layers);
+  require<ConfigError>(layers <= 100000, kOp, ": model.layers is ", layers,
+                       " but must be at most 100000");
+  // Every weight's element count must be a valid size (the memory check before
+  // a run then says whether it fits).
+  const Index inner = checked_product("model.heads", heads, "model.d_head", d_head);
+  checked_product("model.d_model", d_model, "model.heads * model.d_head", inner);
+  checked_product("model.d_model", d_model, "model.d_ff", d_ff);
+  checked_product("model.vocab", vocab, "model.d_model", d_model);
   require<ConfigError>(!attention.empty(), kOp,
                        ": model.attention is empty but must name at least one attention kind "
                        "(full, lsh or local)");
   require_positive("model.max_length", max_length);
+  checked_product("model.max_length", max_length, "model.d_model", d_model);
   require<ConfigError>(ff_chunk >= 0, kOp, ": model.ff_chunk is ", ff_chunk,
                        " but must be >= 0 (0: all positions at once)");
   require_positive("model.loss_chunk", loss_chunk);
@@ -125,9 +144,14 @@ void ReformerConfig::validate() const {
     if (!axial_shape.empty()) {
       require<ConfigError>(axial_shape[0] > 0 && axial_shape[1] > 0, kOp, ": model.axial_shape is ",
                            list(axial_shape), " but both factors must be positive");
-      require<ConfigError>(axial_shape[0] * axial_shape[1] == max_length, kOp,
-                           ": model.axial_shape is ", list(axial_shape), " (product ",
-                           axial_shape[0] * axial_shape[1],
+      Index product = 0;
+      require<ConfigError>(!__builtin_mul_overflow(axial_shape[0], axial_shape[1], &product), kOp,
+                           ": model.axial_shape is ", list(axial_shape),
+                           " but its product overflows a 64-bit size; it must be model.max_length "
+                           "= ",
+                           max_length);
+      require<ConfigError>(product == max_length, kOp, ": model.axial_shape is ", list(axial_shape),
+                           " (product ", product,
                            ") but its product must be "
                            "model.max_length = ",
                            max_length);

@@ -9,6 +9,8 @@ namespace reformer::train {
 namespace {
 
 constexpr const char* kOp = "TrainConfig";
+// Counts of files or batches: far beyond any run, and within an int.
+constexpr std::int64_t kMaxCount = 1000000;
 
 void require_positive(const char* key, std::int64_t value) {
   require<ConfigError>(value > 0, kOp, ": ", key, " is ", value, " but must be positive");
@@ -53,7 +55,12 @@ void TrainConfig::validate() const {
   require_positive("train.eval_batches", eval_batches);
   require_not_negative("train.log_every", log_every, "only at the end");
   require_not_negative("train.checkpoint_every", checkpoint_every, "only at the end");
-  require_positive("train.keep_checkpoints", keep_checkpoints);
+  require<ConfigError>(keep_checkpoints >= 1 && keep_checkpoints <= kMaxCount, kOp,
+                       ": train.keep_checkpoints is ", keep_checkpoints, " but must be in [1, ",
+                       kMaxCount, "]");
+  require<ConfigError>(skip_nonfinite >= 0 && skip_nonfinite <= kMaxCount, kOp,
+                       ": train.skip_nonfinite is ", skip_nonfinite, " but must be in [0, ",
+                       kMaxCount, "] (0: stop at the first non-finite loss)");
   require<ConfigError>(metrics_format == "csv" || metrics_format == "jsonl", kOp,
                        ": train.metrics_format is \"", metrics_format,
                        "\" but must be csv or jsonl");

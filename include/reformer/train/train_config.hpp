@@ -25,6 +25,8 @@ struct TrainConfig {
   std::int64_t log_every = 10;         // steps between progress lines
   std::int64_t checkpoint_every = 0;   // steps between checkpoints; 0: only at the end
   std::int64_t keep_checkpoints = 3;   // newest checkpoints kept in the run folder
+  std::int64_t skip_nonfinite = 0;     // batches with a non-finite loss or gradient norm
+                                       // that may be skipped in a run; 0: stop at the first
   std::string metrics_format = "csv";  // "csv" or "jsonl"
   double target_accuracy = 0.0;        // stop once evaluation accuracy reaches it; 0: off
   std::uint64_t seed = 1;              // parameters, dropout and LSH streams
