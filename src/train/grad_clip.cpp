@@ -36,16 +36,33 @@ template <class T>
 double clip_grad_norm(ParameterSet<T>& params, double max_norm) {
   require<ConfigError>(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm is ",
                        max_norm, " but must be finite and positive");
-  const double norm = global_grad_norm(params);
+  return clip_grad_norm(params, max_norm, global_grad_norm(params));
+}
+
+template <class T>
+double clip_grad_norm(ParameterSet<T>& params, double max_norm, double norm) {
+  require<ConfigError>(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm: max_norm is ",
+                       max_norm, " but must be finite and positive");
   require<Error>(std::isfinite(norm), "clip_grad_norm: the global gradient norm is ", norm,
                  "; a gradient holds inf or nan");
   if (norm > max_norm) scale_in_place<T>(params.grads(), static_cast<T>(max_norm / norm));
   return norm;
 }
 
-#define REFORMER_INSTANTIATE(T)                                \
-  template double global_grad_norm<T>(const ParameterSet<T>&); \
-  template double clip_grad_norm<T>(ParameterSet<T>&, double);
+template <class T>
+std::int64_t count_nonfinite(In1<T> x) {
+  std::int64_t count = 0;
+  Kokkos::parallel_reduce(
+      "count_nonfinite", range(x.extent(0)),
+      KOKKOS_LAMBDA(Index i, std::int64_t & acc) { acc += compat::isfinite(x(i)) ? 0 : 1; }, count);
+  return count;
+}
+
+#define REFORMER_INSTANTIATE(T)                                        \
+  template double global_grad_norm<T>(const ParameterSet<T>&);         \
+  template double clip_grad_norm<T>(ParameterSet<T>&, double);         \
+  template double clip_grad_norm<T>(ParameterSet<T>&, double, double); \
+  template std::int64_t count_nonfinite<T>(In1<T>);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::train

@@ -220,6 +220,12 @@ SweepPoint run_sweep_point(const std::string& variant, const models::ReformerCon
 }  // namespace reformer::train
 
 namespace reformer::train {
+namespace {
+
+// A byte count from a double, capped far below where int64 would overflow.
+std::int64_t saturated_bytes(double bytes) { return std::int64_t(std::min(bytes, 9.0e18)); }
+
+}  // namespace
 
 // Parameters of the model, counted from the config's shapes (as registered by
 // ReformerLM, AttentionLayer and FeedForward).
@@ -239,7 +245,19 @@ std::int64_t predict_state_bytes(const models::ReformerConfig& c, std::int64_t s
   }
   count += 4 * d + v + (c.tie_embeddings ? 0 : 2 * d * v);  // LayerNorm(2d), b, W_out
   // Value, gradient and Adam's two moments.
-  return std::int64_t(4 * count * double(scalar_bytes));
+  return saturated_bytes(4 * count * double(scalar_bytes));
+}
+
+std::int64_t RunMemory::total() const { return saturated_bytes(double(state) + double(peak)); }
+
+RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training) {
+  const StepMemory step = predict_step_memory(config, batch, length, scalar_bytes);
+  const std::int64_t state = predict_state_bytes(config, scalar_bytes);
+  RunMemory memory;
+  memory.state = training ? state : state / 4;  // the values alone
+  memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
+  return memory;
 }
 
 // Bytes of one training step above the state, from the shapes: what stays
@@ -313,8 +331,8 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   const double alive =
       4 * x * d * s + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward}) * s;
   StepMemory m;
-  m.forward = m.backward = m.optimizer = std::int64_t(alive);
-  m.loss = std::int64_t(alive + (loss_rows * v + x) * s);
+  m.forward = m.backward = m.optimizer = saturated_bytes(alive);
+  m.loss = saturated_bytes(alive + (loss_rows * v + x) * s);
   return m;
 }
 

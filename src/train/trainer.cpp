@@ -2,12 +2,18 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/runtime.hpp"
 #include "reformer/io/checkpoint.hpp"
+#include "reformer/io/files.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/train/grad_clip.hpp"
+#include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/schedule.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +21,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -36,6 +43,7 @@ const std::vector<std::string> kResumableKeys = {"train.steps",
                                                  "train.log_every",
                                                  "train.checkpoint_every",
                                                  "train.keep_checkpoints",
+                                                 "train.skip_nonfinite",
                                                  "train.target_accuracy",
                                                  "run.dir",
                                                  "run.name"};
@@ -102,44 +110,71 @@ class MetricsLog {
     return names;
   }
 
+  // keep_up_to_step < 0: a new run (an old file is replaced by a header). A
+  // resumed run keeps the rows up to its checkpoint's step and appends; when
+  // later rows (or a torn last line) must go, the kept rows are written to a new
+  // file that is renamed over the old one. The file is never truncated in
+  // place, so a kill at any moment leaves every row before the checkpoint.
   MetricsLog(const std::string& path, const std::string& format, std::int64_t keep_up_to_step)
-      : jsonl_(format == "jsonl") {
-    std::vector<std::string> kept;
+      : jsonl_(format == "jsonl"), path_(path) {
+    std::string kept;
+    bool rewrite = true;
     if (keep_up_to_step >= 0 && fs::exists(path)) {
-      std::ifstream in(path);
-      std::string line;
-      while (std::getline(in, line)) {
+      const std::string text = io::read_text_file(path, "metrics", "");
+      rewrite = !text.empty() && text.back() != '\n';  // a torn last row
+      std::size_t at = 0;
+      bool first = true;
+      while (at < text.size()) {
+        const auto end = text.find('\n', at);
+        if (end == std::string::npos) break;
+        const std::string line = text.substr(at, end - at);
+        at = end + 1;
         if (line.empty()) continue;
         const auto step = row_step(line);
-        if (step < 0 ? !jsonl_ && kept.empty() : step <= keep_up_to_step) kept.push_back(line);
+        const bool keep = step < 0 ? !jsonl_ && first : step <= keep_up_to_step;
+        first = false;
+        if (keep)
+          kept += line + '\n';
+        else
+          rewrite = true;
       }
+      if (kept.empty()) rewrite = true;
     }
-    file_.open(path, std::ios::trunc);
-    require<IoError>(bool(file_), "metrics: cannot write '", path, "'");
-    if (!jsonl_ && kept.empty()) kept.push_back(join_header());
-    for (const auto& line : kept) file_ << line << '\n';
-    file_.flush();
+    if (rewrite) {
+      if (!jsonl_ && kept.empty()) kept = join_header() + '\n';
+      io::write_file_atomically(path, kept, "metrics");
+    }
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    require<IoError>(fd_ >= 0, "metrics: cannot append to '", path, "': ", std::strerror(errno));
   }
+  ~MetricsLog() { ::close(fd_); }
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
 
   // values: one per column, as text; "" leaves a CSV cell empty / omits a JSON key.
+  // The row goes to the file in one append, whole.
   void row(const std::vector<std::string>& values) {
     const auto& names = columns();
+    std::ostringstream line;
     if (jsonl_) {
-      file_ << '{';
+      line << '{';
       bool first = true;
       for (std::size_t i = 0; i < names.size(); ++i) {
         if (values[i].empty()) continue;
         const bool text = names[i] == "kind";
-        file_ << (first ? "" : ", ") << '"' << names[i] << "\": " << (text ? "\"" : "") << values[i]
-              << (text ? "\"" : "");
+        line << (first ? "" : ", ") << '"' << names[i] << "\": " << (text ? "\"" : "") << values[i]
+             << (text ? "\"" : "");
         first = false;
       }
-      file_ << "}\n";
+      line << "}\n";
     } else {
-      for (std::size_t i = 0; i < names.size(); ++i) file_ << (i ? "," : "") << values[i];
-      file_ << '\n';
+      for (std::size_t i = 0; i < names.size(); ++i) line << (i ? "," : "") << values[i];
+      line << '\n';
     }
-    file_.flush();
+    const std::string text = line.str();
+    const ssize_t written = ::write(fd_, text.data(), text.size());
+    require<IoError>(written == ssize_t(text.size()), "metrics: cannot append to '", path_,
+                     "': ", written < 0 ? std::strerror(errno) : "short write");
   }
 
  private:
@@ -158,10 +193,11 @@ class MetricsLog {
       else if (!digits.empty() || line[i] == ',')
         break;
     }
-    return digits.empty() ? -1 : std::stoll(digits);
+    return digits.empty() || digits.size() > 18 ? -1 : std::stoll(digits);
   }
   bool jsonl_;
-  std::ofstream file_;
+  std::string path_;
+  int fd_ = -1;
 };
 
 std::string number(double value, int precision = 6) {
@@ -217,10 +253,103 @@ std::vector<std::string> phase_peaks() {
   return out;
 }
 
+// The step of a checkpoint file's name ("step_00000006.h5" -> 6), -1 if none.
+std::int64_t step_in_name(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  const std::string digits = name.size() > 8 ? name.substr(5, name.size() - 8) : "";
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(digits);
+}
+
+// The metadata of the checkpoint a run resumes from must agree with itself and
+// with the run: its name, its optimizer's steps, the data position (steps and
+// skipped batches times accumulate), the seed and the run's configured steps.
+// A disagreement means the file was edited or mixed up; nothing is loaded.
+void check_resume_point(const std::string& path, const io::CheckpointMeta& meta,
+                        const config::RunConfig& stored) {
+  const std::string where = "train --resume: \"" + path + "\"";
+  const char* fix =
+      "; the file was edited, renamed or damaged: restore it or use an earlier "
+      "checkpoint of the run";
+  require<IoError>(step_in_name(path) == meta.step, where, " holds step ", meta.step,
+                   " but its name says step ", step_in_name(path), fix);
+  require<IoError>(meta.optimizer_steps == meta.step, where, " is at step ", meta.step,
+                   " but its optimizer took ", meta.optimizer_steps, " steps", fix);
+  const std::uint64_t position =
+      std::uint64_t(meta.step + meta.skipped_batches) * std::uint64_t(stored.train.accumulate);
+  require<IoError>(meta.data_position == position, where, " has data position ", meta.data_position,
+                   " but ", meta.step, " steps and ", meta.skipped_batches,
+                   " skipped batches of train.accumulate = ", stored.train.accumulate,
+                   " micro-batches make ", position, fix);
+  require<IoError>(meta.step <= stored.train.steps, where, " is at step ", meta.step,
+                   " beyond the train.steps = ", stored.train.steps, " of the run that wrote it",
+                   fix);
+  require<IoError>(meta.seed == stored.train.seed, where, " has seed ", meta.seed,
+                   " but its config says train.seed = ", stored.train.seed, fix);
+}
+
+std::string gib(std::int64_t bytes) { return number(double(bytes) / double(1 << 30), 4) + " GiB"; }
+
+// Stops before anything is allocated when the prediction of `reformer memory`
+// for this run does not fit the free memory of the device (MemoryError naming
+// the need, the free memory and the keys to change).
+void require_memory_fits(const models::ReformerConfig& model, Index batch, Index length,
+                         const std::string& dtype, bool training, const char* op) {
+  const auto need = predict_run_memory(model, batch, length, dtype == "double" ? 8 : 4, training);
+  const std::int64_t available = available_memory_bytes();
+  if (available < 0) return;  // unknown: nothing to compare with
+  require<MemoryError>(
+      need.total() <= available, op, ": the run needs about ", gib(need.total()), " (",
+      training ? "parameters, gradients and Adam moments " : "parameters ", gib(need.state),
+      " + the ", training ? "training step's" : "forward pass's", " peak ", gib(need.peak),
+      " at batch ", batch, " and length ", length, ", as `reformer memory` predicts) but only ",
+      gib(available), " are free in the ", MemSpace::name(), " memory space",
+      "; lower train.batch or data.length, use LSH, local or exact attention (model.attention), "
+      "reversible layers or a smaller model");
+}
+
 template <class T>
 TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
   std::ostream& out = options.out ? *options.out : std::cout;
   const auto& tc = config.train;
+  require_memory_fits(config.model, tc.batch, config.data.length, tc.dtype, true, "train");
+  // One writer per run folder: a second `train` (fresh or --resume) stops here,
+  // naming the first one's pid, before it reads or writes anything.
+  fs::create_directories(config.run_dir);
+  const io::RunLock lock(config.run_dir, "train");
+  for (const auto& path : io::remove_stale_temporaries(config.run_dir))
+    out << "removed " << path << " (left by a process that was killed while writing it)\n";
+
+  TrainSummary summary;
+  std::uint64_t data_position = 0;
+  std::int64_t skipped = 0;  // batches skipped by the divergence guard
+  std::string resume_from;
+  // A new run never overwrites one that is already saved.
+  require<ConfigError>(options.resume || !io::latest_checkpoint(config.run_dir).has_value(),
+                       "train: run.dir '", config.run_dir,
+                       "' already holds checkpoints; continue it with --resume or choose another "
+                       "run.dir");
+  if (options.resume) {
+    const auto latest = io::latest_checkpoint(config.run_dir);
+    require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
+                     "/checkpoints'; start the run without --resume");
+    const auto meta = io::read_checkpoint_meta(*latest);  // checksummed
+    const auto stored = config::parse_run_config(meta.config, *latest);
+    check_resume_point(*latest, meta, stored);
+    const auto difference = config::first_difference(stored, config, kResumableKeys);
+    require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
+                         difference, "); resume with the run's config or start a new run");
+    require<ConfigError>(meta.step <= tc.steps, "train --resume: ", *latest, " is at step ",
+                         meta.step, " but train.steps is ", tc.steps, "; set train.steps above ",
+                         meta.step, " to train further");
+    resume_from = *latest;
+    summary.first_step = meta.step;
+    data_position = meta.data_position;
+    skipped = meta.skipped_batches;
+  }
+
   auto task = data::make_task(config.data);
   Model<T> m(config.model);
   m.model.init({tc.seed, stream_id(kInit)});
@@ -231,34 +360,14 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
                                                         std::max<std::int64_t>(1, tc.warmup_steps),
                                                         config.model.d_model);
   const std::string resolved = config::to_toml(config);
-
-  TrainSummary summary;
-  std::uint64_t data_position = 0;
-  // A new run never overwrites one that is already saved.
-  require<ConfigError>(options.resume || !io::latest_checkpoint(config.run_dir).has_value(),
-                       "train: run.dir '", config.run_dir,
-                       "' already holds checkpoints; continue it with --resume or choose another "
-                       "run.dir");
-  fs::create_directories(config.run_dir);
-  if (options.resume) {
-    const auto latest = io::latest_checkpoint(config.run_dir);
-    require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
-                     "/checkpoints'; start the run without --resume");
-    const auto meta = io::read_checkpoint_meta(*latest);
-    const auto stored = config::parse_run_config(meta.config, *latest);
-    const auto difference = config::first_difference(stored, config, kResumableKeys);
-    require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
-                         difference, "); resume with the run's config or start a new run");
-    io::load_checkpoint<T>(*latest, m.params, &adam);
-    summary.first_step = meta.step;
-    data_position = meta.data_position;
-    out << "resumed from " << *latest << " at step " << meta.step << '\n';
+  if (!resume_from.empty()) {
+    io::load_checkpoint<T>(resume_from, m.params, &adam);  // refuses non-finite values
+    out << "resumed from " << resume_from << " at step " << summary.first_step << '\n';
+    if (summary.first_step == tc.steps)
+      out << "the run has already taken its train.steps = " << tc.steps
+          << " steps; raise train.steps to train further\n";
   }
-  {
-    std::ofstream file(config.run_dir + "/config.toml", std::ios::trunc);
-    require<IoError>(bool(file), "train: cannot write '", config.run_dir, "/config.toml'");
-    file << resolved;
-  }
+  io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
   MetricsLog metrics(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
                      options.resume ? summary.first_step : -1);
   auto& tracker = MemoryTracker::instance();
@@ -270,11 +379,27 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
       << " layers, " << (config.model.reversible ? "reversible" : "stored") << ", " << tc.dtype
       << ")\n";
 
+  auto newest_checkpoint = [&]() -> std::string {
+    const auto latest = io::latest_checkpoint(config.run_dir);
+    return latest ? *latest : std::string("none (no checkpoint was saved yet)");
+  };
   auto checkpoint = [&](std::int64_t step) {
+    // Never a non-finite checkpoint: it would be the newest and prune finite ones.
+    const std::int64_t bad = count_nonfinite<T>(m.params.values()) +
+                             count_nonfinite<T>(adam.first_moments()) +
+                             count_nonfinite<T>(adam.second_moments());
+    require<DivergenceError>(bad == 0, "train: after step ", step, " ", bad,
+                             " parameters or Adam moments are not finite, so no checkpoint was "
+                             "saved; the newest checkpoint is ",
+                             newest_checkpoint(),
+                             ". Start a new run with a lower "
+                             "train.learning_rate (",
+                             tc.learning_rate, ") or with train.clip_norm set");
     io::CheckpointMeta meta;
     meta.step = step;
     meta.data_position = data_position;
     meta.seed = tc.seed;
+    meta.skipped_batches = skipped;
     meta.config = resolved;
     const auto path = io::checkpoint_file(config.run_dir, step);
     io::save_checkpoint<T>(path, m.params, &adam, meta);
@@ -324,8 +449,31 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
       ScopedMemoryPhase phase("optimizer");
       if (tc.accumulate > 1)
         ops::axpby<T>(T(0), m.params.grads(), T(1.0 / double(tc.accumulate)), m.params.grads());
-      grad_norm =
-          tc.clip_norm > 0 ? clip_grad_norm(m.params, tc.clip_norm) : global_grad_norm(m.params);
+      if (std::isfinite(step_loss)) grad_norm = global_grad_norm(m.params);
+      // The divergence guard: a non-finite loss or gradient norm never reaches
+      // the optimizer. The batch is skipped (up to train.skip_nonfinite times)
+      // or the run stops, with the parameters as they were.
+      if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
+        const std::string what = !std::isfinite(step_loss)
+                                     ? "the loss is " + number(step_loss)
+                                     : "the gradient norm is " + number(grad_norm);
+        if (skipped < tc.skip_nonfinite) {
+          ++skipped;
+          out << "step " << step + 1 << ": " << what
+              << "; skipped the batch, the parameters unchanged (" << skipped
+              << " of train.skip_nonfinite = " << tc.skip_nonfinite << ")\n";
+          continue;
+        }
+        throw DivergenceError(detail::concat(
+            "train: step ", step + 1, " diverged: ", what,
+            "; the parameters were not updated and no checkpoint was saved. The newest "
+            "checkpoint is ",
+            newest_checkpoint(), ". Start a new run with a lower train.learning_rate (",
+            tc.learning_rate, ") or with train.clip_norm set (", tc.clip_norm,
+            " now), or resume this one with train.skip_nonfinite = N (", tc.skip_nonfinite,
+            " now) to skip such batches"));
+      }
+      if (tc.clip_norm > 0) clip_grad_norm(m.params, tc.clip_norm, grad_norm);
       adam.step(schedule(step + 1));
     }
     Kokkos::fence();
@@ -402,6 +550,8 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
 
 template <class T>
 EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t batches) {
+  require_memory_fits(run.config.model, run.config.train.batch, run.config.data.length,
+                      run.config.train.dtype, false, "eval");
   auto task = data::make_task(run.config.data);
   Model<T> m(run.config.model);
   io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
@@ -434,6 +584,8 @@ int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64
 
 template <class T>
 GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
+  require_memory_fits(run.config.model, 1, run.config.data.length, run.config.train.dtype, false,
+                      "generate");
   auto task = data::make_task(run.config.data);
   Model<T> m(run.config.model);
   io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);

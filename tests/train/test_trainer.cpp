@@ -1,13 +1,22 @@
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/io/checkpoint.hpp"
+#include "reformer/io/files.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/optimizer.hpp"
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <sstream>
 #include <type_traits>
 
@@ -102,6 +111,289 @@ TEST(Trainer, LearnsAndEvaluatesFromCheckpoints) {
   const auto g = train::generate(dir.path() + "/run", {}, generate);
   ASSERT_EQ(g.generated.size(), 4u);
   for (int id : g.generated) EXPECT_TRUE(id >= 0 && id < 8) << id;
+}
+
+// ---------------------------------------------------------------- issue 23/24
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A text corpus for the byte task: 20 KB of varied English-like lines.
+std::string write_corpus(const TempDir& dir) {
+  std::string text;
+  const char* words[] = {"the",     "reformer", "hashes", "keys", "into",   "buckets", "and",
+                         "attends", "within",   "chunks", "of",   "sorted", "queries", "memory"};
+  for (int i = 0; text.size() < 20000; ++i)
+    text += std::string(words[(i * 7 + i / 13) % 14]) + ((i % 11) == 10 ? ".\n" : " ");
+  const std::string path = dir.path() + "/corpus.txt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+config::RunConfig bytes_run(const std::string& dir, const std::string& corpus, std::int64_t steps) {
+  std::ostringstream toml;
+  toml << "[run]\ndir = \"" << dir << "\"\n"
+       << "[model]\nvocab = 256\nd_model = 16\nd_ff = 32\nheads = 2\nd_head = 8\nlayers = 2\n"
+       << "attention = [\"lsh\", \"local\"]\npositions = \"axial\"\nmax_length = 64\n"
+       << "dropout = 0.1\nff_chunk = 16\n[model.lsh]\nchunk = 16\n[model.local]\nchunk = 16\n"
+       << "[data]\ntask = \"bytes\"\npath = \"" << corpus << "\"\nlength = 64\nvocab = 256\n"
+       << "[train]\nsteps = " << steps << "\nbatch = 3\nlearning_rate = 0.003\n"
+       << "eval_every = 0\neval_batches = 1\nlog_every = 1\ncheckpoint_every = 2\n";
+  return config::parse_run_config(toml.str(), "bytes.toml");
+}
+
+// Parameters and Adam moments of a checkpoint, as raw bytes per tensor.
+std::vector<std::string> checkpoint_tensors(const config::RunConfig& config,
+                                            const std::string& path) {
+  ParameterSet<float> params;
+  models::ReformerLM<float> model(config.model, params);
+  train::Adam<float> adam(params);
+  io::load_checkpoint<float>(path, params, &adam);
+  std::vector<std::string> out;
+  const std::vector<View1<float>> views = {params.values(), adam.first_moments(),
+                                           adam.second_moments()};
+  for (const auto& view : views) {
+    const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), view);
+    out.emplace_back(reinterpret_cast<const char*>(host.data()), host.size() * sizeof(float));
+  }
+  return out;
+}
+
+// Resuming from step N equals the uninterrupted run bitwise, losses and every
+// parameter and moment, at every thread count the suite runs (1, 2 and 4 on
+// OpenMP): the host BLAS is made sequential before the first step, so a
+// process's first step runs the same code as its later ones.
+TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
+  TempDir dir;
+  const std::string corpus = write_corpus(dir);
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  for (const bool bytes : {false, true}) {
+    SCOPED_TRACE(bytes ? "bytes corpus" : "duplication");
+    auto make = [&](const std::string& name, std::int64_t steps) {
+      const std::string run = dir.path() + "/" + name + (bytes ? "_bytes" : "_dup");
+      return bytes ? bytes_run(run, corpus, steps) : tiny_run(run, steps, true);
+    };
+    options.resume = false;
+    const auto whole = train::run_training(make("whole", 6), options);
+    const auto first = train::run_training(make("split", 4), options);
+    options.resume = true;
+    const auto rest = train::run_training(make("split", 6), options);
+    ASSERT_EQ(first.losses.size() + rest.losses.size(), whole.losses.size());
+    for (std::size_t i = 0; i < whole.losses.size(); ++i) {
+      const double resumed = i < 4 ? first.losses[i] : rest.losses[i - 4];
+      EXPECT_EQ(resumed, whole.losses[i]) << "step " << i + 1;
+    }
+    const auto a = checkpoint_tensors(make("whole", 6), whole.checkpoint);
+    const auto b = checkpoint_tensors(make("split", 6), rest.checkpoint);
+    EXPECT_TRUE(a[0] == b[0]) << "parameters differ";
+    EXPECT_TRUE(a[1] == b[1] && a[2] == b[2]) << "Adam moments differ";
+  }
+}
+
+// A learning rate that diverges: the run stops with an error naming the step
+// and the newest (finite) checkpoint, which is still on disk and loads.
+TEST(Trainer, DivergenceStopsBeforeTheOptimizerAndKeepsFiniteCheckpoints) {
+  TempDir dir;
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  auto config = tiny_run(dir.path() + "/run", 30, false);
+  config.train.learning_rate = 1e30;
+  config.train.clip_norm = 0;
+  config.train.checkpoint_every = 1;
+  config.train.keep_checkpoints = 1;
+  std::string message;
+  try {
+    train::run_training(config, options);
+  } catch (const DivergenceError& e) {
+    message = e.what();
+  }
+  ASSERT_FALSE(message.empty()) << "the run did not stop";
+  EXPECT_NE(message.find("diverged"), std::string::npos) << message;
+  EXPECT_NE(message.find("the parameters were not updated"), std::string::npos) << message;
+  EXPECT_NE(message.find("train.skip_nonfinite"), std::string::npos) << message;
+  const auto latest = io::latest_checkpoint(config.run_dir);
+  ASSERT_TRUE(latest.has_value()) << "the finite checkpoint was pruned";
+  EXPECT_NE(message.find(*latest), std::string::npos) << message;
+  const auto meta = io::read_checkpoint_meta(*latest);
+  EXPECT_NE(message.find("step " + std::to_string(meta.step + 1) + " diverged"), std::string::npos)
+      << message;
+  // It loads: every value is finite.
+  EXPECT_NO_THROW(train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 1));
+
+  // With skipping allowed, the bad batches are skipped up to the limit, then
+  // the run stops the same way.
+  auto skipping = config;
+  skipping.run_dir = dir.path() + "/skip";
+  skipping.train.skip_nonfinite = 3;
+  std::ostringstream out;
+  options.out = &out;
+  expect_error<DivergenceError>([&] { train::run_training(skipping, options); }, {"diverged"});
+  std::size_t skips = 0;
+  for (std::size_t at = 0; (at = out.str().find("skipped the batch", at)) != std::string::npos;
+       ++at)
+    ++skips;
+  EXPECT_EQ(skips, 3u) << out.str();
+  EXPECT_NE(out.str().find("(3 of train.skip_nonfinite = 3)"), std::string::npos) << out.str();
+}
+
+// Re-saves a run's newest checkpoint with `change` applied to its metadata (a
+// consistent checksum: what a mixed-up file would look like), as `name_step`.
+void resave(const config::RunConfig& config, std::int64_t name_step,
+            const std::function<void(io::CheckpointMeta&, train::Adam<float>&)>& change) {
+  const auto latest = *io::latest_checkpoint(config.run_dir);
+  ParameterSet<float> params;
+  models::ReformerLM<float> model(config.model, params);
+  train::Adam<float> adam(params);
+  auto meta = io::load_checkpoint<float>(latest, params, &adam);
+  change(meta, adam);
+  std::filesystem::remove(latest);
+  io::save_checkpoint<float>(io::checkpoint_file(config.run_dir, name_step), params, &adam, meta);
+}
+
+// The metadata of the checkpoint a run resumes from is checked against itself
+// and the run; a mismatch names the file and what is wrong, and leaves every
+// file of the run as it was.
+TEST(Trainer, ResumeChecksTheCheckpointsMetadata) {
+  TempDir dir;
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  const auto config = tiny_run(dir.path() + "/run", 4, false);  // accumulate 2
+  train::run_training(config, options);
+  const std::string good = *io::latest_checkpoint(config.run_dir);
+  const std::string good_bytes = bytes_of(good);
+  auto more = config;
+  more.train.steps = 8;
+  options.resume = true;
+  struct Case {
+    std::string what;
+    std::int64_t name_step;
+    std::function<void(io::CheckpointMeta&, train::Adam<float>&)> change;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"renamed",
+       6,
+       [](io::CheckpointMeta&, train::Adam<float>&) {},
+       {"step_00000006.h5", "holds step 4 but its name says step 6"}},
+      {"optimizer steps",
+       4,
+       [](io::CheckpointMeta&, train::Adam<float>& a) { a.set_steps(3); },
+       {"is at step 4 but its optimizer took 3 steps"}},
+      {"data position",
+       4,
+       [](io::CheckpointMeta& m, train::Adam<float>&) { m.data_position = 7; },
+       {"has data position 7", "4 steps and 0 skipped batches", "train.accumulate = 2", "make 8"}},
+      {"beyond the run's steps",
+       6,
+       [](io::CheckpointMeta& m, train::Adam<float>& a) {
+         m.step = 6;
+         m.data_position = 12;
+         a.set_steps(6);
+       },
+       {"is at step 6 beyond the train.steps = 4 of the run that wrote it"}},
+      {"seed",
+       4,
+       [](io::CheckpointMeta& m, train::Adam<float>&) { m.seed = 99; },
+       {"has seed 99", "train.seed = 1"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    resave(config, c.name_step, c.change);
+    const std::string path = io::checkpoint_file(config.run_dir, c.name_step);
+    const std::string before = bytes_of(path);
+    const std::string metrics = bytes_of(config.run_dir + "/metrics.jsonl");
+    const std::string toml = bytes_of(config.run_dir + "/config.toml");
+    auto parts = c.parts;
+    parts.push_back(path);
+    expect_error<IoError>([&] { train::run_training(more, options); }, parts);
+    EXPECT_EQ(bytes_of(path), before);
+    EXPECT_EQ(bytes_of(config.run_dir + "/metrics.jsonl"), metrics);
+    EXPECT_EQ(bytes_of(config.run_dir + "/config.toml"), toml);
+    std::filesystem::remove(path);
+    std::ofstream(good, std::ios::binary) << good_bytes;
+  }
+  // A skipped batch moves the data on without a step: consistent, and kept.
+  resave(config, 4, [](io::CheckpointMeta& m, train::Adam<float>&) {
+    m.skipped_batches = 1;
+    m.data_position += 2;
+  });
+  const auto summary = train::run_training(more, options);
+  EXPECT_EQ(summary.steps, 8);
+  const auto meta = io::read_checkpoint_meta(summary.checkpoint);
+  EXPECT_EQ(meta.skipped_batches, 1);
+  EXPECT_EQ(meta.data_position, 18u);  // (8 steps + 1 skipped) x 2 micro-batches
+  // A checkpoint beyond the train.steps asked for now is named.
+  expect_error<ConfigError>([&] { train::run_training(config, options); },
+                            {"is at step 8 but train.steps is 4", "set train.steps above 8"});
+}
+
+// train, eval and generate compare the predicted need with the free memory
+// before they allocate anything.
+TEST(Trainer, MemoryIsCheckedBeforeAnyAllocation) {
+  TempDir dir;
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  auto config = tiny_run(dir.path() + "/huge", 2, false);
+  config.model.attention = {attention::AttentionKind::Full};
+  config.model.positions = models::PositionKind::Sinusoidal;
+  config.model.max_length = config.data.length = Index(1) << 21;
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  tracker.reset_peaks();
+  const auto before = tracker.space(MemSpace::name());
+  expect_error<MemoryError>([&] { train::run_training(config, options); },
+                            {"train: the run needs about", "GiB", "at batch 3 and length 2097152",
+                             "are free", "train.batch", "data.length", "model.attention"});
+  const auto after = tracker.space(MemSpace::name());
+  EXPECT_EQ(after.peak_bytes, before.peak_bytes) << "something was allocated";
+  EXPECT_FALSE(std::filesystem::exists(config.run_dir)) << "the run folder was created";
+  // eval and generate of a small run asked for the same length.
+  auto small = tiny_run(dir.path() + "/small", 2, false);
+  small.model.positions = models::PositionKind::Sinusoidal;
+  train::run_training(small, options);
+  const std::vector<std::string> huge = {"model.attention=[\"full\"]", "data.length=2097152",
+                                         "model.max_length=2097152"};
+  expect_error<MemoryError>(
+      [&] { train::evaluate_checkpoint(small.run_dir, huge, data::Split::Valid, 1); },
+      {"eval: the run needs about", "forward pass's peak"});
+  expect_error<MemoryError>([&] { train::generate(small.run_dir, huge, {}); },
+                            {"generate: the run needs about", "at batch 1"});
+}
+
+// One writer per run folder; stale temporary files are removed at the start.
+TEST(Trainer, LockedFolderAndStaleTemporaries) {
+  TempDir dir;
+  std::ostringstream out;
+  train::TrainOptions options;
+  options.out = &out;
+  options.handle_signals = false;
+  const auto config = tiny_run(dir.path() + "/run", 2, false);
+  {
+    std::filesystem::create_directories(config.run_dir);
+    const io::RunLock other(config.run_dir, "train");
+    expect_error<IoError>([&] { train::run_training(config, options); },
+                          {"is in use by process " + std::to_string(::getpid())});
+    EXPECT_FALSE(io::latest_checkpoint(config.run_dir).has_value());
+  }
+  train::run_training(config, options);
+  const std::string stale[] = {config.run_dir + "/metrics.jsonl.tmp.999999999",
+                               config.run_dir + "/checkpoints/step_00000003.h5.tmp.999999998"};
+  for (const auto& path : stale) std::ofstream(path) << "partial";
+  auto more = config;
+  more.train.steps = 3;
+  options.resume = true;
+  train::run_training(more, options);
+  for (const auto& path : stale) {
+    EXPECT_FALSE(std::filesystem::exists(path)) << path;
+    EXPECT_NE(out.str().find("removed " + path), std::string::npos) << out.str();
+  }
 }
 
 }  // namespace

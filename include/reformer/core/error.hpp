@@ -39,6 +39,12 @@ class MemoryError : public Error {
   using Error::Error;
 };
 
+// Training produced a non-finite loss, gradient or parameter.
+class DivergenceError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(Parts&&... parts) {

@@ -16,4 +16,14 @@ double global_grad_norm(const ParameterSet<T>& params);
 template <class T>
 double clip_grad_norm(ParameterSet<T>& params, double max_norm);
 
+// The same with the norm already computed by global_grad_norm (it must be
+// finite); returns it.
+template <class T>
+double clip_grad_norm(ParameterSet<T>& params, double max_norm, double norm);
+
+// How many elements of x are inf or nan (the divergence guard's check of
+// parameters and moments before they are saved).
+template <class T>
+std::int64_t count_nonfinite(In1<T> x);
+
 }  // namespace reformer::train

@@ -53,6 +53,18 @@ std::int64_t predict_state_bytes(const models::ReformerConfig& config, std::int6
 StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes);
 
+// What a run needs at most, predicted as `reformer memory` does: the state
+// (training: parameters, gradients and Adam moments; evaluation: parameters)
+// and the peak of a step (training) or of a forward pass and the loss. The
+// trainer, eval and generate compare it with the free memory before they
+// allocate anything. Saturates at about 9e18 bytes instead of overflowing.
+struct RunMemory {
+  std::int64_t state = 0, peak = 0;
+  std::int64_t total() const;
+};
+RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training);
+
 struct SweepPoint {
   std::string variant;
   Index length = 0, layers = 0, batch = 0;

@@ -47,6 +47,9 @@ class Adam {
   // naming an unknown name). Writing into them sets the optimizer's state.
   View1<T> first_moment(const std::string& name) const;
   View1<T> second_moment(const std::string& name) const;
+  // Every moment, laid out like the set's buffers.
+  View1<T> first_moments() const { return m_; }
+  View1<T> second_moments() const { return v_; }
 
   const AdamConfig& config() const { return config_; }
 
