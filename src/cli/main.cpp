@@ -61,6 +61,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
+    // An allocation the prediction before the run did not foresee (another
+    // process took the memory meanwhile, or a prediction is short).
+    if (std::string(e.what()).find("failed to allocate") != std::string::npos) {
+      std::fprintf(stderr,
+                   "reformer: error: out of memory: %s\nLower train.batch or data.length, or "
+                   "use LSH, local or exact attention (model.attention); `reformer memory` "
+                   "predicts what a configuration needs.\n",
+                   e.what());
+      return 1;
+    }
     std::fprintf(stderr, "reformer: internal error: %s\n", e.what());
     return 1;
   }

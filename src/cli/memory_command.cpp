@@ -9,6 +9,8 @@
 #include "reformer/train/memory_sweep.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -31,7 +33,34 @@ struct MemoryArgs {
   std::string out;
   bool explain = false;
   std::vector<std::string> overrides;
+  // The words given to --lengths, --layers and --batch (parsed in run_memory).
+  std::vector<std::string> length_words, layer_words, batch_words;
 };
+
+// A multi-value option takes every word up to the next option, so an override
+// written after it ("--variants lsh-2 model.d_model=32") lands in its list: such
+// key=value words are moved to the overrides.
+void move_overrides(std::vector<std::string>& words, std::vector<std::string>& overrides) {
+  std::vector<std::string> kept;
+  for (auto& word : words) (word.find('=') != std::string::npos ? overrides : kept).push_back(word);
+  words = kept;
+}
+
+// The integers of an option's words; ConfigError naming the option and the word.
+std::vector<std::int64_t> integers(const std::vector<std::string>& words, const char* option,
+                                   const std::vector<std::int64_t>& fallback) {
+  if (words.empty()) return fallback;
+  std::vector<std::int64_t> values;
+  for (const auto& word : words) {
+    char* end = nullptr;
+    errno = 0;
+    const long long value = std::strtoll(word.c_str(), &end, 10);
+    require<ConfigError>(!word.empty() && *end == '\0' && errno == 0, "memory: ", option, " has '",
+                         word, "', which is not an integer (e.g. ", option, " 1024,2048)");
+    values.push_back(value);
+  }
+  return values;
+}
 
 double mib(std::int64_t bytes) { return double(bytes) / (1 << 20); }
 
@@ -67,9 +96,16 @@ std::string default_out() {
   return std::string("runs/memory-") + stamp;
 }
 
-int run_memory(const GlobalOptions& global, const MemoryArgs& args) {
+int run_memory(const GlobalOptions& global, MemoryArgs args) {
   models::ReformerConfig base;
   try {
+    move_overrides(args.variants, args.overrides);
+    move_overrides(args.length_words, args.overrides);
+    move_overrides(args.layer_words, args.overrides);
+    move_overrides(args.batch_words, args.overrides);
+    args.lengths = integers(args.length_words, "--lengths", args.lengths);
+    args.layers = integers(args.layer_words, "--layers", args.layers);
+    args.batches = integers(args.batch_words, "--batch", args.batches);
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
     base = config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
@@ -209,10 +245,10 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
                   "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, exact, exact-rev, reformer "
                   "(default: all)")
       ->delimiter(',');
-  sub->add_option("--lengths", args.lengths, "Sequence lengths (default 1024,...,65536)")
+  sub->add_option("--lengths", args.length_words, "Sequence lengths (default 1024,...,65536)")
       ->delimiter(',');
-  sub->add_option("--layers", args.layers, "Depths (default 2)")->delimiter(',');
-  sub->add_option("--batch", args.batches, "Batch sizes (default 1)")->delimiter(',');
+  sub->add_option("--layers", args.layer_words, "Depths (default 2)")->delimiter(',');
+  sub->add_option("--batch", args.batch_words, "Batch sizes (default 1)")->delimiter(',');
   sub->add_option("--tokens", args.tokens,
                   "Fixed tokens per batch: batch = tokens / length (overrides --batch)");
   sub->add_option("--steps", args.steps,
@@ -224,8 +260,10 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
           [](std::string& value) -> std::string {
             char* end = nullptr;
             const double gib = std::strtod(value.c_str(), &end);
-            if (end != value.c_str() && *end == '\0' && gib > 0) return "";
-            return "'" + value + "' is not a positive number of GiB (e.g. 0.5 or 16)";
+            if (end != value.c_str() && *end == '\0' && std::isfinite(gib) && gib > 0 && gib < 1e9)
+              return "";
+            return "'" + value +
+                   "' is not a finite positive number of GiB below 1e9 (e.g. 0.5 or 16)";
           },
           "GiB > 0"));
   sub->add_option("--dtype", args.dtype, "float or double (default float)");

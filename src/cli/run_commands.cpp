@@ -12,8 +12,10 @@
 #include "reformer/train/trainer.hpp"
 
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -31,7 +33,7 @@ struct RunArgs {
   std::int64_t tokens = 0;
   double temperature = 0;
   std::int64_t top_k = 0;
-  std::uint64_t seed = 1;
+  std::int64_t seed = 1;
 };
 
 int config_error(const std::exception& e) {
@@ -54,6 +56,11 @@ std::vector<int> prompt_ids(const std::string& text, bool bytes) {
       require<ConfigError>(std::isdigit(static_cast<unsigned char>(c)),
                            "generate: --prompt token '", token,
                            "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
+    // Ids are ints on the device; a longer number cannot be one (the vocabulary
+    // check then names model.vocab).
+    require<ConfigError>(token.size() <= 9, "generate: --prompt token ", token,
+                         " is too large to be a token id (ids are below model.vocab, at most ",
+                         INT_MAX, ")");
     ids.push_back(std::stoi(token));
     token.clear();
   };
@@ -157,7 +164,7 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
   options.tokens = args.tokens;
   options.temperature = args.temperature;
   options.top_k = args.top_k;
-  options.seed = args.seed;
+  options.seed = std::uint64_t(args.seed);
   Runtime runtime({global.threads, -1, true});
   const auto r = train::generate(args.target, args.overrides, options);
   std::printf("prompt:    %s\n", show(r.prompt, bytes).c_str());
@@ -207,7 +214,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
       ->check(CLI::Range(0.0, 1e6));
   gen->add_option("--top-k", args.top_k, "Sample among the k most likely (0 = all)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
-  gen->add_option("--seed", args.seed, "Sampling seed");
+  gen->add_option("--seed", args.seed, "Sampling seed, in [0, 2^63)")
+      ->check(CLI::Range(std::int64_t(0), std::numeric_limits<std::int64_t>::max()));
   gen->callback([&run, &global] { run = [&global] { return run_generate(global, args); }; });
 }
 
