@@ -1,6 +1,7 @@
 #include "io/hdf5.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace reformer::io::hdf5 {
 
@@ -21,12 +22,23 @@ herr_t innermost_message(unsigned depth, const H5E_error2_t* error, void* out) {
 
 Handle scalar_space() { return Handle(H5Screate(H5S_SCALAR), H5Sclose); }
 
-Handle utf8_string_type() {
+// Strings are written with a fixed length (NUL-padded UTF-8): a variable-length
+// string lives in HDF5's global heap, which has no checksum, and a corrupt heap
+// reference makes HDF5 1.10 read out of bounds instead of failing.
+Handle utf8_string_type(std::size_t size) {
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
+  if (size == 0)
+    H5Tset_size(type.get(), H5T_VARIABLE);
+  else
+    H5Tset_size(type.get(), size);
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
   return type;
 }
+
+// Longest string a checkpoint holds (the config text); a larger size in a file
+// is damage, not a string to allocate.
+constexpr std::size_t kMaxStringBytes = std::size_t(64) << 20;
 
 std::string describe_name(const std::string& context, const char* kind, const std::string& name) {
   return detail::concat(context, ": ", kind, " \"", name, "\"");
@@ -65,17 +77,28 @@ Value read_scalar_attribute(hid_t object, const char* name, hid_t type,
   return value;
 }
 
-// A variable-length string read through `read` into HDF5-owned memory.
+// A string read through `read`: fixed-length (this version's files) or
+// variable-length into HDF5-owned memory (format 1 files).
 template <class Read>
-std::string read_variable_string(hid_t file_type, const Read& read, const std::string& context,
-                                 const std::string& what) {
-  check(H5Tget_class(file_type) == H5T_STRING && H5Tis_variable_str(file_type) > 0, context,
-        what + " is not a variable-length string");
-  const Handle type = utf8_string_type();
-  char* text = nullptr;
-  check(read(type.get(), &text) >= 0, context, "cannot read " + what);
-  std::string out = text ? text : "";
-  if (text) H5free_memory(text);
+std::string read_any_string(hid_t file_type, const Read& read, const std::string& context,
+                            const std::string& what) {
+  check(H5Tget_class(file_type) == H5T_STRING, context, what + " is not a string");
+  if (H5Tis_variable_str(file_type) > 0) {
+    const Handle type = utf8_string_type(0);
+    char* text = nullptr;
+    check(read(type.get(), &text) >= 0, context, "cannot read " + what);
+    std::string out = text ? text : "";
+    if (text) H5free_memory(text);
+    return out;
+  }
+  const std::size_t size = H5Tget_size(file_type);
+  check(size > 0 && size <= kMaxStringBytes, context,
+        detail::concat(what, " has a size of ", size, " bytes (at most ", kMaxStringBytes,
+                       "); the file is damaged"));
+  const Handle type = utf8_string_type(size);
+  std::string out(size, '\0');
+  check(read(type.get(), out.data()) >= 0, context, "cannot read " + what);
+  out.resize(std::strlen(out.c_str()));  // NUL-padded
   return out;
 }
 
@@ -153,9 +176,16 @@ void write_attribute(hid_t object, const char* name, std::uint64_t value,
 
 void write_attribute(hid_t object, const char* name, const std::string& value,
                      const std::string& context) {
-  const Handle type = utf8_string_type();
-  const char* text = value.c_str();
-  write_scalar_attribute(object, name, type.get(), text, context);
+  const Handle type = utf8_string_type(std::max<std::size_t>(1, value.size()));
+  const Handle space = scalar_space();
+  if (H5Aexists(object, name) > 0) H5Adelete(object, name);
+  const Handle attribute(
+      H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  check(attribute.valid(), context, detail::concat("cannot create attribute \"", name, "\""));
+  std::string padded = value;
+  padded.resize(std::max<std::size_t>(1, value.size()), '\0');
+  check(H5Awrite(attribute.get(), type.get(), padded.data()) >= 0, context,
+        detail::concat("cannot write attribute \"", name, "\""));
 }
 
 bool has_attribute(hid_t object, const char* name) { return H5Aexists(object, name) > 0; }
@@ -171,32 +201,33 @@ std::uint64_t read_uint_attribute(hid_t object, const char* name, const std::str
 std::string read_string_attribute(hid_t object, const char* name, const std::string& context) {
   const Handle attribute = open_attribute(object, name, context);
   const Handle file_type(H5Aget_type(attribute.get()), H5Tclose);
-  return read_variable_string(
-      file_type.get(),
-      [&](hid_t type, char** text) { return H5Aread(attribute.get(), type, text); }, context,
-      detail::concat("attribute \"", name, "\""));
+  return read_any_string(
+      file_type.get(), [&](hid_t type, void* out) { return H5Aread(attribute.get(), type, out); },
+      context, detail::concat("attribute \"", name, "\""));
 }
 
 void write_string(hid_t location, const char* name, const std::string& value,
                   const std::string& context) {
-  const Handle type = utf8_string_type();
+  const std::size_t size = std::max<std::size_t>(1, value.size());
+  const Handle type = utf8_string_type(size);
   const Handle space = scalar_space();
   const Handle dataset(
       H5Dcreate2(location, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
       H5Dclose);
   check(dataset.valid(), describe_name(context, "dataset", name), "cannot create it");
-  const char* text = value.c_str();
-  check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text) >= 0,
+  std::string padded = value;
+  padded.resize(size, '\0');
+  check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()) >= 0,
         describe_name(context, "dataset", name), "cannot write it");
 }
 
 std::string read_string(hid_t location, const char* name, const std::string& context) {
   const Handle dataset = open_dataset(location, name, context);
   const Handle file_type(H5Dget_type(dataset.get()), H5Tclose);
-  return read_variable_string(
+  return read_any_string(
       file_type.get(),
-      [&](hid_t type, char** text) {
-        return H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text);
+      [&](hid_t type, void* out) {
+        return H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
       },
       context, detail::concat("dataset \"", name, "\""));
 }

@@ -77,7 +77,8 @@ Handle create_group(hid_t location, const std::string& name, const std::string& 
 Handle open_group(hid_t location, const std::string& name, const std::string& context);
 Handle open_dataset(hid_t location, const std::string& name, const std::string& context);
 
-// Attributes on an object: scalars of these types and variable-length UTF-8 strings.
+// Attributes on an object: scalars of these types and fixed-length UTF-8 strings
+// (variable-length ones, of format-1 checkpoints, are still read).
 void write_attribute(hid_t object, const char* name, std::int64_t value,
                      const std::string& context);
 void write_attribute(hid_t object, const char* name, std::uint64_t value,
@@ -89,7 +90,7 @@ std::int64_t read_int_attribute(hid_t object, const char* name, const std::strin
 std::uint64_t read_uint_attribute(hid_t object, const char* name, const std::string& context);
 std::string read_string_attribute(hid_t object, const char* name, const std::string& context);
 
-// A scalar variable-length UTF-8 string dataset.
+// A scalar fixed-length UTF-8 string dataset (variable-length ones are still read).
 void write_string(hid_t location, const char* name, const std::string& value,
                   const std::string& context);
 std::string read_string(hid_t location, const char* name, const std::string& context);

@@ -427,6 +427,43 @@ TEST(CheckpointMetadata, EditsAreFoundAsDamage) {
   }
 }
 
+// Single-byte flips anywhere in a checkpoint (the attribute area included)
+// never load silently: a flipped file either fails with an IoError or loads
+// exactly what was saved (a flip in unused bytes).
+TEST(CheckpointMetadata, ByteFlipsNeverLoadSilently) {
+  TempDir dir;
+  const Model<float> model(6);
+  CheckpointMeta meta = sample_meta();
+  meta.skipped_batches = 2;
+  const std::string good = dir.file("good.h5");
+  save_checkpoint(good, model.params, model.adam.get(), meta);
+  const std::string bytes = file_bytes(good);
+  const std::string path = dir.file("flipped.h5");
+  Model<float> loaded(9);
+  int refused = 0, identical = 0;
+  ::testing::internal::CaptureStderr();
+  for (std::size_t at = 0; at < bytes.size(); at += 7) {
+    std::string flipped = bytes;
+    flipped[at] = char(flipped[at] ^ (1 << (at % 8)));
+    write_file(path, flipped);
+    try {
+      const CheckpointMeta read = load_checkpoint(path, loaded.params, loaded.adam.get());
+      EXPECT_TRUE(read.step == meta.step && read.data_position == meta.data_position &&
+                  read.seed == meta.seed && read.config == meta.config &&
+                  read.skipped_batches == meta.skipped_batches)
+          << "byte " << at << " flipped: the metadata changed silently";
+      EXPECT_EQ(loaded.state(), model.state()) << "byte " << at << " flipped: values changed";
+      ++identical;
+    } catch (const IoError&) {
+      ++refused;
+    }
+  }
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_GT(refused, 0);
+  std::printf("[ flips    ] %d of %d flipped files refused, %d loaded unchanged\n", refused,
+              refused + identical, identical);
+}
+
 // Files of format version 1 (no checksum) still load; a version-1 file that
 // carries a checksum can only be a damaged version-2 file.
 TEST(CheckpointMetadata, VersionOneFilesStillLoad) {
@@ -596,9 +633,10 @@ assert int(f["optimizer"].attrs["steps"]) == 17
 a = f.attrs
 assert int(a["format_version"]) == 2 and int(a["step"]) == 1234, dict(a)
 assert int(a["data_position"]) == 98765432109876 and int(a["seed"]) == 2**63 + 5, dict(a)
-assert a["dtype"] == "float", a["dtype"]
-config = f["config"][()]
-config = config.decode() if isinstance(config, bytes) else config
+# Strings are fixed-length UTF-8 (h5py reads them as bytes).
+text = lambda v: v.decode() if isinstance(v, (bytes, np.bytes_)) else v
+assert text(a["dtype"]) == "float", a["dtype"]
+config = text(f["config"][()])
 assert "d_model = 256" in config and "r\u00e9former" in config, config
 print("h5py ok")
 )";

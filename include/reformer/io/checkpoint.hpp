@@ -4,7 +4,7 @@
 //   /                       attributes format_version (int64), step (int64),
 //                           data_position (uint64), seed (uint64), dtype ("float"
 //                           or "double"), library_version (strings are
-//                           variable-length UTF-8), skipped_batches (int64:
+//                           fixed-length UTF-8), skipped_batches (int64:
 //                           batches the divergence guard skipped), meta_checksum
 //                           (uint64, FNV-1a over every attribute, the optimizer's
 //                           steps and the config text; version 2)
