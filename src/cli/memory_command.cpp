@@ -263,7 +263,7 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
             if (end != value.c_str() && *end == '\0' && std::isfinite(gib) && gib > 0 && gib < 1e9)
               return "";
             return "'" + value +
-                   "' is not a finite positive number of GiB below 1e9 (e.g. 0.5 or 16)";
+                   "' is not a positive number of GiB (finite, below 1e9; e.g. 0.5 or 16)";
           },
           "GiB > 0"));
   sub->add_option("--dtype", args.dtype, "float or double (default float)");

@@ -320,7 +320,8 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   fs::create_directories(config.run_dir);
   const io::RunLock lock(config.run_dir, "train");
   for (const auto& path : io::remove_stale_temporaries(config.run_dir))
-    out << "removed " << path << " (left by a process that was killed while writing it)\n";
+    out << "removed " << path << " (left by a process that was killed while writing it)"
+        << std::endl;
 
   TrainSummary summary;
   std::uint64_t data_position = 0;
