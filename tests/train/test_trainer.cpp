@@ -42,13 +42,19 @@ config::RunConfig tiny_run(const std::string& dir, std::int64_t steps, bool reve
 
 std::ostringstream quiet;
 
+// Progress lines to `quiet`, no signal handlers (the test process keeps its own).
+train::TrainOptions quiet_options() {
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  return options;
+}
+
 // Stopping at step 3 and resuming gives the losses of the uninterrupted run:
 // bitwise on Serial, within 1e-6 elsewhere (threaded reductions).
 TEST(Trainer, ResumeContinuesTheSameLosses) {
   TempDir dir;
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   const auto whole = train::run_training(tiny_run(dir.path() + "/a", 7, true), options);
   ASSERT_EQ(whole.losses.size(), 7u);
   const auto first = train::run_training(tiny_run(dir.path() + "/b", 3, true), options);
@@ -81,9 +87,7 @@ TEST(Trainer, ResumeContinuesTheSameLosses) {
 
 TEST(Trainer, LearnsAndEvaluatesFromCheckpoints) {
   TempDir dir;
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   auto config = tiny_run(dir.path() + "/run", 12, false);
   const auto summary = train::run_training(config, options);
   EXPECT_LT(summary.losses.back(), summary.losses.front());
@@ -168,9 +172,7 @@ std::vector<std::string> checkpoint_tensors(const config::RunConfig& config,
 TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
   TempDir dir;
   const std::string corpus = write_corpus(dir);
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   for (const bool bytes : {false, true}) {
     SCOPED_TRACE(bytes ? "bytes corpus" : "duplication");
     auto make = [&](const std::string& name, std::int64_t steps) {
@@ -198,9 +200,7 @@ TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
 // and the newest (finite) checkpoint, which is still on disk and loads.
 TEST(Trainer, DivergenceStopsBeforeTheOptimizerAndKeepsFiniteCheckpoints) {
   TempDir dir;
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   auto config = tiny_run(dir.path() + "/run", 30, false);
   config.train.learning_rate = 1e30;
   config.train.clip_norm = 0;
@@ -260,9 +260,7 @@ void resave(const config::RunConfig& config, std::int64_t name_step,
 // file of the run as it was.
 TEST(Trainer, ResumeChecksTheCheckpointsMetadata) {
   TempDir dir;
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   const auto config = tiny_run(dir.path() + "/run", 4, false);  // accumulate 2
   train::run_training(config, options);
   const std::string good = *io::latest_checkpoint(config.run_dir);
@@ -337,9 +335,7 @@ TEST(Trainer, ResumeChecksTheCheckpointsMetadata) {
 // before they allocate anything.
 TEST(Trainer, MemoryIsCheckedBeforeAnyAllocation) {
   TempDir dir;
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
+  train::TrainOptions options = quiet_options();
   auto config = tiny_run(dir.path() + "/huge", 2, false);
   config.model.attention = {attention::AttentionKind::Full};
   config.model.positions = models::PositionKind::Sinusoidal;
