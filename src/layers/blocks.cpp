@@ -56,19 +56,82 @@ void BlockState<T>::release(bool keep_plan) {
 }
 
 template <class T>
+PreNormAttention<T>::PreNormAttention(const std::string& norm_prefix,
+                                      const std::string& attention_prefix,
+                                      const attention::AttentionLayerConfig& config,
+                                      double layer_norm_eps, ParameterSet<T>& params)
+    : eps_(layer_norm_eps),
+      gamma_(&params.add(norm_prefix + ".gamma", {config.d_model})),
+      beta_(&params.add(norm_prefix + ".beta", {config.d_model})),
+      attention_(attention_prefix, config, params) {}
+
+template <class T>
+void PreNormAttention<T>::init(RandomKey key) {
+  train::init_constant(*gamma_, 1.0);
+  train::init_constant(*beta_, 0.0);
+  attention_.init(key);
+}
+
+template <class T>
+void PreNormAttention<T>::norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const {
+  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, T(eps_), as_matrix(normed),
+                             mean, rstd);
+}
+
+template <class T>
+void PreNormAttention<T>::forward(In3<T> x, View3<T> y, const AttentionLayerCall& call,
+                                  AttentionState<T>& state, Workspace& workspace, Save save,
+                                  In3<T> memory) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0) * x.extent(1);
+  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto f = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  norm(x, normed, mean, rstd);
+  if (memory.data())
+    attention_.forward_cross(normed, memory, f, call, state, workspace, save);
+  else
+    attention_.forward(normed, f, call, state, workspace, save);
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
+}
+
+template <class T>
+void PreNormAttention<T>::backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy,
+                                   View3<T> dx, const AttentionState<T>& state,
+                                   Workspace& workspace, In3<T> memory, View3<T> dmemory) const {
+  Workspace::Frame frame(workspace);
+  auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  if (memory.data())
+    attention_.backward_cross(normed, memory, dy, dnormed, dmemory, state, workspace, T(0));
+  else
+    attention_.backward(normed, dy, dnormed, state, workspace);
+  // The LayerNorm's input gradient goes to `normed` (no longer needed), then into dx.
+  ops::layer_norm_backward<T>(as_matrix(x), gamma_->value, mean, rstd, as_matrix(dnormed),
+                              as_matrix(normed), gamma_->grad, beta_->grad);
+  ops::axpby<T>(T(1), as_vector(normed), T(1), as_vector(dx));
+}
+
+template <class T>
+void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
+                                   Workspace& workspace, In3<T> memory, View3<T> dmemory) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0) * x.extent(1);
+  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  norm(x, normed, mean, rstd);
+  backward(x, normed, mean, rstd, dy, dx, state, workspace, memory, dmemory);
+}
+
+template <class T>
 ReversibleBlock<T>::ReversibleBlock(const std::string& prefix, const BlockConfig& config,
                                     ParameterSet<T>& params)
     : config_((config.validate(), config)),
-      gamma_(&params.add(prefix + ".attn_norm.gamma", {config.attention.d_model})),
-      beta_(&params.add(prefix + ".attn_norm.beta", {config.attention.d_model})),
-      attention_(prefix + ".attn", config.attention, params),
+      f_(prefix + ".attn_norm", prefix + ".attn", config.attention, config.layer_norm_eps, params),
       feed_forward_(prefix + ".ff", config.feed_forward, params) {}
 
 template <class T>
 void ReversibleBlock<T>::init(RandomKey key) {
-  train::init_constant(*gamma_, 1.0);
-  train::init_constant(*beta_, 0.0);
-  attention_.init({key.seed, stream_id(key.stream, kAttention)});
+  f_.init({key.seed, stream_id(key.stream, kAttention)});
   feed_forward_.init({key.seed, stream_id(key.stream, kFeedForward)});
 }
 
@@ -82,53 +145,9 @@ void ReversibleBlock<T>::forward(View3<T> x1, View3<T> x2, const BlockCall& call
   state.stored = save == Save::All;
   // y1 = x1 + F(x2), then y2 = x2 + G(y1).
   if (state.stored) keep_copy<T>(state.f_input, x2, "block_f_input");
-  f_forward(x2, x1, call, state.attention, workspace, save);
+  f_.forward(x2, x1, attention_call(call), state.attention, workspace, save);
   if (state.stored) keep_copy<T>(state.g_input, x1, "block_g_input");
   feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call), workspace, T(1));
-}
-
-template <class T>
-void ReversibleBlock<T>::f_norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const {
-  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, T(config_.layer_norm_eps),
-                             as_matrix(normed), mean, rstd);
-}
-
-template <class T>
-void ReversibleBlock<T>::f_forward(In3<T> x, View3<T> y, const BlockCall& call,
-                                   AttentionState<T>& state, Workspace& workspace,
-                                   Save save) const {
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0) * x.extent(1);
-  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto f = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  f_norm(x, normed, mean, rstd);
-  attention_.forward(normed, f, attention_call(call), state, workspace, save);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
-}
-
-template <class T>
-void ReversibleBlock<T>::f_backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy,
-                                    View3<T> dx, const AttentionState<T>& state,
-                                    Workspace& workspace) const {
-  Workspace::Frame frame(workspace);
-  auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  attention_.backward(normed, dy, dnormed, state, workspace);
-  // The LayerNorm's input gradient goes to `normed` (no longer needed), then into dx.
-  ops::layer_norm_backward<T>(as_matrix(x), gamma_->value, mean, rstd, as_matrix(dnormed),
-                              as_matrix(normed), gamma_->grad, beta_->grad);
-  ops::axpby<T>(T(1), as_vector(normed), T(1), as_vector(dx));
-}
-
-template <class T>
-void ReversibleBlock<T>::f_backward(In3<T> x, In3<T> dy, View3<T> dx,
-                                    const AttentionState<T>& state, Workspace& workspace) const {
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0) * x.extent(1);
-  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  f_norm(x, normed, mean, rstd);
-  f_backward(x, normed, mean, rstd, dy, dx, state, workspace);
 }
 
 template <class T>
@@ -151,11 +170,11 @@ void ReversibleBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> 
   auto normed = g;  // G(y1) is no longer needed
   auto f = like(y1, frame);
   auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  f_norm(y2, normed, mean, rstd);
+  f_.norm(y2, normed, mean, rstd);
   scratch.use_plan_of(state.attention);
-  attention_.recompute(normed, f, scratch, workspace);
+  f_.attention().recompute(normed, f, scratch, workspace);
   ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y1));
-  f_backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
+  f_.backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
 }
 
 template <class T>
@@ -168,7 +187,7 @@ void ReversibleBlock<T>::backward_stored(View3<T> dy1, View3<T> dy2, const Block
   require_same_shape(op, "stored input", state.f_input, "dy1", dy1);
   feed_forward_.backward(as_matrix(state.g_input), as_matrix(dy2), as_matrix(dy1),
                          feed_forward_call(state.call), workspace, T(1));
-  f_backward(state.f_input, dy1, dy2, state.attention, workspace);
+  f_.backward(state.f_input, dy1, dy2, state.attention, workspace);
 }
 
 template <class T>
@@ -189,7 +208,7 @@ void ResidualBlock<T>::forward(View3<T> x, const BlockCall& call, BlockState<T>&
   state.stored = true;
   // y = x + F(x), then z = y + G(y), in place.
   keep_copy<T>(state.f_input, x, "block_f_input");
-  block_.f_forward(state.f_input, x, call, state.attention, workspace, Save::All);
+  block_.f_.forward(state.f_input, x, attention_call(call), state.attention, workspace, Save::All);
   keep_copy<T>(state.g_input, x, "block_g_input");
   block_.feed_forward_.forward(as_matrix(state.g_input), as_matrix(x), feed_forward_call(call),
                                workspace, T(1));
@@ -208,9 +227,125 @@ void ResidualBlock<T>::backward(View3<T> dz, const BlockState<T>& state,
   block_.feed_forward_.backward(as_matrix(state.g_input), as_matrix(upstream), as_matrix(dz),
                                 feed_forward_call(state.call), workspace, T(1));
   Kokkos::deep_copy(upstream, dz);
-  block_.f_backward(state.f_input, upstream, dz, state.attention, workspace);
+  block_.f_.backward(state.f_input, upstream, dz, state.attention, workspace);
 }
 
+void DecoderBlockConfig::validate() const {
+  const char* op = "DecoderBlockConfig";
+  self_attention.validate();
+  cross_attention.validate();
+  feed_forward.validate();
+  require<ConfigError>(self_attention.causal, op,
+                       ": self_attention.causal is false but a decoder's self-attention must be "
+                       "causal (a position may not see later target tokens)");
+  require<ConfigError>(cross_attention.kind == attention::AttentionKind::Full ||
+                           cross_attention.kind == attention::AttentionKind::Exact,
+                       op, ": cross_attention is ", attention::to_string(cross_attention.kind),
+                       " but must be full or exact (queries and keys come from two sequences)");
+  require<ConfigError>(!cross_attention.causal, op,
+                       ": cross_attention.causal is true but every target position may see the "
+                       "whole source");
+  require<ConfigError>(self_attention.d_model == feed_forward.d_model &&
+                           cross_attention.d_model == feed_forward.d_model,
+                       op, ": d_model differs between the sub-layers (self ",
+                       self_attention.d_model, ", cross ", cross_attention.d_model,
+                       ", feed-forward ", feed_forward.d_model, ")");
+  require<ConfigError>(layer_norm_eps > 0.0, op, ": layer_norm_eps is ", layer_norm_eps,
+                       " but must be positive");
+}
+
+template <class T>
+void DecoderBlockState<T>::release() {
+  self.release();
+  cross.release();
+  self_input = cross_input = ff_input = View3<T>();
+  stored = false;
+  call = DecoderBlockCall();
+}
+
+namespace {
+enum DecoderStream : std::uint64_t { kSelf = 1, kCross = 2, kDecoderFeedForward = 3 };
+
+AttentionLayerCall decoder_attention_call(const DecoderBlockCall& call, bool cross) {
+  return {{call.key.seed, stream_id(call.key.stream, cross ? kCross : kSelf)},
+          cross ? call.source_valid : call.target_valid,
+          call.training};
+}
+
+FeedForwardCall decoder_feed_forward_call(const DecoderBlockCall& call) {
+  return {{call.key.seed, stream_id(call.key.stream, kDecoderFeedForward)}, call.training};
+}
+}  // namespace
+
+template <class T>
+DecoderBlock<T>::DecoderBlock(const std::string& prefix, const DecoderBlockConfig& config,
+                              ParameterSet<T>& params)
+    : config_((config.validate(), config)),
+      self_(prefix + ".self_norm", prefix + ".self", config.self_attention, config.layer_norm_eps,
+            params),
+      cross_(prefix + ".cross_norm", prefix + ".cross", config.cross_attention,
+             config.layer_norm_eps, params),
+      feed_forward_(prefix + ".ff", config.feed_forward, params) {}
+
+template <class T>
+void DecoderBlock<T>::init(RandomKey key) {
+  self_.init({key.seed, stream_id(key.stream, kSelf)});
+  cross_.init({key.seed, stream_id(key.stream, kCross)});
+  feed_forward_.init({key.seed, stream_id(key.stream, kDecoderFeedForward)});
+}
+
+template <class T>
+void DecoderBlock<T>::forward(View3<T> x, In3<T> memory, const DecoderBlockCall& call,
+                              DecoderBlockState<T>& state, Workspace& workspace) const {
+  const char* op = "DecoderBlock::forward";
+  const Index d = config_.feed_forward.d_model;
+  require_extent(op, "x", x, 2, d);
+  require_extent(op, "memory", memory, 2, d);
+  require<ShapeError>(memory.extent(0) == x.extent(0), op, ": x has shape ", shape_string(x),
+                      " and memory ", shape_string(memory), "; their batch sizes must be equal");
+  state.call = call;
+  state.stored = true;
+  // y = x + Self(LN(x)); z = y + Cross(LN(y), m); out = z + G(z), in place.
+  keep_copy<T>(state.self_input, x, "decoder_self_input");
+  self_.forward(state.self_input, x, decoder_attention_call(call, false), state.self, workspace,
+                Save::All);
+  keep_copy<T>(state.cross_input, x, "decoder_cross_input");
+  cross_.forward(state.cross_input, x, decoder_attention_call(call, true), state.cross, workspace,
+                 Save::All, memory);
+  keep_copy<T>(state.ff_input, x, "decoder_ff_input");
+  feed_forward_.forward(as_matrix(state.ff_input), as_matrix(x), decoder_feed_forward_call(call),
+                        workspace, T(1));
+}
+
+template <class T>
+void DecoderBlock<T>::backward(View3<T> dx, In3<T> memory, View3<T> dmemory,
+                               const DecoderBlockState<T>& state, Workspace& workspace) const {
+  const char* op = "DecoderBlock::backward";
+  require<ConfigError>(state.stored, op, ": the state holds no forward pass; run forward first");
+  require_same_shape(op, "stored input", state.self_input, "dx", dx);
+  require_same_shape(op, "memory", memory, "dmemory", dmemory);
+  Workspace::Frame frame(workspace);
+  auto upstream = like(dx, frame);
+  // dz = dout + dG/dz^T dout; dy = dz + dCross/dy^T dz (dm += dCross/dm^T dz);
+  // dx = dy + dSelf/dx^T dy.
+  Kokkos::deep_copy(upstream, dx);
+  feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx),
+                         decoder_feed_forward_call(state.call), workspace, T(1));
+  Kokkos::deep_copy(upstream, dx);
+  Workspace::Frame cross_frame(workspace);
+  auto dm = like(dmemory, cross_frame);
+  cross_.backward(state.cross_input, upstream, dx, state.cross, workspace, memory, dm);
+  ops::axpby<T>(T(1), as_vector(dm), T(1), as_vector(dmemory));
+  Kokkos::deep_copy(upstream, dx);
+  self_.backward(state.self_input, upstream, dx, state.self, workspace);
+}
+
+template struct DecoderBlockState<float>;
+template struct DecoderBlockState<double>;
+template class PreNormAttention<float>;
+template class PreNormAttention<double>;
+template class DecoderBlock<float>;
+template class DecoderBlock<double>;
 template struct BlockState<float>;
 template struct BlockState<double>;
 template class ReversibleBlock<float>;

@@ -47,6 +47,44 @@ struct BlockCall {
 template <class T>
 class ResidualBlock;
 
+// The attention sub-layer of every block, pre-LayerNorm:
+//   F(x) = Attention(LayerNorm(x))                (self-attention)
+//   F(x, m) = Attention(LayerNorm(x), m)          (cross-attention: keys and values
+//                                                  from the memory m as it is)
+// Its LayerNorm is registered as "<norm_prefix>.gamma" / ".beta", the attention
+// under "<attention_prefix>".
+template <class T>
+class PreNormAttention {
+ public:
+  PreNormAttention(const std::string& norm_prefix, const std::string& attention_prefix,
+                   const attention::AttentionLayerConfig& config, double layer_norm_eps,
+                   ParameterSet<T>& params);
+  // Unit gain, zero shift; the attention's projections from `key`.
+  void init(RandomKey key);
+  // normed = LayerNorm(x) with its statistics.
+  void norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const;
+  // y += F(x) (memory empty) or F(x, memory), saving into `state` as `save` says.
+  void forward(In3<T> x, View3<T> y, const attention::AttentionLayerCall& call,
+               attention::AttentionState<T>& state, Workspace& workspace, attention::Save save,
+               In3<T> memory = In3<T>()) const;
+  // dx += dF/dx^T dy (and, for cross-attention, dmemory += dF/dm^T dy) for the
+  // state filled by a forward pass on x. The first form takes LayerNorm(x) and
+  // its statistics from norm() (and clobbers `normed`); the second computes them.
+  void backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy, View3<T> dx,
+                const attention::AttentionState<T>& state, Workspace& workspace,
+                In3<T> memory = In3<T>(), View3<T> dmemory = View3<T>()) const;
+  void backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
+                Workspace& workspace, In3<T> memory = In3<T>(),
+                View3<T> dmemory = View3<T>()) const;
+  const attention::AttentionLayer<T>& attention() const { return attention_; }
+
+ private:
+  double eps_;
+  Parameter<T>* gamma_ = nullptr;
+  Parameter<T>* beta_ = nullptr;
+  attention::AttentionLayer<T> attention_;
+};
+
 template <class T>
 struct BlockState {
   BlockCall call{};
@@ -81,22 +119,8 @@ class ReversibleBlock {
   const BlockConfig& config() const { return config_; }
 
  private:
-  // normed = LayerNorm(x) with its statistics.
-  void f_norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const;
-  // y += F(x) = Attention(LayerNorm(x)), saving into `state` as `save` says.
-  void f_forward(In3<T> x, View3<T> y, const BlockCall& call, attention::AttentionState<T>& state,
-                 Workspace& workspace, attention::Save save) const;
-  // F's backward: dx += dF/dx^T dy, for the attention state filled by a
-  // forward pass (or recompute) on x. The first form takes LayerNorm(x) and
-  // its statistics from f_norm (and clobbers `normed`); the second computes them.
-  void f_backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy, View3<T> dx,
-                  const attention::AttentionState<T>& state, Workspace& workspace) const;
-  void f_backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
-                  Workspace& workspace) const;
   BlockConfig config_;
-  Parameter<T>* gamma_ = nullptr;
-  Parameter<T>* beta_ = nullptr;
-  attention::AttentionLayer<T> attention_;
+  PreNormAttention<T> f_;
   FeedForward<T> feed_forward_;
   friend class ResidualBlock<T>;
 };
@@ -113,6 +137,62 @@ class ResidualBlock {
 
  private:
   ReversibleBlock<T> block_;  // the same sub-layers and parameter names
+};
+
+// The decoder block of the encoder-decoder Transformer (Vaswani et al. 2017),
+// pre-LayerNorm, on one stream x [batch, Lt, d_model] and the encoder's output
+// m [batch, Ls, d_model]:
+//   y = x + SelfAttention(LayerNorm(x))        (causal; padding of the target)
+//   z = y + CrossAttention(LayerNorm(y), m)     (full or exact; padding of the source)
+//   out = z + G(z)                              (the chunked feed-forward)
+// Parameters under "<prefix>.self_norm", "<prefix>.self", "<prefix>.cross_norm",
+// "<prefix>.cross" and "<prefix>.ff".
+struct DecoderBlockConfig {
+  attention::AttentionLayerConfig self_attention{};   // causal
+  attention::AttentionLayerConfig cross_attention{};  // full or exact, not causal
+  FeedForwardConfig feed_forward{};
+  double layer_norm_eps = 1e-5;
+  // ConfigError naming the first bad field.
+  void validate() const;
+};
+
+// Per call: the block's random stream and the padding masks (1 = token) of the
+// target (the self-attention's keys) and of the source (the cross-attention's).
+struct DecoderBlockCall {
+  RandomKey key{};
+  Kokkos::View<const int**, Layout, MemSpace> target_valid{};
+  Kokkos::View<const int**, Layout, MemSpace> source_valid{};
+  bool training = true;
+};
+
+template <class T>
+struct DecoderBlockState {
+  DecoderBlockCall call{};
+  attention::AttentionState<T> self{}, cross{};
+  View3<T> self_input, cross_input, ff_input;  // x, y and z of the forward pass
+  bool stored = false;
+  void release();
+};
+
+template <class T>
+class DecoderBlock {
+ public:
+  DecoderBlock(const std::string& prefix, const DecoderBlockConfig& config,
+               ParameterSet<T>& params);
+  void init(RandomKey key);
+  // x -> out in place; memory is read only. Saves what backward needs.
+  void forward(View3<T> x, In3<T> memory, const DecoderBlockCall& call, DecoderBlockState<T>& state,
+               Workspace& workspace) const;
+  // dout -> dx in place, dmemory += the memory's gradient; parameter gradients
+  // are accumulated.
+  void backward(View3<T> dx, In3<T> memory, View3<T> dmemory, const DecoderBlockState<T>& state,
+                Workspace& workspace) const;
+  const DecoderBlockConfig& config() const { return config_; }
+
+ private:
+  DecoderBlockConfig config_;
+  PreNormAttention<T> self_, cross_;
+  FeedForward<T> feed_forward_;
 };
 
 }  // namespace reformer::layers

@@ -1,0 +1,207 @@
+// The decoder block of the encoder-decoder Transformer against plain host loops,
+// and its gradients (double, finite differences) with padding in the target and
+// in the source.
+#include "reformer/core/error.hpp"
+#include "reformer/layers/blocks.hpp"
+#include "support/checks.hpp"
+#include "support/gradcheck.hpp"
+#include "support/layer_reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using attention::AttentionKind;
+using layers::DecoderBlock;
+using layers::DecoderBlockCall;
+using layers::DecoderBlockConfig;
+using layers::DecoderBlockState;
+
+constexpr Index B = 2, Lt = 6, Ls = 7, D = 6, H = 2, Dh = 3, F = 10;
+
+DecoderBlockConfig decoder_config(AttentionKind self, AttentionKind cross, double dropout) {
+  DecoderBlockConfig c;
+  for (auto* a : {&c.self_attention, &c.cross_attention}) {
+    a->d_model = D;
+    a->heads = H;
+    a->d_head = Dh;
+    a->attention_dropout = dropout;
+    a->output_dropout = dropout;
+    a->local.chunk = 3;
+  }
+  c.self_attention.kind = self;
+  c.self_attention.causal = true;
+  c.cross_attention.kind = cross;
+  c.cross_attention.causal = false;
+  c.feed_forward.d_model = D;
+  c.feed_forward.d_ff = F;
+  c.feed_forward.dropout = dropout;
+  c.feed_forward.chunk = 5;
+  return c;
+}
+
+// Padding masks: the target's second sequence has 4 tokens, the source's first 5.
+Kokkos::View<int**, Layout, MemSpace> mask(Index length, Index short_row, Index tokens) {
+  Kokkos::View<int**, Layout, MemSpace> m("mask", B, length);
+  auto h = Kokkos::create_mirror_view(m);
+  for (Index b = 0; b < B; ++b)
+    for (Index t = 0; t < length; ++t) h(b, t) = b == short_row && t >= tokens ? 0 : 1;
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+// softmax attention over the allowed keys, per head, with separate projections
+// of `from` (queries) and `to` (keys, values) under `prefix`.
+std::vector<double> host_attention(const ParameterSet<double>& params, const std::string& prefix,
+                                   const std::vector<double>& from, Index lq,
+                                   const std::vector<double>& to, Index lk,
+                                   const std::function<bool(Index, Index, Index)>& allowed) {
+  const Index inner = H * Dh;
+  const auto q = host_matmul(from, param(params, prefix + ".w_q"), B * lq, D, inner);
+  const auto k = host_matmul(to, param(params, prefix + ".w_k"), B * lk, D, inner);
+  const auto v = host_matmul(to, param(params, prefix + ".w_v"), B * lk, D, inner);
+  std::vector<double> a(std::size_t(B * lq * inner), 0.0);
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < H; ++h)
+      for (Index i = 0; i < lq; ++i) {
+        std::vector<double> w(std::size_t(lk), 0.0);
+        double top = -1e300, sum = 0;
+        for (Index j = 0; j < lk; ++j) {
+          if (!allowed(b, i, j)) continue;
+          double s = 0;
+          for (Index x = 0; x < Dh; ++x)
+            s += q[(b * lq + i) * inner + h * Dh + x] * k[(b * lk + j) * inner + h * Dh + x];
+          w[j] = s / std::sqrt(double(Dh));
+          top = std::max(top, w[j]);
+        }
+        for (Index j = 0; j < lk; ++j) {
+          w[j] = allowed(b, i, j) ? std::exp(w[j] - top) : 0.0;
+          sum += w[j];
+        }
+        for (Index j = 0; j < lk; ++j)
+          for (Index x = 0; x < Dh; ++x)
+            a[(b * lq + i) * inner + h * Dh + x] +=
+                w[j] / sum * v[(b * lk + j) * inner + h * Dh + x];
+      }
+  return host_matmul(a, param(params, prefix + ".w_o"), B * lq, inner, D);
+}
+
+struct DecoderCase {
+  ParameterSet<double> params;
+  DecoderBlock<double> block;
+  DecoderBlockState<double> state;
+  Workspace workspace;
+  View3<double> x{"x", B, Lt, D}, memory{"memory", B, Ls, D}, out{"out", B, Lt, D};
+  View3<double> r{"r", B, Lt, D}, dx{"dx", B, Lt, D}, dmemory{"dmemory", B, Ls, D};
+  Kokkos::View<int**, Layout, MemSpace> target_valid = mask(Lt, 1, 4);
+  Kokkos::View<int**, Layout, MemSpace> source_valid = mask(Ls, 0, 5);
+  DecoderBlockCall call;
+
+  DecoderCase(AttentionKind self, AttentionKind cross, double dropout)
+      : block("decoder.0", decoder_config(self, cross, dropout), params) {
+    block.init({2, 3});
+    std::uint64_t seed = 50;
+    for (const auto& name : params.names())
+      if (name.find("norm.gamma") != std::string::npos)
+        fill_uniform(params.get(name).value, ++seed, 0.5, 1.5);
+      else if (name.find("norm.beta") != std::string::npos || name.find(".b") != std::string::npos)
+        fill_uniform(params.get(name).value, ++seed, -0.2, 0.2);
+    fill_uniform(x, 1);
+    fill_uniform(memory, 2);
+    fill_uniform(r, 3);
+    call = {{5, 9}, target_valid, source_valid, true};
+  }
+  double loss() {
+    Kokkos::deep_copy(out, x);
+    block.forward(out, memory, call, state, workspace);
+    return dot(out, r);
+  }
+  void backward() {
+    params.zero_grad();
+    loss();
+    Kokkos::deep_copy(dx, r);
+    Kokkos::deep_copy(dmemory, 0.0);
+    block.backward(dx, memory, dmemory, state, workspace);
+  }
+};
+
+TEST(DecoderBlock, MatchesPlainReferenceWithPadding) {
+  DecoderCase c(AttentionKind::Full, AttentionKind::Full, 0.0);
+  c.loss();
+  const auto tv = to_host(c.target_valid), sv = to_host(c.source_valid);
+  const auto xh = to_host(c.x), mh = to_host(c.memory);
+  auto norm = [&](const std::vector<double>& v, const std::string& prefix) {
+    return host_layer_norm(v, B * Lt, D, param(c.params, prefix + ".gamma"),
+                           param(c.params, prefix + ".beta"));
+  };
+  const auto s = host_attention(
+      c.params, "decoder.0.self", norm(xh, "decoder.0.self_norm"), Lt,
+      norm(xh, "decoder.0.self_norm"), Lt,
+      [&](Index b, Index i, Index j) { return j <= i && tv[std::size_t(b * Lt + j)] != 0; });
+  std::vector<double> y(xh.size()), z(xh.size()), want(xh.size());
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = xh[i] + s[i];
+  const auto a =
+      host_attention(c.params, "decoder.0.cross", norm(y, "decoder.0.cross_norm"), Lt, mh, Ls,
+                     [&](Index b, Index, Index j) { return sv[std::size_t(b * Ls + j)] != 0; });
+  for (std::size_t i = 0; i < y.size(); ++i) z[i] = y[i] + a[i];
+  const auto g =
+      host_feed_forward(c.params, "decoder.0.ff", z, B * Lt, D, F, ops::Activation::ReLU);
+  for (std::size_t i = 0; i < y.size(); ++i) want[i] = z[i] + g[i];
+  EXPECT_LT(relative_error(to_host(c.out), want), 1e-12);
+}
+
+class DecoderKinds
+    : public ::testing::TestWithParam<std::tuple<AttentionKind, AttentionKind, double>> {};
+
+// Every input, the memory and every parameter, with padding on both sides
+// (and dropout, whose masks replay exactly).
+TEST_P(DecoderKinds, GradientsWithPaddingOnBothSides) {
+  const auto [self, cross, dropout] = GetParam();
+  DecoderCase c(self, cross, dropout);
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.memory, c.dmemory, loss), 1e-6);
+  // Padded source positions get no gradient.
+  const auto dm = to_host(c.dmemory);
+  for (Index t = 5; t < Ls; ++t)
+    for (Index j = 0; j < D; ++j) EXPECT_EQ(dm[std::size_t(t * D + j)], 0.0) << t;
+  for (const auto& name : c.params.names()) {
+    auto& p = c.params.get(name);
+    EXPECT_LT(gradient_error(p.value, p.grad, loss, 12), 1e-6) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SelfAndCrossKinds, DecoderKinds,
+    ::testing::Values(std::make_tuple(AttentionKind::Full, AttentionKind::Full, 0.0),
+                      std::make_tuple(AttentionKind::Exact, AttentionKind::Exact, 0.0),
+                      std::make_tuple(AttentionKind::Local, AttentionKind::Full, 0.0),
+                      std::make_tuple(AttentionKind::Full, AttentionKind::Exact, 0.2)));
+
+TEST(DecoderBlock, ClearErrors) {
+  ParameterSet<double> params;
+  auto lsh_cross = decoder_config(AttentionKind::Full, AttentionKind::Lsh, 0.0);
+  expect_error<ConfigError>([&] { DecoderBlock<double>("d", lsh_cross, params); },
+                            {"cross_attention is lsh", "must be full or exact"});
+  auto not_causal = decoder_config(AttentionKind::Full, AttentionKind::Full, 0.0);
+  not_causal.self_attention.causal = false;
+  expect_error<ConfigError>([&] { DecoderBlock<double>("d", not_causal, params); },
+                            {"self_attention.causal is false"});
+  DecoderCase c(AttentionKind::Full, AttentionKind::Full, 0.0);
+  View3<double> other("other", B + 1, Ls, D);
+  expect_error<ShapeError>([&] { c.block.forward(c.out, other, c.call, c.state, c.workspace); },
+                           {"batch sizes must be equal"});
+  DecoderBlockState<double> empty;
+  expect_error<ConfigError>(
+      [&] { c.block.backward(c.dx, c.memory, c.dmemory, empty, c.workspace); },
+      {"no forward pass"});
+}
+
+}  // namespace
+}  // namespace reformer
