@@ -34,7 +34,11 @@ std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 
 Handle open_checkpoint(const std::string& path, const std::string& context) {
   require_regular_file(path, context, "");
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  // Closing the file closes whatever is still open in it (a read that failed
+  // half-way may leave HDF5's own objects behind).
+  const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fclose_degree(access.get(), H5F_CLOSE_STRONG);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose);
   hdf5::check(file.valid(), context,
               detail::concat(quoted(path),
                              " is not a readable HDF5 checkpoint (truncated, corrupt or "
