@@ -6,7 +6,11 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "reformer/ops/softmax.hpp"
 #include "reformer/train/initializers.hpp"
+
+#include <algorithm>
+#include <cmath>
 
 namespace reformer::attention {
 namespace {
@@ -44,6 +48,42 @@ FullAttentionConfig full_config(bool shared_qk) {
   full.self_mask = shared_qk;
   full.scale = shared_qk ? 1.0 : 0.0;
   return full;
+}
+
+// Cached attention of one query per sequence (decoding):
+//   a(b, h) = sum_{j = first..last} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
+// over the positions whose key_valid is 1 (all when key_valid is empty).
+template <class T>
+void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index first, Index last,
+                   Kokkos::View<const int**, Layout, MemSpace> key_valid, Index heads, Index d_head,
+                   T scale, View2<T> a, Workspace& workspace) {
+  const Index batch = q.extent(0), n = last - first + 1;
+  const bool masked = key_valid.extent(0) > 0;
+  Workspace::Frame frame(workspace);
+  auto scores = frame.take<View2<T>>(batch * heads, n);
+  auto probs = frame.take<View2<T>>(batch * heads, n);
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "attend_cached_scores", Policy2({0, 0}, {batch * heads, n}),
+      KOKKOS_LAMBDA(Index bh, Index j) {
+        const Index b = bh / heads, h = bh % heads, pos = first + j;
+        if (masked && key_valid(b, pos) == 0) {
+          scores(bh, j) = T(-1e30);  // exp underflows to 0 after the row maximum
+          return;
+        }
+        T s = 0;
+        for (Index x = 0; x < d_head; ++x) s += q(b, h * d_head + x) * k(b, pos, h * d_head + x);
+        scores(bh, j) = scale * s;
+      });
+  ops::softmax_forward<T>(scores, probs);
+  Kokkos::parallel_for(
+      "attend_cached_values", Policy2({0, 0}, {batch * heads, d_head}),
+      KOKKOS_LAMBDA(Index bh, Index x) {
+        const Index b = bh / heads, h = bh % heads;
+        T sum = 0;
+        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first + j, h * d_head + x);
+        a(b, h * d_head + x) = sum;
+      });
 }
 
 }  // namespace
@@ -399,6 +439,76 @@ void AttentionLayer<T>::backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3
   ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dmr, T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
+}
+
+template <class T>
+void AttentionLayer<T>::require_cacheable(const char* op) const {
+  require<ConfigError>(!config_.shares_qk(), op,
+                       ": cached decoding needs separate q and k "
+                       "projections, but this ",
+                       to_string(config_.kind),
+                       " layer shares them; decode by rerunning the prefix instead");
+  require<ConfigError>(config_.kind != AttentionKind::Lsh, op,
+                       ": cached decoding of LSH attention is not supported (its buckets depend "
+                       "on the whole sequence); use full, exact or local attention");
+}
+
+template <class T>
+void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
+                             View2<T> y, Workspace& workspace) const {
+  const char* op = "AttentionLayer::step";
+  require_cacheable(op);
+  const Index batch = x.extent(0), inner = config_.heads * config_.d_head;
+  require<ShapeError>(Index(k_cache.extent(0)) == batch && position >= 0 &&
+                          position < Index(k_cache.extent(1)) && Index(k_cache.extent(2)) == inner,
+                      op, ": position ", position, " does not fit the cache of shape ",
+                      shape_string(k_cache), " for a batch of ", batch);
+  Workspace::Frame frame(workspace);
+  auto q = frame.take<View2<T>>(batch, inner);
+  auto kv = frame.take<View2<T>>(batch, inner);
+  auto a = frame.take<View2<T>>(batch, inner);
+  ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
+  ops::matmul<T>(x, Trans::No, w_k_->matrix(), Trans::No, kv);
+  Kokkos::deep_copy(Kokkos::subview(k_cache, Kokkos::ALL, position, Kokkos::ALL), kv);
+  ops::matmul<T>(x, Trans::No, w_v_->matrix(), Trans::No, kv);
+  Kokkos::deep_copy(Kokkos::subview(v_cache, Kokkos::ALL, position, Kokkos::ALL), kv);
+  // Causal: positions up to this one; local: from the start of the n_before-th
+  // chunk before this position's chunk.
+  Index first = 0;
+  if (config_.kind == AttentionKind::Local)
+    first = std::max<Index>(
+        0, (position / config_.local.chunk - config_.local.n_before) * config_.local.chunk);
+  const T scale = T(1.0 / std::sqrt(double(config_.d_head)));
+  attend_cached<T>(q, k_cache, v_cache, first, position, {}, config_.heads, config_.d_head, scale,
+                   a, workspace);
+  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
+}
+
+template <class T>
+void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
+                                   Kokkos::View<const int**, Layout, MemSpace> key_valid,
+                                   View2<T> y, Workspace& workspace) const {
+  const char* op = "AttentionLayer::step_cross";
+  require_cacheable(op);
+  const Index batch = x.extent(0), inner = config_.heads * config_.d_head;
+  require<ShapeError>(Index(k.extent(0)) == batch && Index(k.extent(2)) == inner, op,
+                      ": the keys have shape ", shape_string(k), " for a batch of ", batch, " and ",
+                      inner, " projected features");
+  Workspace::Frame frame(workspace);
+  auto q = frame.take<View2<T>>(batch, inner);
+  auto a = frame.take<View2<T>>(batch, inner);
+  ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
+  const T scale = T(1.0 / std::sqrt(double(config_.d_head)));
+  attend_cached<T>(q, k, v, 0, Index(k.extent(1)) - 1, key_valid, config_.heads, config_.d_head,
+                   scale, a, workspace);
+  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
+}
+
+template <class T>
+void AttentionLayer<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) const {
+  require_cacheable("AttentionLayer::project_memory");
+  ops::matmul<T>(as_rows<T>(memory), Trans::No, w_k_->matrix(), Trans::No, as_rows<T>(k));
+  ops::matmul<T>(as_rows<T>(memory), Trans::No, w_v_->matrix(), Trans::No, as_rows<T>(v));
 }
 
 template struct AttentionState<float>;

@@ -123,6 +123,36 @@ void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Atten
 }
 
 template <class T>
+void PreNormAttention<T>::norm_rows(In2<T> x, View2<T> normed, View1<T> mean, View1<T> rstd) const {
+  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, T(eps_), normed, mean, rstd);
+}
+
+template <class T>
+void PreNormAttention<T>::step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
+                               Workspace& workspace) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0), d = x.extent(1);
+  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  norm_rows(x, normed, mean, rstd);
+  attention_.step(normed, k_cache, v_cache, position, f, workspace);
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
+}
+
+template <class T>
+void PreNormAttention<T>::step_cross(View2<T> x, In3<T> k, In3<T> v,
+                                     Kokkos::View<const int**, Layout, MemSpace> key_valid,
+                                     Workspace& workspace) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0), d = x.extent(1);
+  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  norm_rows(x, normed, mean, rstd);
+  attention_.step_cross(normed, k, v, key_valid, f, workspace);
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
+}
+
+template <class T>
 ReversibleBlock<T>::ReversibleBlock(const std::string& prefix, const BlockConfig& config,
                                     ParameterSet<T>& params)
     : config_((config.validate(), config)),
@@ -338,6 +368,24 @@ void DecoderBlock<T>::backward(View3<T> dx, In3<T> memory, View3<T> dmemory,
   ops::axpby<T>(T(1), as_vector(dm), T(1), as_vector(dmemory));
   Kokkos::deep_copy(upstream, dx);
   self_.backward(state.self_input, upstream, dx, state.self, workspace);
+}
+
+template <class T>
+void DecoderBlock<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) const {
+  cross_.attention().project_memory(memory, k, v);
+}
+
+template <class T>
+void DecoderBlock<T>::step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
+                           In3<T> cross_k, In3<T> cross_v,
+                           Kokkos::View<const int**, Layout, MemSpace> source_valid,
+                           Workspace& workspace) const {
+  self_.step(x, k_cache, v_cache, position, workspace);
+  cross_.step_cross(x, cross_k, cross_v, source_valid, workspace);
+  Workspace::Frame frame(workspace);
+  auto z = frame.take<View2<T>>(x.extent(0), x.extent(1));
+  Kokkos::deep_copy(z, x);
+  feed_forward_.forward(z, x, {{}, false}, workspace, T(1));
 }
 
 template struct DecoderBlockState<float>;

@@ -122,9 +122,25 @@ class AttentionLayer {
   void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory,
                       const AttentionState<T>& state, Workspace& workspace, T beta = T(0)) const;
 
+  // Decoding with caches, one position per sequence, no dropout; separate q
+  // and k projections (ConfigError otherwise). step: the key and value of x
+  // [batch, d_model] are written at `position` of the caches [batch, capacity,
+  // heads * d_head], then its query attends to the cached positions its mask
+  // allows (causal; local: its chunk and the n_before chunks before it);
+  // y [batch, d_model]. step_cross: over keys and values from project_memory,
+  // leaving out positions where key_valid is 0.
+  void step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, View2<T> y,
+            Workspace& workspace) const;
+  void step_cross(In2<T> x, In3<T> k, In3<T> v,
+                  Kokkos::View<const int**, Layout, MemSpace> key_valid, View2<T> y,
+                  Workspace& workspace) const;
+  // k = memory W_k, v = memory W_v, each [batch, Lk, heads * d_head].
+  void project_memory(In3<T> memory, View3<T> k, View3<T> v) const;
+
   const AttentionLayerConfig& config() const { return config_; }
 
  private:
+  void require_cacheable(const char* op) const;
   void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
            Save save, bool reuse_plan) const;
   double attention_rate(const AttentionLayerCall& call) const;  // 0 unless training

@@ -76,9 +76,19 @@ class PreNormAttention {
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
                 Workspace& workspace, In3<T> memory = In3<T>(),
                 View3<T> dmemory = View3<T>()) const;
+  // Decoding, one position per sequence (no dropout): x [batch, d_model] +=
+  // F(x) with the key/value caches at `position` (attention/attention_layer.hpp
+  // step), or over projected memory keys and values (step_cross).
+  void step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
+            Workspace& workspace) const;
+  void step_cross(View2<T> x, In3<T> k, In3<T> v,
+                  Kokkos::View<const int**, Layout, MemSpace> key_valid,
+                  Workspace& workspace) const;
   const attention::AttentionLayer<T>& attention() const { return attention_; }
 
  private:
+  // normed = LayerNorm(x) of rows x [n, d_model].
+  void norm_rows(In2<T> x, View2<T> normed, View1<T> mean, View1<T> rstd) const;
   double eps_;
   Parameter<T>* gamma_ = nullptr;
   Parameter<T>* beta_ = nullptr;
@@ -187,6 +197,15 @@ class DecoderBlock {
   // are accumulated.
   void backward(View3<T> dx, In3<T> memory, View3<T> dmemory, const DecoderBlockState<T>& state,
                 Workspace& workspace) const;
+  // Decoding: the cross-attention's keys and values of a memory, once per
+  // source ([batch, Ls, heads * d_head] each).
+  void project_memory(In3<T> memory, View3<T> k, View3<T> v) const;
+  // Decoding: one position per sequence, x [batch, d_model] in place, with this
+  // block's self-attention caches (written at `position`) and the projected
+  // memory; no dropout. Equal to forward on the whole prefix at that position.
+  void step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, In3<T> cross_k,
+            In3<T> cross_v, Kokkos::View<const int**, Layout, MemSpace> source_valid,
+            Workspace& workspace) const;
   const DecoderBlockConfig& config() const { return config_; }
 
  private:

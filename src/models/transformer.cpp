@@ -1,0 +1,702 @@
+#include "reformer/models/transformer.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "reformer/ops/gemm.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "reformer/ops/softmax.hpp"
+#include "reformer/train/initializers.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+
+namespace reformer::models {
+namespace {
+
+using attention::AttentionKind;
+
+constexpr const char* kOp = "TransformerConfig";
+
+// Streams of a call's randomness and of the initialisation.
+enum Stream : std::uint64_t { kSourceDropout = 1, kTargetDropout, kEncoder, kDecoder };
+enum InitStream : std::uint64_t {
+  kInitSource = 1,
+  kInitTarget,
+  kInitSourcePositions,
+  kInitTargetPositions,
+  kInitEncoder,
+  kInitDecoder,
+  kInitGenerator
+};
+
+Kokkos::View<const int*, Layout, MemSpace> flat(IdMatrix ids) {
+  return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size());
+}
+
+using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+
+template <class T>
+void add_row_bias(View2<T> logits, In1<T> bias) {
+  Kokkos::parallel_for(
+      "transformer_generator_bias",
+      Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
+      KOKKOS_LAMBDA(Index r, Index v) { logits(r, v) += bias(v); });
+}
+
+// out(i, ...) = in(order(i), ...) for the rows of a [n, a, b] tensor.
+template <class T>
+void gather_rows(View3<T> in, Kokkos::View<const int*, Layout, MemSpace> order, View3<T> out) {
+  const Index a = in.extent(1), b = in.extent(2);
+  Kokkos::parallel_for(
+      "decode_gather_rows", Policy2({0, 0}, {Index(out.extent(0)), a * b}),
+      KOKKOS_LAMBDA(Index i, Index j) { out(i, j / b, j % b) = in(order(i), j / b, j % b); });
+}
+
+void gather_mask(Kokkos::View<int**, Layout, MemSpace> in,
+                 Kokkos::View<const int*, Layout, MemSpace> order,
+                 Kokkos::View<int**, Layout, MemSpace> out) {
+  Kokkos::parallel_for(
+      "decode_gather_mask", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      KOKKOS_LAMBDA(Index i, Index j) { out(i, j) = in(order(i), j); });
+}
+
+void require_rate(const char* key, double value) {
+  require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
+                       " but must be in [0, 1)");
+}
+
+// The GNMT length penalty ((5 + length) / 6)^alpha.
+double length_penalty(Index length, double alpha) {
+  return std::pow((5.0 + double(length)) / 6.0, alpha);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- config
+
+void TransformerConfig::validate() const {
+  for (const auto& [key, value] :
+       std::vector<std::pair<const char*, Index>>{{"source_vocab", source_vocab},
+                                                  {"target_vocab", target_vocab},
+                                                  {"d_model", d_model},
+                                                  {"d_ff", d_ff},
+                                                  {"heads", heads},
+                                                  {"d_head", d_head},
+                                                  {"encoder_layers", encoder_layers},
+                                                  {"decoder_layers", decoder_layers},
+                                                  {"max_length", max_length},
+                                                  {"loss_chunk", loss_chunk}})
+    require<ConfigError>(value > 0, kOp, ": model.", key, " is ", value, " but must be positive");
+  require<ConfigError>(source_vocab <= INT_MAX && target_vocab <= INT_MAX, kOp,
+                       ": the vocabularies (", source_vocab, ", ", target_vocab,
+                       ") must be at most ", INT_MAX, " (ids are ints)");
+  require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
+                       ": encoder_layers and decoder_layers must be at most 100000");
+  require<ConfigError>(ff_chunk >= 0, kOp, ": model.ff_chunk is ", ff_chunk,
+                       " but must be >= 0 (0: all positions at once)");
+  require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
+                       kOp, ": model.positions is ", to_string(positions),
+                       " but the encoder-decoder takes sinusoidal or learned positions");
+  require<ConfigError>(decoder_attention != AttentionKind::Lsh, kOp,
+                       ": model.decoder_attention is lsh but the decoder's self-attention must "
+                       "be full, exact or local (LSH serves the encoder)");
+  require<ConfigError>(!share_embeddings || source_vocab == target_vocab, kOp,
+                       ": model.share_embeddings is true but source_vocab (", source_vocab,
+                       ") and target_vocab (", target_vocab,
+                       ") differ; one table needs one vocabulary");
+  require_rate("dropout", dropout);
+  require_rate("attention_dropout", attention_dropout);
+  require_rate("label_smoothing", label_smoothing);
+  require<ConfigError>(layer_norm_eps > 0 && std::isfinite(layer_norm_eps), kOp,
+                       ": model.layer_norm_eps is ", layer_norm_eps, " but must be positive");
+  encoder_attention_config().validate();
+  decoder_block_config().validate();
+}
+
+attention::AttentionLayerConfig TransformerConfig::encoder_attention_config() const {
+  attention::AttentionLayerConfig c;
+  c.kind = encoder_attention;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.d_head = d_head;
+  c.causal = false;
+  c.attention_dropout = attention_dropout;
+  c.output_dropout = dropout;
+  c.lsh = lsh;
+  c.local = local;
+  return c;
+}
+
+layers::DecoderBlockConfig TransformerConfig::decoder_block_config() const {
+  layers::DecoderBlockConfig c;
+  c.self_attention = encoder_attention_config();
+  c.self_attention.kind = decoder_attention;
+  c.self_attention.causal = true;
+  c.cross_attention = encoder_attention_config();
+  c.cross_attention.kind = cross_attention;
+  c.feed_forward = {d_model, d_ff, ops::Activation::ReLU, dropout, ff_chunk, layer_norm_eps};
+  c.layer_norm_eps = layer_norm_eps;
+  return c;
+}
+
+// ---------------------------------------------------------------- state
+
+template <class T>
+void TransformerState<T>::release() {
+  call = ReformerCall();
+  batch = source_length = target_length = 0;
+  source = target = memory = dsource = dtarget = dmemory = View3<T>();
+  memory_mean = memory_rstd = View1<T>();
+  encoder.clear();
+  decoder.clear();
+  workspace.release();
+}
+
+// ---------------------------------------------------------------- model
+
+template <class T>
+EncoderDecoder<T>::EncoderDecoder(const TransformerConfig& config, ParameterSet<T>& params)
+    : config_(config) {
+  config_.validate();
+  const Index d = config.d_model;
+  source_embedding_ = &params.add("src_embed.table", {config.source_vocab, d});
+  target_embedding_ = config.share_embeddings
+                          ? source_embedding_
+                          : &params.add("tgt_embed.table", {config.target_vocab, d});
+  if (config.positions == PositionKind::Learned) {
+    source_positions_ = &params.add("src_pos.table", {config.max_length, d});
+    target_positions_ = &params.add("tgt_pos.table", {config.max_length, d});
+  }
+  layers::BlockConfig encoder_block;
+  encoder_block.attention = config.encoder_attention_config();
+  encoder_block.feed_forward = config.decoder_block_config().feed_forward;
+  encoder_block.layer_norm_eps = config.layer_norm_eps;
+  for (Index i = 0; i < config.encoder_layers; ++i)
+    encoder_.push_back(std::make_unique<layers::ResidualBlock<T>>("encoder." + std::to_string(i),
+                                                                  encoder_block, params));
+  encoder_gamma_ = &params.add("encoder.norm.gamma", {d});
+  encoder_beta_ = &params.add("encoder.norm.beta", {d});
+  for (Index i = 0; i < config.decoder_layers; ++i)
+    decoder_.push_back(std::make_unique<layers::DecoderBlock<T>>(
+        "decoder." + std::to_string(i), config.decoder_block_config(), params));
+  decoder_gamma_ = &params.add("decoder.norm.gamma", {d});
+  decoder_beta_ = &params.add("decoder.norm.beta", {d});
+  if (!config.tie_generator)
+    generator_weight_ = &params.add("generator.w", {d, config.target_vocab});
+  generator_bias_ = &params.add("generator.b", {config.target_vocab});
+}
+
+template <class T>
+void EncoderDecoder<T>::init(RandomKey key) {
+  auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
+    return RandomKey{key.seed, stream_id(key.stream, a, b)};
+  };
+  // Embeddings are scaled by sqrt(d): N(0, 1/d) makes them unit-variance.
+  const double std = 1.0 / std::sqrt(double(config_.d_model));
+  train::init_normal(*source_embedding_, std, sub(kInitSource));
+  if (target_embedding_ != source_embedding_)
+    train::init_normal(*target_embedding_, std, sub(kInitTarget));
+  if (source_positions_) train::init_normal(*source_positions_, 0.02, sub(kInitSourcePositions));
+  if (target_positions_) train::init_normal(*target_positions_, 0.02, sub(kInitTargetPositions));
+  for (std::size_t i = 0; i < encoder_.size(); ++i) encoder_[i]->init(sub(kInitEncoder, i));
+  for (std::size_t i = 0; i < decoder_.size(); ++i) decoder_[i]->init(sub(kInitDecoder, i));
+  for (auto* gamma : {encoder_gamma_, decoder_gamma_}) train::init_constant(*gamma, 1.0);
+  for (auto* beta : {encoder_beta_, decoder_beta_}) train::init_constant(*beta, 0.0);
+  if (generator_weight_) train::init_xavier_uniform(*generator_weight_, sub(kInitGenerator));
+  train::init_constant(*generator_bias_, 0.0);
+}
+
+template <class T>
+void EncoderDecoder<T>::check_batch(const char* op, const Seq2SeqBatch& batch) const {
+  const Index b = batch.source.extent(0), ls = batch.source.extent(1);
+  const Index lt = batch.target_in.extent(1);
+  require<ShapeError>(b > 0 && ls > 0 && lt > 0, op, ": source ", shape_string(batch.source),
+                      " and target_in ", shape_string(batch.target_in),
+                      " need at least one sequence of one token");
+  require_same_shape(op, "target_in", batch.target_in, "target_out", batch.target_out);
+  require_same_shape(op, "source", batch.source, "source_valid", batch.source_valid);
+  require_same_shape(op, "target_in", batch.target_in, "target_valid", batch.target_valid);
+  require<ShapeError>(Index(batch.target_in.extent(0)) == b, op, ": source has ", b,
+                      " sequences but target_in ", batch.target_in.extent(0));
+  for (const auto& [name, length] : {std::pair<const char*, Index>{"source", ls}, {"target", lt}})
+    require<ShapeError>(length <= config_.max_length, op, ": the ", name, " has length ", length,
+                        " but the model takes at most model.max_length = ", config_.max_length);
+  // The kernels' own length rules (local and LSH chunks) name the chunk key.
+  const auto encoder = config_.encoder_attention_config();
+  if (encoder.kind == AttentionKind::Local)
+    require<ConfigError>(ls % encoder.local.chunk == 0, op, ": the source length ", ls,
+                         " is not a multiple of model.local.chunk = ", encoder.local.chunk,
+                         " (the encoder uses local attention); pad the sources");
+  if (encoder.kind == AttentionKind::Lsh && ls > encoder.lsh.chunk)
+    require<ConfigError>(ls % encoder.lsh.chunk == 0, op, ": the source length ", ls,
+                         " is not a multiple of model.lsh.chunk = ", encoder.lsh.chunk,
+                         " (the encoder uses LSH attention); pad the sources");
+  if (config_.decoder_attention == AttentionKind::Local)
+    require<ConfigError>(lt % config_.local.chunk == 0, op, ": the target length ", lt,
+                         " is not a multiple of model.local.chunk = ", config_.local.chunk,
+                         " (the decoder uses local attention); pad the targets");
+  ops::require_ids_in_range(op, "source", flat(batch.source), config_.source_vocab);
+  ops::require_ids_in_range(op, "target_in", flat(batch.target_in), config_.target_vocab);
+}
+
+template <class T>
+void EncoderDecoder<T>::embed(const Parameter<T>& table, const Parameter<T>* positions,
+                              IdMatrix ids, Index offset, const ReformerCall& call,
+                              std::uint64_t stream, View3<T> out) const {
+  const Index length = ids.extent(1);
+  auto e = as_matrix(out);
+  // e = sqrt(d) Embed(ids) + Positions, then dropout.
+  ops::token_embedding_forward<T>(table.matrix(), flat(ids), true, e);
+  if (positions)
+    ops::learned_positions_forward<T>(e, positions->matrix(), length, offset, e);
+  else
+    ops::sinusoidal_positions_forward<T>(e, length, offset, e);
+  if (call.training && config_.dropout > 0)
+    ops::dropout_forward<T>(as_vector(e), config_.dropout,
+                            {call.key.seed, stream_id(call.key.stream, stream)}, 0, as_vector(e));
+}
+
+template <class T>
+void EncoderDecoder<T>::embed_backward(Parameter<T>& table, Parameter<T>* positions, IdMatrix ids,
+                                       const ReformerCall& call, std::uint64_t stream,
+                                       View3<T> dout) const {
+  const Index length = ids.extent(1);
+  auto de = as_matrix(dout);
+  if (call.training && config_.dropout > 0)
+    ops::dropout_backward<T>(as_vector(de), config_.dropout,
+                             {call.key.seed, stream_id(call.key.stream, stream)}, 0, as_vector(de));
+  if (positions) ops::learned_positions_backward<T>(de, length, 0, positions->grad_matrix());
+  ops::token_embedding_backward<T>(flat(ids), de, true, table.grad_matrix());
+}
+
+template <class T>
+void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const ReformerCall& call,
+                               TransformerState<T>& state) const {
+  const Index b = source.extent(0), ls = source.extent(1), d = config_.d_model;
+  state.batch = b;
+  state.source_length = ls;
+  ensure_view(state.source, "transformer_source", b, ls, d);
+  embed(*source_embedding_, source_positions_, source, 0, call, kSourceDropout, state.source);
+  state.encoder.resize(encoder_.size());
+  for (std::size_t i = 0; i < encoder_.size(); ++i)
+    encoder_[i]->forward(
+        state.source,
+        {{call.key.seed, stream_id(call.key.stream, kEncoder, i)}, source_valid, call.training},
+        state.encoder[i], state.workspace);
+  // m = LayerNorm(the encoder's top).
+  ensure_view(state.memory, "transformer_memory", b, ls, d);
+  ensure_view(state.memory_mean, "transformer_memory_mean", b * ls);
+  ensure_view(state.memory_rstd, "transformer_memory_rstd", b * ls);
+  ops::layer_norm_forward<T>(as_matrix(state.source), encoder_gamma_->value, encoder_beta_->value,
+                             T(config_.layer_norm_eps), as_matrix(state.memory), state.memory_mean,
+                             state.memory_rstd);
+}
+
+template <class T>
+void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ReformerCall& call,
+                               TransformerState<T>& state) const {
+  const Index b = batch.target_in.extent(0), lt = batch.target_in.extent(1), d = config_.d_model;
+  state.target_length = lt;
+  ensure_view(state.target, "transformer_target", b, lt, d);
+  embed(*target_embedding_, target_positions_, batch.target_in, 0, call, kTargetDropout,
+        state.target);
+  state.decoder.resize(decoder_.size());
+  for (std::size_t i = 0; i < decoder_.size(); ++i)
+    decoder_[i]->forward(state.target, state.memory,
+                         {{call.key.seed, stream_id(call.key.stream, kDecoder, i)},
+                          batch.target_valid,
+                          batch.source_valid,
+                          call.training},
+                         state.decoder[i], state.workspace);
+}
+
+template <class T>
+void EncoderDecoder<T>::generator(In2<T> hidden, View2<T> logits) const {
+  if (generator_weight_)
+    ops::matmul<T>(hidden, ops::Trans::No, generator_weight_->matrix(), ops::Trans::No, logits);
+  else
+    ops::matmul<T>(hidden, ops::Trans::No, target_embedding_->matrix(), ops::Trans::Yes, logits);
+  add_row_bias<T>(logits, generator_bias_->value);
+}
+
+template <class T>
+ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int pad_id,
+                                                TransformerState<T>& state, bool gradients) const {
+  const Index rows = state.batch * state.target_length, d = config_.d_model;
+  Workspace::Frame frame(state.workspace);
+  auto hidden = frame.take<View2<T>>(rows, d);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  ops::layer_norm_forward<T>(as_matrix(state.target), decoder_gamma_->value, decoder_beta_->value,
+                             T(config_.layer_norm_eps), hidden, mean, rstd);
+  ops::CrossEntropyOptions options;
+  options.pad_id = pad_id;
+  options.smoothing = config_.label_smoothing;
+  options.chunk_rows = config_.loss_chunk;
+  options.weight_is_embedding = generator_weight_ == nullptr;
+  const auto weight = generator_weight_ ? generator_weight_->matrix() : target_embedding_->matrix();
+  const auto targets = flat(batch.target_out);
+  if (!gradients)
+    return ops::cross_entropy_forward<T>(hidden, weight, generator_bias_->value, targets, options);
+  auto dhidden = frame.take<View2<T>>(rows, d);
+  const auto dweight =
+      generator_weight_ ? generator_weight_->grad_matrix() : target_embedding_->grad_matrix();
+  const auto result =
+      ops::cross_entropy_forward_backward<T>(hidden, weight, generator_bias_->value, targets,
+                                             options, dhidden, dweight, generator_bias_->grad);
+  ensure_view(state.dtarget, "transformer_dtarget", state.batch, state.target_length, d);
+  ops::layer_norm_backward<T>(as_matrix(state.target), decoder_gamma_->value, mean, rstd, dhidden,
+                              as_matrix(state.dtarget), decoder_gamma_->grad, decoder_beta_->grad);
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult EncoderDecoder<T>::forward_backward(const Seq2SeqBatch& batch, int pad_id,
+                                                            const ReformerCall& call,
+                                                            TransformerState<T>& state) const {
+  check_batch("EncoderDecoder::forward_backward", batch);
+  state.call = call;
+  {
+    ScopedMemoryPhase phase("forward");
+    encode(batch.source, batch.source_valid, call, state);
+    decode(batch, call, state);
+  }
+  ops::CrossEntropyResult result;
+  {
+    ScopedMemoryPhase phase("loss");
+    result = loss(batch, pad_id, state, /*gradients=*/true);
+  }
+  ScopedMemoryPhase phase("backward");
+  const Index d = config_.d_model;
+  // The decoder from the top down (the memory's gradient gathers over its
+  // layers), the target embedding, the encoder's LayerNorm, the encoder, the
+  // source embedding.
+  Kokkos::deep_copy(
+      ensure_view(state.dmemory, "transformer_dmemory", state.batch, state.source_length, d), T(0));
+  for (Index i = Index(decoder_.size()) - 1; i >= 0; --i)
+    decoder_[i]->backward(state.dtarget, state.memory, state.dmemory, state.decoder[i],
+                          state.workspace);
+  embed_backward(*target_embedding_, target_positions_, batch.target_in, call, kTargetDropout,
+                 state.dtarget);
+  ensure_view(state.dsource, "transformer_dsource", state.batch, state.source_length, d);
+  ops::layer_norm_backward<T>(as_matrix(state.source), encoder_gamma_->value, state.memory_mean,
+                              state.memory_rstd, as_matrix(state.dmemory), as_matrix(state.dsource),
+                              encoder_gamma_->grad, encoder_beta_->grad);
+  for (Index i = Index(encoder_.size()) - 1; i >= 0; --i)
+    encoder_[i]->backward(state.dsource, state.encoder[i], state.workspace);
+  embed_backward(*source_embedding_, source_positions_, batch.source, call, kSourceDropout,
+                 state.dsource);
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult EncoderDecoder<T>::evaluate(const Seq2SeqBatch& batch, int pad_id,
+                                                    const ReformerCall& call,
+                                                    TransformerState<T>& state) const {
+  check_batch("EncoderDecoder::evaluate", batch);
+  state.call = call;
+  encode(batch.source, batch.source_valid, call, state);
+  decode(batch, call, state);
+  return loss(batch, pad_id, state, /*gradients=*/false);
+}
+
+template <class T>
+void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
+                                  TransformerState<T>& state) const {
+  const char* op = "EncoderDecoder::log_probs";
+  check_batch(op, batch);
+  const Index b = batch.target_in.extent(0), lt = batch.target_in.extent(1);
+  require<ShapeError>(Index(out.extent(0)) == b && Index(out.extent(1)) == lt &&
+                          Index(out.extent(2)) == config_.target_vocab,
+                      op, ": out has shape ", shape_string(out), " but must be [", b, ", ", lt,
+                      ", ", config_.target_vocab, "]");
+  const ReformerCall call{{}, false};
+  state.call = call;
+  encode(batch.source, batch.source_valid, call, state);
+  decode(batch, call, state);
+  Workspace::Frame frame(state.workspace);
+  const Index rows = b * lt;
+  auto hidden = frame.take<View2<T>>(rows, config_.d_model);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  ops::layer_norm_forward<T>(as_matrix(state.target), decoder_gamma_->value, decoder_beta_->value,
+                             T(config_.layer_norm_eps), hidden, mean, rstd);
+  auto logits = frame.take<View2<T>>(rows, config_.target_vocab);
+  generator(hidden, logits);
+  ops::log_softmax_forward<T>(logits, as_matrix(out));
+}
+
+// ---------------------------------------------------------------- decoding
+
+template <class T>
+void EncoderDecoder<T>::start_decoding(IdMatrix source, MaskMatrix source_valid, Index capacity,
+                                       DecodeCache<T>& cache) const {
+  const char* op = "EncoderDecoder::start_decoding";
+  const Index b = source.extent(0), ls = source.extent(1);
+  require<ConfigError>(capacity > 0 && capacity <= config_.max_length, op, ": capacity ", capacity,
+                       " must be in [1, model.max_length = ", config_.max_length, "]");
+  require<ShapeError>(b > 0 && ls > 0 && ls <= config_.max_length, op, ": source has shape ",
+                      shape_string(source), " but needs one token or more and at most ",
+                      "model.max_length = ", config_.max_length, " per sequence");
+  require_same_shape(op, "source", source, "source_valid", source_valid);
+  ops::require_ids_in_range(op, "source", flat(source), config_.source_vocab);
+  cache.batch = b;
+  cache.source_length = ls;
+  cache.capacity = capacity;
+  cache.length = 0;
+  encode(source, source_valid, {{}, false}, cache.encoder_state);
+  cache.memory = cache.encoder_state.memory;
+  cache.source_valid = Kokkos::View<int**, Layout, MemSpace>("decode_source_valid", b, ls);
+  Kokkos::deep_copy(cache.source_valid, source_valid);
+  const Index inner = config_.heads * config_.d_head;
+  const std::size_t layers = decoder_.size();
+  cache.cross_k.resize(layers);
+  cache.cross_v.resize(layers);
+  cache.self_k.resize(layers);
+  cache.self_v.resize(layers);
+  for (std::size_t i = 0; i < layers; ++i) {
+    ensure_view(cache.cross_k[i], "decode_cross_k", b, ls, inner);
+    ensure_view(cache.cross_v[i], "decode_cross_v", b, ls, inner);
+    ensure_view(cache.self_k[i], "decode_self_k", b, capacity, inner);
+    ensure_view(cache.self_v[i], "decode_self_v", b, capacity, inner);
+    decoder_[i]->project_memory(cache.memory, cache.cross_k[i], cache.cross_v[i]);
+  }
+}
+
+template <class T>
+void EncoderDecoder<T>::decode_step(Kokkos::View<const int*, Layout, MemSpace> tokens,
+                                    DecodeCache<T>& cache, View2<T> out) const {
+  const char* op = "EncoderDecoder::decode_step";
+  require<ConfigError>(cache.length < cache.capacity, op, ": the cache holds ", cache.length,
+                       " positions, its capacity; start decoding with a larger capacity");
+  require<ShapeError>(
+      Index(tokens.extent(0)) == cache.batch && Index(out.extent(0)) == cache.batch &&
+          Index(out.extent(1)) == config_.target_vocab,
+      op, ": tokens ", shape_string(tokens), " and log_probs ", shape_string(out), " must be [",
+      cache.batch, "] and [", cache.batch, ", ", config_.target_vocab, "]");
+  ops::require_ids_in_range(op, "tokens", tokens, config_.target_vocab);
+  const Index b = cache.batch, d = config_.d_model;
+  Workspace::Frame frame(cache.workspace);
+  auto x = frame.take<View2<T>>(b, d);
+  // The embedding of position `length`, then every layer at that position.
+  ops::token_embedding_forward<T>(target_embedding_->matrix(), tokens, true, x);
+  if (target_positions_)
+    ops::learned_positions_forward<T>(x, target_positions_->matrix(), 1, cache.length, x);
+  else
+    ops::sinusoidal_positions_forward<T>(x, 1, cache.length, x);
+  for (std::size_t i = 0; i < decoder_.size(); ++i)
+    decoder_[i]->step(x, cache.self_k[i], cache.self_v[i], cache.length, cache.cross_k[i],
+                      cache.cross_v[i], cache.source_valid, cache.workspace);
+  auto hidden = frame.take<View2<T>>(b, d);
+  auto mean = frame.take<View1<T>>(b), rstd = frame.take<View1<T>>(b);
+  ops::layer_norm_forward<T>(x, decoder_gamma_->value, decoder_beta_->value,
+                             T(config_.layer_norm_eps), hidden, mean, rstd);
+  auto logits = frame.take<View2<T>>(b, config_.target_vocab);
+  generator(hidden, logits);
+  ops::log_softmax_forward<T>(logits, out);
+  ++cache.length;
+}
+
+template <class T>
+void EncoderDecoder<T>::reorder(DecodeCache<T>& cache,
+                                Kokkos::View<const int*, Layout, MemSpace> order) const {
+  require<ShapeError>(Index(order.extent(0)) == cache.batch, "EncoderDecoder::reorder: order has ",
+                      order.extent(0), " entries but the cache holds ", cache.batch, " sequences");
+  auto gather = [&](View3<T>& slot) {
+    View3<T> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, slot.label()), slot.extent(0),
+                 slot.extent(1), slot.extent(2));
+    gather_rows<T>(slot, order, out);
+    slot = out;
+  };
+  for (auto* group : {&cache.cross_k, &cache.cross_v, &cache.self_k, &cache.self_v})
+    for (auto& view : *group) gather(view);
+  gather(cache.memory);
+  Kokkos::View<int**, Layout, MemSpace> valid("decode_source_valid", cache.batch,
+                                              cache.source_length);
+  gather_mask(cache.source_valid, order, valid);
+  cache.source_valid = valid;
+}
+
+template <class T>
+std::vector<std::vector<int>> EncoderDecoder<T>::greedy(IdMatrix source, MaskMatrix source_valid,
+                                                        int start, int end,
+                                                        Index max_length) const {
+  const char* op = "EncoderDecoder::greedy";
+  for (const int id : {start, end})
+    require<ConfigError>(id >= 0 && id < config_.target_vocab, op, ": the start and end ids (",
+                         start, ", ", end, ") must be in the target vocabulary [0, ",
+                         config_.target_vocab, ")");
+  const Index rows = source.extent(0), vocab = config_.target_vocab;
+  DecodeCache<T> cache;
+  start_decoding(source, source_valid, max_length, cache);
+  Kokkos::View<int*, Layout, MemSpace> tokens("greedy_tokens", rows);
+  auto tokens_host = Kokkos::create_mirror_view(tokens);
+  View2<T> step_lp("greedy_log_probs", rows, vocab);
+  auto lp_host = Kokkos::create_mirror_view(step_lp);
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(rows));
+  std::vector<bool> ended(static_cast<std::size_t>(rows), false);
+  for (Index r = 0; r < rows; ++r) tokens_host(r) = start;
+  for (Index t = 0; t < max_length; ++t) {
+    Kokkos::deep_copy(tokens, tokens_host);
+    decode_step(tokens, cache, step_lp);
+    Kokkos::deep_copy(lp_host, step_lp);
+    for (Index r = 0; r < rows; ++r) {
+      if (ended[std::size_t(r)]) continue;
+      Index best = 0;  // the lowest id among equal maxima
+      for (Index v = 1; v < vocab; ++v)
+        if (lp_host(r, v) > lp_host(r, best)) best = v;
+      out[std::size_t(r)].push_back(int(best));
+      tokens_host(r) = int(best);
+      ended[std::size_t(r)] = best == end;
+    }
+    if (std::all_of(ended.begin(), ended.end(), [](bool x) { return x; })) break;
+  }
+  return out;
+}
+
+template <class T>
+std::vector<std::vector<int>> EncoderDecoder<T>::beam_search(IdMatrix source,
+                                                             MaskMatrix source_valid, int start,
+                                                             int end, Index max_length,
+                                                             const BeamOptions& options) const {
+  const char* op = "EncoderDecoder::beam_search";
+  require<ConfigError>(options.beam >= 1 && options.beam <= 1024, op, ": beam is ", options.beam,
+                       " but must be in [1, 1024]");
+  require<ConfigError>(std::isfinite(options.length_penalty) && options.length_penalty >= 0, op,
+                       ": length_penalty is ", options.length_penalty,
+                       " but must be finite and >= 0");
+  for (const int id : {start, end})
+    require<ConfigError>(id >= 0 && id < config_.target_vocab, op, ": the start and end ids (",
+                         start, ", ", end, ") must be in the target vocabulary [0, ",
+                         config_.target_vocab, ")");
+  const Index sources = source.extent(0), ls = source.extent(1), k = options.beam;
+  const Index rows = sources * k, vocab = config_.target_vocab;
+  // Every source repeated `beam` times: rows b * k .. b * k + k - 1.
+  Kokkos::View<int**, Layout, MemSpace> ids("beam_source", rows, ls);
+  Kokkos::View<int**, Layout, MemSpace> valid("beam_source_valid", rows, ls);
+  {
+    Kokkos::View<int*, Layout, MemSpace> repeat("beam_repeat", rows);
+    auto h = Kokkos::create_mirror_view(repeat);
+    for (Index r = 0; r < rows; ++r) h(r) = int(r / k);
+    Kokkos::deep_copy(repeat, h);
+    Kokkos::parallel_for(
+        "beam_repeat_sources", Policy2({0, 0}, {rows, ls}), KOKKOS_LAMBDA(Index r, Index j) {
+          ids(r, j) = source(repeat(r), j);
+          valid(r, j) = source_valid(repeat(r), j);
+        });
+  }
+  DecodeCache<T> cache;
+  start_decoding(ids, valid, max_length, cache);
+
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  std::vector<double> score(std::size_t(rows), minus_inf);
+  std::vector<std::vector<int>> alive(static_cast<std::size_t>(rows));
+  for (Index b = 0; b < sources; ++b) score[std::size_t(b * k)] = 0.0;  // one beam to start
+  struct Finished {
+    double normalised;
+    std::vector<int> tokens;
+  };
+  std::vector<std::vector<Finished>> finished(static_cast<std::size_t>(sources));
+  std::vector<bool> done(std::size_t(sources), false);
+  Kokkos::View<int*, Layout, MemSpace> tokens("beam_tokens", rows), order("beam_order", rows);
+  auto tokens_host = Kokkos::create_mirror_view(tokens);
+  auto order_host = Kokkos::create_mirror_view(order);
+  for (Index r = 0; r < rows; ++r) tokens_host(r) = start;
+  View2<T> step_lp("beam_log_probs", rows, vocab);
+  auto lp_host = Kokkos::create_mirror_view(step_lp);
+  std::vector<std::pair<double, Index>> candidates;
+
+  for (Index t = 0; t < max_length; ++t) {
+    Kokkos::deep_copy(tokens, tokens_host);
+    decode_step(tokens, cache, step_lp);
+    Kokkos::deep_copy(lp_host, step_lp);
+    std::vector<double> next_score(std::size_t(rows), minus_inf);
+    std::vector<std::vector<int>> next_alive(static_cast<std::size_t>(rows));
+    for (Index b = 0; b < sources; ++b) {
+      for (Index j = 0; j < k; ++j) {
+        order_host(b * k + j) = int(b * k + j);
+        tokens_host(b * k + j) = end;
+      }
+      if (done[std::size_t(b)]) continue;
+      // The 2k best (beam, token) extensions of this source's beams.
+      candidates.clear();
+      for (Index j = 0; j < k; ++j) {
+        const double base = score[std::size_t(b * k + j)];
+        if (base == minus_inf) continue;
+        for (Index v = 0; v < vocab; ++v)
+          candidates.emplace_back(base + double(lp_host(b * k + j, v)), j * vocab + v);
+      }
+      const std::size_t keep = std::min<std::size_t>(candidates.size(), std::size_t(2 * k));
+      std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
+                        [](const auto& x, const auto& y) {
+                          return x.first > y.first || (x.first == y.first && x.second < y.second);
+                        });
+      Index kept = 0;
+      for (std::size_t rank = 0; rank < keep && kept < k; ++rank) {
+        const Index from = candidates[rank].second / vocab;
+        const int token = int(candidates[rank].second % vocab);
+        auto hypothesis = alive[std::size_t(b * k + from)];
+        hypothesis.push_back(token);
+        if (token == end) {
+          // An ended hypothesis counts when it ranks among the k best (so that
+          // beam 1 stops where greedy decoding does).
+          if (Index(rank) < k)
+            finished[std::size_t(b)].push_back(
+                {candidates[rank].first /
+                     length_penalty(Index(hypothesis.size()), options.length_penalty),
+                 hypothesis});
+          continue;
+        }
+        const Index row = b * k + kept;
+        next_score[std::size_t(row)] = candidates[rank].first;
+        next_alive[std::size_t(row)] = std::move(hypothesis);
+        order_host(row) = int(b * k + from);
+        tokens_host(row) = token;
+        ++kept;
+      }
+      // Early stop: k hypotheses ended.
+      if (Index(finished[std::size_t(b)].size()) >= k || kept == 0) done[std::size_t(b)] = true;
+    }
+    score = std::move(next_score);
+    alive = std::move(next_alive);
+    if (std::all_of(done.begin(), done.end(), [](bool x) { return x; })) break;
+    if (t + 1 < max_length) {
+      Kokkos::deep_copy(order, order_host);
+      reorder(cache, order);
+    }
+  }
+  std::vector<std::vector<int>> out(static_cast<std::size_t>(sources));
+  for (Index b = 0; b < sources; ++b) {
+    double best = minus_inf;
+    for (const auto& f : finished[std::size_t(b)])
+      if (f.normalised > best) {
+        best = f.normalised;
+        out[std::size_t(b)] = f.tokens;
+      }
+    if (best == minus_inf)  // nothing ended within max_length: the best beam
+      for (Index j = 0; j < k; ++j) {
+        const double s = score[std::size_t(b * k + j)];
+        if (s == minus_inf) continue;
+        const double n =
+            s / length_penalty(Index(alive[std::size_t(b * k + j)].size()), options.length_penalty);
+        if (n > best) {
+          best = n;
+          out[std::size_t(b)] = alive[std::size_t(b * k + j)];
+        }
+      }
+  }
+  return out;
+}
+
+template struct TransformerState<float>;
+template struct TransformerState<double>;
+template class EncoderDecoder<float>;
+template class EncoderDecoder<double>;
+
+}  // namespace reformer::models

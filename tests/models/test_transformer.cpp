@@ -1,0 +1,259 @@
+// The encoder-decoder Transformer: gradients of the whole model (double, finite
+// differences, dropout and padding on both sides), cached decoding against
+// rerunning the decoder on the whole prefix, beam size 1 against greedy, and
+// the errors of bad input.
+#include "reformer/core/error.hpp"
+#include "reformer/models/transformer.hpp"
+#include "support/checks.hpp"
+#include "support/gradcheck.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+using attention::AttentionKind;
+using models::EncoderDecoder;
+using models::TransformerConfig;
+
+constexpr int kPad = 0, kStart = 1, kEnd = 2;
+
+TransformerConfig tiny(AttentionKind encoder, AttentionKind decoder, AttentionKind cross) {
+  TransformerConfig c;
+  c.source_vocab = 11;
+  c.target_vocab = 9;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.heads = 2;
+  c.d_head = 4;
+  c.encoder_layers = 2;
+  c.decoder_layers = 2;
+  c.max_length = 16;
+  c.encoder_attention = encoder;
+  c.decoder_attention = decoder;
+  c.cross_attention = cross;
+  c.dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.label_smoothing = 0.1;
+  c.ff_chunk = 5;
+  c.loss_chunk = 7;
+  c.local.chunk = 4;
+  c.lsh.chunk = 4;
+  c.lsh.n_hashes = 2;
+  c.lsh.n_buckets = {4};
+  return c;
+}
+
+Kokkos::View<int**, Layout, MemSpace> device_matrix(const std::vector<std::vector<int>>& rows) {
+  Kokkos::View<int**, Layout, MemSpace> m("ids", rows.size(), rows[0].size());
+  auto h = Kokkos::create_mirror_view(m);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < rows[i].size(); ++j) h(i, j) = rows[i][j];
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+// Two pairs: sources of 8 positions (the second padded after 5 tokens),
+// targets of 8 (the first padded after 6).
+struct Pairs {
+  Kokkos::View<int**, Layout, MemSpace> source =
+      device_matrix({{3, 4, 5, 6, 7, 8, 9, 10}, {10, 3, 3, 7, 5, kPad, kPad, kPad}});
+  Kokkos::View<int**, Layout, MemSpace> source_valid =
+      device_matrix({{1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0}});
+  Kokkos::View<int**, Layout, MemSpace> target_in =
+      device_matrix({{kStart, 3, 4, 5, 6, 7, kPad, kPad}, {kStart, 8, 3, 3, 7, 5, 6, 4}});
+  Kokkos::View<int**, Layout, MemSpace> target_out =
+      device_matrix({{3, 4, 5, 6, 7, kEnd, kPad, kPad}, {8, 3, 3, 7, 5, 6, 4, kEnd}});
+  Kokkos::View<int**, Layout, MemSpace> target_valid =
+      device_matrix({{1, 1, 1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 1, 1, 1}});
+  models::Seq2SeqBatch batch() const {
+    return {source, target_in, target_out, source_valid, target_valid};
+  }
+};
+
+class TransformerKinds
+    : public ::testing::TestWithParam<std::tuple<AttentionKind, AttentionKind, AttentionKind>> {};
+
+// Every parameter of the model, with dropout, label smoothing and padding on
+// both sides (the loss replays the same dropout masks and LSH rotations).
+TEST_P(TransformerKinds, WholeModelGradients) {
+  const auto [encoder, decoder, cross] = GetParam();
+  ParameterSet<double> params;
+  EncoderDecoder<double> model(tiny(encoder, decoder, cross), params);
+  model.init({7, 1});
+  models::TransformerState<double> state;
+  const Pairs pairs;
+  const models::ReformerCall call{{3, 5}, true};
+  params.zero_grad();
+  const auto result = model.forward_backward(pairs.batch(), kPad, call, state);
+  EXPECT_EQ(result.tokens, 14);  // the counted targets: 6 + 8
+  auto loss = [&] { return model.evaluate(pairs.batch(), kPad, call, state).loss; };
+  EXPECT_NEAR(loss(), result.loss, 1e-12);
+  for (const auto& name : params.names()) {
+    auto& p = params.get(name);
+    EXPECT_LT(gradient_error(p.value, p.grad, loss, 6), 1e-6) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EncoderDecoderCross, TransformerKinds,
+    ::testing::Values(
+        std::make_tuple(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full),
+        std::make_tuple(AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact),
+        std::make_tuple(AttentionKind::Local, AttentionKind::Exact, AttentionKind::Full)));
+
+TEST(Transformer, SharedAndTiedEmbeddingsGradients) {
+  auto config = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
+  config.source_vocab = config.target_vocab = 11;
+  config.share_embeddings = true;
+  config.tie_generator = true;
+  config.positions = models::PositionKind::Learned;
+  ParameterSet<double> params;
+  EncoderDecoder<double> model(config, params);
+  model.init({2, 2});
+  EXPECT_FALSE(params.contains("tgt_embed.table"));
+  EXPECT_FALSE(params.contains("generator.w"));
+  models::TransformerState<double> state;
+  const Pairs pairs;
+  const models::ReformerCall call{{4, 4}, true};
+  params.zero_grad();
+  model.forward_backward(pairs.batch(), kPad, call, state);
+  auto loss = [&] { return model.evaluate(pairs.batch(), kPad, call, state).loss; };
+  for (const auto& name : params.names()) {
+    auto& p = params.get(name);
+    EXPECT_LT(gradient_error(p.value, p.grad, loss, 8), 1e-6) << name;
+  }
+}
+
+// Cached decoding: each step's log-probabilities equal (relative to max(1, |x|))
+// those of the decoder rerun on the whole prefix (padded to the capacity; the causal mask keeps the
+// padding out), and the chosen tokens are the same.
+template <class T>
+void expect_cache_equals_rerun(AttentionKind decoder, AttentionKind cross, double tolerance) {
+  SCOPED_TRACE(std::string(attention::to_string(decoder)) + " / " + attention::to_string(cross));
+  auto config = tiny(AttentionKind::Full, decoder, cross);
+  ParameterSet<T> params;
+  EncoderDecoder<T> model(config, params);
+  model.init({9, 9});
+  const Pairs pairs;
+  const Index capacity = 8, batch = 2, vocab = config.target_vocab;
+  models::DecodeCache<T> cache;
+  model.start_decoding(pairs.source, pairs.source_valid, capacity, cache);
+  std::vector<std::vector<int>> prefix(batch, std::vector<int>(capacity, kPad));
+  Kokkos::View<int*, Layout, MemSpace> tokens("tokens", batch);
+  View2<T> cached("cached", batch, vocab);
+  View3<T> rerun("rerun", batch, capacity, vocab);
+  models::TransformerState<T> state;
+  auto ones = device_matrix(std::vector<std::vector<int>>(batch, std::vector<int>(capacity, 1)));
+  for (Index t = 0; t < capacity; ++t) {
+    auto tokens_host = Kokkos::create_mirror_view(tokens);
+    for (Index b = 0; b < batch; ++b) tokens_host(b) = t == 0 ? kStart : prefix[b][t];
+    Kokkos::deep_copy(tokens, tokens_host);
+    for (Index b = 0; b < batch; ++b) prefix[b][t] = tokens_host(b);
+    model.decode_step(tokens, cache, cached);
+    const auto in = device_matrix(prefix);
+    model.log_probs({pairs.source, in, in, pairs.source_valid, ones}, rerun, state);
+    const auto c = to_host(cached), r = to_host(rerun);
+    double worst = 0;
+    for (Index b = 0; b < batch; ++b) {
+      Index best = 0;
+      for (Index v = 0; v < vocab; ++v) {
+        const double want = r[std::size_t((b * capacity + t) * vocab + v)];
+        worst = std::max(
+            worst, std::abs(c[std::size_t(b * vocab + v)] - want) / std::max(1.0, std::abs(want)));
+        if (c[std::size_t(b * vocab + v)] > c[std::size_t(b * vocab + best)]) best = v;
+      }
+      if (t + 1 < capacity) prefix[b][t + 1] = int(best);  // the next input
+    }
+    EXPECT_LT(worst, tolerance) << "step " << t;
+  }
+  EXPECT_EQ(cache.length, capacity);
+  expect_error<ConfigError>([&] { model.decode_step(tokens, cache, cached); }, {"capacity"});
+}
+
+TEST(TransformerDecoding, CacheEqualsRerunningThePrefix) {
+  for (const auto decoder : {AttentionKind::Full, AttentionKind::Exact, AttentionKind::Local}) {
+    expect_cache_equals_rerun<double>(decoder, AttentionKind::Full, 1e-12);
+    expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12);
+    expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6);
+  }
+}
+
+TEST(TransformerDecoding, BeamOfOneIsGreedyAndBeamsEndOnEnd) {
+  const auto config = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
+  ParameterSet<double> params;
+  EncoderDecoder<double> model(config, params);
+  model.init({5, 6});
+  const Pairs pairs;
+  // Greedy decoding of an untrained model, with each token id as the end id in
+  // turn, so that some runs end early and some reach the length limit.
+  int ended_early = 0;
+  for (int end = 0; end < int(config.target_vocab); ++end) {
+    SCOPED_TRACE("end id " + std::to_string(end));
+    const auto greedy = model.greedy(pairs.source, pairs.source_valid, kStart, end, 10);
+    models::BeamOptions one;
+    one.beam = 1;
+    EXPECT_EQ(model.beam_search(pairs.source, pairs.source_valid, kStart, end, 10, one), greedy);
+    for (const auto& row : greedy) {
+      ASSERT_FALSE(row.empty());
+      ended_early += row.back() == end && row.size() < 10;
+      EXPECT_TRUE(row.back() == end || row.size() == 10u);
+    }
+    models::BeamOptions four;
+    four.beam = 4;
+    for (const auto& row :
+         model.beam_search(pairs.source, pairs.source_valid, kStart, end, 10, four)) {
+      ASSERT_FALSE(row.empty());
+      EXPECT_TRUE(row.back() == end || row.size() == 10u);
+      for (std::size_t i = 0; i + 1 < row.size(); ++i) EXPECT_NE(row[i], end);
+    }
+  }
+  EXPECT_GT(ended_early, 0);
+}
+
+TEST(Transformer, ClearErrors) {
+  ParameterSet<double> params;
+  auto lsh_decoder = tiny(AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Full);
+  expect_error<ConfigError>([&] { EncoderDecoder<double>(lsh_decoder, params); },
+                            {"decoder_attention is lsh"});
+  auto shared = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
+  shared.share_embeddings = true;
+  expect_error<ConfigError>([&] { EncoderDecoder<double>(shared, params); },
+                            {"share_embeddings", "11", "9"});
+  auto local_cross = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Local);
+  expect_error<ConfigError>([&] { EncoderDecoder<double>(local_cross, params); },
+                            {"cross_attention is local"});
+  EncoderDecoder<double> model(tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full),
+                               params);
+  model.init({1, 1});
+  models::TransformerState<double> state;
+  const Pairs pairs;
+  // A source longer than the model allows, ids outside the vocabulary.
+  const auto long_source = device_matrix(std::vector<std::vector<int>>(2, std::vector<int>(20, 3)));
+  auto batch = pairs.batch();
+  batch.source = long_source;
+  batch.source_valid = long_source;
+  expect_error<ShapeError>(
+      [&] {
+        model.evaluate(batch, kPad, {{}, false}, state);
+      },
+      {"source has length 20", "model.max_length = 16"});
+  const auto bad_ids = device_matrix({{3, 4, 5, 6, 7, 8, 9, 11}, {3, 3, 3, 3, 3, 3, 3, 3}});
+  batch = pairs.batch();
+  batch.source = bad_ids;
+  expect_error<Error>([&] { model.evaluate(batch, kPad, {{}, false}, state); }, {"11"});
+  expect_error<ConfigError>([&] { model.greedy(pairs.source, pairs.source_valid, kStart, 9, 4); },
+                            {"start and end ids", "[0, 9)"});
+  models::BeamOptions zero;
+  zero.beam = 0;
+  expect_error<ConfigError>(
+      [&] { model.beam_search(pairs.source, pairs.source_valid, kStart, kEnd, 4, zero); },
+      {"beam is 0"});
+}
+
+}  // namespace
+}  // namespace reformer
