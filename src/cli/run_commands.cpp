@@ -8,6 +8,7 @@
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/data/pairs.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/train/trainer.hpp"
 
@@ -34,6 +35,8 @@ struct RunArgs {
   double temperature = 0;
   std::int64_t top_k = 0;
   std::int64_t seed = 1;
+  std::int64_t beam = 1;
+  double length_penalty = 0.6;
 };
 
 int config_error(const std::exception& e) {
@@ -95,7 +98,11 @@ int run_train(const GlobalOptions& global, const RunArgs& args) {
   try {
     config = config::load_run_config(args.target, args.overrides);
     config.validate();
-    data::make_task(config.data);  // a missing or short data file fails here
+    // A missing, special or malformed data file fails here.
+    if (data::is_pair_task(config.data.task))
+      data::make_pair_task(data::pair_config(config.data));
+    else
+      data::make_task(config.data);
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
@@ -137,9 +144,11 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
   }
   Runtime runtime({global.threads, -1, true});
   const auto r = train::evaluate_checkpoint(args.target, args.overrides, split, args.batches);
-  std::printf("%s on %s (%lld tokens): loss %.5f, bits/token %.5f, accuracy %.5f\n",
+  std::printf("%s on %s (%lld tokens): loss %.5f, bits/token %.5f, accuracy %.5f",
               train::resolve_checkpoint(args.target).c_str(), args.split.c_str(),
               static_cast<long long>(r.tokens), r.loss, r.bits_per_token, r.accuracy);
+  if (r.exact_match >= 0) std::printf(", exact match %.5f", r.exact_match);
+  std::printf("\n");
   return 0;
 }
 
@@ -152,7 +161,10 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
                                                  checkpoint, args.overrides);
     config.validate();
     bytes = config.data.task == data::TaskKind::Bytes;
-    if (args.has_prompt) {
+    if (config.model_type == "transformer") {
+      require<ConfigError>(!args.has_prompt || !args.prompt.empty(), "generate: --prompt is empty");
+      options.source_text = args.prompt;
+    } else if (args.has_prompt) {
       options.prompt = prompt_ids(args.prompt, bytes);
       require<ConfigError>(!options.prompt.empty(), "generate: --prompt is empty");
     }
@@ -165,8 +177,19 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
   options.temperature = args.temperature;
   options.top_k = args.top_k;
   options.seed = std::uint64_t(args.seed);
+  options.beam = args.beam;
+  options.length_penalty = args.length_penalty;
   Runtime runtime({global.threads, -1, true});
   const auto r = train::generate(args.target, args.overrides, options);
+  if (r.seq2seq) {
+    std::printf("source:    %s\n", r.prompt_text.c_str());
+    std::printf("generated: %s\n", r.generated_text.c_str());
+    if (!r.expected.empty()) {
+      std::printf("expected:  %s\n", r.expected_text.c_str());
+      std::printf("%s\n", r.generated == r.expected ? "exact match" : "differs from the target");
+    }
+    return 0;
+  }
   std::printf("prompt:    %s\n", show(r.prompt, bytes).c_str());
   std::printf("generated: %s\n", show(r.generated, bytes).c_str());
   if (!r.expected.empty()) {
@@ -214,6 +237,13 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
       ->check(CLI::Range(0.0, 1e6));
   gen->add_option("--top-k", args.top_k, "Sample among the k most likely (0 = all)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  gen->add_option("--beam", args.beam,
+                  "Encoder-decoder: beam size (default 1: greedy); the search of a source stops "
+                  "when `beam` hypotheses have ended")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1024)));
+  gen->add_option("--length-penalty", args.length_penalty,
+                  "Encoder-decoder beam search: alpha of ((5 + length) / 6)^alpha (default 0.6)")
+      ->check(CLI::Range(0.0, 10.0));
   gen->add_option("--seed", args.seed, "Sampling seed, in [0, 2^63)")
       ->check(CLI::Range(std::int64_t(0), std::numeric_limits<std::int64_t>::max()));
   gen->callback([&run, &global] { run = [&global] { return run_generate(global, args); }; });

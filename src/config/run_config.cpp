@@ -212,11 +212,13 @@ std::string activation_name(ops::Activation a) {
   [](RunConfig & c) -> auto& { return c.member; }
 
 std::vector<Key> make_keys() {
+  using attention::AttentionKind;
   using models::PositionKind;
   std::vector<Key> k;
   k.push_back(string_key("run.dir", REFORMER_FIELD(run_dir)));
   k.push_back(string_key("run.name", REFORMER_FIELD(name)));
 
+  k.push_back(choice_key("model.type", REFORMER_FIELD(model_type), {"reformer", "transformer"}));
   k.push_back(integer_key("model.vocab", REFORMER_FIELD(model.vocab)));
   k.push_back(integer_key("model.d_model", REFORMER_FIELD(model.d_model)));
   k.push_back(integer_key("model.d_ff", REFORMER_FIELD(model.d_ff)));
@@ -276,14 +278,40 @@ std::vector<Key> make_keys() {
   k.push_back(integer_key("model.local.chunk", REFORMER_FIELD(model.local.chunk)));
   k.push_back(integer_key("model.local.n_before", REFORMER_FIELD(model.local.n_before)));
 
+  // model.type = "transformer" (the encoder-decoder): the keys above that apply
+  // (widths, heads, positions, dropout, chunks, lsh, local) and these.
+  k.push_back(
+      integer_key("model.seq2seq.encoder_layers", REFORMER_FIELD(transformer.encoder_layers)));
+  k.push_back(
+      integer_key("model.seq2seq.decoder_layers", REFORMER_FIELD(transformer.decoder_layers)));
+  for (const auto& [name, member] :
+       std::vector<std::pair<std::string, AttentionKind models::TransformerConfig::*>>{
+           {"model.seq2seq.encoder_attention", &models::TransformerConfig::encoder_attention},
+           {"model.seq2seq.decoder_attention", &models::TransformerConfig::decoder_attention},
+           {"model.seq2seq.cross_attention", &models::TransformerConfig::cross_attention}}) {
+    const auto field = member;
+    k.push_back(enum_key<AttentionKind>(
+        name, [field](RunConfig& c) -> AttentionKind& { return c.transformer.*field; },
+        {AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact},
+        [](AttentionKind a) { return std::string(attention::to_string(a)); },
+        attention::parse_attention_kind));
+  }
+  k.push_back(
+      bool_key("model.seq2seq.share_embeddings", REFORMER_FIELD(transformer.share_embeddings)));
+  k.push_back(bool_key("model.seq2seq.tie_generator", REFORMER_FIELD(transformer.tie_generator)));
+
   k.push_back(enum_key<data::TaskKind>(
       "data.task", REFORMER_FIELD(data.task),
-      {data::TaskKind::Duplication, data::TaskKind::Copy, data::TaskKind::Bytes},
+      {data::TaskKind::Duplication, data::TaskKind::Copy, data::TaskKind::Bytes,
+       data::TaskKind::PairCopy, data::TaskKind::PairReverse, data::TaskKind::Parallel},
       [](data::TaskKind t) { return std::string(data::to_string(t)); }, data::parse_task_kind));
   k.push_back(integer_key("data.length", REFORMER_FIELD(data.length)));
   k.push_back(integer_key("data.vocab", REFORMER_FIELD(data.vocab)));
   k.push_back(seed_key("data.seed", REFORMER_FIELD(data.seed)));
   k.push_back(string_key("data.path", REFORMER_FIELD(data.path)));
+  k.push_back(choice_key("data.units", REFORMER_FIELD(data.units), {"bytes", "chars"}));
+  k.push_back(integer_key("data.min_symbols", REFORMER_FIELD(data.min_symbols)));
+  k.push_back(integer_key("data.max_symbols", REFORMER_FIELD(data.max_symbols)));
 
   k.push_back(integer_key("train.steps", REFORMER_FIELD(train.steps)));
   k.push_back(integer_key("train.batch", REFORMER_FIELD(train.batch)));
@@ -323,8 +351,8 @@ const std::vector<Key>& keys() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names{"run",  "model", "model.lsh", "model.local",
-                                              "data", "train", "train.adam"};
+  static const std::vector<std::string> names{"run",           "model", "model.lsh", "model.local",
+                                              "model.seq2seq", "data",  "train",     "train.adam"};
   return names;
 }
 
@@ -552,11 +580,53 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 
 }  // namespace
 
+models::TransformerConfig transformer_config(const RunConfig& config, Index vocab) {
+  models::TransformerConfig t = config.transformer;
+  const auto& m = config.model;
+  t.source_vocab = t.target_vocab = vocab;
+  t.d_model = m.d_model;
+  t.d_ff = m.d_ff;
+  t.heads = m.heads;
+  t.d_head = m.d_head;
+  t.max_length = m.max_length;
+  t.positions = m.positions;
+  t.dropout = m.dropout;
+  t.attention_dropout = m.attention_dropout;
+  t.label_smoothing = m.label_smoothing;
+  t.ff_chunk = m.ff_chunk;
+  t.loss_chunk = m.loss_chunk;
+  t.lsh = m.lsh;
+  t.local = m.local;
+  return t;
+}
+
 void RunConfig::validate() const {
+  const char* op = "RunConfig";
+  if (model_type == "transformer") {
+    require<ConfigError>(data::is_pair_task(data.task), op, ": model.type is transformer but ",
+                         "data.task is ", data::to_string(data.task),
+                         "; the encoder-decoder trains on seq2seq_copy, seq2seq_reverse or "
+                         "parallel");
+    data.validate();
+    train.validate();
+    require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
+    // The task's vocabulary is known once a parallel file is read; data.vocab
+    // stands in for it here.
+    transformer_config(*this, data.task == data::TaskKind::Parallel ? 259 : data.vocab).validate();
+    require<ConfigError>(data.length <= model.max_length, op, ": data.length is ", data.length,
+                         " but model.max_length is ", model.max_length,
+                         "; sources and targets must fit the model");
+    return;
+  }
+  require<ConfigError>(model_type == "reformer", op, ": model.type is '", model_type,
+                       "' but must be reformer or transformer");
+  require<ConfigError>(!data::is_pair_task(data.task), op, ": data.task is ",
+                       data::to_string(data.task),
+                       ", a source/target pair task, but model.type is reformer; set model.type "
+                       "= \"transformer\"");
   model.validate();
   data.validate();
   train.validate();
-  const char* op = "RunConfig";
   require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
   try {
     model.validate_length(data.length);

@@ -1,6 +1,7 @@
 #include "reformer/data/data_config.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/data/pairs.hpp"
 
 #include <climits>
 
@@ -14,15 +15,43 @@ const char* to_string(TaskKind kind) {
       return "copy";
     case TaskKind::Bytes:
       return "bytes";
+    case TaskKind::PairCopy:
+      return "seq2seq_copy";
+    case TaskKind::PairReverse:
+      return "seq2seq_reverse";
+    case TaskKind::Parallel:
+      return "parallel";
   }
   throw Error("to_string: invalid TaskKind");
 }
 
+bool is_pair_task(TaskKind kind) {
+  return kind == TaskKind::PairCopy || kind == TaskKind::PairReverse || kind == TaskKind::Parallel;
+}
+
 TaskKind parse_task_kind(const std::string& name) {
-  for (const TaskKind kind : {TaskKind::Duplication, TaskKind::Copy, TaskKind::Bytes})
+  for (const TaskKind kind : {TaskKind::Duplication, TaskKind::Copy, TaskKind::Bytes,
+                              TaskKind::PairCopy, TaskKind::PairReverse, TaskKind::Parallel})
     if (name == to_string(kind)) return kind;
-  throw ConfigError(
-      detail::concat("data.task \"", name, "\" is unknown; choose duplication, copy or bytes"));
+  throw ConfigError(detail::concat("data.task \"", name,
+                                   "\" is unknown; choose duplication, copy or bytes (language "
+                                   "models), or seq2seq_copy, seq2seq_reverse or parallel "
+                                   "(the encoder-decoder)"));
+}
+
+PairDataConfig pair_config(const DataConfig& c) {
+  PairDataConfig p;
+  p.task = c.task == TaskKind::PairReverse ? PairTaskKind::Reverse
+           : c.task == TaskKind::Parallel  ? PairTaskKind::Parallel
+                                           : PairTaskKind::Copy;
+  p.length = c.length;
+  p.min_symbols = c.min_symbols;
+  p.max_symbols = c.max_symbols;
+  p.vocab = c.vocab;
+  p.seed = c.seed;
+  p.path = c.path;
+  p.units = c.units;
+  return p;
 }
 
 void DataConfig::validate() const {
@@ -30,6 +59,10 @@ void DataConfig::validate() const {
   // Ids are ints on the device and a window of length + 1 must be addressable.
   require<ConfigError>(length >= 1 && length < INT_MAX, op, ": data.length is ", length,
                        " but must be in [1, ", INT_MAX, ")");
+  if (is_pair_task(task)) {
+    pair_config(*this).validate();
+    return;
+  }
   switch (task) {
     case TaskKind::Duplication:
       require<ConfigError>(length >= 4 && length % 2 == 0, op, ": data.length is ", length,
@@ -55,6 +88,8 @@ void DataConfig::validate() const {
       require<ConfigError>(vocab == 256, op, ": data.vocab is ", vocab,
                            " but the bytes task has exactly 256 ids (one per byte value); set "
                            "data.vocab = 256");
+      break;
+    default:
       break;
   }
 }

@@ -150,6 +150,12 @@ std::unique_ptr<Task> make_task(const DataConfig& config) {
       return std::make_unique<CopyTask>(config);
     case TaskKind::Bytes:
       return internal::make_bytes_task(config);
+    case TaskKind::PairCopy:
+    case TaskKind::PairReverse:
+    case TaskKind::Parallel:
+      throw ConfigError(detail::concat("data.task is ", to_string(config.task),
+                                       ", a source/target pair task: it trains model.type = "
+                                       "\"transformer\" (data/pairs.hpp)"));
   }
   throw Error("make_task: invalid TaskKind");
 }

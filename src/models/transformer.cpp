@@ -90,8 +90,8 @@ void TransformerConfig::validate() const {
                                                   {"d_ff", d_ff},
                                                   {"heads", heads},
                                                   {"d_head", d_head},
-                                                  {"encoder_layers", encoder_layers},
-                                                  {"decoder_layers", decoder_layers},
+                                                  {"seq2seq.encoder_layers", encoder_layers},
+                                                  {"seq2seq.decoder_layers", decoder_layers},
                                                   {"max_length", max_length},
                                                   {"loss_chunk", loss_chunk}})
     require<ConfigError>(value > 0, kOp, ": model.", key, " is ", value, " but must be positive");
@@ -99,17 +99,18 @@ void TransformerConfig::validate() const {
                        ": the vocabularies (", source_vocab, ", ", target_vocab,
                        ") must be at most ", INT_MAX, " (ids are ints)");
   require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
-                       ": encoder_layers and decoder_layers must be at most 100000");
+                       ": model.seq2seq.encoder_layers and decoder_layers must be at most 100000");
   require<ConfigError>(ff_chunk >= 0, kOp, ": model.ff_chunk is ", ff_chunk,
                        " but must be >= 0 (0: all positions at once)");
   require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
                        kOp, ": model.positions is ", to_string(positions),
                        " but the encoder-decoder takes sinusoidal or learned positions");
-  require<ConfigError>(decoder_attention != AttentionKind::Lsh, kOp,
-                       ": model.decoder_attention is lsh but the decoder's self-attention must "
-                       "be full, exact or local (LSH serves the encoder)");
+  require<ConfigError>(
+      decoder_attention != AttentionKind::Lsh, kOp,
+      ": model.seq2seq.decoder_attention is lsh but the decoder's self-attention must "
+      "be full, exact or local (LSH serves the encoder)");
   require<ConfigError>(!share_embeddings || source_vocab == target_vocab, kOp,
-                       ": model.share_embeddings is true but source_vocab (", source_vocab,
+                       ": model.seq2seq.share_embeddings is true but source_vocab (", source_vocab,
                        ") and target_vocab (", target_vocab,
                        ") differ; one table needs one vocabulary");
   require_rate("dropout", dropout);
@@ -409,7 +410,7 @@ ops::CrossEntropyResult EncoderDecoder<T>::evaluate(const Seq2SeqBatch& batch, i
 
 template <class T>
 void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
-                                  TransformerState<T>& state) const {
+                                  TransformerState<T>& state, bool encode_source) const {
   const char* op = "EncoderDecoder::log_probs";
   check_batch(op, batch);
   const Index b = batch.target_in.extent(0), lt = batch.target_in.extent(1);
@@ -419,7 +420,9 @@ void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
                       ", ", config_.target_vocab, "]");
   const ReformerCall call{{}, false};
   state.call = call;
-  encode(batch.source, batch.source_valid, call, state);
+  if (encode_source || state.batch != b || state.source_length != Index(batch.source.extent(1)) ||
+      !state.memory.data())
+    encode(batch.source, batch.source_valid, call, state);
   decode(batch, call, state);
   Workspace::Frame frame(state.workspace);
   const Index rows = b * lt;

@@ -248,6 +248,41 @@ std::int64_t predict_state_bytes(const models::ReformerConfig& c, std::int64_t s
   return saturated_bytes(4 * count * double(scalar_bytes));
 }
 
+RunMemory predict_run_memory(const models::TransformerConfig& c, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training) {
+  using attention::AttentionKind;
+  const double s = double(scalar_bytes), d = c.d_model, f = c.d_ff, x = double(batch) * length;
+  const double inner = double(c.heads) * c.d_head, heads = c.heads;
+  const double vs = c.source_vocab, vt = c.target_vocab;
+  double count = vs * d + (c.share_embeddings ? 0 : vt * d) + (c.tie_generator ? 0 : d * vt) + vt;
+  if (c.positions == models::PositionKind::Learned) count += 2.0 * c.max_length * d;
+  const double ff = 2 * d + 2 * d * f + f + d;
+  count += double(c.encoder_layers) * (2 * d + 4 * d * inner + ff);
+  count += double(c.decoder_layers) * (4 * d + 8 * d * inner + ff) + 4 * d;
+  // Per layer: the inputs of its sub-layers, q, k, v and attended, the
+  // logsumexp or full attention's probabilities (and their dropout mask).
+  const double scores = double(batch) * heads * double(length) * length;
+  auto attention = [&](AttentionKind kind) {
+    const double probs =
+        kind == AttentionKind::Full ? scores * (c.attention_dropout > 0 ? 2 : 1) : x * heads;
+    const double rounds = kind == AttentionKind::Lsh ? double(c.lsh.n_hashes) : 1.0;
+    return 4 * x * inner + probs * rounds;
+  };
+  double stored = double(c.encoder_layers) * (2 * x * d + attention(c.encoder_attention));
+  stored += double(c.decoder_layers) *
+            (3 * x * d + attention(c.decoder_attention) + attention(c.cross_attention));
+  // Streams and their gradients, the memory and its statistics, and a
+  // workspace of the feed-forward hidden rows, the attention temporaries and one
+  // chunk of logits.
+  const double rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
+  const double workspace = 8 * x * d + 4 * rows * f + 2 * attention(AttentionKind::Full) +
+                           std::min(double(c.loss_chunk), x) * vt + 6 * x * inner;
+  RunMemory memory;
+  memory.state = saturated_bytes(count * s * (training ? 4 : 1));
+  memory.peak = saturated_bytes((6 * x * d + stored + workspace) * s);
+  return memory;
+}
+
 std::int64_t RunMemory::total() const { return saturated_bytes(double(state) + double(peak)); }
 
 RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,

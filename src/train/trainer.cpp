@@ -3,6 +3,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/data/pairs.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/io/files.hpp"
 #include "reformer/models/reformer_lm.hpp"
@@ -11,6 +12,7 @@
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/schedule.hpp"
+#include "train/workload.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -218,27 +220,28 @@ struct Model {
 };
 
 template <class T>
-EvalResult evaluate_model(Model<T>& m, const data::Task& task, data::Split split,
-                          std::int64_t batches, std::int64_t batch_size, std::uint64_t seed) {
+EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t batches,
+                             std::int64_t batch_size, std::uint64_t seed) {
   EvalResult result;
   double loss_sum = 0;
   std::int64_t correct = 0;
-  data::DeviceBatch device;
+  Index same = 0, decoded = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
-    const auto batch = task.batch(split, std::uint64_t(i), batch_size);
-    if (!device.inputs.data()) device = data::to_device(batch);
-    data::copy_to_device(batch, device);
-    const auto r = m.model.evaluate(device.inputs, device.targets, task.ignore_id(),
-                                    {{seed, stream_id(kEval, std::uint64_t(i))}, false}, m.state);
+    const auto r = w.evaluate(split, std::uint64_t(i), batch_size,
+                              {{seed, stream_id(kEval, std::uint64_t(i))}, false});
     loss_sum += r.loss * double(r.tokens);
     result.tokens += r.tokens;
     correct += r.correct;
+    const auto [match, total] = w.exact_matches(split, std::uint64_t(i), batch_size);
+    same += match;
+    decoded += total;
   }
   if (result.tokens > 0) {
     result.loss = loss_sum / double(result.tokens);
     result.accuracy = double(correct) / double(result.tokens);
   }
   result.bits_per_token = result.loss / std::log(2.0);
+  if (decoded > 0) result.exact_match = double(same) / double(decoded);
   return result;
 }
 
@@ -295,9 +298,17 @@ std::string gib(std::int64_t bytes) { return number(double(bytes) / double(1 << 
 // Stops before anything is allocated when the prediction of `reformer memory`
 // for this run does not fit the free memory of the device (MemoryError naming
 // the need, the free memory and the keys to change).
-void require_memory_fits(const models::ReformerConfig& model, Index batch, Index length,
-                         const std::string& dtype, bool training, const char* op) {
-  const auto need = predict_run_memory(model, batch, length, dtype == "double" ? 8 : 4, training);
+void require_memory_fits(const config::RunConfig& config, Index batch, bool training,
+                         const char* op) {
+  const Index length = config.data.length;
+  const std::int64_t scalar = config.train.dtype == "double" ? 8 : 4;
+  const auto need =
+      config.model_type == "transformer"
+          ? predict_run_memory(
+                config::transformer_config(
+                    config, config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab),
+                batch, length, scalar, training)
+          : predict_run_memory(config.model, batch, length, scalar, training);
   const std::int64_t available = available_memory_bytes();
   if (available < 0) return;  // unknown: nothing to compare with
   require<MemoryError>(
@@ -314,7 +325,7 @@ template <class T>
 TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
   std::ostream& out = options.out ? *options.out : std::cout;
   const auto& tc = config.train;
-  require_memory_fits(config.model, tc.batch, config.data.length, tc.dtype, true, "train");
+  require_memory_fits(config, tc.batch, true, "train");
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
   fs::create_directories(config.run_dir);
@@ -351,18 +362,18 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     skipped = meta.skipped_batches;
   }
 
-  auto task = data::make_task(config.data);
-  Model<T> m(config.model);
-  m.model.init({tc.seed, stream_id(kInit)});
+  const auto workload = make_workload<T>(config);
+  Workload<T>& w = *workload;
+  w.init({tc.seed, stream_id(kInit)});
   AdamConfig adam_config = tc.adam;
   adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
-  Adam<T> adam(m.params, adam_config);
+  Adam<T> adam(w.params, adam_config);
   const auto schedule = LearningRateSchedule::from_name(to_string(tc.schedule), tc.learning_rate,
                                                         std::max<std::int64_t>(1, tc.warmup_steps),
                                                         config.model.d_model);
   const std::string resolved = config::to_toml(config);
   if (!resume_from.empty()) {
-    io::load_checkpoint<T>(resume_from, m.params, &adam);  // refuses non-finite values
+    io::load_checkpoint<T>(resume_from, w.params, &adam);  // refuses non-finite values
     out << "resumed from " << resume_from << " at step " << summary.first_step << '\n';
     if (summary.first_step == tc.steps)
       out << "the run has already taken its train.steps = " << tc.steps
@@ -375,10 +386,10 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   tracker.install();
   SignalGuard signals(options.handle_signals);
 
-  out << "run " << config.run_dir << ": " << task->describe() << "; " << m.params.size()
-      << " tensors, " << m.params.total_elements() << " parameters (" << config.model.layers
-      << " layers, " << (config.model.reversible ? "reversible" : "stored") << ", " << tc.dtype
-      << ")\n";
+  const bool stored = config.model_type == "transformer" || !config.model.reversible;
+  out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
+      << w.params.total_elements() << " parameters (" << config.model_type << ", " << w.layers()
+      << " layers, " << (stored ? "stored" : "reversible") << ", " << tc.dtype << ")\n";
 
   auto newest_checkpoint = [&]() -> std::string {
     const auto latest = io::latest_checkpoint(config.run_dir);
@@ -386,7 +397,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   };
   auto checkpoint = [&](std::int64_t step) {
     // Never a non-finite checkpoint: it would be the newest and prune finite ones.
-    const std::int64_t bad = count_nonfinite<T>(m.params.values()) +
+    const std::int64_t bad = count_nonfinite<T>(w.params.values()) +
                              count_nonfinite<T>(adam.first_moments()) +
                              count_nonfinite<T>(adam.second_moments());
     require<DivergenceError>(bad == 0, "train: after step ", step, " ", bad,
@@ -403,26 +414,28 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     meta.skipped_batches = skipped;
     meta.config = resolved;
     const auto path = io::checkpoint_file(config.run_dir, step);
-    io::save_checkpoint<T>(path, m.params, &adam, meta);
+    io::save_checkpoint<T>(path, w.params, &adam, meta);
     io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
     summary.checkpoint = path;
   };
   auto evaluate = [&](std::int64_t step) {
     const auto start = Clock::now();
     summary.last_eval =
-        evaluate_model(m, *task, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed);
+        evaluate_workload(w, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const auto& e = summary.last_eval;
     out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
-        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5) << " (" << e.tokens
-        << " tokens, " << number(seconds, 3) << " s)\n";
+        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5)
+        << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
+        << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
     metrics.row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
                  number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "", "",
                  "", ""});
-    return tc.target_accuracy > 0 && e.accuracy >= tc.target_accuracy;
+    // With exact matches (the encoder-decoder), the target is on whole sequences.
+    const double score = e.exact_match >= 0 ? e.exact_match : e.accuracy;
+    return tc.target_accuracy > 0 && score >= tc.target_accuracy;
   };
 
-  data::DeviceBatch device;
   const auto loop_start = Clock::now();
   auto window_start = loop_start;
   std::int64_t window_tokens = 0;
@@ -431,16 +444,13 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   std::int64_t step = summary.first_step;
   while (step < tc.steps) {
     tracker.clear_phases();
-    m.params.zero_grad();
+    w.params.zero_grad();
     double step_loss = 0;
     std::int64_t step_tokens = 0, step_correct = 0;
     for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
-      const auto batch = task->batch(data::Split::Train, data_position++, tc.batch);
-      if (!device.inputs.data()) device = data::to_device(batch);
-      data::copy_to_device(batch, device);
-      const auto r = m.model.forward_backward(
-          device.inputs, device.targets, task->ignore_id(),
-          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true}, m.state);
+      const auto r = w.forward_backward(
+          data_position++, tc.batch,
+          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true});
       step_loss += r.loss / double(tc.accumulate);
       step_tokens += r.tokens;
       step_correct += r.correct;
@@ -449,8 +459,8 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     {
       ScopedMemoryPhase phase("optimizer");
       if (tc.accumulate > 1)
-        ops::axpby<T>(T(0), m.params.grads(), T(1.0 / double(tc.accumulate)), m.params.grads());
-      if (std::isfinite(step_loss)) grad_norm = global_grad_norm(m.params);
+        ops::axpby<T>(T(0), w.params.grads(), T(1.0 / double(tc.accumulate)), w.params.grads());
+      if (std::isfinite(step_loss)) grad_norm = global_grad_norm(w.params);
       // The divergence guard: a non-finite loss or gradient norm never reaches
       // the optimizer. The batch is skipped (up to train.skip_nonfinite times)
       // or the run stops, with the parameters as they were.
@@ -474,13 +484,13 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
             " now), or resume this one with train.skip_nonfinite = N (", tc.skip_nonfinite,
             " now) to skip such batches"));
       }
-      if (tc.clip_norm > 0) clip_grad_norm(m.params, tc.clip_norm, grad_norm);
+      if (tc.clip_norm > 0) clip_grad_norm(w.params, tc.clip_norm, grad_norm);
       adam.step(schedule(step + 1));
     }
     Kokkos::fence();
     ++step;
     summary.losses.push_back(step_loss);
-    window_tokens += tc.batch * tc.accumulate * config.data.length;
+    window_tokens += tc.batch * tc.accumulate * w.sequence_tokens();
     window_loss += step_loss;
     window_accuracy += step_tokens > 0 ? double(step_correct) / double(step_tokens) : 0.0;
     ++window_steps;
@@ -551,12 +561,11 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
 
 template <class T>
 EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t batches) {
-  require_memory_fits(run.config.model, run.config.train.batch, run.config.data.length,
-                      run.config.train.dtype, false, "eval");
-  auto task = data::make_task(run.config.data);
-  Model<T> m(run.config.model);
-  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
-  return evaluate_model(m, *task, split, batches, run.config.train.batch, run.config.train.seed);
+  require_memory_fits(run.config, run.config.train.batch, false, "eval");
+  const auto workload = make_workload<T>(run.config);
+  io::load_checkpoint<T>(run.checkpoint, workload->params, nullptr);
+  return evaluate_workload(*workload, split, batches, run.config.train.batch,
+                           run.config.train.seed);
 }
 
 // Index of the next token: argmax at temperature 0, else a sample from
@@ -585,8 +594,7 @@ int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64
 
 template <class T>
 GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
-  require_memory_fits(run.config.model, 1, run.config.data.length, run.config.train.dtype, false,
-                      "generate");
+  require_memory_fits(run.config, 1, false, "generate");
   auto task = data::make_task(run.config.data);
   Model<T> m(run.config.model);
   io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
@@ -628,6 +636,70 @@ GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options)
   return result;
 }
 
+// The symbols of a row up to the end id (not included).
+std::vector<int> until_end(const data::HostTokens& t, Index row) {
+  std::vector<int> out;
+  for (Index j = 0; j < Index(t.extent(1)) && t(row, j) != data::PairTask::kEnd; ++j)
+    out.push_back(t(row, j));
+  return out;
+}
+
+// Decoding a source with the encoder-decoder: greedy, or beam search.
+template <class T>
+GenerateResult translate_typed(const Loaded& run, const GenerateOptions& options) {
+  require_memory_fits(run.config, std::max<Index>(1, options.beam), false, "generate");
+  const auto task = data::make_pair_task(data::pair_config(run.config.data));
+  ParameterSet<T> params;
+  models::EncoderDecoder<T> model(seq2seq_model_config(run.config, *task), params);
+  io::load_checkpoint<T>(run.checkpoint, params, nullptr);
+  const Index length = task->length();
+  GenerateResult result;
+  result.seq2seq = true;
+  if (options.source_text.empty()) {
+    const auto pair = task->batch(data::Split::Valid, 0, 1);
+    result.prompt = until_end(pair.source, 0);
+    result.expected = until_end(pair.target_out, 0);
+  } else {
+    result.prompt = task->encode(options.source_text);
+  }
+  require<ConfigError>(!result.prompt.empty() && Index(result.prompt.size()) < length,
+                       "generate: the source has ", result.prompt.size(),
+                       " symbols but must have between 1 and data.length - 1 = ", length - 1);
+  Kokkos::View<int**, Layout, MemSpace> source("generate_source", 1, length);
+  Kokkos::View<int**, Layout, MemSpace> valid("generate_source_valid", 1, length);
+  {
+    auto s = Kokkos::create_mirror_view(source);
+    auto v = Kokkos::create_mirror_view(valid);
+    const Index n = Index(result.prompt.size());
+    for (Index t = 0; t < length; ++t) {
+      s(0, t) = t < n    ? result.prompt[std::size_t(t)]
+                : t == n ? data::PairTask::kEnd
+                         : data::PairTask::kPad;
+      v(0, t) = t <= n;
+    }
+    Kokkos::deep_copy(source, s);
+    Kokkos::deep_copy(valid, v);
+  }
+  const Index limit = options.tokens > 0 ? std::min<Index>(length, options.tokens) : length;
+  std::vector<std::vector<int>> out;
+  if (options.beam > 1) {
+    models::BeamOptions beam;
+    beam.beam = options.beam;
+    beam.length_penalty = options.length_penalty;
+    out =
+        model.beam_search(source, valid, data::PairTask::kStart, data::PairTask::kEnd, limit, beam);
+  } else {
+    out = model.greedy(source, valid, data::PairTask::kStart, data::PairTask::kEnd, limit);
+  }
+  result.generated = out[0];
+  if (!result.generated.empty() && result.generated.back() == data::PairTask::kEnd)
+    result.generated.pop_back();
+  result.prompt_text = task->decode(result.prompt);
+  result.generated_text = task->decode(result.generated);
+  result.expected_text = task->decode(result.expected);
+  return result;
+}
+
 }  // namespace
 
 TrainSummary run_training(const config::RunConfig& config, const TrainOptions& options) {
@@ -662,6 +734,12 @@ GenerateResult generate(const std::string& run_or_checkpoint,
   require<ConfigError>(options.top_k >= 0, "generate: top_k is ", options.top_k,
                        " but must be >= 0 (0 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
+  if (run.config.model_type == "transformer") {
+    require<ConfigError>(options.beam >= 1 && options.beam <= 1024, "generate: beam is ",
+                         options.beam, " but must be in [1, 1024]");
+    if (run.config.train.dtype == "double") return translate_typed<double>(run, options);
+    return translate_typed<float>(run, options);
+  }
   if (run.config.train.dtype == "double") return generate_typed<double>(run, options);
   return generate_typed<float>(run, options);
 }

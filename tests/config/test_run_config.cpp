@@ -386,6 +386,39 @@ TEST(RunConfig, ContradictionsNameBothKeys) {
                             {"train.warmup_steps is 0", "noam needs warmup_steps >= 1"});
 }
 
+// model.type = "transformer" reads [model] and [model.seq2seq] into the
+// encoder-decoder's config and needs a pair task; the language model refuses one.
+TEST(RunConfig, EncoderDecoderType) {
+  const std::string base =
+      "[model]\ntype = \"transformer\"\npositions = \"learned\"\nd_model = 32\nheads = 2\n"
+      "d_head = 16\nmax_length = 64\n[model.seq2seq]\nencoder_layers = 3\n"
+      "cross_attention = \"exact\"\ntie_generator = true\n[data]\ntask = \"seq2seq_reverse\"\n"
+      "length = 20\nvocab = 30\nmin_symbols = 2\n";
+  const RunConfig c = parse(base);
+  EXPECT_EQ(c.model_type, "transformer");
+  const auto t = config::transformer_config(c, 30);
+  EXPECT_EQ(t.encoder_layers, 3);
+  EXPECT_EQ(t.decoder_layers, 2);
+  EXPECT_EQ(t.cross_attention, AttentionKind::Exact);
+  EXPECT_TRUE(t.tie_generator);
+  EXPECT_EQ(t.d_model, 32);
+  EXPECT_EQ(t.positions, models::PositionKind::Learned);
+  EXPECT_EQ(t.source_vocab, 30);
+  const RunConfig back = parse(to_toml(c));
+  EXPECT_EQ(first_difference(c, back), "");
+  expect_error<ConfigError>([&] { parse(base, {"data.task=\"bytes\""}); },
+                            {"model.type is transformer", "data.task is bytes"});
+  expect_error<ConfigError>([&] { parse(base, {"model.type=\"reformer\""}); },
+                            {"data.task is seq2seq_reverse", "model.type = \"transformer\""});
+  expect_error<ConfigError>([&] { parse(base, {"model.seq2seq.decoder_attention=\"lsh\""}); },
+                            {"model.seq2seq.decoder_attention is lsh"});
+  expect_error<ConfigError>([&] { parse(base, {"data.length=65"}); },
+                            {"data.length is 65", "model.max_length is 64"});
+  expect_error<ConfigError>([&] { parse(base, {"data.max_symbols=20"}); },
+                            {"data.max_symbols 20", "data.length - 1 = 19"});
+  expect_error<ConfigError>([&] { parse(base, {"model.type=\"gru\""}); }, {"model.type", "gru"});
+}
+
 TEST(RunConfig, SyntaxErrorsGiveTheLine) {
   expect_error<ConfigError>([] { parse("[model]\nd_model = 256\nheads = = 4\n"); },
                             {"exp.toml:3:", "TOML syntax error"});

@@ -12,6 +12,7 @@
 
 #include "reformer/data/data_config.hpp"
 #include "reformer/models/reformer_config.hpp"
+#include "reformer/models/transformer.hpp"
 #include "reformer/train/train_config.hpp"
 
 #include <string>
@@ -20,17 +21,29 @@
 namespace reformer::config {
 
 struct RunConfig {
-  models::ReformerConfig model{};  // [model], [model.lsh], [model.local]
-  data::DataConfig data{};         // [data]
-  train::TrainConfig train{};      // [train], [train.adam]
-  std::string run_dir{};           // [run] dir: default "runs/<config file stem>"
-  std::string name{};              // [run] name: default "<config file stem>"
+  // [model] type: "reformer" (the language model) or "transformer" (the
+  // encoder-decoder, which reads the [model] keys that apply to it and
+  // [model.seq2seq]; transformer_config() below).
+  std::string model_type = "reformer";
+  models::ReformerConfig model{};           // [model], [model.lsh], [model.local]
+  models::TransformerConfig transformer{};  // [model.seq2seq] (the rest from [model])
+  data::DataConfig data{};                  // [data]
+  train::TrainConfig train{};               // [train], [train.adam]
+  std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
+  std::string name{};                       // [run] name: default "<config file stem>"
 
   // Validates each part, then what ties them together: data.length must fit the
   // model (model.validate_length), data.vocab <= model.vocab, run.dir is set and
   // seeds fit a TOML integer. ConfigError naming the first bad key.
   void validate() const;
 };
+
+// The encoder-decoder's config of a run with model.type = "transformer": sizes,
+// positions, dropout, label smoothing, chunks and the LSH and local settings from
+// [model], layers, attention kinds and sharing from [model.seq2seq], both
+// vocabularies from the data task (data.vocab, or 259 / the file's characters
+// for a parallel file: `vocab`).
+models::TransformerConfig transformer_config(const RunConfig& config, Index vocab);
 
 // Reads and validates the TOML file at `path` with `overrides` applied in order.
 // An override is "section.key=value", the value a TOML value (train.steps=100,

@@ -8,17 +8,25 @@
 
 namespace reformer::data {
 
-enum class TaskKind { Duplication, Copy, Bytes };
-// "duplication", "copy", "bytes"; ConfigError naming the value otherwise.
+// The language-model tasks (data/tasks.hpp) and the source/target pair tasks
+// of the encoder-decoder (data/pairs.hpp: seq2seq_copy, seq2seq_reverse, parallel).
+enum class TaskKind { Duplication, Copy, Bytes, PairCopy, PairReverse, Parallel };
+// "duplication", "copy", "bytes", "seq2seq_copy", "seq2seq_reverse", "parallel";
+// ConfigError naming the value otherwise.
 TaskKind parse_task_kind(const std::string& name);
 const char* to_string(TaskKind kind);
+// True for the source/target pair tasks.
+bool is_pair_task(TaskKind kind);
 
 struct DataConfig {
   TaskKind task = TaskKind::Duplication;
-  Index length = 256;      // tokens per sequence
-  Index vocab = 128;       // ids in [0, vocab); the bytes task needs exactly 256
-  std::uint64_t seed = 1;  // the batches are a pure function of (seed, split, batch index)
-  std::string path{};      // bytes: the corpus file
+  Index length = 256;           // tokens per sequence
+  Index vocab = 128;            // ids in [0, vocab); the bytes task needs exactly 256
+  std::uint64_t seed = 1;       // the batches are a pure function of (seed, split, batch index)
+  std::string path{};           // bytes: the corpus file; parallel: the tab-separated pairs
+  std::string units = "bytes";  // parallel: "bytes" or "chars"
+  Index min_symbols = 1;        // seq2seq_copy, seq2seq_reverse: shortest sequence
+  Index max_symbols = 0;        // ... longest; 0: length - 1
   // ConfigError naming the first bad field: duplication needs an even length >= 4
   // and vocab >= 2; copy a length >= 4 and vocab >= 3; bytes a path and vocab 256.
   void validate() const;

@@ -68,6 +68,9 @@ class PairTask {
   virtual std::string decode(const std::vector<int>& ids) const = 0;
 };
 
+// The pair config of a run's [data] (task seq2seq_copy, seq2seq_reverse or parallel).
+PairDataConfig pair_config(const DataConfig& config);
+
 // The task of a config (validate() is called here). The parallel task reads its
 // file now: IoError naming the path and the line for a missing, special or empty
 // file, a line without a tab, a side longer than length - 1 symbols, invalid

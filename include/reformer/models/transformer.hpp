@@ -115,8 +115,11 @@ class EncoderDecoder {
   ops::CrossEntropyResult evaluate(const Seq2SeqBatch& batch, int pad_id, const ReformerCall& call,
                                    TransformerState<T>& state) const;
   // Log-probabilities [batch, Lt, target_vocab] of every position, from the
-  // whole target_in (dropout off): what cached decoding must reproduce.
-  void log_probs(const Seq2SeqBatch& batch, View3<T> out, TransformerState<T>& state) const;
+  // whole target_in (dropout off): what cached decoding must reproduce. With
+  // encode_source = false the encoder's output of the previous call on the same
+  // sources is reused (decoding by rerunning the decoder on the prefix).
+  void log_probs(const Seq2SeqBatch& batch, View3<T> out, TransformerState<T>& state,
+                 bool encode_source = true) const;
 
   // Runs the encoder on the sources and projects the cross-attention keys and
   // values; the cache then holds no target position.

@@ -17,6 +17,7 @@
 
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_config.hpp"
+#include "reformer/models/transformer.hpp"
 
 #include <cstdint>
 #include <string>
@@ -63,6 +64,12 @@ struct RunMemory {
   std::int64_t total() const;
 };
 RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training);
+// The same for the encoder-decoder (models/transformer.hpp) with sources and
+// targets of `length`: its parameters counted exactly, its activations (stored
+// per layer: block inputs, q, k, v, attended, full attention's probabilities)
+// and the workspace bounded from above.
+RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training);
 
 struct SweepPoint {

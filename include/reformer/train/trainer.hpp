@@ -29,6 +29,7 @@ struct EvalResult {
   double bits_per_token = 0;  // loss / ln 2
   double accuracy = 0;        // argmax == target over the scored targets
   std::int64_t tokens = 0;
+  double exact_match = -1;  // encoder-decoder: greedy decodings equal to the target; -1: n/a
 };
 
 struct TrainSummary {
@@ -64,11 +65,20 @@ struct GenerateOptions {
   double temperature = 0.0;  // 0: greedy
   std::int64_t top_k = 0;    // sample among the k most likely; 0: all
   std::uint64_t seed = 1;
+  // Encoder-decoder: the source as text (the task's units; the synthetic tasks:
+  // ids separated by spaces); empty: the first validation pair. Beam search
+  // with `beam` > 1, else greedy.
+  std::string source_text;
+  std::int64_t beam = 1;
+  double length_penalty = 0.6;
 };
 
 struct GenerateResult {
   std::vector<int> prompt, generated;
   std::vector<int> expected;  // the task's continuation when the prompt came from it
+  // Encoder-decoder: the same as text (the task's decode), the end id dropped.
+  std::string prompt_text, generated_text, expected_text;
+  bool seq2seq = false;
 };
 
 GenerateResult generate(const std::string& run_or_checkpoint,

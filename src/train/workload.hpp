@@ -1,0 +1,52 @@
+// The one interface between the trainer (train/trainer.cpp) and a model with its
+// data: the Reformer language model on a language-model task, or the
+// encoder-decoder Transformer on a source/target pair task. The trainer, eval,
+// checkpoints and the memory check see only this (private to the library).
+#pragma once
+
+#include "reformer/config/run_config.hpp"
+#include "reformer/core/parameter_set.hpp"
+#include "reformer/data/pairs.hpp"
+#include "reformer/data/tasks.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/models/transformer.hpp"
+#include "reformer/ops/cross_entropy.hpp"
+
+#include <memory>
+#include <string>
+
+namespace reformer::train {
+
+template <class T>
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  ParameterSet<T> params;  // the model registers its parameters here
+  virtual void init(RandomKey key) = 0;
+  // Micro-batch `index` of the training split: the loss, with its gradients
+  // accumulated into params.
+  virtual ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
+                                                   const models::ReformerCall& call) = 0;
+  // Batch `index` of a split, no gradients.
+  virtual ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
+                                           const models::ReformerCall& call) = 0;
+  // Sequences of batch `index` decoded exactly (greedy, the encoder-decoder):
+  // {matching, total}; {0, 0} when the model does not decode.
+  virtual std::pair<Index, Index> exact_matches(data::Split split, std::uint64_t index,
+                                                Index batch) = 0;
+  virtual std::string describe() const = 0;
+  // Target tokens a sequence holds (for tokens per second).
+  virtual Index sequence_tokens() const = 0;
+  // Layers for the progress line.
+  virtual Index layers() const = 0;
+};
+
+// The workload of a validated config; the task is built (a data file is read) here.
+template <class T>
+std::unique_ptr<Workload<T>> make_workload(const config::RunConfig& config);
+
+// The encoder-decoder's config of a run (its vocabulary from the pair task).
+models::TransformerConfig seq2seq_model_config(const config::RunConfig& config,
+                                               const data::PairTask& task);
+
+}  // namespace reformer::train
