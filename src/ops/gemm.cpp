@@ -189,6 +189,27 @@ void launch_batched_matmul(In3<T> a, In3<T> b, View3<T> c, Trans trans_a, Trans 
                        kernel);
 }
 
+// Small products on the host (a few rows and columns: per-head attention of
+// short sequences), where the tiled kernel would spend its time on padding: one
+// row of C per iteration. Dense, as the tiled kernel is within its one tile at
+// these sizes (the structures only let it skip whole tiles), so both paths give
+// the same values everywhere.
+template <class T>
+void small_batched_matmul(In3<T> a, In3<T> b, View3<T> c, bool ta, bool tb, T alpha, T beta,
+                          Index m, Index n, Index k) {
+  Kokkos::parallel_for(
+      "batched_matmul_small",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {Index(a.extent(0)), m}),
+      KOKKOS_LAMBDA(Index bi, Index i) {
+        for (Index j = 0; j < n; ++j) {
+          T sum = 0;
+          for (Index p = 0; p < k; ++p)
+            sum += (ta ? a(bi, p, i) : a(bi, i, p)) * (tb ? b(bi, j, p) : b(bi, p, j));
+          c(bi, i, j) = alpha * sum + (beta == T(0) ? T(0) : beta * c(bi, i, j));
+        }
+      });
+}
+
 template <class T>
 void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha, T beta,
                     Structure structure) {
@@ -197,6 +218,12 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
                       shape_string(b), ", C ", shape_string(c));
   const auto [m, n, k] = check_product("batched_matmul", a.extent(1), a.extent(2), trans_a,
                                        b.extent(1), b.extent(2), trans_b, c.extent(1), c.extent(2));
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  if (host && m <= 32 && n <= 32) {
+    small_batched_matmul<T>(a, b, c, trans_a == Trans::Yes, trans_b == Trans::Yes, alpha, beta, m,
+                            n, k);
+    return;
+  }
   if (n >= 256 && trans_b == Trans::No)
     launch_batched_matmul<BatchedMatmulKernel<T, true>>(a, b, c, trans_a, trans_b, alpha, beta, m,
                                                         n, k, structure);
