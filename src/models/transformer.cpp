@@ -344,14 +344,23 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
   options.weight_is_embedding = generator_weight_ == nullptr;
   const auto weight = generator_weight_ ? generator_weight_->matrix() : target_embedding_->matrix();
   const auto targets = flat(batch.target_out);
-  if (!gradients)
-    return ops::cross_entropy_forward<T>(hidden, weight, generator_bias_->value, targets, options);
+  // Reported as the KL divergence to the smoothed targets (the annotated
+  // transformer's KLDivLoss): the cross-entropy minus the targets' entropy.
+  const double entropy =
+      ops::smoothed_target_entropy(options.smoothing, config_.target_vocab, pad_id);
+  if (!gradients) {
+    auto result =
+        ops::cross_entropy_forward<T>(hidden, weight, generator_bias_->value, targets, options);
+    if (result.tokens > 0) result.loss -= entropy;
+    return result;
+  }
   auto dhidden = frame.take<View2<T>>(rows, d);
   const auto dweight =
       generator_weight_ ? generator_weight_->grad_matrix() : target_embedding_->grad_matrix();
-  const auto result =
+  auto result =
       ops::cross_entropy_forward_backward<T>(hidden, weight, generator_bias_->value, targets,
                                              options, dhidden, dweight, generator_bias_->grad);
+  if (result.tokens > 0) result.loss -= entropy;
   ensure_view(state.dtarget, "transformer_dtarget", state.batch, state.target_length, d);
   ops::layer_norm_backward<T>(as_matrix(state.target), decoder_gamma_->value, mean, rstd, dhidden,
                               as_matrix(state.dtarget), decoder_gamma_->grad, decoder_beta_->grad);

@@ -7,6 +7,7 @@
 #include "reformer/ops/gemm.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace reformer::ops {
 namespace {
@@ -49,6 +50,17 @@ Smoothing check_inputs(const char* op, const In2<T>& h, const In2<T>& weight, co
   require_ids_in_range(op, "targets", targets, vocab);
   return {1 - eps, others > 0 ? eps / others : 0.0};
 }
+
+}  // namespace
+
+double smoothed_target_entropy(double smoothing, Index vocab, int pad_id) {
+  const Index others = vocab - 1 - (pad_id >= 0 ? 1 : 0);
+  if (smoothing <= 0 || others <= 0) return 0.0;
+  const double other_q = smoothing / double(others);
+  return -(1 - smoothing) * std::log(1 - smoothing) - smoothing * std::log(other_q);
+}
+
+namespace {
 
 Index count_tokens(const In1<int>& targets, int pad) {
   Index tokens = 0;

@@ -150,6 +150,43 @@ TEST(CrossEntropy, GradientsMatchHostReferenceAndFiniteDifferences) {
   }
 }
 
+// The loss of logits log q (the prediction equal to the smoothed targets) is
+// the entropy of q: smoothed_target_entropy, what a model subtracts to report
+// the KL divergence.
+TEST(CrossEntropy, SmoothedTargetEntropyIsTheLossAtTheTargets) {
+  const Index n = 3, vocab = 7;
+  const double eps = 0.1;
+  for (const int pad : {-1, 0}) {
+    const Index others = vocab - 1 - (pad >= 0 ? 1 : 0);
+    View2<double> h("h", n, vocab), w("w", vocab, vocab);
+    View1<double> bias("bias", 0);
+    Kokkos::View<int*, Layout, MemSpace> targets("targets", n);
+    auto hh = Kokkos::create_mirror_view(h);
+    auto wh = Kokkos::create_mirror_view(w);
+    auto th = Kokkos::create_mirror_view(targets);
+    double want = 0;
+    for (Index c = 0; c < vocab; ++c) wh(c, c) = 1.0;  // logits = h
+    for (Index i = 0; i < n; ++i) {
+      th(i) = int(2 + i);
+      for (Index c = 0; c < vocab; ++c) {
+        const double q = c == th(i) ? 1 - eps : c == pad ? 0.0 : eps / double(others);
+        hh(i, c) = q > 0 ? std::log(q) : -1e3;
+        if (i == 0 && q > 0) want -= q * std::log(q);
+      }
+    }
+    Kokkos::deep_copy(h, hh);
+    Kokkos::deep_copy(w, wh);
+    Kokkos::deep_copy(targets, th);
+    ops::CrossEntropyOptions options;
+    options.pad_id = pad;
+    options.smoothing = eps;
+    const auto r = ops::cross_entropy_forward<double>(h, w, bias, targets, options);
+    EXPECT_NEAR(ops::smoothed_target_entropy(eps, vocab, pad), want, 1e-15);
+    EXPECT_NEAR(r.loss, want, 1e-12) << "pad " << pad;
+  }
+  EXPECT_EQ(ops::smoothed_target_entropy(0.0, 7, 0), 0.0);
+}
+
 TEST(CrossEntropy, ChunkedEqualsUnchunked) {
   CrossEntropyCase whole(0, 0.1, 10);
   const auto expected = whole.backward();

@@ -6,7 +6,9 @@
 //   et = dropout(sqrt(d) Embed_tgt(target_in) + Positions)   [batch, Lt, d_model]
 //   h  = LayerNorm(Decoder_{M-1}( ... Decoder_0(et, m)))     (DecoderBlocks: causal
 //                                                             self-attention, cross-attention)
-//   loss = label-smoothed cross-entropy of h W_gen + b against target_out (padding ignored)
+//   loss = KL(q || softmax(h W_gen + b)) against target_out (padding ignored), q the
+//          label-smoothed target distribution (ops/cross_entropy.hpp): the
+//          cross-entropy minus the entropy of q, so a perfect model reaches 0
 // Encoder self-attention may be full, exact, LSH or local; decoder self-attention
 // full, exact or local; cross-attention full or exact. The source and target
 // embeddings may be one table (share_embeddings, one vocabulary), and the

@@ -37,6 +37,12 @@ struct CrossEntropyResult {
   Index correct = 0;  // non-pad rows whose argmax logit (lowest index on ties) is the target
 };
 
+// H(q) = -sum_c q_c log q_c of the smoothed target distribution above, for a
+// vocabulary of V classes: the amount by which the loss exceeds the KL divergence
+// KL(q || p) (0 without smoothing). Models that report the KL subtract it; the
+// gradients are the same.
+double smoothed_target_entropy(double smoothing, Index vocab, int pad_id);
+
 // Loss, token count and correct predictions. Temporaries: one [chunk_rows, V]
 // logits buffer and per-row statistics.
 template <class T>
