@@ -52,29 +52,7 @@ std::vector<int> prompt_ids(const std::string& text, bool bytes) {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   }
-  std::string token;
-  auto flush = [&] {
-    if (token.empty()) return;
-    for (char c : token)
-      require<ConfigError>(std::isdigit(static_cast<unsigned char>(c)),
-                           "generate: --prompt token '", token,
-                           "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
-    // Ids are ints on the device; a longer number cannot be one (the vocabulary
-    // check then names model.vocab).
-    require<ConfigError>(token.size() <= 9, "generate: --prompt token ", token,
-                         " is too large to be a token id (ids are below model.vocab, at most ",
-                         INT_MAX, ")");
-    ids.push_back(std::stoi(token));
-    token.clear();
-  };
-  for (char c : text) {
-    if (c == ' ' || c == ',')
-      flush();
-    else
-      token += c;
-  }
-  flush();
-  return ids;
+  return data::parse_token_ids(text, "generate: --prompt");
 }
 
 std::string show(const std::vector<int>& ids, bool bytes) {

@@ -49,30 +49,13 @@ void fill_row(const PairBatch& out, Index b, const std::vector<int>& source,
   }
 }
 
-// Integers separated by spaces or commas (the synthetic tasks' texts).
+// Ids of the synthetic tasks' texts: integers that are symbols.
 std::vector<int> parse_ids(const std::string& text, Index vocab) {
-  std::vector<int> ids;
-  std::string token;
-  auto flush = [&] {
-    if (token.empty()) return;
-    require<ConfigError>(
-        token.size() <= 9 && std::all_of(token.begin(), token.end(),
-                                         [](char c) { return std::isdigit((unsigned char)c); }),
-        "pairs: '", token, "' is not a token id; give ids separated by spaces");
-    const int id = std::stoi(token);
+  const auto ids = parse_token_ids(text, "pairs: the source");
+  for (const int id : ids)
     require<ConfigError>(id >= PairTask::kFirstSymbol && id < vocab, "pairs: token ", id,
                          " is not a symbol; symbols are in [", PairTask::kFirstSymbol, ", ", vocab,
                          ")");
-    ids.push_back(id);
-    token.clear();
-  };
-  for (char c : text) {
-    if (c == ' ' || c == ',')
-      flush();
-    else
-      token += c;
-  }
-  flush();
   return ids;
 }
 

@@ -4,6 +4,10 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/shape.hpp"
 
+#include <algorithm>
+
+#include <climits>
+
 namespace reformer::data {
 
 const char* to_string(Split split) {
@@ -140,6 +144,31 @@ class CopyTask final : public Task {
 };
 
 }  // namespace
+
+std::vector<int> parse_token_ids(const std::string& text, const std::string& what) {
+  std::vector<int> ids;
+  std::string word;
+  auto flush = [&] {
+    if (word.empty()) return;
+    require<ConfigError>(
+        std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }), what,
+        " word '", word, "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
+    // Ids are ints on the device; a longer number cannot be one.
+    require<ConfigError>(word.size() <= 9, what, " token ", word,
+                         " is too large to be a token id (ids are below the vocabulary, at most ",
+                         INT_MAX, ")");
+    ids.push_back(std::stoi(word));
+    word.clear();
+  };
+  for (const char c : text) {
+    if (c == ' ' || c == ',')
+      flush();
+    else
+      word += c;
+  }
+  flush();
+  return ids;
+}
 
 std::unique_ptr<Task> make_task(const DataConfig& config) {
   config.validate();

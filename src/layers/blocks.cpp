@@ -122,34 +122,35 @@ void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Atten
   backward(x, normed, mean, rstd, dy, dx, state, workspace, memory, dmemory);
 }
 
+// x += attend(LayerNorm(x)) for rows x [n, d_model], attend(normed, f) writing f.
 template <class T>
-void PreNormAttention<T>::norm_rows(In2<T> x, View2<T> normed, View1<T> mean, View1<T> rstd) const {
+template <class Attend>
+void PreNormAttention<T>::residual_step(View2<T> x, Workspace& workspace,
+                                        const Attend& attend) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0), d = x.extent(1);
+  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
   ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, T(eps_), normed, mean, rstd);
+  attend(normed, f);
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
 }
 
 template <class T>
 void PreNormAttention<T>::step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
                                Workspace& workspace) const {
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0), d = x.extent(1);
-  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  norm_rows(x, normed, mean, rstd);
-  attention_.step(normed, k_cache, v_cache, position, f, workspace);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
+  residual_step(x, workspace, [&](View2<T> normed, View2<T> f) {
+    attention_.step(normed, k_cache, v_cache, position, f, workspace);
+  });
 }
 
 template <class T>
 void PreNormAttention<T>::step_cross(View2<T> x, In3<T> k, In3<T> v,
                                      Kokkos::View<const int**, Layout, MemSpace> key_valid,
                                      Workspace& workspace) const {
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0), d = x.extent(1);
-  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  norm_rows(x, normed, mean, rstd);
-  attention_.step_cross(normed, k, v, key_valid, f, workspace);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
+  residual_step(x, workspace, [&](View2<T> normed, View2<T> f) {
+    attention_.step_cross(normed, k, v, key_valid, f, workspace);
+  });
 }
 
 template <class T>

@@ -320,6 +320,19 @@ void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ReformerCall& ca
 }
 
 template <class T>
+void EncoderDecoder<T>::head_log_probs(In2<T> top, View2<T> out, Workspace& workspace) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = top.extent(0);
+  auto hidden = frame.take<View2<T>>(rows, config_.d_model);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  ops::layer_norm_forward<T>(top, decoder_gamma_->value, decoder_beta_->value,
+                             T(config_.layer_norm_eps), hidden, mean, rstd);
+  auto logits = frame.take<View2<T>>(rows, config_.target_vocab);
+  generator(hidden, logits);
+  ops::log_softmax_forward<T>(logits, out);
+}
+
+template <class T>
 void EncoderDecoder<T>::generator(In2<T> hidden, View2<T> logits) const {
   if (generator_weight_)
     ops::matmul<T>(hidden, ops::Trans::No, generator_weight_->matrix(), ops::Trans::No, logits);
@@ -433,15 +446,7 @@ void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
       !state.memory.data())
     encode(batch.source, batch.source_valid, call, state);
   decode(batch, call, state);
-  Workspace::Frame frame(state.workspace);
-  const Index rows = b * lt;
-  auto hidden = frame.take<View2<T>>(rows, config_.d_model);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  ops::layer_norm_forward<T>(as_matrix(state.target), decoder_gamma_->value, decoder_beta_->value,
-                             T(config_.layer_norm_eps), hidden, mean, rstd);
-  auto logits = frame.take<View2<T>>(rows, config_.target_vocab);
-  generator(hidden, logits);
-  ops::log_softmax_forward<T>(logits, as_matrix(out));
+  head_log_probs(as_matrix(state.target), as_matrix(out), state.workspace);
 }
 
 // ---------------------------------------------------------------- decoding
@@ -505,13 +510,7 @@ void EncoderDecoder<T>::decode_step(Kokkos::View<const int*, Layout, MemSpace> t
   for (std::size_t i = 0; i < decoder_.size(); ++i)
     decoder_[i]->step(x, cache.self_k[i], cache.self_v[i], cache.length, cache.cross_k[i],
                       cache.cross_v[i], cache.source_valid, cache.workspace);
-  auto hidden = frame.take<View2<T>>(b, d);
-  auto mean = frame.take<View1<T>>(b), rstd = frame.take<View1<T>>(b);
-  ops::layer_norm_forward<T>(x, decoder_gamma_->value, decoder_beta_->value,
-                             T(config_.layer_norm_eps), hidden, mean, rstd);
-  auto logits = frame.take<View2<T>>(b, config_.target_vocab);
-  generator(hidden, logits);
-  ops::log_softmax_forward<T>(logits, out);
+  head_log_probs(x, out, cache.workspace);
   ++cache.length;
 }
 

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace reformer::data {
 
@@ -98,6 +99,12 @@ class Task {
 // maps its file now: IoError naming the path when it is missing, unreadable,
 // empty or too short for a window in one of its splits.
 std::unique_ptr<Task> make_task(const DataConfig& config);
+
+// Token ids written as integers separated by spaces or commas ("0 5 17"), as
+// prompts and sources are given on the command line. ConfigError naming a word
+// that is not a token id (digits only, at most 9 of them); `what` names the input
+// in the message ("generate: --prompt").
+std::vector<int> parse_token_ids(const std::string& text, const std::string& what);
 
 // Byte ranges [begin, end) of the three splits of a corpus of `size` bytes.
 struct SplitBounds {

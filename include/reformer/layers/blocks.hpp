@@ -87,8 +87,9 @@ class PreNormAttention {
   const attention::AttentionLayer<T>& attention() const { return attention_; }
 
  private:
-  // normed = LayerNorm(x) of rows x [n, d_model].
-  void norm_rows(In2<T> x, View2<T> normed, View1<T> mean, View1<T> rstd) const;
+  // x += attend(LayerNorm(x)) on rows x [n, d_model] (the decoding steps).
+  template <class Attend>
+  void residual_step(View2<T> x, Workspace& workspace, const Attend& attend) const;
   double eps_;
   Parameter<T>* gamma_ = nullptr;
   Parameter<T>* beta_ = nullptr;

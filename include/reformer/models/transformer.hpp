@@ -161,6 +161,8 @@ class EncoderDecoder {
                                bool gradients) const;
   // Logits of rows [rows, d] of final-normed hidden states.
   void generator(In2<T> hidden, View2<T> logits) const;
+  // out = log_softmax(generator(LayerNorm(top))) for rows of the decoder's top.
+  void head_log_probs(In2<T> top, View2<T> out, Workspace& workspace) const;
 
   TransformerConfig config_;
   Parameter<T>* source_embedding_ = nullptr;
