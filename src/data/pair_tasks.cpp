@@ -184,9 +184,10 @@ class ParallelPairs final : public PairTask {
                      " pairs but needs at least 3 (one for each of train, valid and test)");
     // The vocabulary: bytes + 3, or the file's characters in code-point order.
     if (!bytes_) {
-      for (const auto& [s, t] : lines)
-        for (const auto* side : {&s, &t})
-          for (std::uint32_t cp : *side) ids_[cp] = 0;
+      for (const auto& [s, t] : lines) {
+        for (std::uint32_t cp : s) ids_[cp] = 0;
+        for (std::uint32_t cp : t) ids_[cp] = 0;
+      }
       int next = kFirstSymbol;
       for (auto& [cp, id] : ids_) {
         id = next++;

@@ -209,8 +209,10 @@ void EncoderDecoder<T>::init(RandomKey key) {
   if (target_positions_) train::init_normal(*target_positions_, 0.02, sub(kInitTargetPositions));
   for (std::size_t i = 0; i < encoder_.size(); ++i) encoder_[i]->init(sub(kInitEncoder, i));
   for (std::size_t i = 0; i < decoder_.size(); ++i) decoder_[i]->init(sub(kInitDecoder, i));
-  for (auto* gamma : {encoder_gamma_, decoder_gamma_}) train::init_constant(*gamma, 1.0);
-  for (auto* beta : {encoder_beta_, decoder_beta_}) train::init_constant(*beta, 0.0);
+  train::init_constant(*encoder_gamma_, 1.0);
+  train::init_constant(*decoder_gamma_, 1.0);
+  train::init_constant(*encoder_beta_, 0.0);
+  train::init_constant(*decoder_beta_, 0.0);
   if (generator_weight_) train::init_xavier_uniform(*generator_weight_, sub(kInitGenerator));
   train::init_constant(*generator_bias_, 0.0);
 }
@@ -227,9 +229,10 @@ void EncoderDecoder<T>::check_batch(const char* op, const Seq2SeqBatch& batch) c
   require_same_shape(op, "target_in", batch.target_in, "target_valid", batch.target_valid);
   require<ShapeError>(Index(batch.target_in.extent(0)) == b, op, ": source has ", b,
                       " sequences but target_in ", batch.target_in.extent(0));
-  for (const auto& [name, length] : {std::pair<const char*, Index>{"source", ls}, {"target", lt}})
-    require<ShapeError>(length <= config_.max_length, op, ": the ", name, " has length ", length,
-                        " but the model takes at most model.max_length = ", config_.max_length);
+  require<ShapeError>(ls <= config_.max_length, op, ": the source has length ", ls,
+                      " but the model takes at most model.max_length = ", config_.max_length);
+  require<ShapeError>(lt <= config_.max_length, op, ": the target has length ", lt,
+                      " but the model takes at most model.max_length = ", config_.max_length);
   // The kernels' own length rules (local and LSH chunks) name the chunk key.
   const auto encoder = config_.encoder_attention_config();
   if (encoder.kind == AttentionKind::Local)
@@ -525,7 +528,9 @@ void EncoderDecoder<T>::reorder(DecodeCache<T>& cache,
     gather_rows<T>(slot, order, out);
     slot = out;
   };
-  for (auto* group : {&cache.cross_k, &cache.cross_v, &cache.self_k, &cache.self_v})
+  std::vector<View3<T>>* const groups[4] = {&cache.cross_k, &cache.cross_v, &cache.self_k,
+                                            &cache.self_v};
+  for (std::vector<View3<T>>* group : groups)
     for (auto& view : *group) gather(view);
   gather(cache.memory);
   Kokkos::View<int**, Layout, MemSpace> valid("decode_source_valid", cache.batch,
@@ -539,7 +544,8 @@ std::vector<std::vector<int>> EncoderDecoder<T>::greedy(IdMatrix source, MaskMat
                                                         int start, int end,
                                                         Index max_length) const {
   const char* op = "EncoderDecoder::greedy";
-  for (const int id : {start, end})
+  const int special[2] = {start, end};
+  for (const int id : special)
     require<ConfigError>(id >= 0 && id < config_.target_vocab, op, ": the start and end ids (",
                          start, ", ", end, ") must be in the target vocabulary [0, ",
                          config_.target_vocab, ")");
@@ -582,7 +588,8 @@ std::vector<std::vector<int>> EncoderDecoder<T>::beam_search(IdMatrix source,
   require<ConfigError>(std::isfinite(options.length_penalty) && options.length_penalty >= 0, op,
                        ": length_penalty is ", options.length_penalty,
                        " but must be finite and >= 0");
-  for (const int id : {start, end})
+  const int special[2] = {start, end};
+  for (const int id : special)
     require<ConfigError>(id >= 0 && id < config_.target_vocab, op, ": the start and end ids (",
                          start, ", ", end, ") must be in the target vocabulary [0, ",
                          config_.target_vocab, ")");

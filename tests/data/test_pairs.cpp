@@ -87,7 +87,8 @@ TEST(PairTasks, ParallelBytesAndCharacters) {
     text += "src " + std::to_string(i) + "\tcible \u00e9t\u00e9 " + std::to_string(i) + "\n";
   const std::string path = dir.file("pairs.tsv");
   write_file(path, text);
-  for (const std::string units : {"bytes", "chars"}) {
+  const std::vector<std::string> all_units = {"bytes", "chars"};
+  for (const std::string& units : all_units) {
     SCOPED_TRACE(units);
     PairDataConfig config;
     config.task = PairTaskKind::Parallel;

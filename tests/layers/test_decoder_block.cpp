@@ -26,7 +26,8 @@ constexpr Index B = 2, Lt = 6, Ls = 7, D = 6, H = 2, Dh = 3, F = 10;
 
 DecoderBlockConfig decoder_config(AttentionKind self, AttentionKind cross, double dropout) {
   DecoderBlockConfig c;
-  for (auto* a : {&c.self_attention, &c.cross_attention}) {
+  attention::AttentionLayerConfig* const both[2] = {&c.self_attention, &c.cross_attention};
+  for (attention::AttentionLayerConfig* a : both) {
     a->d_model = D;
     a->heads = H;
     a->d_head = Dh;
