@@ -1,5 +1,7 @@
 #include "reformer/attention/attention_layer.hpp"
 
+#include "attention/attention_checks.hpp"
+
 #include "reformer/attention/shared_qk.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
@@ -435,7 +437,7 @@ void AttentionLayer<T>::backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3
   ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_rows<T>(dx), T(1), beta);
   ops::matmul<T>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
   auto dmr = as_rows<T>(dmemory);
-  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dmr, T(1), beta);
+  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dmr, T(1), T(1));
   ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dmr, T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
   ops::matmul<T>(mr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
@@ -478,7 +480,7 @@ void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index
   if (config_.kind == AttentionKind::Local)
     first = std::max<Index>(
         0, (position / config_.local.chunk - config_.local.n_before) * config_.local.chunk);
-  const T scale = T(1.0 / std::sqrt(double(config_.d_head)));
+  const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
   attend_cached<T>(q, k_cache, v_cache, first, position, {}, config_.heads, config_.d_head, scale,
                    a, workspace);
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
@@ -498,7 +500,7 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   auto q = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
   ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
-  const T scale = T(1.0 / std::sqrt(double(config_.d_head)));
+  const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
   attend_cached<T>(q, k, v, 0, Index(k.extent(1)) - 1, key_valid, config_.heads, config_.d_head,
                    scale, a, workspace);
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);

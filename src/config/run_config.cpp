@@ -583,6 +583,8 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 models::TransformerConfig transformer_config(const RunConfig& config, Index vocab) {
   models::TransformerConfig t = config.transformer;
   const auto& m = config.model;
+  if (vocab <= 0)  // before the task is read: a parallel file's byte vocabulary
+    vocab = config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab;
   t.source_vocab = t.target_vocab = vocab;
   t.d_model = m.d_model;
   t.d_ff = m.d_ff;
@@ -612,7 +614,7 @@ void RunConfig::validate() const {
     require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
     // The task's vocabulary is known once a parallel file is read; data.vocab
     // stands in for it here.
-    transformer_config(*this, data.task == data::TaskKind::Parallel ? 259 : data.vocab).validate();
+    transformer_config(*this).validate();
     require<ConfigError>(data.length <= model.max_length, op, ": data.length is ", data.length,
                          " but model.max_length is ", model.max_length,
                          "; sources and targets must fit the model");

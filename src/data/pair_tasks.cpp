@@ -266,6 +266,15 @@ class ParallelPairs final : public PairTask {
 
 }  // namespace
 
+PairBatch pair_row(const std::vector<int>& source, const std::vector<int>& target, Index length) {
+  require<ShapeError>(Index(source.size()) < length && Index(target.size()) < length,
+                      "pair_row: a source of ", source.size(), " and a target of ", target.size(),
+                      " symbols do not fit ", length, " positions (the end symbol takes one)");
+  PairBatch out = allocate(1, length);
+  fill_row(out, 0, source, target);
+  return out;
+}
+
 PairTaskKind parse_pair_task_kind(const std::string& name) {
   if (name == "copy") return PairTaskKind::Copy;
   if (name == "reverse") return PairTaskKind::Reverse;

@@ -42,7 +42,7 @@ std::vector<std::pair<std::int64_t, fs::path>> checkpoints_of(const std::string&
   std::error_code error;
   if (!fs::is_directory(folder, error)) return out;
   for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
-    const std::int64_t step = step_of(it->path().filename().string());
+    const std::int64_t step = checkpoint_step(it->path().string());
     if (step < 0) continue;
     // A checkpoint's name on anything but a readable regular file (a folder, a
     // dangling link, a FIFO) is damage to report, not a file to skip: skipping
@@ -63,6 +63,10 @@ void remove_file(const fs::path& path, const char* op) {
 }
 
 }  // namespace
+
+std::int64_t checkpoint_step(const std::string& path) {
+  return step_of(fs::path(path).filename().string());
+}
 
 std::string checkpoint_file(const std::string& run_dir, std::int64_t step) {
   require<ConfigError>(step >= 0, "checkpoint_file: step is ", step, " but must be >= 0");

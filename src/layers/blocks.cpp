@@ -363,10 +363,7 @@ void DecoderBlock<T>::backward(View3<T> dx, In3<T> memory, View3<T> dmemory,
   feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx),
                          decoder_feed_forward_call(state.call), workspace, T(1));
   Kokkos::deep_copy(upstream, dx);
-  Workspace::Frame cross_frame(workspace);
-  auto dm = like(dmemory, cross_frame);
-  cross_.backward(state.cross_input, upstream, dx, state.cross, workspace, memory, dm);
-  ops::axpby<T>(T(1), as_vector(dm), T(1), as_vector(dmemory));
+  cross_.backward(state.cross_input, upstream, dx, state.cross, workspace, memory, dmemory);
   Kokkos::deep_copy(upstream, dx);
   self_.backward(state.self_input, upstream, dx, state.self, workspace);
 }

@@ -532,7 +532,6 @@ void EncoderDecoder<T>::reorder(DecodeCache<T>& cache,
                                             &cache.self_v};
   for (std::vector<View3<T>>* group : groups)
     for (auto& view : *group) gather(view);
-  gather(cache.memory);
   Kokkos::View<int**, Layout, MemSpace> valid("decode_source_valid", cache.batch,
                                               cache.source_length);
   gather_mask(cache.source_valid, order, valid);

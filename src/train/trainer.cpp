@@ -256,16 +256,6 @@ std::vector<std::string> phase_peaks() {
   return out;
 }
 
-// The step of a checkpoint file's name ("step_00000006.h5" -> 6), -1 if none.
-std::int64_t step_in_name(const std::string& path) {
-  const std::string name = fs::path(path).filename().string();
-  const std::string digits = name.size() > 8 ? name.substr(5, name.size() - 8) : "";
-  if (digits.empty() || digits.size() > 18 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  return std::stoll(digits);
-}
-
 // The metadata of the checkpoint a run resumes from must agree with itself and
 // with the run: its name, its optimizer's steps, the data position (steps and
 // skipped batches times accumulate), the seed and the run's configured steps.
@@ -276,8 +266,8 @@ void check_resume_point(const std::string& path, const io::CheckpointMeta& meta,
   const char* fix =
       "; the file was edited, renamed or damaged: restore it or use an earlier "
       "checkpoint of the run";
-  require<IoError>(step_in_name(path) == meta.step, where, " holds step ", meta.step,
-                   " but its name says step ", step_in_name(path), fix);
+  require<IoError>(io::checkpoint_step(path) == meta.step, where, " holds step ", meta.step,
+                   " but its name says step ", io::checkpoint_step(path), fix);
   require<IoError>(meta.optimizer_steps == meta.step, where, " is at step ", meta.step,
                    " but its optimizer took ", meta.optimizer_steps, " steps", fix);
   const std::uint64_t position =
@@ -304,10 +294,7 @@ void require_memory_fits(const config::RunConfig& config, Index batch, bool trai
   const std::int64_t scalar = config.train.dtype == "double" ? 8 : 4;
   const auto need =
       config.model_type == "transformer"
-          ? predict_run_memory(
-                config::transformer_config(
-                    config, config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab),
-                batch, length, scalar, training)
+          ? predict_run_memory(config::transformer_config(config), batch, length, scalar, training)
           : predict_run_memory(config.model, batch, length, scalar, training);
   const std::int64_t available = available_memory_bytes();
   if (available < 0) return;  // unknown: nothing to compare with
@@ -665,24 +652,15 @@ GenerateResult translate_typed(const Loaded& run, const GenerateOptions& options
   require<ConfigError>(!result.prompt.empty() && Index(result.prompt.size()) < length,
                        "generate: the source has ", result.prompt.size(),
                        " symbols but must have between 1 and data.length - 1 = ", length - 1);
+  // The source in the pair tasks' layout (w end pad..., its mask), on the device.
+  const auto row = data::pair_row(result.prompt, {}, length);
   Kokkos::View<int**, Layout, MemSpace> source("generate_source", 1, length);
   Kokkos::View<int**, Layout, MemSpace> valid("generate_source_valid", 1, length);
-  {
-    auto s = Kokkos::create_mirror_view(source);
-    auto v = Kokkos::create_mirror_view(valid);
-    const Index n = Index(result.prompt.size());
-    for (Index t = 0; t < length; ++t) {
-      s(0, t) = t < n    ? result.prompt[std::size_t(t)]
-                : t == n ? data::PairTask::kEnd
-                         : data::PairTask::kPad;
-      v(0, t) = t <= n;
-    }
-    Kokkos::deep_copy(source, s);
-    Kokkos::deep_copy(valid, v);
-  }
+  Kokkos::deep_copy(source, row.source);
+  Kokkos::deep_copy(valid, row.source_valid);
   const Index limit = options.tokens > 0 ? std::min<Index>(length, options.tokens) : length;
   std::vector<std::vector<int>> out;
-  if (options.beam > 1) {
+  if (options.beam != 1) {  // beam_search checks the size
     models::BeamOptions beam;
     beam.beam = options.beam;
     beam.length_penalty = options.length_penalty;
@@ -735,8 +713,6 @@ GenerateResult generate(const std::string& run_or_checkpoint,
                        " but must be >= 0 (0 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
   if (run.config.model_type == "transformer") {
-    require<ConfigError>(options.beam >= 1 && options.beam <= 1024, "generate: beam is ",
-                         options.beam, " but must be in [1, 1024]");
     if (run.config.train.dtype == "double") return translate_typed<double>(run, options);
     return translate_typed<float>(run, options);
   }

@@ -116,7 +116,9 @@ class AttentionLayer {
 
   // Cross-attention (full or exact attention with separate q and k): queries from x
   // [batch, Lq, d_model], keys and values from memory [batch, Lk, d_model]; no
-  // causal mask; call.key_valid masks memory positions.
+  // causal mask; call.key_valid masks memory positions. backward_cross: dx =
+  // beta * dx + dL/dx as backward does; dmemory += dL/dmemory always (a memory
+  // is read by every decoder layer, whose gradients gather in one buffer).
   void forward_cross(In3<T> x, In3<T> memory, View3<T> y, const AttentionLayerCall& call,
                      AttentionState<T>& state, Workspace& workspace, Save save = Save::All) const;
   void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory,

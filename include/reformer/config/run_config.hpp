@@ -41,9 +41,9 @@ struct RunConfig {
 // The encoder-decoder's config of a run with model.type = "transformer": sizes,
 // positions, dropout, label smoothing, chunks and the LSH and local settings from
 // [model], layers, attention kinds and sharing from [model.seq2seq], both
-// vocabularies from the data task (data.vocab, or 259 / the file's characters
-// for a parallel file: `vocab`).
-models::TransformerConfig transformer_config(const RunConfig& config, Index vocab);
+// vocabularies from the data task (`vocab`, the task's; 0: data.vocab, or 259 for
+// a parallel file, whose character vocabulary is known only once it is read).
+models::TransformerConfig transformer_config(const RunConfig& config, Index vocab = 0);
 
 // Reads and validates the TOML file at `path` with `overrides` applied in order.
 // An override is "section.key=value", the value a TOML value (train.steps=100,

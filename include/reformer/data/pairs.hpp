@@ -68,6 +68,10 @@ class PairTask {
   virtual std::string decode(const std::vector<int>& ids) const = 0;
 };
 
+// One pair of the given symbols in the layout above, `length` wide (each side
+// shorter than `length`; ShapeError otherwise): what generate feeds the model.
+PairBatch pair_row(const std::vector<int>& source, const std::vector<int>& target, Index length);
+
 // The pair config of a run's [data] (task seq2seq_copy, seq2seq_reverse or parallel).
 PairDataConfig pair_config(const DataConfig& config);
 

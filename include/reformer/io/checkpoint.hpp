@@ -93,6 +93,9 @@ std::vector<StoredParameter> read_checkpoint_parameters(const std::string& path)
 // Run folders keep their checkpoints as <run_dir>/checkpoints/step_<step>.h5,
 // the step zero-padded to at least 8 digits ("step_00000100.h5").
 std::string checkpoint_file(const std::string& run_dir, std::int64_t step);
+// The step a checkpoint's file name says ("step_00000100.h5" -> 100), -1 for a
+// name of another form.
+std::int64_t checkpoint_step(const std::string& path);
 
 // The checkpoint of the highest step in <run_dir>/checkpoints, or nothing when
 // there is none (or no such folder). Files that are not named step_<digits>.h5,

@@ -89,7 +89,7 @@ template <class T>
 struct DecodeCache {
   Index batch = 0, source_length = 0, capacity = 0;  // capacity: longest target
   Index length = 0;                                  // target positions decoded so far
-  View3<T> memory;                                   // [batch, Ls, d_model]
+  View3<T> memory;  // [batch, Ls, d_model], in the order start_decoding got (not reordered)
   Kokkos::View<int**, Layout, MemSpace> source_valid;
   std::vector<View3<T>> cross_k, cross_v;  // per layer [batch, Ls, heads * d_head]
   std::vector<View3<T>> self_k, self_v;    // per layer [batch, capacity, heads * d_head]
