@@ -4,6 +4,7 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/core/vector_loops.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -62,31 +63,36 @@ KOKKOS_INLINE_FUNCTION std::uint64_t score_index(Index bh, Index i, Index j, Ind
   return (std::uint64_t(bh) * lq + i) * lk + j;
 }
 
-// In place: S -> softmax(masked S), one thread per row; the loops over the
-// row vectorise.
+// Row i of (bh) in place: S -> softmax(masked S). The loops over the row
+// vectorise.
+template <class T>
+KOKKOS_INLINE_FUNCTION void masked_softmax_row(T* row, const ScoreMask& mask, Index bh, Index i,
+                                               Index lk) {
+  if (mask.key_valid.extent(0) == 0) {
+    for (Index j = 0; j < lk; ++j) {
+      const bool self = mask.self_mask && i == j, future = mask.causal && j > i;
+      row[j] = self ? T(MaskValues<T>::self) : future ? T(MaskValues<T>::masked) : row[j];
+    }
+  } else {
+    for (Index j = 0; j < lk; ++j) {
+      const int kind = mask.kind(bh, i, j);
+      if (kind == 1) row[j] = T(MaskValues<T>::masked);
+      if (kind == 2) row[j] = T(MaskValues<T>::self);
+    }
+  }
+  const T m = max_values(row, lk);
+  for (Index j = 0; j < lk; ++j) row[j] = softmax_weight(row[j] - m);
+  const T inverse = T(1) / sum_values(row, lk);
+  for (Index j = 0; j < lk; ++j) row[j] *= inverse;
+}
+
+// In place: S -> softmax(masked S), one thread per row.
 template <class T>
 void masked_softmax(View3<T> s, ScoreMask mask) {
   const Index lq = s.extent(1), lk = s.extent(2);
   Kokkos::parallel_for(
       "full_attention_softmax", range(s.extent(0) * lq), KOKKOS_LAMBDA(Index r) {
-        const Index bh = r / lq, i = r % lq;
-        T* row = &s(bh, i, 0);
-        if (mask.key_valid.extent(0) == 0) {
-          for (Index j = 0; j < lk; ++j) {
-            const bool self = mask.self_mask && i == j, future = mask.causal && j > i;
-            row[j] = self ? T(MaskValues<T>::self) : future ? T(MaskValues<T>::masked) : row[j];
-          }
-        } else {
-          for (Index j = 0; j < lk; ++j) {
-            const int kind = mask.kind(bh, i, j);
-            if (kind == 1) row[j] = T(MaskValues<T>::masked);
-            if (kind == 2) row[j] = T(MaskValues<T>::self);
-          }
-        }
-        const T m = max_values(row, lk);
-        for (Index j = 0; j < lk; ++j) row[j] = softmax_weight(row[j] - m);
-        const T inverse = T(1) / sum_values(row, lk);
-        for (Index j = 0; j < lk; ++j) row[j] *= inverse;
+        masked_softmax_row(&s(r / lq, r % lq, 0), mask, r / lq, r % lq, lk);
       });
 }
 
@@ -107,38 +113,143 @@ void apply_dropout(In3<T> p, const AttentionDropout& dropout, View3<T> dropped) 
       });
 }
 
-// In place: dP' -> dS = P * (dP - sum_j P dP), dP = dP' * drop; zero for
-// constant (masked) scores. One thread per row.
+// Row i of (bh) in place: dP' -> dS = P * (dP - sum_j P dP), where dP = dP' *
+// keep / (1 - rate) undoes the dropout of the probabilities; zero for constant
+// (masked) scores.
+template <class T>
+KOKKOS_INLINE_FUNCTION void softmax_backward_row(const T* prow, T* g, const ScoreMask& mask,
+                                                 Index bh, Index i, Index lq, Index lk,
+                                                 const AttentionDropout& dropout) {
+  if (dropout.rate > 0.0) {
+    const T scale = T(1.0 / (1.0 - dropout.rate));
+    for (Index j = 0; j < lk; ++j)
+      g[j] *= ops::dropout_keeps(dropout.key, score_index(bh, i, j, lq, lk), dropout.rate) ? scale
+                                                                                           : T(0);
+  }
+  // Masked probabilities are exactly 0, so they add nothing to the dot product.
+  const T dot = dot_values(prow, g, lk);
+  if (mask.key_valid.extent(0) == 0) {
+    for (Index t = 0; t < lk; ++t) {
+      const bool constant = (mask.self_mask && i == t) || (mask.causal && t > i);
+      g[t] = constant ? T(0) : prow[t] * (g[t] - dot);
+    }
+  } else {
+    for (Index t = 0; t < lk; ++t) g[t] = mask.kind(bh, i, t) ? T(0) : prow[t] * (g[t] - dot);
+  }
+}
+
+// In place: dP' -> dS for every row, one thread per row.
 template <class T>
 void softmax_backward_masked(In3<T> p, View3<T> grad, ScoreMask mask,
                              const AttentionDropout& dropout) {
   const Index lq = p.extent(1), lk = p.extent(2);
-  const double rate = dropout.rate;
-  const RandomKey key = dropout.key;
-  const T scale = T(1.0 / (1.0 - rate));
   Kokkos::parallel_for(
       "full_attention_softmax_backward", range(p.extent(0) * lq), KOKKOS_LAMBDA(Index r) {
         const Index bh = r / lq, i = r % lq;
-        const T* prow = &p(bh, i, 0);
-        T* g = &grad(bh, i, 0);
-        if (rate > 0.0)
-          for (Index j = 0; j < lk; ++j)
-            g[j] *= ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate) ? scale : T(0);
-        // Masked probabilities are exactly 0, so they add nothing to the dot product.
-        T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        Index j = 0;
-        for (; j + 8 <= lk; j += 8)
-          for (int u = 0; u < 8; ++u) part[u] += prow[j + u] * g[j + u];
-        T dot = 0;
-        for (int u = 0; u < 8; ++u) dot += part[u];
-        for (; j < lk; ++j) dot += prow[j] * g[j];
-        if (mask.key_valid.extent(0) == 0) {
-          for (Index t = 0; t < lk; ++t) {
-            const bool constant = (mask.self_mask && i == t) || (mask.causal && t > i);
-            g[t] = constant ? T(0) : prow[t] * (g[t] - dot);
+        softmax_backward_row(&p(bh, i, 0), &grad(bh, i, 0), mask, bh, i, lq, lk, dropout);
+      });
+}
+
+// Short sequences on the host: one thread per (batch, head) computes that
+// head's whole attention, reading q, k, v and writing the outputs in their
+// [batch, length, heads, d_head] layout, with the transposed keys (values) and
+// the rows of P' and dS in local arrays. The batched path's head-major copies
+// and tiny products (seven launches forward, twelve backward, mostly overhead
+// at these sizes) become one launch. Every product is accumulate_rows (its
+// inner loops have run-time bounds, which keeps the compiler vectorising them
+// rather than unrolling them).
+constexpr Index kShortLength = 32, kShortHeadDim = 64;
+
+bool short_attention(Index lq, Index lk, Index d_head) {
+  return kHostMemory && lq <= kShortLength && lk <= kShortLength && d_head <= kShortHeadDim;
+}
+
+using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
+
+// P' = dropout(P) of score (bh, i, j).
+template <class T>
+KOKKOS_INLINE_FUNCTION T dropped_probability(T p, const AttentionDropout& dropout, T keep_scale,
+                                             Index bh, Index i, Index j, Index lq, Index lk) {
+  if (dropout.rate <= 0.0) return p;
+  return ops::dropout_keeps(dropout.key, score_index(bh, i, j, lq, lk), dropout.rate)
+             ? p * keep_scale
+             : T(0);
+}
+
+// cols[c][j] = x[j * stride + c] for the n rows of x [n, d] (row stride `stride`).
+template <class T>
+void load_transposed(const T* x, Index stride, Index n, Index d,
+                     T (&cols)[kShortHeadDim][kShortLength]) {
+  for (Index j = 0; j < n; ++j)
+    for (Index c = 0; c < d; ++c) cols[c][j] = x[j * stride + c];
+}
+
+// S = scale Q K^T, P = softmax(masked S) (saved), out = dropout(P) V.
+template <class T>
+void short_attention_forward(In4<T> q, In4<T> k, In4<T> v, T scale, ScoreMask mask,
+                             AttentionDropout dropout, View3<T> probs, View4<T> out) {
+  const Index lq = q.extent(1), lk = k.extent(1), heads = q.extent(2), d = q.extent(3);
+  const Index stride = heads * d;  // between positions
+  const T keep_scale = T(1.0 / (1.0 - dropout.rate));
+  Kokkos::parallel_for(
+      "full_attention_short_forward", HostRange(0, q.extent(0) * heads), [=](Index bh) {
+        const Index b = bh / heads, h = bh % heads;
+        T kt[kShortHeadDim][kShortLength], dropped[kShortLength];
+        load_transposed(&k(b, 0, h, 0), stride, lk, d, kt);
+        for (Index i = 0; i < lq; ++i) {
+          T* row = &probs(bh, i, 0);
+          for (Index j = 0; j < lk; ++j) row[j] = 0;
+          accumulate_rows(row, &kt[0][0], kShortLength, &q(b, i, h, 0), 1, d, lk);
+          for (Index j = 0; j < lk; ++j) row[j] *= scale;
+          masked_softmax_row(row, mask, bh, i, lk);
+          const T* p = row;
+          if (dropout.rate > 0) {
+            for (Index j = 0; j < lk; ++j)
+              dropped[j] = dropped_probability(row[j], dropout, keep_scale, bh, i, j, lq, lk);
+            p = dropped;
           }
-        } else {
-          for (Index t = 0; t < lk; ++t) g[t] = mask.kind(bh, i, t) ? T(0) : prow[t] * (g[t] - dot);
+          T* o = &out(b, i, h, 0);
+          for (Index c = 0; c < d; ++c) o[c] = 0;
+          accumulate_rows(o, &v(b, 0, h, 0), stride, p, 1, lk, d);
+        }
+      });
+}
+
+// dP' = dO V^T -> dS (rows kept, scaled), dQ = scale dS K; then per key
+// dK = scale dS^T Q and dV = P'^T dO.
+template <class T>
+void short_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> probs, In4<T> dout, T scale,
+                              ScoreMask mask, AttentionDropout dropout, View4<T> dq, View4<T> dk,
+                              View4<T> dv) {
+  const Index lq = q.extent(1), lk = k.extent(1), heads = q.extent(2), d = q.extent(3);
+  const Index stride = heads * d;
+  const T keep_scale = T(1.0 / (1.0 - dropout.rate));
+  Kokkos::parallel_for(
+      "full_attention_short_backward", HostRange(0, q.extent(0) * heads), [=](Index bh) {
+        const Index b = bh / heads, h = bh % heads;
+        T vt[kShortHeadDim][kShortLength], dropped[kShortLength][kShortLength],
+            ds[kShortLength][kShortLength];
+        load_transposed(&v(b, 0, h, 0), stride, lk, d, vt);
+        for (Index i = 0; i < lq; ++i) {
+          const T* prow = &probs(bh, i, 0);
+          T* g = ds[i];
+          for (Index j = 0; j < lk; ++j) {
+            g[j] = 0;
+            dropped[i][j] = dropped_probability(prow[j], dropout, keep_scale, bh, i, j, lq, lk);
+          }
+          accumulate_rows(g, &vt[0][0], kShortLength, &dout(b, i, h, 0), 1, d, lk);
+          softmax_backward_row(prow, g, mask, bh, i, lq, lk, dropout);
+          for (Index j = 0; j < lk; ++j) g[j] *= scale;
+          T* dqi = &dq(b, i, h, 0);
+          for (Index c = 0; c < d; ++c) dqi[c] = 0;
+          accumulate_rows(dqi, &k(b, 0, h, 0), stride, g, 1, lk, d);
+        }
+        for (Index j = 0; j < lk; ++j) {
+          T* dkj = &dk(b, j, h, 0);
+          T* dvj = &dv(b, j, h, 0);
+          for (Index c = 0; c < d; ++c) dkj[c] = dvj[c] = 0;
+          accumulate_rows(dkj, &q(b, 0, h, 0), stride, &ds[0][j], kShortLength, lq, d);
+          accumulate_rows(dvj, &dout(b, 0, h, 0), stride, &dropped[0][j], kShortLength, lq, d);
         }
       });
 }
@@ -187,6 +298,12 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
     saved.probs = View3<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "full_attention_probs"),
                            batch * heads, lq, lk);
   }
+  const T scale = detail::dense_score_scale<T>(config, q.extent(3));
+  if (short_attention(lq, lk, q.extent(3))) {
+    short_attention_forward<T>(q, k, v, scale, score_mask(config, call, heads), call.dropout,
+                               saved.probs, out);
+    return;
+  }
   Workspace::Frame frame(workspace);
   auto qh = to_heads<T>(q, frame);
   auto kh = to_heads<T>(k, frame);
@@ -195,8 +312,7 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
   // every product below skips the blocks that are known to be zero.
   const auto lower_c = call.masks.causal ? Structure::LowerC : Structure::Dense;
   const auto lower_a = call.masks.causal ? Structure::LowerA : Structure::Dense;
-  ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs,
-                         detail::dense_score_scale<T>(config, q.extent(3)), T(0), lower_c);
+  ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs, scale, T(0), lower_c);
   masked_softmax<T>(saved.probs, score_mask(config, call, heads));
   auto oh = frame.take<View3<T>>(batch * heads, lq, q.extent(3));
   if (dropout) {
@@ -226,6 +342,11 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
                       op, ": saved probabilities have shape ", shape_string(saved.probs),
                       "; run full_attention_forward on these inputs first");
   const T scale = detail::dense_score_scale<T>(config, q.extent(3));
+  if (short_attention(lq, lk, q.extent(3))) {
+    short_attention_backward<T>(q, k, v, saved.probs, dout, scale, score_mask(config, call, heads),
+                                call.dropout, dq, dk, dv);
+    return;
+  }
   const bool causal = call.masks.causal;
   const auto lower_a = causal ? Structure::LowerA : Structure::Dense;
   const auto upper_a = causal ? Structure::UpperA : Structure::Dense;

@@ -12,6 +12,10 @@ namespace {
 using namespace reformer::testing;
 using attention::FullAttentionConfig;
 
+// Lengths of both host paths: at most 32 positions take the fused one-launch
+// kernel, longer sequences the batched products (one path each on GPUs).
+constexpr Index kLengths[] = {9, 40};
+
 struct FullCase {
   Index batch = 2, lq = 9, lk = 9, heads = 3, d = 4;
   FullAttentionConfig config;
@@ -21,7 +25,8 @@ struct FullCase {
   Kokkos::View<int**, Layout, MemSpace> valid;
   attention::FullAttentionSaved<double> saved;
 
-  explicit FullCase(bool causal, Index key_length = 9) : lk(key_length) {
+  explicit FullCase(bool causal, Index length = 9, Index key_length = 0)
+      : lq(length), lk(key_length > 0 ? key_length : length) {
     call.masks.causal = causal;
     q = View4<double>("q", batch, lq, heads, d);
     k = View4<double>("k", batch, lk, heads, d);
@@ -89,55 +94,63 @@ struct FullCase {
 };
 
 TEST(FullAttention, ForwardMatchesDenseReference) {
-  for (bool causal : {false, true}) {
-    FullCase c(causal);
-    c.loss();
-    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13) << causal;
-  }
-}
-
-TEST(FullAttention, GradientsWithCausalAndPaddingMasks) {
-  for (bool causal : {false, true})
-    for (bool padded : {false, true}) {
-      FullCase c(causal);
-      if (padded) c.pad({{0, 0}, {1, 4}});
-      c.backward();
-      EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
-      auto loss = [&] { return c.loss(); };
-      EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << causal << padded;
-      EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << causal << padded;
-      EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << causal << padded;
+  for (const Index length : kLengths)
+    for (bool causal : {false, true}) {
+      FullCase c(causal, length);
+      c.loss();
+      EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13) << causal << length;
     }
 }
 
+TEST(FullAttention, GradientsWithCausalAndPaddingMasks) {
+  for (const Index length : kLengths)
+    for (bool causal : {false, true})
+      for (bool padded : {false, true}) {
+        FullCase c(causal, length);
+        if (padded) c.pad({{0, 0}, {1, 4}});
+        c.backward();
+        EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
+        auto loss = [&] { return c.loss(); };
+        EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << causal << padded << length;
+        EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << causal << padded << length;
+        EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << causal << padded << length;
+      }
+}
+
 TEST(FullAttention, CrossAttentionWithOtherKeyLength) {
-  FullCase c(false, 6);
-  c.pad({{1, 5}});
-  c.backward();
-  EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
-  auto loss = [&] { return c.loss(); };
-  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
-  EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6);
-  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
+  // Short queries and keys, and long queries over short keys (the batched path).
+  for (const Index length : kLengths) {
+    FullCase c(false, length, 6);
+    c.pad({{1, 5}});
+    c.backward();
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13) << length;
+    auto loss = [&] { return c.loss(); };
+    EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << length;
+    EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << length;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << length;
+  }
 }
 
 TEST(FullAttention, SelfMaskAndDropoutGradients) {
-  FullCase c(true);
-  c.config.self_mask = true;
-  c.call.dropout = {0.25, {4, 2}};
-  c.backward();
-  auto loss = [&] { return c.loss(); };
-  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6);
-  EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6);
-  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6);
-  // Without dropout the self-masked output matches the reference, and position 0
-  // (nothing else allowed) attends to itself.
-  c.call.dropout.rate = 0;
-  c.loss();
-  EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13);
-  const auto out = to_host(c.out), v = to_host(c.v);
-  Dims dm{c.batch, c.lq, c.heads, c.d};
-  for (long x = 0; x < c.d; ++x) EXPECT_NEAR(out[dm.at(1, 0, 2, x)], v[dm.at(1, 0, 2, x)], 1e-12);
+  for (const Index length : kLengths) {
+    FullCase c(true, length);
+    c.config.self_mask = true;
+    c.call.dropout = {0.25, {4, 2}};
+    c.backward();
+    auto loss = [&] { return c.loss(); };
+    EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << length;
+    EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << length;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << length;
+    // Without dropout the self-masked output matches the reference, and position
+    // 0 (nothing else allowed) attends to itself.
+    c.call.dropout.rate = 0;
+    c.loss();
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13) << length;
+    const auto out = to_host(c.out), v = to_host(c.v);
+    Dims dm{c.batch, c.lq, c.heads, c.d};
+    for (long x = 0; x < c.d; ++x)
+      EXPECT_NEAR(out[dm.at(1, 0, 2, x)], v[dm.at(1, 0, 2, x)], 1e-12) << length;
+  }
 }
 
 TEST(FullAttention, CausalOutputsIgnoreLaterTokens) {
@@ -182,7 +195,7 @@ TEST(FullAttention, RejectsMismatchedHeads) {
   EXPECT_THROW(attention::full_attention_forward<double>(c.q, k, k, c.config, c.call, c.out,
                                                          c.saved, c.workspace),
                ShapeError);
-  FullCase cross(true, 6);
+  FullCase cross(true, 9, 6);
   EXPECT_THROW(cross.loss(), ShapeError);  // causal needs equal lengths
 }
 

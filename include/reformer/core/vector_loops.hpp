@@ -48,6 +48,32 @@ KOKKOS_INLINE_FUNCTION T sum_values(const T* x, Index n) {
   return total;
 }
 
+// sum of x[t] * y[t] over [0, n), eight partial sums.
+template <class T>
+KOKKOS_INLINE_FUNCTION T dot_values(const T* x, const T* y, Index n) {
+  T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Index t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int u = 0; u < 8; ++u) part[u] += x[t + u] * y[t + u];
+  T total = 0;
+  for (int u = 0; u < 8; ++u) total += part[u];
+  for (; t < n; ++t) total += x[t] * y[t];
+  return total;
+}
+
+// sum of (x[t] - c)^2 over [0, n), eight partial sums.
+template <class T>
+KOKKOS_INLINE_FUNCTION T sum_squared_differences(const T* x, T c, Index n) {
+  T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Index t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int u = 0; u < 8; ++u) part[u] += (x[t + u] - c) * (x[t + u] - c);
+  T total = 0;
+  for (int u = 0; u < 8; ++u) total += part[u];
+  for (; t < n; ++t) total += (x[t] - c) * (x[t] - c);
+  return total;
+}
+
 // max of x[0, n) with eight partial maxima (vectorises).
 template <class T>
 KOKKOS_INLINE_FUNCTION T max_values(const T* x, Index n) {
