@@ -148,11 +148,15 @@ void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T>
   const Index rows = x.extent(0), d = x.extent(1);
   // y[r, j] = x[r, j] + sin or cos(p / 10000^((j - j mod 2) / d)), p = offset + r mod length;
   // sin for even j, cos for odd j. The angle is computed in double for long sequences.
+  // One thread per (position, feature) evaluates the sine once for every row
+  // at that position (rows p, p + length, ...).
+  const Index sequences = rows / length;
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
-        const double p = static_cast<double>(offset + r % length);
-        const double angle = p / compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
-        y(r, j) = x(r, j) + static_cast<T>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
+      op, Policy2({0, 0}, {length, d}), KOKKOS_LAMBDA(Index p, Index j) {
+        const double angle = static_cast<double>(offset + p) /
+                             compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
+        const T value = static_cast<T>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
+        for (Index s = 0; s < sequences; ++s) y(s * length + p, j) = x(s * length + p, j) + value;
       });
 }
 
