@@ -17,20 +17,27 @@ struct AdamStep {
   double correction2;  // 1 - beta2^t
 };
 
-// The fused update of one parameter (equations in optimizer.hpp).
+// The fused update of one parameter (equations in optimizer.hpp), with the bias
+// corrections as reciprocals (one division per element).
 template <class T>
 void adam_update(View1<T> p, In1<T> grad, View1<T> m, View1<T> v, AdamStep s) {
   const T lr = s.lr, beta1 = s.beta1, beta2 = s.beta2, eps = s.eps, l2 = s.l2, decay = s.decay;
-  const T c1 = s.correction1, c2 = s.correction2;
-  Kokkos::parallel_for(
-      "adam_update", range(p.extent(0)), KOKKOS_LAMBDA(Index i) {
-        const T w = p(i);
-        const T g = grad(i) + l2 * w;
-        const T mi = beta1 * m(i) + (T(1) - beta1) * g;
-        const T vi = beta2 * v(i) + (T(1) - beta2) * g * g;
-        m(i) = mi;
-        v(i) = vi;
-        p(i) = w - decay * w - lr * (mi / c1) / (compat::sqrt(vi / c2) + eps);
+  const T inv_c1 = T(1.0 / s.correction1), inv_c2 = T(1.0 / s.correction2);
+  parallel_blocks(
+      "adam_update", p.extent(0), KOKKOS_LAMBDA(Index begin, Index end) {
+        T* __restrict__ pp = p.data();
+        T* __restrict__ mp = m.data();
+        T* __restrict__ vp = v.data();
+        const T* __restrict__ gp = grad.data();
+        for (Index i = begin; i < end; ++i) {
+          const T w = pp[i];
+          const T g = gp[i] + l2 * w;
+          const T mi = beta1 * mp[i] + (T(1) - beta1) * g;
+          const T vi = beta2 * vp[i] + (T(1) - beta2) * g * g;
+          mp[i] = mi;
+          vp[i] = vi;
+          pp[i] = w - decay * w - lr * (mi * inv_c1) / (compat::sqrt(vi * inv_c2) + eps);
+        }
       });
 }
 

@@ -22,8 +22,6 @@ template <class T>
 using ScratchVector = Kokkos::View<T*, Layout, ExecSpace::scratch_memory_space,
                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// Memory of the default execution space is host memory (Serial, OpenMP).
-constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 // The level-0 scratch a GPU team can count on.
 constexpr std::size_t kLevel0ScratchBytes = 48 * 1024;
 

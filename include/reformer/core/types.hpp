@@ -47,4 +47,19 @@ inline Kokkos::RangePolicy<ExecSpace> range(Index n) {
   return Kokkos::RangePolicy<ExecSpace>(0, n);
 }
 
+// Memory of the default execution space is host memory (Serial, OpenMP).
+constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+// body(begin, end) over [0, n) in contiguous blocks: blocks of 4096 on the
+// host, where the body's own loop over raw (__restrict__) pointers then
+// vectorises (a loop over View accesses often does not: the stores might
+// alias the views' pointers), and one element per thread on GPUs.
+template <class Body>
+void parallel_blocks(const char* label, Index n, const Body& body) {
+  constexpr Index block = kHostMemory ? 4096 : 1;
+  Kokkos::parallel_for(
+      label, range((n + block - 1) / block),
+      KOKKOS_LAMBDA(Index b) { body(b * block, b * block + block < n ? b * block + block : n); });
+}
+
 }  // namespace reformer
