@@ -3,6 +3,7 @@
 #include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/core/vector_loops.hpp"
 
 namespace reformer::ops {
 namespace {
@@ -29,6 +30,23 @@ void layer_norm_forward(In2<T> x, In1<T> gamma, In1<T> beta, T eps, View2<T> y, 
   require_extent(op, "mean", mean, 0, n);
   require_extent(op, "rstd", rstd, 0, n);
   require<ConfigError>(eps > T(0), op, ": eps is ", eps, " but must be positive");
+  if constexpr (kHostMemory) {
+    // One thread per row, loops over the row that vectorise (a team per row
+    // costs more than the row itself at small widths). In place (y = x) is fine.
+    Kokkos::parallel_for(
+        "layer_norm_forward", range(n), KOKKOS_LAMBDA(Index i) {
+          const T* xi = &x(i, 0);
+          T* yi = &y(i, 0);
+          const T* g = gamma.data();
+          const T* b = beta.data();
+          const T mu = sum_values(xi, d) / T(d);
+          const T r = T(1) / compat::sqrt(sum_squared_differences(xi, mu, d) / T(d) + eps);
+          for (Index j = 0; j < d; ++j) yi[j] = (xi[j] - mu) * r * g[j] + b[j];
+          mean(i) = mu;
+          rstd(i) = r;
+        });
+    return;
+  }
   // One team per row; two team reductions for the mean and the variance.
   Kokkos::parallel_for(
       "layer_norm_forward", TeamPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
@@ -67,23 +85,40 @@ void layer_norm_backward(In2<T> x, In1<T> gamma, In1<T> mean, In1<T> rstd, In2<T
   require_same_shape(op, "x", x, "dx", dx);
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
-  Kokkos::parallel_for(
-      "layer_norm_backward_input", TeamPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-        const Index i = team.league_rank();
-        const T mu = mean(i), r = rstd(i);
-        T sum_g = 0, sum_gx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](Index j, T& acc) { acc += dy(i, j) * gamma(j); },
-            sum_g);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
-            [&](Index j, T& acc) { acc += dy(i, j) * gamma(j) * (x(i, j) - mu) * r; }, sum_gx);
-        const T mean_g = sum_g / d, mean_gx = sum_gx / d;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
-          const T xhat = (x(i, j) - mu) * r;
-          dx(i, j) = r * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
+  if constexpr (kHostMemory) {
+    // One thread per row (see the forward pass); dx holds dy * gamma first.
+    Kokkos::parallel_for(
+        "layer_norm_backward_input", range(n), KOKKOS_LAMBDA(Index i) {
+          const T* xi = &x(i, 0);
+          const T* dyi = &dy(i, 0);
+          const T* g = gamma.data();
+          T* dxi = &dx(i, 0);
+          const T mu = mean(i), r = rstd(i);
+          for (Index j = 0; j < d; ++j) dxi[j] = dyi[j] * g[j];
+          const T mean_g = sum_values(dxi, d) / T(d);
+          const T mean_gx = r * (dot_values(dxi, xi, d) / T(d) - mu * mean_g);
+          for (Index j = 0; j < d; ++j) dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
         });
-      });
+  } else {
+    Kokkos::parallel_for(
+        "layer_norm_backward_input", TeamPolicy(n, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const Index i = team.league_rank();
+          const T mu = mean(i), r = rstd(i);
+          T sum_g = 0, sum_gx = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, d),
+              [&](Index j, T& acc) { acc += dy(i, j) * gamma(j); }, sum_g);
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, d),
+              [&](Index j, T& acc) { acc += dy(i, j) * gamma(j) * (x(i, j) - mu) * r; }, sum_gx);
+          const T mean_g = sum_g / d, mean_gx = sum_gx / d;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
+            const T xhat = (x(i, j) - mu) * r;
+            dx(i, j) = r * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
+          });
+        });
+  }
   // Parameter gradients: sums over all rows, split across the threads of a team.
   detail::add_column_sums<T>(
       "layer_norm_backward_dgamma", n, dgamma,
