@@ -50,8 +50,11 @@ struct TileTraits {
           : CpuTarget::block_vectors * CpuTarget::vector_bytes / int(sizeof(T));
   static constexpr int block_rows = kHostMemory ? CpuTarget::block_rows : 1;
   static constexpr int block_cols = kHostMemory ? host_block_cols : 4;
-  // Head size rounded up to whole blocks (the zero columns add nothing).
-  static constexpr Index pad_columns(Index d) {
+  // Head size rounded up to whole blocks (the zero columns add nothing). Device
+  // code calls it: a host-only function there compiles (nvcc only warns) into a
+  // kernel whose body is dropped, which on CUDA left every LSH and local
+  // attention output unwritten.
+  KOKKOS_INLINE_FUNCTION static constexpr Index pad_columns(Index d) {
     return (d + block_cols - 1) / block_cols * block_cols;
   }
   static_assert(query_tile % block_cols == 0 && key_tile % block_cols == 0,
