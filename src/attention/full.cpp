@@ -254,6 +254,13 @@ void short_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> probs, In4<T>
       });
 }
 
+// Causal probabilities are zero above the diagonal, unless padding masks every
+// key a query may see: such a row holds only mask constants and attends
+// uniformly to every key (masks.hpp), later ones included.
+bool lower_triangular_probs(const AttentionCall& call) {
+  return call.masks.causal && call.masks.key_valid.extent(0) == 0;
+}
+
 ScoreMask score_mask(const FullAttentionConfig& config, const AttentionCall& call, Index heads) {
   return {call.masks.key_valid, call.masks.causal, config.self_mask, heads};
 }
@@ -311,7 +318,7 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
   // Causal: scores above the diagonal are masked, so P is lower-triangular and
   // every product below skips the blocks that are known to be zero.
   const auto lower_c = call.masks.causal ? Structure::LowerC : Structure::Dense;
-  const auto lower_a = call.masks.causal ? Structure::LowerA : Structure::Dense;
+  const auto lower_a = lower_triangular_probs(call) ? Structure::LowerA : Structure::Dense;
   ops::batched_matmul<T>(qh, Trans::No, kh, Trans::Yes, saved.probs, scale, T(0), lower_c);
   masked_softmax<T>(saved.probs, score_mask(config, call, heads));
   auto oh = frame.take<View3<T>>(batch * heads, lq, q.extent(3));
@@ -348,8 +355,11 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
     return;
   }
   const bool causal = call.masks.causal;
+  // dS is zero above the diagonal (masked scores get no gradient), P only
+  // without padding (lower_triangular_probs).
   const auto lower_a = causal ? Structure::LowerA : Structure::Dense;
   const auto upper_a = causal ? Structure::UpperA : Structure::Dense;
+  const auto upper_p = lower_triangular_probs(call) ? Structure::UpperA : Structure::Dense;
   const auto lower_c = causal ? Structure::LowerC : Structure::Dense;
   Workspace::Frame frame(workspace);
   auto qh = to_heads<T>(q, frame);
@@ -361,9 +371,9 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
   auto dvh = frame.take<View3<T>>(batch * heads, lk, v.extent(3));
   if (call.dropout.rate > 0) {
     apply_dropout<T>(saved.probs, call.dropout, grad);
-    ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
+    ops::batched_matmul<T>(grad, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_p);
   } else {
-    ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_a);
+    ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_p);
   }
   // dP' = dO V^T, then dS through dropout and softmax, in place.
   ops::batched_matmul<T>(doh, Trans::No, vh, Trans::Yes, grad, T(1), T(0), lower_c);

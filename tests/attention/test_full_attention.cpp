@@ -13,8 +13,10 @@ using namespace reformer::testing;
 using attention::FullAttentionConfig;
 
 // Lengths of both host paths: at most 32 positions take the fused one-launch
-// kernel, longer sequences the batched products (one path each on GPUs).
-constexpr Index kLengths[] = {9, 40};
+// kernel, longer sequences the batched products (one path each on GPUs); 100
+// spans more than one 96-row host tile, where causal products skip the tiles
+// above the diagonal (as a GPU's 24-row tiles do at every length here).
+constexpr Index kLengths[] = {9, 40, 100};
 
 struct FullCase {
   Index batch = 2, lq = 9, lk = 9, heads = 3, d = 4;
