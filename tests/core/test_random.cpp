@@ -27,9 +27,11 @@ TEST(Random, DeviceAndHostAgreeBitwise) {
   auto hn = Kokkos::create_mirror_view(normals);
   Kokkos::deep_copy(hb, bits);
   Kokkos::deep_copy(hn, normals);
+  // The bits agree exactly; the normals within a few ulp (their log and cosine
+  // come from the device's math library on GPUs, from the host's here).
   for (Index i = 0; i < n; ++i) {
     ASSERT_EQ(hb(i), random_bits(key, i));
-    ASSERT_EQ(hn(i), random_normal(key, i));
+    ASSERT_NEAR(hn(i), random_normal(key, i), 1e-15 * (1 + std::abs(hn(i))));
   }
 }
 

@@ -45,7 +45,10 @@ TEST(Initializers, NormalIsTheCounterRngEvaluatedPerElement) {
   const RandomKey key{11, stream_id(4, 2)};
   train::init_normal(w, 0.5, key);
   const auto x = to_host(w.value);
-  for (Index i = 0; i < w.size(); ++i) ASSERT_EQ(x[i], 0.5 * random_normal(key, i)) << i;
+  // Within a few ulp, not bitwise: the normals' log and cosine come from the
+  // device's math library on GPUs (core/random.hpp: the bits are identical).
+  for (Index i = 0; i < w.size(); ++i)
+    ASSERT_NEAR(x[i], 0.5 * random_normal(key, i), 1e-15 * (1 + std::abs(x[i]))) << i;
 }
 
 TEST(Initializers, XavierUniformRespectsItsBoundAndVariance) {

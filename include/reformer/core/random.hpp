@@ -47,6 +47,8 @@ KOKKOS_INLINE_FUNCTION double random_uniform(RandomKey key, std::uint64_t index)
 }
 
 // Standard normal by Box-Muller from two uniforms drawn at 2*index and 2*index+1.
+// Its log and cosine are the backend's: a GPU's math library may differ from the
+// host's in the last bit (the uniforms and bits are identical everywhere).
 KOKKOS_INLINE_FUNCTION double random_normal(RandomKey key, std::uint64_t index) {
   const double u1 = 1.0 - random_uniform(key, 2 * index);  // in (0, 1]
   const double u2 = random_uniform(key, 2 * index + 1);
