@@ -35,6 +35,7 @@ LSH and local: 1024, 4096 and 16384; exact: 1024 to 16384).
 Usage:
   bench/torch_attention.py [--threads 2] [--ours build/openmp/bench/bench_attention]
   bench/torch_attention.py --impl sdpa [--lengths 2048 4096] [--ours-layer] [--ours-kinds exact]
+  bench/torch_attention.py --impl sdpa --device cuda --ours-layer --ours <CUDA bench_attention>
 """
 import argparse
 import json
@@ -156,27 +157,46 @@ def sdpa_layer(d_model=HEADS * D_HEAD, heads=HEADS):
     return SdpaLayer()
 
 
-def run_sdpa_case(length, threads):
+def run_sdpa_case(length, threads, device="cpu"):
+    """On a GPU (--device cuda) the time waits for the device, and the memory is
+    the growth of torch.cuda.max_memory_allocated over the allocated bytes after
+    the warm-up (the caching allocator's reserve is not counted), in float32
+    without TF32."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     d_model = HEADS * D_HEAD
-    layer = sdpa_layer(d_model, HEADS)
-    x = torch.rand(1, length, d_model, requires_grad=True)
-    dy = torch.rand(1, length, d_model)
-    # Warm-up at a small length: library initialisation and parameter gradients.
-    small = torch.rand(1, 256, d_model, requires_grad=True)
-    layer(small).backward(torch.rand(1, 256, d_model))
+    layer = sdpa_layer(d_model, HEADS).to(device)
+    x = torch.rand(1, length, d_model, requires_grad=True, device=device)
+    dy = torch.rand(1, length, d_model, device=device)
+    # Warm-up: library initialisation and parameter gradients (at the length
+    # itself on a GPU, whose kernels are chosen per shape).
+    warm = length if cuda else 256
+    small = torch.rand(1, warm, d_model, requires_grad=True, device=device)
+    layer(small).backward(torch.rand(1, warm, d_model, device=device))
     layer.zero_grad(set_to_none=True)
     del small
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
         layer(x).backward(dy)
+        if cuda:
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
         x.grad = None
         layer.zero_grad(set_to_none=True)
-    peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    if cuda:
+        peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     print(json.dumps({"seconds": best, "peak_MiB": peak_mib, "backend": layer.last_backend}))
 
 
@@ -204,7 +224,8 @@ def main_sdpa(args):
     print("|---|---|---|---|---|" + "---|---|" * len(kinds))
     for length in args.lengths:
         res = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--sdpa-case",
-                              str(length)], capture_output=True, text=True, check=True)
+                              str(length), "--device", args.device], capture_output=True, text=True,
+                             check=True)
         row = json.loads(res.stdout.strip().splitlines()[-1])
         line = f"| SDPA | {length} | {row['seconds']:.3f} | {row['peak_MiB']:.0f} | {row['backend']} |"
         for kind, _ in kinds:
@@ -236,13 +257,15 @@ def main():
     parser.add_argument("--ours-kinds", nargs="+", choices=sorted(LAYER_KINDS), default=["full", "lsh"],
                         help="sdpa with --ours-layer: which of our attention kinds to add (default: full lsh)")
     parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="sdpa: where PyTorch runs (cuda: the GPU; pair with --ours built for it)")
     parser.add_argument("--sdpa-case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         run_case(args.case[0], int(args.case[1]), int(args.case[2]), args.threads)
         return
     if args.sdpa_case:
-        run_sdpa_case(args.sdpa_case, args.threads)
+        run_sdpa_case(args.sdpa_case, args.threads, args.device)
         return
     if args.impl == "sdpa":
         main_sdpa(args)

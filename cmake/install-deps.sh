@@ -3,12 +3,18 @@
 # each requested backend, in a cache prefix outside the work tree. Re-running it is
 # cheap: installed packages and finished builds are detected and reused.
 #
-#   cmake/install-deps.sh [serial] [openmp] [cuda] [hip] [aarch64] [testing]   (default: openmp)
+#   cmake/install-deps.sh [serial] [openmp] [cuda] [cuda-hopper] [hip] [aarch64] [testing]   (default: openmp)
 #
 # Backends:
 #   serial  Debian's libtrilinos-kokkos-dev / libtrilinos-kokkos-kernels-dev (3.4.01)
 #   openmp  Kokkos + Kokkos Kernels 3.4.01 built from Debian's trilinos source package
 #   cuda    same sources, Debian non-free nvidia-cuda-toolkit 11.8, g++-11 host, sm_80
+#   cuda-hopper  the same CUDA 11.8 toolchain for sm_90 (H100, H200), with Kokkos
+#           Kernels' own gemm instead of cuBLAS: binaries that can be copied to a
+#           machine that has a GPU driver but no CUDA 11 libraries (only the
+#           0.7 MB libcudart.so.11.0 travels with them). Kokkos 3.4 refuses to run
+#           kernels whose compute capability's major number differs from the
+#           device's, so sm_80 code (or its PTX) cannot serve a Hopper GPU.
 #   hip     same sources, Debian hipcc 5.2, gfx908
 #   aarch64 same sources cross-compiled for 64-bit Arm (OpenMP, no BLAS TPL) with
 #           Debian's g++-aarch64-linux-gnu, plus GoogleTest cross-compiled from
@@ -34,8 +40,8 @@ log() { printf '[install-deps] %s\n' "$*" >&2; }
 die() { printf '[install-deps] error: %s\n' "$*" >&2; exit 1; }
 
 for b in "${backends[@]}"; do
-  case "$b" in serial | openmp | cuda | hip | aarch64 | testing) ;;
-  *) die "unknown backend '$b' (expected serial, openmp, cuda, hip, aarch64 or testing)" ;;
+  case "$b" in serial | openmp | cuda | cuda-hopper | hip | aarch64 | testing) ;;
+  *) die "unknown backend '$b' (expected serial, openmp, cuda, cuda-hopper, hip, aarch64 or testing)" ;;
   esac
 done
 
@@ -156,7 +162,7 @@ for b in "${backends[@]}"; do
     build_kokkos openmp -DKokkos_ENABLE_OPENMP=ON -- -DKokkosKernels_ENABLE_TPL_BLAS=ON
     echo "openmp=$DEPS/openmp"
     ;;
-  cuda)
+  cuda | cuda-hopper)
     apt_source reformer-non-free deb "contrib non-free"
     apt_need nvidia-cuda-toolkit g++-11
     # The hard-coded default architecture of 3.4's nvcc_wrapper (sm_35) is rejected
@@ -182,10 +188,26 @@ for b in "${backends[@]}"; do
       grep -q 'default_arch="sm_80"' "$wrapper.tmp" || die "could not patch nvcc_wrapper's default arch"
       chmod +x "$wrapper.tmp" && mv "$wrapper.tmp" "$wrapper"
     fi
-    PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 build_kokkos cuda \
-      -DCMAKE_CXX_COMPILER="$wrapper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON \
-      -DKokkos_ARCH_AMPERE80=ON -- -DCMAKE_CXX_COMPILER="$wrapper" -DKokkosKernels_ENABLE_TPL_CUBLAS=ON
-    echo "cuda=$DEPS/cuda"
+    if [ "$b" = cuda ]; then
+      PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 build_kokkos cuda \
+        -DCMAKE_CXX_COMPILER="$wrapper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON \
+        -DKokkos_ARCH_AMPERE80=ON -- -DCMAKE_CXX_COMPILER="$wrapper" -DKokkosKernels_ENABLE_TPL_CUBLAS=ON
+      echo "cuda=$DEPS/cuda"
+    else
+      # Kokkos 3.4 has no Hopper option: it is configured for Ampere (the
+      # closest tuning) and this wrapper turns its -arch=sm_80 into sm_90.
+      hopper=$DEPS/nvcc_wrapper_sm90
+      if [ ! -x "$hopper" ]; then
+        sed -e 's/^default_arch="sm_80"/default_arch="sm_90"/' \
+          -e '3i set -- "${@/#-arch=sm_80/-arch=sm_90}"' "$wrapper" >"$hopper.tmp"
+        grep -q 'default_arch="sm_90"' "$hopper.tmp" || die "could not patch nvcc_wrapper for sm_90"
+        chmod +x "$hopper.tmp" && mv "$hopper.tmp" "$hopper"
+      fi
+      PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 build_kokkos cuda-hopper \
+        -DCMAKE_CXX_COMPILER="$hopper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON \
+        -DKokkos_ARCH_AMPERE80=ON -- -DCMAKE_CXX_COMPILER="$hopper" -DKokkosKernels_ENABLE_TPL_CUBLAS=OFF
+      echo "cuda-hopper=$DEPS/cuda-hopper"
+    fi
     ;;
   hip)
     apt_need hipcc libamdhip64-dev rocm-device-libs

@@ -23,8 +23,14 @@ autograd step (which loads the libraries), so it counts the
 parameters, gradients and Adam moments, every activation autograd keeps, and the
 allocator's slack; it is printed as one JSON line.
 
+With --device cuda the model runs on the GPU: the memory is then the growth of
+torch.cuda.max_memory_allocated over what was allocated before the model was
+built (parameters, gradients, Adam moments and activations; not the caching
+allocator's reserve), in float32 without TF32.
+
 Usage (2 threads, as in the issue):
   /usr/bin/python3 experiments/pytorch_step.py --model reformer --length 16384
+  python3 experiments/pytorch_step.py --model reformer --length 65536 --device cuda
 """
 import argparse
 import json
@@ -70,7 +76,12 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--ff-chunks", type=int, default=8)
     parser.add_argument("--irreversible", action="store_true")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     if args.length % 128:
         sys.exit(f"pytorch_step.py: --length {args.length} must be a multiple of 128 "
                  "(two LSH chunks of 64); use 1024, 2048, ...")
@@ -82,11 +93,15 @@ def main():
     torch.optim.Adam(warm.parameters()).zero_grad()
     warm(torch.ones(8, 64)).sum().backward()
     baseline = max_rss_mib()
-    model = build_model(args)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        device_baseline = torch.cuda.memory_allocated()
+    model = build_model(args).to(args.device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 256, (1, args.length))
-    targets = torch.randint(0, 256, (1, args.length))
+    ids = torch.randint(0, 256, (1, args.length), device=args.device)
+    targets = torch.randint(0, 256, (1, args.length), device=args.device)
 
     def step():
         start = time.perf_counter()
@@ -105,6 +120,9 @@ def main():
         "length": args.length, "layers": args.layers, "ff_chunks": args.ff_chunks,
         "seconds_per_step": statistics.median(times), "step_seconds": times,
         "warmup_seconds": warmup, "peak_rss_growth_MiB": max_rss_mib() - baseline,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "peak_device_MiB": (torch.cuda.max_memory_allocated() - device_baseline) / 2**20
+        if cuda else None,
         "parameters": sum(p.numel() for p in model.parameters()),
         "torch": torch.__version__, "reformer_pytorch": version("reformer-pytorch"),
         "threads": torch.get_num_threads(), "python": platform.python_version(),

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the test and benchmark binaries and the `reformer` program for an
+# NVIDIA Hopper GPU (sm_90: H100, H200) with CUDA 11.8 and packs them, with the
+# shared libraries they need beyond the C and C++ runtimes, into
+# .gpu/pkg.tar.xz (about 20 MB), for a machine that has a GPU driver but no
+# CUDA 11 or HDF5 libraries (the lent GPU machine: see tests/gpu_run.sh).
+#
+#   tests/gpu_pack.sh          # about 45 min on 2 cores (nvcc), 10 min on 16
+#
+# Kokkos 3.4 aborts when the kernels' compute capability has another major
+# number than the device's, so everything, Kokkos included, is compiled for
+# sm_90 (cmake/install-deps.sh cuda-hopper: Kokkos Kernels' own gemm, since
+# cuBLAS 11 is 600 MB).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
+build=${REFORMER_BUILD:-$root/build}/cuda-hopper
+"$root/cmake/install-deps.sh" cuda-hopper
+export PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$DEPS/nvcc_wrapper_sm90" \
+  -DCMAKE_C_COMPILER=gcc-11 -DKokkos_ROOT="$DEPS/cuda-hopper" \
+  -DKokkosKernels_ROOT="$DEPS/cuda-hopper" -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=ON \
+  >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "${JOBS:-$(nproc)}"
+pack=$(mktemp -d)
+mkdir -p "$pack/pkg/bin" "$pack/pkg/lib"
+for exe in tests/test_core tests/test_ops tests/test_attention tests/test_layers tests/test_models \
+  tests/test_train tests/test_data tests/test_io tests/test_config tests/op_fingerprint \
+  bench/bench_attention bench/bench_model bench/bench_decode bin/reformer; do
+  cp "$build/$exe" "$pack/pkg/bin/"
+done
+strip "$pack"/pkg/bin/*
+# Every library the binaries load except the C and C++ runtimes, which the
+# GPU machine has (newer).
+for exe in "$pack"/pkg/bin/*; do ldd "$exe" | awk '{print $3}' | grep '^/' || true; done | sort -u |
+  grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s)\.so' |
+  while read -r lib; do cp -L "$lib" "$pack/pkg/lib/"; done
+mkdir -p "$root/.gpu"
+tar -C "$pack" -cJf "$root/.gpu/pkg.tar.xz" pkg
+rm -rf "$pack"
+grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
+ls -la "$root/.gpu/pkg.tar.xz"
