@@ -153,6 +153,7 @@ void AttentionState<T>::release(bool keep_plan) {
 template <class T>
 void AttentionState<T>::use_plan_of(const AttentionState& other) {
   call = other.call;
+  cross = other.cross;
   plan = other.plan;
 }
 

@@ -122,10 +122,10 @@ void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Atten
   backward(x, normed, mean, rstd, dy, dx, state, workspace, memory, dmemory);
 }
 
-// x += attend(LayerNorm(x)) for rows x [n, d_model], attend(normed, f) writing f.
+// y += attend(LayerNorm(x)) for rows [n, d_model], attend(normed, f) writing f.
 template <class T>
 template <class Attend>
-void PreNormAttention<T>::residual_step(View2<T> x, Workspace& workspace,
+void PreNormAttention<T>::residual_step(In2<T> x, View2<T> y, Workspace& workspace,
                                         const Attend& attend) const {
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0), d = x.extent(1);
@@ -133,22 +133,22 @@ void PreNormAttention<T>::residual_step(View2<T> x, Workspace& workspace,
   auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
   ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, T(eps_), normed, mean, rstd);
   attend(normed, f);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(x));
+  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
 }
 
 template <class T>
-void PreNormAttention<T>::step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
-                               Workspace& workspace) const {
-  residual_step(x, workspace, [&](View2<T> normed, View2<T> f) {
+void PreNormAttention<T>::step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> v_cache,
+                               Index position, Workspace& workspace) const {
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
     attention_.step(normed, k_cache, v_cache, position, f, workspace);
   });
 }
 
 template <class T>
-void PreNormAttention<T>::step_cross(View2<T> x, In3<T> k, In3<T> v,
+void PreNormAttention<T>::step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                                      Kokkos::View<const int**, Layout, MemSpace> key_valid,
                                      Workspace& workspace) const {
-  residual_step(x, workspace, [&](View2<T> normed, View2<T> f) {
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
     attention_.step_cross(normed, k, v, key_valid, f, workspace);
   });
 }
@@ -374,16 +374,77 @@ void DecoderBlock<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) cons
 }
 
 template <class T>
-void DecoderBlock<T>::step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
-                           In3<T> cross_k, In3<T> cross_v,
+void DecoderBlock<T>::forward_reversible(View3<T> x1, View3<T> x2, In3<T> memory,
+                                         const DecoderBlockCall& call, DecoderBlockState<T>& state,
+                                         Workspace& workspace) const {
+  const char* op = "DecoderBlock::forward_reversible";
+  const Index d = config_.feed_forward.d_model;
+  require_extent(op, "x1", x1, 2, d);
+  require_same_shape(op, "x1", x1, "x2", x2);
+  require_extent(op, "memory", memory, 2, d);
+  require<ShapeError>(memory.extent(0) == x1.extent(0), op, ": x1 has shape ", shape_string(x1),
+                      " and memory ", shape_string(memory), "; their batch sizes must be equal");
+  state.call = call;
+  state.stored = false;
+  state.self_input = state.cross_input = state.ff_input = View3<T>();
+  // a = x1 + Self(LN(x2)) into x1; y2 = x2 + Cross(LN(a), m) into x2; y1 = a + G(y2) into x1.
+  self_.forward(x2, x1, decoder_attention_call(call, false), state.self, workspace, Save::PlanOnly);
+  cross_.forward(x1, x2, decoder_attention_call(call, true), state.cross, workspace, Save::PlanOnly,
+                 memory);
+  feed_forward_.forward(as_matrix(x2), as_matrix(x1), decoder_feed_forward_call(call), workspace,
+                        T(1));
+}
+
+template <class T>
+void DecoderBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> dy1, View3<T> dy2,
+                                          In3<T> memory, View3<T> dmemory,
+                                          const DecoderBlockState<T>& state,
+                                          AttentionState<T>& scratch, Workspace& workspace) const {
+  const char* op = "DecoderBlock::backward_reversible";
+  require_same_shape(op, "y1", y1, "y2", y2);
+  require_same_shape(op, "y1", y1, "dy1", dy1);
+  require_same_shape(op, "y1", y1, "dy2", dy2);
+  require_same_shape(op, "memory", memory, "dmemory", dmemory);
+  Workspace::Frame frame(workspace);
+  const Index rows = y1.extent(0) * y1.extent(1);
+  auto g = like(y1, frame);
+  // G: dy2 += dG/dy2^T dy1 and g = G(y2), one recomputation; a = y1 - G(y2).
+  feed_forward_.backward(as_matrix(y2), as_matrix(dy1), as_matrix(dy2),
+                         decoder_feed_forward_call(state.call), workspace, T(1), as_matrix(g));
+  ops::axpby<T>(T(-1), as_vector(g), T(1), as_vector(y1));
+  // Cross: recomputed at a with the saved call (masks, dropout stream);
+  // x2 = y2 - Cross(LN(a), m); da += dCross/da^T dy2; dmemory accumulates.
+  auto normed = g;  // G(y2) is no longer needed
+  auto f = like(y1, frame);
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  cross_.norm(y1, normed, mean, rstd);
+  cross_.attention().forward_cross(normed, memory, f, state.cross.call, scratch, workspace,
+                                   Save::All);
+  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y2));
+  cross_.backward(y1, normed, mean, rstd, dy2, dy1, scratch, workspace, memory, dmemory);
+  // Self: recomputed at x2; x1 = a - Self(LN(x2)); dx2 += dSelf/dx2^T da.
+  self_.norm(y2, normed, mean, rstd);
+  scratch.use_plan_of(state.self);
+  self_.attention().recompute(normed, f, scratch, workspace);
+  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y1));
+  self_.backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
+}
+
+template <class T>
+void DecoderBlock<T>::step(View2<T> x1, View2<T> x2, View3<T> k_cache, View3<T> v_cache,
+                           Index position, In3<T> cross_k, In3<T> cross_v,
                            Kokkos::View<const int**, Layout, MemSpace> source_valid,
                            Workspace& workspace) const {
-  self_.step(x, k_cache, v_cache, position, workspace);
-  cross_.step_cross(x, cross_k, cross_v, source_valid, workspace);
+  // x1 += Self(LN(x2)); x2 += Cross(LN(x1)); x1 += G(x2) (one stream: x1 = x2).
+  self_.step(x2, x1, k_cache, v_cache, position, workspace);
+  cross_.step_cross(x1, x2, cross_k, cross_v, source_valid, workspace);
   Workspace::Frame frame(workspace);
-  auto z = frame.take<View2<T>>(x.extent(0), x.extent(1));
-  Kokkos::deep_copy(z, x);
-  feed_forward_.forward(z, x, {{}, false}, workspace, T(1));
+  View2<T> g_input = x2;
+  if (x1.data() == x2.data()) {  // the feed-forward does not run in place
+    g_input = frame.take<View2<T>>(x2.extent(0), x2.extent(1));
+    Kokkos::deep_copy(g_input, x2);
+  }
+  feed_forward_.forward(g_input, x1, {{}, false}, workspace, T(1));
 }
 
 template struct DecoderBlockState<float>;

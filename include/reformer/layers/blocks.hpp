@@ -76,20 +76,20 @@ class PreNormAttention {
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
                 Workspace& workspace, In3<T> memory = In3<T>(),
                 View3<T> dmemory = View3<T>()) const;
-  // Decoding, one position per sequence (no dropout): x [batch, d_model] +=
+  // Decoding, one position per sequence (no dropout): y [batch, d_model] +=
   // F(x) with the key/value caches at `position` (attention/attention_layer.hpp
-  // step), or over projected memory keys and values (step_cross).
-  void step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
+  // step), or over projected memory keys and values (step_cross). y may be x.
+  void step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> v_cache, Index position,
             Workspace& workspace) const;
-  void step_cross(View2<T> x, In3<T> k, In3<T> v,
+  void step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                   Kokkos::View<const int**, Layout, MemSpace> key_valid,
                   Workspace& workspace) const;
   const attention::AttentionLayer<T>& attention() const { return attention_; }
 
  private:
-  // x += attend(LayerNorm(x)) on rows x [n, d_model] (the decoding steps).
+  // y += attend(LayerNorm(x)) on rows [n, d_model] (the decoding steps).
   template <class Attend>
-  void residual_step(View2<T> x, Workspace& workspace, const Attend& attend) const;
+  void residual_step(In2<T> x, View2<T> y, Workspace& workspace, const Attend& attend) const;
   double eps_;
   Parameter<T>* gamma_ = nullptr;
   Parameter<T>* beta_ = nullptr;
@@ -156,6 +156,15 @@ class ResidualBlock {
 //   y = x + SelfAttention(LayerNorm(x))        (causal; padding of the target)
 //   z = y + CrossAttention(LayerNorm(y), m)     (full or exact; padding of the source)
 //   out = z + G(z)                              (the chunked feed-forward)
+// The same sub-layers also run reversibly on two streams (the decoder of trax's
+// Reformer encoder-decoder: each sub-layer a half-residual from one stream into
+// the other), [x1, x2] -> [y1, y2] in place:
+//   a = x1 + SelfAttention(LayerNorm(x2)),  y2 = x2 + CrossAttention(LayerNorm(a), m),
+//   y1 = a + G(y2)
+// and backward rebuilds the inputs from the outputs: a = y1 - G(y2),
+// x2 = y2 - CrossAttention(LayerNorm(a), m), x1 = a - SelfAttention(LayerNorm(x2)).
+// With x1 and x2 the same tensor the two-stream formulas are the one-stream
+// block, so one decoding step serves both.
 // Parameters under "<prefix>.self_norm", "<prefix>.self", "<prefix>.cross_norm",
 // "<prefix>.cross" and "<prefix>.ff".
 struct DecoderBlockConfig {
@@ -179,8 +188,8 @@ struct DecoderBlockCall {
 template <class T>
 struct DecoderBlockState {
   DecoderBlockCall call{};
-  attention::AttentionState<T> self{}, cross{};
-  View3<T> self_input, cross_input, ff_input;  // x, y and z of the forward pass
+  attention::AttentionState<T> self{}, cross{};  // reversible: the calls only
+  View3<T> self_input, cross_input, ff_input;    // x, y and z of a stored forward pass
   bool stored = false;
   void release();
 };
@@ -198,15 +207,27 @@ class DecoderBlock {
   // are accumulated.
   void backward(View3<T> dx, In3<T> memory, View3<T> dmemory, const DecoderBlockState<T>& state,
                 Workspace& workspace) const;
+  // The two-stream form: [x1, x2] -> [y1, y2] in place, keeping only the calls
+  // (masks and dropout streams) in the state.
+  void forward_reversible(View3<T> x1, View3<T> x2, In3<T> memory, const DecoderBlockCall& call,
+                          DecoderBlockState<T>& state, Workspace& workspace) const;
+  // From the outputs and their gradients, in place: y -> x (rebuilt), dy -> dx,
+  // dmemory += the memory's gradient; parameter gradients accumulated.
+  // `scratch` holds one recomputed sub-layer at a time (one can serve a stack).
+  void backward_reversible(View3<T> y1, View3<T> y2, View3<T> dy1, View3<T> dy2, In3<T> memory,
+                           View3<T> dmemory, const DecoderBlockState<T>& state,
+                           attention::AttentionState<T>& scratch, Workspace& workspace) const;
   // Decoding: the cross-attention's keys and values of a memory, once per
   // source ([batch, Ls, heads * d_head] each).
   void project_memory(In3<T> memory, View3<T> k, View3<T> v) const;
-  // Decoding: one position per sequence, x [batch, d_model] in place, with this
+  // Decoding: one position per sequence, the streams x1 and x2 [batch,
+  // d_model] in place (the same view for the one-stream block), with this
   // block's self-attention caches (written at `position`) and the projected
-  // memory; no dropout. Equal to forward on the whole prefix at that position.
-  void step(View2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, In3<T> cross_k,
-            In3<T> cross_v, Kokkos::View<const int**, Layout, MemSpace> source_valid,
-            Workspace& workspace) const;
+  // memory; no dropout. Equal to forward (forward_reversible) on the whole
+  // prefix at that position.
+  void step(View2<T> x1, View2<T> x2, View3<T> k_cache, View3<T> v_cache, Index position,
+            In3<T> cross_k, In3<T> cross_v,
+            Kokkos::View<const int**, Layout, MemSpace> source_valid, Workspace& workspace) const;
   const DecoderBlockConfig& config() const { return config_; }
 
  private:
