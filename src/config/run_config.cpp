@@ -299,6 +299,7 @@ std::vector<Key> make_keys() {
   k.push_back(
       bool_key("model.seq2seq.share_embeddings", REFORMER_FIELD(transformer.share_embeddings)));
   k.push_back(bool_key("model.seq2seq.tie_generator", REFORMER_FIELD(transformer.tie_generator)));
+  k.push_back(bool_key("model.seq2seq.reversible", REFORMER_FIELD(transformer.reversible)));
 
   k.push_back(enum_key<data::TaskKind>(
       "data.task", REFORMER_FIELD(data.task),
@@ -681,6 +682,18 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
                          ") is not a model key; only model.* keys apply here");
   validate_with_origins([&] { reader.config.model.validate(); }, source_name, reader.origins);
   return reader.config.model;
+}
+
+models::TransformerConfig parse_transformer_config(const std::string& toml_text,
+                                                   const std::string& source_name,
+                                                   const std::vector<std::string>& overrides) {
+  const Reader reader = read_config(toml_text, source_name, overrides);
+  for (const auto& [key, origin] : reader.origins)
+    require<ConfigError>(key.rfind("model.", 0) == 0, source_name, ": ", key, " (from ", origin,
+                         ") is not a model key; only model.* keys apply here");
+  const auto config = transformer_config(reader.config, reader.config.model.vocab);
+  validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
+  return config;
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -269,6 +269,7 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   options.smoothing = config_.label_smoothing;
   options.chunk_rows = config_.loss_chunk;
   options.weight_is_embedding = config_.tie_embeddings;
+  options.gradient_scale = state.call.loss_scale;
   const auto t = flat_ids(targets);
   // Tied weights: the projection reads the sum of the two halves.
   View2<T> input = hidden;

@@ -155,9 +155,11 @@ void TransformerState<T>::release() {
   call = ReformerCall();
   batch = source_length = target_length = 0;
   source = target = memory = dsource = dtarget = dmemory = View3<T>();
+  source2 = target2 = source_top = target_top = dsource2 = dtarget2 = View3<T>();
   memory_mean = memory_rstd = View1<T>();
   encoder.clear();
   decoder.clear();
+  scratch.release();
   workspace.release();
 }
 
@@ -180,9 +182,14 @@ EncoderDecoder<T>::EncoderDecoder(const TransformerConfig& config, ParameterSet<
   encoder_block.attention = config.encoder_attention_config();
   encoder_block.feed_forward = config.decoder_block_config().feed_forward;
   encoder_block.layer_norm_eps = config.layer_norm_eps;
-  for (Index i = 0; i < config.encoder_layers; ++i)
-    encoder_.push_back(std::make_unique<layers::ResidualBlock<T>>("encoder." + std::to_string(i),
-                                                                  encoder_block, params));
+  for (Index i = 0; i < config.encoder_layers; ++i) {
+    const std::string prefix = "encoder." + std::to_string(i);
+    if (config.reversible)
+      reversible_encoder_.push_back(
+          std::make_unique<layers::ReversibleBlock<T>>(prefix, encoder_block, params));
+    else
+      encoder_.push_back(std::make_unique<layers::ResidualBlock<T>>(prefix, encoder_block, params));
+  }
   encoder_gamma_ = &params.add("encoder.norm.gamma", {d});
   encoder_beta_ = &params.add("encoder.norm.beta", {d});
   for (Index i = 0; i < config.decoder_layers; ++i)
@@ -208,6 +215,8 @@ void EncoderDecoder<T>::init(RandomKey key) {
   if (source_positions_) train::init_normal(*source_positions_, 0.02, sub(kInitSourcePositions));
   if (target_positions_) train::init_normal(*target_positions_, 0.02, sub(kInitTargetPositions));
   for (std::size_t i = 0; i < encoder_.size(); ++i) encoder_[i]->init(sub(kInitEncoder, i));
+  for (std::size_t i = 0; i < reversible_encoder_.size(); ++i)
+    reversible_encoder_[i]->init(sub(kInitEncoder, i));
   for (std::size_t i = 0; i < decoder_.size(); ++i) decoder_[i]->init(sub(kInitDecoder, i));
   train::init_constant(*encoder_gamma_, 1.0);
   train::init_constant(*decoder_gamma_, 1.0);
@@ -282,6 +291,49 @@ void EncoderDecoder<T>::embed_backward(Parameter<T>& table, Parameter<T>* positi
 }
 
 template <class T>
+View3<T> EncoderDecoder<T>::encoder_top(TransformerState<T>& state) const {
+  return config_.reversible ? state.source_top : state.source;
+}
+
+template <class T>
+View3<T> EncoderDecoder<T>::decoder_top(TransformerState<T>& state) const {
+  return config_.reversible ? state.target_top : state.target;
+}
+
+template <class T>
+void EncoderDecoder<T>::join_stream_gradients(View3<T> d1, View3<T> d2) const {
+  if (config_.reversible) ops::axpby<T>(T(1), as_vector(d2), T(1), as_vector(d1));
+}
+
+namespace {
+
+// second = first (both streams start as the embedding).
+template <class T>
+View3<T> second_stream(View3<T>& slot, View3<T> first, const char* label) {
+  ensure_view(slot, label, first.extent(0), first.extent(1), first.extent(2));
+  Kokkos::deep_copy(slot, first);
+  return slot;
+}
+
+// top = (x1 + x2) / 2.
+template <class T>
+void average_streams(In3<T> x1, In3<T> x2, View3<T>& top, const char* label) {
+  ensure_view(top, label, x1.extent(0), x1.extent(1), x1.extent(2));
+  Kokkos::deep_copy(top, x2);
+  ops::axpby<T>(T(0.5), as_vector(x1), T(0.5), as_vector(top));
+}
+
+// From the gradient of the streams' average: d1 = d2 = dtop / 2 (d1 is dtop).
+template <class T>
+void split_top_gradient(View3<T> d1, View3<T>& d2, const char* label) {
+  ensure_view(d2, label, d1.extent(0), d1.extent(1), d1.extent(2));
+  ops::axpby<T>(T(0), as_vector(d1), T(0.5), as_vector(d1));
+  Kokkos::deep_copy(d2, d1);
+}
+
+}  // namespace
+
+template <class T>
 void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const ReformerCall& call,
                                TransformerState<T>& state) const {
   const Index b = source.extent(0), ls = source.extent(1), d = config_.d_model;
@@ -289,19 +341,29 @@ void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const R
   state.source_length = ls;
   ensure_view(state.source, "transformer_source", b, ls, d);
   embed(*source_embedding_, source_positions_, source, 0, call, kSourceDropout, state.source);
-  state.encoder.resize(encoder_.size());
-  for (std::size_t i = 0; i < encoder_.size(); ++i)
-    encoder_[i]->forward(
-        state.source,
-        {{call.key.seed, stream_id(call.key.stream, kEncoder, i)}, source_valid, call.training},
-        state.encoder[i], state.workspace);
+  const std::size_t layers = std::max(encoder_.size(), reversible_encoder_.size());
+  state.encoder.resize(layers);
+  auto block_call = [&](std::size_t i) {
+    return layers::BlockCall{
+        {call.key.seed, stream_id(call.key.stream, kEncoder, i)}, source_valid, call.training};
+  };
+  if (config_.reversible) {
+    auto x2 = second_stream(state.source2, state.source, "transformer_source2");
+    for (std::size_t i = 0; i < layers; ++i)
+      reversible_encoder_[i]->forward(state.source, x2, block_call(i), state.encoder[i],
+                                      state.workspace, attention::Save::PlanOnly);
+    average_streams<T>(state.source, x2, state.source_top, "transformer_source_top");
+  } else {
+    for (std::size_t i = 0; i < layers; ++i)
+      encoder_[i]->forward(state.source, block_call(i), state.encoder[i], state.workspace);
+  }
   // m = LayerNorm(the encoder's top).
   ensure_view(state.memory, "transformer_memory", b, ls, d);
   ensure_view(state.memory_mean, "transformer_memory_mean", b * ls);
   ensure_view(state.memory_rstd, "transformer_memory_rstd", b * ls);
-  ops::layer_norm_forward<T>(as_matrix(state.source), encoder_gamma_->value, encoder_beta_->value,
-                             T(config_.layer_norm_eps), as_matrix(state.memory), state.memory_mean,
-                             state.memory_rstd);
+  ops::layer_norm_forward<T>(as_matrix(encoder_top(state)), encoder_gamma_->value,
+                             encoder_beta_->value, T(config_.layer_norm_eps),
+                             as_matrix(state.memory), state.memory_mean, state.memory_rstd);
 }
 
 template <class T>
@@ -313,13 +375,23 @@ void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ReformerCall& ca
   embed(*target_embedding_, target_positions_, batch.target_in, 0, call, kTargetDropout,
         state.target);
   state.decoder.resize(decoder_.size());
-  for (std::size_t i = 0; i < decoder_.size(); ++i)
-    decoder_[i]->forward(state.target, state.memory,
-                         {{call.key.seed, stream_id(call.key.stream, kDecoder, i)},
-                          batch.target_valid,
-                          batch.source_valid,
-                          call.training},
-                         state.decoder[i], state.workspace);
+  auto block_call = [&](std::size_t i) {
+    return layers::DecoderBlockCall{{call.key.seed, stream_id(call.key.stream, kDecoder, i)},
+                                    batch.target_valid,
+                                    batch.source_valid,
+                                    call.training};
+  };
+  if (config_.reversible) {
+    auto t2 = second_stream(state.target2, state.target, "transformer_target2");
+    for (std::size_t i = 0; i < decoder_.size(); ++i)
+      decoder_[i]->forward_reversible(state.target, t2, state.memory, block_call(i),
+                                      state.decoder[i], state.workspace);
+    average_streams<T>(state.target, t2, state.target_top, "transformer_target_top");
+  } else {
+    for (std::size_t i = 0; i < decoder_.size(); ++i)
+      decoder_[i]->forward(state.target, state.memory, block_call(i), state.decoder[i],
+                           state.workspace);
+  }
 }
 
 template <class T>
@@ -351,13 +423,14 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
   Workspace::Frame frame(state.workspace);
   auto hidden = frame.take<View2<T>>(rows, d);
   auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  ops::layer_norm_forward<T>(as_matrix(state.target), decoder_gamma_->value, decoder_beta_->value,
-                             T(config_.layer_norm_eps), hidden, mean, rstd);
+  ops::layer_norm_forward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value,
+                             decoder_beta_->value, T(config_.layer_norm_eps), hidden, mean, rstd);
   ops::CrossEntropyOptions options;
   options.pad_id = pad_id;
   options.smoothing = config_.label_smoothing;
   options.chunk_rows = config_.loss_chunk;
   options.weight_is_embedding = generator_weight_ == nullptr;
+  options.gradient_scale = state.call.loss_scale;
   const auto weight = generator_weight_ ? generator_weight_->matrix() : target_embedding_->matrix();
   const auto targets = flat(batch.target_out);
   // Reported as the KL divergence to the smoothed targets (the annotated
@@ -378,8 +451,9 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
                                              options, dhidden, dweight, generator_bias_->grad);
   if (result.tokens > 0) result.loss -= entropy;
   ensure_view(state.dtarget, "transformer_dtarget", state.batch, state.target_length, d);
-  ops::layer_norm_backward<T>(as_matrix(state.target), decoder_gamma_->value, mean, rstd, dhidden,
-                              as_matrix(state.dtarget), decoder_gamma_->grad, decoder_beta_->grad);
+  ops::layer_norm_backward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value, mean, rstd,
+                              dhidden, as_matrix(state.dtarget), decoder_gamma_->grad,
+                              decoder_beta_->grad);
   return result;
 }
 
@@ -403,20 +477,39 @@ ops::CrossEntropyResult EncoderDecoder<T>::forward_backward(const Seq2SeqBatch& 
   const Index d = config_.d_model;
   // The decoder from the top down (the memory's gradient gathers over its
   // layers), the target embedding, the encoder's LayerNorm, the encoder, the
-  // source embedding.
+  // source embedding. Reversible stacks rebuild each layer's input from its
+  // output on the way down.
   Kokkos::deep_copy(
       ensure_view(state.dmemory, "transformer_dmemory", state.batch, state.source_length, d), T(0));
-  for (Index i = Index(decoder_.size()) - 1; i >= 0; --i)
-    decoder_[i]->backward(state.dtarget, state.memory, state.dmemory, state.decoder[i],
-                          state.workspace);
+  if (config_.reversible) {
+    split_top_gradient<T>(state.dtarget, state.dtarget2, "transformer_dtarget2");
+    for (Index i = Index(decoder_.size()) - 1; i >= 0; --i)
+      decoder_[i]->backward_reversible(state.target, state.target2, state.dtarget, state.dtarget2,
+                                       state.memory, state.dmemory, state.decoder[i], state.scratch,
+                                       state.workspace);
+    join_stream_gradients(state.dtarget, state.dtarget2);
+  } else {
+    for (Index i = Index(decoder_.size()) - 1; i >= 0; --i)
+      decoder_[i]->backward(state.dtarget, state.memory, state.dmemory, state.decoder[i],
+                            state.workspace);
+  }
   embed_backward(*target_embedding_, target_positions_, batch.target_in, call, kTargetDropout,
                  state.dtarget);
   ensure_view(state.dsource, "transformer_dsource", state.batch, state.source_length, d);
-  ops::layer_norm_backward<T>(as_matrix(state.source), encoder_gamma_->value, state.memory_mean,
-                              state.memory_rstd, as_matrix(state.dmemory), as_matrix(state.dsource),
-                              encoder_gamma_->grad, encoder_beta_->grad);
-  for (Index i = Index(encoder_.size()) - 1; i >= 0; --i)
-    encoder_[i]->backward(state.dsource, state.encoder[i], state.workspace);
+  ops::layer_norm_backward<T>(as_matrix(encoder_top(state)), encoder_gamma_->value,
+                              state.memory_mean, state.memory_rstd, as_matrix(state.dmemory),
+                              as_matrix(state.dsource), encoder_gamma_->grad, encoder_beta_->grad);
+  if (config_.reversible) {
+    split_top_gradient<T>(state.dsource, state.dsource2, "transformer_dsource2");
+    for (Index i = Index(reversible_encoder_.size()) - 1; i >= 0; --i)
+      reversible_encoder_[i]->backward_reversible(state.source, state.source2, state.dsource,
+                                                  state.dsource2, state.encoder[i], state.scratch,
+                                                  state.workspace);
+    join_stream_gradients(state.dsource, state.dsource2);
+  } else {
+    for (Index i = Index(encoder_.size()) - 1; i >= 0; --i)
+      encoder_[i]->backward(state.dsource, state.encoder[i], state.workspace);
+  }
   embed_backward(*source_embedding_, source_positions_, batch.source, call, kSourceDropout,
                  state.dsource);
   return result;
@@ -449,7 +542,7 @@ void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
       !state.memory.data())
     encode(batch.source, batch.source_valid, call, state);
   decode(batch, call, state);
-  head_log_probs(as_matrix(state.target), as_matrix(out), state.workspace);
+  head_log_probs(as_matrix(decoder_top(state)), as_matrix(out), state.workspace);
 }
 
 // ---------------------------------------------------------------- decoding
@@ -510,9 +603,17 @@ void EncoderDecoder<T>::decode_step(Kokkos::View<const int*, Layout, MemSpace> t
     ops::learned_positions_forward<T>(x, target_positions_->matrix(), 1, cache.length, x);
   else
     ops::sinusoidal_positions_forward<T>(x, 1, cache.length, x);
+  // Both streams start as the embedding (one view for the one-stream decoder).
+  View2<T> x2 = x;
+  if (config_.reversible) {
+    x2 = frame.take<View2<T>>(b, d);
+    Kokkos::deep_copy(x2, x);
+  }
   for (std::size_t i = 0; i < decoder_.size(); ++i)
-    decoder_[i]->step(x, cache.self_k[i], cache.self_v[i], cache.length, cache.cross_k[i],
+    decoder_[i]->step(x, x2, cache.self_k[i], cache.self_v[i], cache.length, cache.cross_k[i],
                       cache.cross_v[i], cache.source_valid, cache.workspace);
+  if (config_.reversible)  // the streams' average
+    ops::axpby<T>(T(0.5), as_vector(x2), T(0.5), as_vector(x));
   head_log_probs(x, out, cache.workspace);
   ++cache.length;
 }

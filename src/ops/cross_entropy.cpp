@@ -179,7 +179,7 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bi
     if constexpr (kGradient) Kokkos::deep_copy(dh, T(0));
     return result;
   }
-  const T inv_tokens = T(1) / static_cast<T>(result.tokens);
+  const T inv_tokens = static_cast<T>(options.gradient_scale / static_cast<double>(result.tokens));
   const Index chunk = std::min(options.chunk_rows, n);
   View2<T> logits("cross_entropy_logits", chunk, vocab);
   View1<double> row_loss("cross_entropy_row_loss", n);

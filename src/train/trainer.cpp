@@ -434,19 +434,29 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     w.params.zero_grad();
     double step_loss = 0;
     std::int64_t step_tokens = 0, step_correct = 0;
+    // Several micro-batches make one step whose loss is the mean over all of
+    // their counted tokens: micro-batch i's gradients are weighted by its share
+    // n_i / N of them (padding and ignored targets do not count).
+    std::vector<double> share(std::size_t(tc.accumulate), 1.0);
+    if (tc.accumulate > 1) {
+      double total = 0;
+      for (std::int64_t micro = 0; micro < tc.accumulate; ++micro)
+        total += double(share[std::size_t(micro)] = double(
+                            w.target_tokens(data_position + std::uint64_t(micro), tc.batch)));
+      for (auto& s : share) s = total > 0 ? s / total : 1.0 / double(tc.accumulate);
+    }
     for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
+      const double weight = share[std::size_t(micro)];
       const auto r = w.forward_backward(
           data_position++, tc.batch,
-          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true});
-      step_loss += r.loss / double(tc.accumulate);
+          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true, weight});
+      step_loss += r.tokens > 0 ? weight * r.loss : 0.0;
       step_tokens += r.tokens;
       step_correct += r.correct;
     }
     double grad_norm = 0;
     {
       ScopedMemoryPhase phase("optimizer");
-      if (tc.accumulate > 1)
-        ops::axpby<T>(T(0), w.params.grads(), T(1.0 / double(tc.accumulate)), w.params.grads());
       if (std::isfinite(step_loss)) grad_norm = global_grad_norm(w.params);
       // The divergence guard: a non-finite loss or gradient norm never reaches
       // the optimizer. The batch is skipped (up to train.skip_nonfinite times)
@@ -538,11 +548,29 @@ struct Loaded {
   config::RunConfig config;
 };
 
+// Keys that make the trained weights compute another function while every
+// parameter keeps its name and shape, so a checkpoint would load: eval and
+// generate refuse to override them. (Keys that change a shape are refused by
+// the checkpoint's own checks; attention settings such as model.lsh.n_hashes
+// may differ on purpose.)
+const std::vector<std::string> kFunctionKeys = {"model.seq2seq.reversible", "model.ff_activation"};
+
 Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::string>& overrides) {
   Loaded loaded;
   loaded.checkpoint = resolve_checkpoint(run_or_checkpoint);
   const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
+  const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
+  for (const auto& key : kFunctionKeys) {
+    std::vector<std::string> others;
+    for (const auto& name : config::config_keys())
+      if (name != key) others.push_back(name);
+    const auto difference = config::first_difference(stored, loaded.config, others);
+    require<ConfigError>(difference.empty(), "the checkpoint ", loaded.checkpoint,
+                         " was trained with another ", key, " (", difference,
+                         "): its weights would compute another function; leave ", key,
+                         " as the run had it");
+  }
   return loaded;
 }
 

@@ -7,6 +7,14 @@
 namespace reformer::train {
 namespace {
 
+// Entries of a host batch that are not `skip`.
+Index count_other_than(const data::HostTokens& tokens, int skip) {
+  Index n = 0;
+  for (Index b = 0; b < Index(tokens.extent(0)); ++b)
+    for (Index t = 0; t < Index(tokens.extent(1)); ++t) n += tokens(b, t) != skip;
+  return n;
+}
+
 // The Reformer language model on a language-model task.
 template <class T>
 class LanguageModel final : public Workload<T> {
@@ -24,6 +32,10 @@ class LanguageModel final : public Workload<T> {
                                    const models::ReformerCall& call) override {
     load(split, index, batch);
     return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(), call, state_);
+  }
+  Index target_tokens(std::uint64_t index, Index batch) override {
+    return count_other_than(task_->batch(data::Split::Train, index, batch).targets,
+                            task_->ignore_id());
   }
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
     return {0, 0};
@@ -63,6 +75,10 @@ class Seq2Seq final : public Workload<T> {
                                    const models::ReformerCall& call) override {
     load(split, index, batch);
     return model_.evaluate(device_batch(), data::PairTask::kPad, call, state_);
+  }
+  Index target_tokens(std::uint64_t index, Index batch) override {
+    return count_other_than(load(data::Split::Train, index, batch).target_out,
+                            data::PairTask::kPad);
   }
   std::pair<Index, Index> exact_matches(data::Split split, std::uint64_t index,
                                         Index batch) override {

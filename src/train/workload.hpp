@@ -27,6 +27,10 @@ class Workload {
   // accumulated into params.
   virtual ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
                                                    const models::ReformerCall& call) = 0;
+  // Targets that count in the loss of micro-batch `index` of the training
+  // split (not padding, not ignored): the trainer weights accumulated
+  // micro-batches by these.
+  virtual Index target_tokens(std::uint64_t index, Index batch) = 0;
   // Batch `index` of a split, no gradients.
   virtual ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                            const models::ReformerCall& call) = 0;

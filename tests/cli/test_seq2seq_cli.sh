@@ -46,6 +46,14 @@ expect generate_default 0 "expected:" -- generate "$work/run"
 expect generate_text 0 "source:    3 4 5" -- generate "$work/run" --prompt "3 4 5"
 expect generate_beam 0 "generated:" -- generate "$work/run" --prompt "7 6 5" --beam 3
 expect resume 0 "resumed from" -- train "$work/copy.toml" train.steps=50 --resume
+# The reversible two-stream form: trains, evaluates, decodes with caches and
+# beams; its checkpoint is not the one-stream model's (same names, other function).
+expect train_reversible 0 "trained 40 steps" -- train "$work/copy.toml" \
+  "run.dir=\"$work/rev\"" model.seq2seq.reversible=true
+expect eval_reversible 0 "exact match" -- eval "$work/rev" --batches 2
+expect generate_reversible 0 "generated:" -- generate "$work/rev" --prompt "7 6 5" --beam 2
+expect reversible_mismatch 1 "model.seq2seq.reversible" -- eval "$work/rev" \
+  model.seq2seq.reversible=false
 
 # Bad input: each names the value and the rule.
 expect source_too_long 1 "the source has 8 symbols but must have between 1 and data.length - 1 = 7" \

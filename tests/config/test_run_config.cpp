@@ -392,7 +392,8 @@ TEST(RunConfig, EncoderDecoderType) {
   const std::string base =
       "[model]\ntype = \"transformer\"\npositions = \"learned\"\nd_model = 32\nheads = 2\n"
       "d_head = 16\nmax_length = 64\n[model.seq2seq]\nencoder_layers = 3\n"
-      "cross_attention = \"exact\"\ntie_generator = true\n[data]\ntask = \"seq2seq_reverse\"\n"
+      "cross_attention = \"exact\"\ntie_generator = true\nreversible = true\n[data]\n"
+      "task = \"seq2seq_reverse\"\n"
       "length = 20\nvocab = 30\nmin_symbols = 2\n";
   const RunConfig c = parse(base);
   EXPECT_EQ(c.model_type, "transformer");
@@ -401,6 +402,9 @@ TEST(RunConfig, EncoderDecoderType) {
   EXPECT_EQ(t.decoder_layers, 2);
   EXPECT_EQ(t.cross_attention, AttentionKind::Exact);
   EXPECT_TRUE(t.tie_generator);
+  EXPECT_TRUE(t.reversible);
+  EXPECT_FALSE(
+      config::transformer_config(parse(base, {"model.seq2seq.reversible=false"}), 30).reversible);
   EXPECT_EQ(t.d_model, 32);
   EXPECT_EQ(t.positions, models::PositionKind::Learned);
   EXPECT_EQ(t.source_vocab, 30);

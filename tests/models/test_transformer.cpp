@@ -106,6 +106,73 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact),
         std::make_tuple(AttentionKind::Local, AttentionKind::Exact, AttentionKind::Full)));
 
+// The two-stream reversible model: every parameter's gradient, and no layer
+// keeps activations after the forward pass (only its call and LSH plan).
+TEST_P(TransformerKinds, ReversibleWholeModelGradients) {
+  const auto [encoder, decoder, cross] = GetParam();
+  auto config = tiny(encoder, decoder, cross);
+  config.reversible = true;
+  ParameterSet<double> params;
+  EncoderDecoder<double> model(config, params);
+  model.init({7, 1});
+  models::TransformerState<double> state;
+  const Pairs pairs;
+  const models::ReformerCall call{{3, 5}, true};
+  auto loss = [&] { return model.evaluate(pairs.batch(), kPad, call, state).loss; };
+  const double before = loss();
+  for (const auto& layer : state.encoder) {
+    EXPECT_FALSE(layer.stored);
+    EXPECT_FALSE(layer.attention.saved);
+    EXPECT_EQ(layer.f_input.data(), nullptr);
+  }
+  for (const auto& layer : state.decoder) {
+    EXPECT_FALSE(layer.self.saved || layer.cross.saved || layer.stored);
+    EXPECT_EQ(layer.self_input.data(), nullptr);
+  }
+  params.zero_grad();
+  const auto result = model.forward_backward(pairs.batch(), kPad, call, state);
+  EXPECT_EQ(result.tokens, 14);
+  EXPECT_NEAR(result.loss, before, 1e-12);
+  EXPECT_NEAR(loss(), result.loss, 1e-12);  // the rebuilt streams left the model as it was
+  for (const auto& name : params.names()) {
+    auto& p = params.get(name);
+    EXPECT_LT(gradient_error(p.value, p.grad, loss, 6), 1e-6) << name;
+  }
+}
+
+// Gradient accumulation weighted by tokens: the two sequences of a batch (6 and
+// 8 counted targets) as two micro-batches, each with loss_scale = its share of
+// the 14 tokens, give the whole batch's gradients.
+TEST(Transformer, MicroBatchesWeightedByTokensEqualTheWholeBatch) {
+  auto config = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
+  config.dropout = config.attention_dropout = 0.0;  // masks are keyed by the batch row
+  ParameterSet<double> params;
+  EncoderDecoder<double> model(config, params);
+  model.init({7, 1});
+  models::TransformerState<double> state;
+  const Pairs pairs;
+  params.zero_grad();
+  const auto whole = model.forward_backward(pairs.batch(), kPad, {{3, 5}, true}, state);
+  const auto want = to_host(params.grads());
+  params.zero_grad();
+  double loss = 0;
+  for (Index row = 0; row < 2; ++row) {
+    auto one = [&](const Kokkos::View<int**, Layout, MemSpace>& m) {
+      Kokkos::View<int**, Layout, MemSpace> out("row", 1, m.extent(1));
+      Kokkos::deep_copy(out, Kokkos::subview(m, std::make_pair(row, row + 1), Kokkos::ALL()));
+      return out;
+    };
+    const models::Seq2SeqBatch part{one(pairs.source), one(pairs.target_in), one(pairs.target_out),
+                                    one(pairs.source_valid), one(pairs.target_valid)};
+    const double share = row == 0 ? 6.0 / 14.0 : 8.0 / 14.0;
+    const auto r = model.forward_backward(part, kPad, {{3, 5}, true, share}, state);
+    EXPECT_EQ(r.tokens, row == 0 ? 6 : 8);
+    loss += share * r.loss;
+  }
+  EXPECT_NEAR(loss, whole.loss, 1e-12);
+  EXPECT_LT(relative_error(to_host(params.grads()), want), 1e-12);
+}
+
 TEST(Transformer, SharedAndTiedEmbeddingsGradients) {
   auto config = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
   config.source_vocab = config.target_vocab = 11;
@@ -133,9 +200,12 @@ TEST(Transformer, SharedAndTiedEmbeddingsGradients) {
 // those of the decoder rerun on the whole prefix (padded to the capacity; the causal mask keeps the
 // padding out), and the chosen tokens are the same.
 template <class T>
-void expect_cache_equals_rerun(AttentionKind decoder, AttentionKind cross, double tolerance) {
-  SCOPED_TRACE(std::string(attention::to_string(decoder)) + " / " + attention::to_string(cross));
+void expect_cache_equals_rerun(AttentionKind decoder, AttentionKind cross, double tolerance,
+                               bool reversible = false) {
+  SCOPED_TRACE(std::string(attention::to_string(decoder)) + " / " + attention::to_string(cross) +
+               (reversible ? " (reversible)" : ""));
   auto config = tiny(AttentionKind::Full, decoder, cross);
+  config.reversible = reversible;
   ParameterSet<T> params;
   EncoderDecoder<T> model(config, params);
   model.init({9, 9});
@@ -180,6 +250,8 @@ TEST(TransformerDecoding, CacheEqualsRerunningThePrefix) {
     expect_cache_equals_rerun<double>(decoder, AttentionKind::Full, 1e-12);
     expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12);
     expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6);
+    expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12, /*reversible=*/true);
+    expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6, /*reversible=*/true);
   }
 }
 

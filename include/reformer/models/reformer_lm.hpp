@@ -35,6 +35,9 @@ using IdMatrix = Kokkos::View<const int**, Layout, MemSpace>;  // [batch, length
 struct ReformerCall {
   RandomKey key{};
   bool training = true;
+  // forward_backward's gradients are those of loss_scale x the mean loss (the
+  // trainer weights accumulated micro-batches by their share of the tokens).
+  double loss_scale = 1.0;
 };
 
 // Activations of one model, owned by the caller; reused across steps (views

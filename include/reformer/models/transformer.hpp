@@ -9,6 +9,13 @@
 //   loss = KL(q || softmax(h W_gen + b)) against target_out (padding ignored), q the
 //          label-smoothed target distribution (ops/cross_entropy.hpp): the
 //          cross-entropy minus the entropy of q, so a perfect model reaches 0
+// Reversible (the two-stream form of trax's Reformer encoder-decoder): the
+// embedding is both streams, every block a pair of half-residuals between them
+// (layers/blocks.hpp ReversibleBlock, DecoderBlock::forward_reversible), and the
+// final LayerNorms take the streams' average,
+//   m = LayerNorm((x1 + x2) / 2),  h = LayerNorm((t1 + t2) / 2);
+// backward rebuilds each layer's input from its output, so no layer keeps
+// activations (only its call: masks, dropout streams, LSH plan).
 // Encoder self-attention may be full, exact, LSH or local; decoder self-attention
 // full, exact or local; cross-attention full or exact. The source and target
 // embeddings may be one table (share_embeddings, one vocabulary), and the
@@ -45,6 +52,7 @@ struct TransformerConfig {
   PositionKind positions = PositionKind::Sinusoidal;  // sinusoidal or learned
   bool share_embeddings = false;  // one table for source and target (equal vocabularies)
   bool tie_generator = false;     // the generator is the target embedding table
+  bool reversible = false;        // two-stream reversible layers (see above)
   double dropout = 0.1;           // embeddings, sub-layer outputs, feed-forward hidden
   double attention_dropout = 0.0;
   double label_smoothing = 0.1;
@@ -74,12 +82,16 @@ template <class T>
 struct TransformerState {
   ReformerCall call{};
   Index batch = 0, source_length = 0, target_length = 0;
-  View3<T> source, target;  // the streams; after forward: encoder output and decoder top
-  View3<T> memory;          // LayerNorm of the encoder's top
+  View3<T> source, target;          // the streams; after forward: encoder output and decoder top
+  View3<T> source2, target2;        // reversible: the second streams
+  View3<T> source_top, target_top;  // reversible: the streams' averages
+  View3<T> memory;                  // LayerNorm of the encoder's top
   View3<T> dsource, dtarget, dmemory;
+  View3<T> dsource2, dtarget2;  // reversible
   View1<T> memory_mean, memory_rstd;
   std::vector<layers::BlockState<T>> encoder;
   std::vector<layers::DecoderBlockState<T>> decoder;
+  attention::AttentionState<T> scratch;  // reversible: the layer being recomputed
   Workspace workspace{"transformer_workspace"};
   void release();
 };
@@ -161,6 +173,11 @@ class EncoderDecoder {
                                bool gradients) const;
   // Logits of rows [rows, d] of final-normed hidden states.
   void generator(In2<T> hidden, View2<T> logits) const;
+  // What the final LayerNorms read: the stream, or the streams' average.
+  View3<T> encoder_top(TransformerState<T>& state) const;
+  View3<T> decoder_top(TransformerState<T>& state) const;
+  // The embedding's gradient from the streams' gradients (reversible: their sum).
+  void join_stream_gradients(View3<T> d1, View3<T> d2) const;
   // out = log_softmax(generator(LayerNorm(top))) for rows of the decoder's top.
   void head_log_probs(In2<T> top, View2<T> out, Workspace& workspace) const;
 
@@ -169,7 +186,8 @@ class EncoderDecoder {
   Parameter<T>* target_embedding_ = nullptr;  // == source_embedding_ when shared
   Parameter<T>* source_positions_ = nullptr;  // learned
   Parameter<T>* target_positions_ = nullptr;
-  std::vector<std::unique_ptr<layers::ResidualBlock<T>>> encoder_;
+  std::vector<std::unique_ptr<layers::ResidualBlock<T>>> encoder_;  // one of the two
+  std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> reversible_encoder_;
   Parameter<T>* encoder_gamma_ = nullptr;
   Parameter<T>* encoder_beta_ = nullptr;
   std::vector<std::unique_ptr<layers::DecoderBlock<T>>> decoder_;

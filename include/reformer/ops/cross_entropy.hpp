@@ -29,6 +29,9 @@ struct CrossEntropyOptions {
   // dweight is then [V, d] and accumulates, so the embedding's own backward
   // can add into the same gradient.
   bool weight_is_embedding = false;
+  // The gradients are those of gradient_scale x the loss (a micro-batch's share
+  // of a step's tokens under gradient accumulation); the loss is not scaled.
+  double gradient_scale = 1.0;
 };
 
 struct CrossEntropyResult {
@@ -50,7 +53,7 @@ CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, I
                                          const CrossEntropyOptions& options);
 
 // The same result plus the gradients of the loss, chunk by chunk:
-//   dz = (p - q) / N for non-pad rows and 0 for pad rows,
+//   dz = gradient_scale (p - q) / N for non-pad rows and 0 for pad rows,
 //   dh = dz W^T (overwritten), dW += h^T dz, db += sum_rows dz (accumulated);
 //   with weight_is_embedding: dh = dz E, dE += dz^T h ([V, d], accumulated).
 // dweight has the shape of weight; dbias the extent of bias (empty when there
