@@ -22,6 +22,7 @@ namespace reformer::cli {
 namespace {
 
 struct MemoryArgs {
+  std::string model = "reformer";  // or "transformer" (the encoder-decoder)
   std::vector<std::string> variants = train::sweep_variant_names();
   std::vector<std::int64_t> lengths = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
   std::vector<std::int64_t> layers = {2};
@@ -98,7 +99,25 @@ std::string default_out() {
 
 int run_memory(const GlobalOptions& global, MemoryArgs args) {
   models::ReformerConfig base;
+  models::TransformerConfig seq2seq_base;
+  const bool seq2seq = args.model == "transformer";
+  // One point of the chosen model: the variant at this depth (the
+  // encoder-decoder: this many encoder and decoder layers) and length.
+  auto run_point = [&](const std::string& variant, std::int64_t layers, Index batch, Index length,
+                       const train::SweepOptions& options) {
+    if (seq2seq) {
+      auto config = seq2seq_base;
+      config.encoder_layers = config.decoder_layers = layers;
+      return train::run_sweep_point(variant, config, batch, length, options);
+    }
+    auto config = base;
+    config.layers = layers;
+    return train::run_sweep_point(variant, config, batch, length, options);
+  };
   try {
+    require<ConfigError>(seq2seq || args.model == "reformer", "memory: --model is '", args.model,
+                         "' but must be reformer (the language model) or transformer (the "
+                         "encoder-decoder)");
     move_overrides(args.variants, args.overrides);
     move_overrides(args.length_words, args.overrides);
     move_overrides(args.layer_words, args.overrides);
@@ -108,7 +127,12 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     args.batches = integers(args.batch_words, "--batch", args.batches);
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
-    base = config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
+    if (seq2seq)
+      seq2seq_base = config::parse_transformer_config(train::sweep_base_transformer(),
+                                                      "reformer memory", args.overrides);
+    else
+      base =
+          config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
     // Every point's config (variant, depth, length, batch) is checked before any
@@ -128,10 +152,18 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     for (const auto layers : args.layers) {
       require<ConfigError>(layers > 0, "memory: --layers has ", layers,
                            " but every depth must be positive");
-      auto config = base;
-      config.layers = layers;
       for (const auto& v : args.variants)
-        for (const auto length : args.lengths) train::variant_config(v, config, length);
+        for (const auto length : args.lengths) {
+          if (seq2seq) {
+            auto config = seq2seq_base;
+            config.encoder_layers = config.decoder_layers = layers;
+            train::variant_config(v, config, length);
+          } else {
+            auto config = base;
+            config.layers = layers;
+            train::variant_config(v, config, length);
+          }
+        }
     }
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
@@ -145,9 +177,10 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
          "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
          "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"
          "predicted_optimizer_MiB,predicted_peak_MiB,warmup_peak_MiB,state_MiB,predicted_state_MiB,"
-         "note\n";
+         "backend_MiB,note\n";
   std::ostringstream json;
-  json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"points\": [";
+  json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"model\": \""
+       << args.model << "\",\n \"points\": [";
   train::SweepOptions options;
   options.timed_steps = args.steps;
   options.dtype = args.dtype;
@@ -165,12 +198,10 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
       for (const auto length : args.lengths)
         for (std::size_t b = 0; b < (args.tokens ? 1 : args.batches.size()); ++b) {
           const Index batch = args.tokens ? args.tokens / length : args.batches[b];
-          auto config = base;
-          config.layers = layers;
           ++index;
           train::SweepPoint p;
           try {
-            p = train::run_sweep_point(variant, config, batch, length, options);
+            p = run_point(variant, layers, batch, length, options);
           } catch (const MemoryError& e) {
             p.variant = variant;
             p.length = length;
@@ -201,14 +232,14 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           char row[1024];
           std::snprintf(row, sizeof row,
                         "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                        "%.3f,%.3f,%.3f,%.3f,%.3f,",
+                        "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,",
                         variant.c_str(), (long long)length, (long long)layers, (long long)batch,
                         p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
                         mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
                         mib(p.measured.optimizer), peak, mib(p.predicted.forward),
                         mib(p.predicted.loss), mib(p.predicted.backward),
                         mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
-                        mib(p.state_bytes), mib(p.predicted_state_bytes));
+                        mib(p.state_bytes), mib(p.predicted_state_bytes), mib(p.backend_bytes));
           csv << row << csv_quoted(p.skipped) << '\n';
           csv.flush();
           json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
@@ -226,6 +257,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                << "}, \"warmup_peak_MiB\": " << mib(p.warmup_peak)
                << ", \"state_MiB\": " << mib(p.state_bytes)
                << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
+               << ", \"backend_MiB\": " << mib(p.backend_bytes)
                << ", \"skipped\": " << json_quoted(p.skipped) << "}";
           first = false;
           // Rewritten after every point: a sweep stopped midway keeps what ran.
@@ -241,6 +273,9 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   static MemoryArgs args;
   CLI::App* sub = app.add_subcommand(
       "memory", "Measure (and predict) the memory and time of a training step per variant");
+  sub->add_option("--model", args.model,
+                  "reformer (the language model, default) or transformer (the encoder-decoder, "
+                  "sources and targets of each length)");
   sub->add_option("--variants", args.variants,
                   "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, exact, exact-rev, reformer "
                   "(default: all)")
@@ -269,7 +304,8 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--dtype", args.dtype, "float or double (default float)");
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
-  sub->add_option("overrides", args.overrides, "Model overrides, e.g. model.d_model=512");
+  sub->add_option("overrides", args.overrides,
+                  "Model overrides, e.g. model.d_model=512 (transformer: also model.seq2seq.*)");
   sub->callback([&global, &run] { run = [&global] { return run_memory(global, args); }; });
 }
 

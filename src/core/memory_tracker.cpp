@@ -132,6 +132,11 @@ std::vector<LabelBytes> MemoryTracker::peak_composition(const std::string& space
   return it == peak_composition_.end() ? std::vector<LabelBytes>{} : it->second;
 }
 
+std::vector<LabelBytes> MemoryTracker::live_composition(const std::string& space) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return composition(space);
+}
+
 void MemoryTracker::begin_phase(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   OpenPhase phase{name, {}};

@@ -46,5 +46,15 @@ expect memory_budget 0 "skipped: predicted" -- memory --variants full --lengths 
   --budget-gib 0.001 --out "$out" $small
 grep -q '^full,4096,2,1,skipped,.*exceeds the budget of 1.02 MiB' "$out/sweep.csv" &&
   pass memory_budget_csv || fail "memory_budget_csv: $(tail -1 "$out/sweep.csv")"
+# The encoder-decoder's sweep (--model transformer): its own base model, the
+# same variants, model.seq2seq.* overrides; an unknown model is named.
+expect memory_bad_model 2 "--model is 'gru'" -- memory --model gru
+expect memory_seq2seq_key 2 "model.seq2seq.decoder_attention is lsh" -- memory --model transformer \
+  model.seq2seq.decoder_attention=lsh
+# shellcheck disable=SC2086
+expect memory_seq2seq 0 "[2/2]" -- memory --model transformer --variants full-rev,reformer \
+  --lengths 256 --steps 1 --out "$out" $small model.seq2seq.encoder_layers=3
+grep -q '"model": "transformer"' "$out/sweep.json" && grep -q '^reformer,256,2,1,ran' "$out/sweep.csv" &&
+  pass memory_seq2seq_csv || fail "memory_seq2seq_csv: $(cat "$out/sweep.csv")"
 rm -rf "$out"
 [ "$failures" -eq 0 ]

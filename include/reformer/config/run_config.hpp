@@ -63,6 +63,13 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
                                           const std::string& source_name,
                                           const std::vector<std::string>& overrides = {});
 
+// Only an encoder-decoder: the [model] and [model.seq2seq] sections of the text
+// and model.* overrides (any other key is a ConfigError naming it), both
+// vocabularies model.vocab, validated as an encoder-decoder.
+models::TransformerConfig parse_transformer_config(const std::string& toml_text,
+                                                   const std::string& source_name,
+                                                   const std::vector<std::string>& overrides = {});
+
 // The whole config as TOML, every key written (automatic values as empty lists
 // with a comment); parse_run_config of it gives back an identical config.
 std::string to_toml(const RunConfig& config);

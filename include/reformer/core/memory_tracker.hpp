@@ -63,6 +63,8 @@ class MemoryTracker {
   // What was live in `space` when its peak was reached (since install() or the
   // last reset_peaks()), summed by label, largest first: what a peak is made of.
   std::vector<LabelBytes> peak_composition(const std::string& space) const;
+  // What is live in `space` now, summed by label, largest first.
+  std::vector<LabelBytes> live_composition(const std::string& space) const;
 
   // Phases nest; each records its own peak. Prefer ScopedMemoryPhase.
   void begin_phase(const std::string& name);
@@ -96,7 +98,7 @@ class MemoryTracker {
   std::map<const void*, Live> live_;
   // Per space: the live allocations by label at its peak.
   std::map<std::string, std::vector<LabelBytes>> peak_composition_;
-  std::vector<LabelBytes> composition(const std::string& space) const;  // live now
+  std::vector<LabelBytes> composition(const std::string& space) const;  // live now, unlocked
   std::vector<OpenPhase> open_;
   std::vector<PhaseMemory> closed_;
 };

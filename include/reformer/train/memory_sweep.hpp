@@ -32,13 +32,24 @@ namespace reformer::train {
 // with model.k=v arguments; bench_model uses it as it is.
 const char* sweep_base_model();
 
-// The variant names above, in that order.
+// The encoder-decoder's base model (`reformer memory --model transformer`): the
+// same widths, 2 + 2 layers, sinusoidal positions, no dropout.
+const char* sweep_base_transformer();
+
+// The variant names above, in that order. For the encoder-decoder (sources and
+// targets of the same length): full and exact are that attention everywhere
+// (encoder, decoder, cross), lsh-N and local put LSH-N or local attention in
+// the encoder with a local decoder and exact cross-attention, -rev and
+// reformer are reversible, and reformer is LSH in the encoder with chunked
+// feed-forward and loss.
 const std::vector<std::string>& sweep_variant_names();
 
 // The base config turned into `variant` at `length` (max_length and the axial
 // shape follow the length). ConfigError naming the variant if it is unknown.
 models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
                                       Index length);
+models::TransformerConfig variant_config(const std::string& variant, models::TransformerConfig base,
+                                         Index length);
 
 // Peak bytes of each phase of one training step above what existed before it
 // (the parameters, their gradients and the optimizer moments, the token ids).
@@ -49,9 +60,14 @@ struct StepMemory {
 
 // What the step needs before it starts: parameters + gradients + Adam moments.
 std::int64_t predict_state_bytes(const models::ReformerConfig& config, std::int64_t scalar_bytes);
+std::int64_t predict_state_bytes(const models::TransformerConfig& config,
+                                 std::int64_t scalar_bytes);
 
-// The step's peaks predicted from the shapes (docs/memory.md has the formulas).
+// The step's peaks predicted from the shapes (docs/memory.md has the formulas);
+// the encoder-decoder's with sources and targets of `length`.
 StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch, Index length,
+                               std::int64_t scalar_bytes);
+StepMemory predict_step_memory(const models::TransformerConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes);
 
 // What a run needs at most, predicted as `reformer memory` does: the state
@@ -65,10 +81,6 @@ struct RunMemory {
 };
 RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training);
-// The same for the encoder-decoder (models/transformer.hpp) with sources and
-// targets of `length`: its parameters counted exactly, its activations (stored
-// per layer: block inputs, q, k, v, attended, full attention's probabilities)
-// and the workspace bounded from above.
 RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training);
 
@@ -83,6 +95,11 @@ struct SweepPoint {
   std::int64_t predicted_state_bytes = 0;
   double seconds_per_step = 0.0;        // median of the timed steps
   std::vector<LabelBytes> composition;  // what was live at the step's peak
+  // Of the measured peak: the backend's own unlabeled allocations live at it
+  // (Kokkos' per-thread team scratch on the host, which grows with the thread
+  // count and the largest team kernel run so far; sort buffers). The
+  // prediction models the model's allocations, measured.peak() - backend_bytes.
+  std::int64_t backend_bytes = 0;
 };
 
 struct SweepOptions {
@@ -94,6 +111,8 @@ struct SweepOptions {
 // Runs one point: skipped (with the reason) when the predicted peak plus the
 // state exceeds the budget, never attempted.
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
+                           Index batch, Index length, const SweepOptions& options);
+SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
                            Index batch, Index length, const SweepOptions& options);
 
 }  // namespace reformer::train

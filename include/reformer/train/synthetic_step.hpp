@@ -1,5 +1,5 @@
-// A training step of a ReformerLM on random tokens, as `reformer memory` and
-// bench_model run it: the model (initialised), Adam with its moments already
+// A training step of a ReformerLM (or an EncoderDecoder) on random tokens, as
+// `reformer memory` and bench_model run it: the model (initialised), Adam with its moments already
 // allocated, batch x length random ids and targets, and the caller-owned state
 // that the steps reuse. run(n) is one step: forward, loss and backward (the
 // model's own memory phases), then the Adam update in the phase "optimizer".
@@ -8,6 +8,7 @@
 #pragma once
 
 #include "reformer/models/reformer_lm.hpp"
+#include "reformer/models/transformer.hpp"
 #include "reformer/train/optimizer.hpp"
 
 #include <cstdint>
@@ -31,7 +32,29 @@ class SyntheticStep {
   models::ReformerState<T> state_;
 };
 
+// The same for the encoder-decoder (models/transformer.hpp): batch x length
+// random source and target ids in [3, vocab) (0, 1 and 2 are the pair tasks'
+// padding, start and end symbols), no padding.
+template <class T>
+class Seq2SeqSyntheticStep {
+ public:
+  Seq2SeqSyntheticStep(const models::TransformerConfig& config, Index batch, Index length);
+  void run(std::uint64_t n);
+  std::int64_t id_bytes() const {
+    return 4 * std::int64_t(source_.size()) * std::int64_t(sizeof(int));
+  }
+
+ private:
+  ParameterSet<T> params_;
+  models::EncoderDecoder<T> model_;
+  Adam<T> adam_;
+  Kokkos::View<int**, Layout, MemSpace> source_, target_in_, target_out_, valid_;
+  models::TransformerState<T> state_;
+};
+
 extern template class SyntheticStep<float>;
 extern template class SyntheticStep<double>;
+extern template class Seq2SeqSyntheticStep<float>;
+extern template class Seq2SeqSyntheticStep<double>;
 
 }  // namespace reformer::train
