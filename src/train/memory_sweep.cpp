@@ -143,11 +143,16 @@ std::int64_t phase_peak(const std::vector<PhaseMemory>& phases, const std::strin
   return peak - base;
 }
 
-// Bytes of the backend's own (unlabeled) allocations in a composition.
+// Bytes of the backend's own allocations in a composition: Kokkos names them
+// "[unlabeled]" (host thread scratch) or "Kokkos::..." (a GPU's team scratch
+// pool, "Kokkos::CudaSpace::TeamScratchMemory", and internal buffers); no View
+// of ours has such a label.
 std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
   std::int64_t bytes = 0;
   for (const auto& entry : composition)
-    if (entry.label.empty() || entry.label == "[unlabeled]") bytes += entry.bytes;
+    if (entry.label.empty() || entry.label == "[unlabeled]" ||
+        entry.label.rfind("Kokkos::", 0) == 0)
+      bytes += entry.bytes;
   return bytes;
 }
 
@@ -179,8 +184,7 @@ SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& o
                     phase_peak(phases, "backward", space, before),
                     phase_peak(phases, "optimizer", space, before)};
   point.composition = tracker.peak_composition(space);
-  // The backend's allocations made during this point and live at its peak
-  // (Kokkos names its own allocations "[unlabeled]"; every View of ours has a label).
+  // The backend's allocations made during this point and live at its peak.
   point.backend_bytes =
       std::max<std::int64_t>(0, backend_bytes(point.composition) - backend_before);
   std::vector<double> seconds;

@@ -95,10 +95,12 @@ struct SweepPoint {
   std::int64_t predicted_state_bytes = 0;
   double seconds_per_step = 0.0;        // median of the timed steps
   std::vector<LabelBytes> composition;  // what was live at the step's peak
-  // Of the measured peak: the backend's own unlabeled allocations live at it
-  // (Kokkos' per-thread team scratch on the host, which grows with the thread
-  // count and the largest team kernel run so far; sort buffers). The
-  // prediction models the model's allocations, measured.peak() - backend_bytes.
+  // Of the measured peak: the backend's own allocations made during the point
+  // and live at it (Kokkos' team scratch: per thread on the host, growing with
+  // the thread count and the largest team kernel run so far; on a GPU a pool for
+  // every team that can be resident, 2-4 GiB on an H100 for the LSH and local
+  // kernels' level-1 tiles). The prediction models the model's allocations,
+  // measured.peak() - backend_bytes.
   std::int64_t backend_bytes = 0;
 };
 
