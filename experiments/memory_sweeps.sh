@@ -39,6 +39,12 @@ rss "$out/r64k" "$bin" memory --budget-gib "$budget" --variants reformer --lengt
   --layers 6 --steps 1 --out "$out/r64k"
 rss "$out/r512k" "$bin" memory --budget-gib "$budget" --variants reformer --lengths 524288 \
   --layers 6 --steps 0 --out "$out/r512k"
+# The encoder-decoder (docs/memory.md, "The encoder-decoder").
+"$bin" memory --model transformer --budget-gib "$budget" --lengths 1024,4096,16384 --steps 1 \
+  --out "$out/seq2seq_len"
+"$bin" memory --model transformer --budget-gib "$budget" \
+  --variants full,full-rev,exact,exact-rev,reformer --lengths 4096 --layers 2,4,6 --steps 0 \
+  --out "$out/seq2seq_layers"
 /usr/bin/python3 "$root/experiments/plot_memory.py" --lengths "$out/len" --tokens "$out/tokens" \
   --layers "$out/layers" --out-prefix "$out/memory"
 /usr/bin/python3 "$root/experiments/pytorch_compare.py" --threads "$threads" --reformer "$bin" \

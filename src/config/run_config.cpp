@@ -673,13 +673,24 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   return reader.config;
 }
 
-models::ReformerConfig parse_model_config(const std::string& toml_text,
-                                          const std::string& source_name,
-                                          const std::vector<std::string>& overrides) {
-  const Reader reader = read_config(toml_text, source_name, overrides);
+namespace {
+
+// A reader of model.* keys only (any other key is a ConfigError naming it).
+Reader read_model_config(const std::string& toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides) {
+  Reader reader = read_config(toml_text, source_name, overrides);
   for (const auto& [key, origin] : reader.origins)
     require<ConfigError>(key.rfind("model.", 0) == 0, source_name, ": ", key, " (from ", origin,
                          ") is not a model key; only model.* keys apply here");
+  return reader;
+}
+
+}  // namespace
+
+models::ReformerConfig parse_model_config(const std::string& toml_text,
+                                          const std::string& source_name,
+                                          const std::vector<std::string>& overrides) {
+  const Reader reader = read_model_config(toml_text, source_name, overrides);
   validate_with_origins([&] { reader.config.model.validate(); }, source_name, reader.origins);
   return reader.config.model;
 }
@@ -687,10 +698,7 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
 models::TransformerConfig parse_transformer_config(const std::string& toml_text,
                                                    const std::string& source_name,
                                                    const std::vector<std::string>& overrides) {
-  const Reader reader = read_config(toml_text, source_name, overrides);
-  for (const auto& [key, origin] : reader.origins)
-    require<ConfigError>(key.rfind("model.", 0) == 0, source_name, ": ", key, " (from ", origin,
-                         ") is not a model key; only model.* keys apply here");
+  const Reader reader = read_model_config(toml_text, source_name, overrides);
   const auto config = transformer_config(reader.config, reader.config.model.vocab);
   validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
   return config;

@@ -257,9 +257,9 @@ const std::vector<std::string>& sweep_variant_names() {
   return names;
 }
 
-models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
-                                      Index length) {
-  const auto& specs = variant_specs();
+// The spec of a variant; ConfigError naming it and the known ones otherwise.
+template <class Spec>
+const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::string& variant) {
   auto it = specs.find(variant);
   if (it == specs.end()) {
     std::string known;
@@ -267,7 +267,12 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
     throw ConfigError("memory sweep: unknown variant '" + variant + "' (expected one of " + known +
                       ")");
   }
-  const VariantSpec& spec = it->second;
+  return it->second;
+}
+
+models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
+                                      Index length) {
+  const VariantSpec& spec = find_variant(variant_specs(), variant);
   base.attention = {spec.kind};
   if (spec.n_hashes > 0) base.lsh.n_hashes = spec.n_hashes;
   base.reversible = spec.reversible;
@@ -346,15 +351,7 @@ const std::map<std::string, Seq2SeqVariant>& seq2seq_variants() {
 
 models::TransformerConfig variant_config(const std::string& variant, models::TransformerConfig base,
                                          Index length) {
-  const auto& specs = seq2seq_variants();
-  auto it = specs.find(variant);
-  if (it == specs.end()) {
-    std::string known;
-    for (const auto& name : sweep_variant_names()) known += (known.empty() ? "" : ", ") + name;
-    throw ConfigError("memory sweep: unknown variant '" + variant + "' (expected one of " + known +
-                      ")");
-  }
-  const Seq2SeqVariant& spec = it->second;
+  const Seq2SeqVariant& spec = find_variant(seq2seq_variants(), variant);
   base.encoder_attention = spec.encoder;
   base.decoder_attention = spec.decoder;
   base.cross_attention = spec.cross;

@@ -131,29 +131,48 @@ struct DecoderCase {
   }
 };
 
+// The block's three sub-layers as plain host loops, for a case's parameters and masks.
+struct HostSublayers {
+  const DecoderCase& c;
+  std::vector<double> tv = to_host(c.target_valid), sv = to_host(c.source_valid);
+  std::vector<double> memory = to_host(c.memory);
+  std::vector<double> norm(const std::vector<double>& v, const std::string& prefix) const {
+    return host_layer_norm(v, B * Lt, D, param(c.params, prefix + ".gamma"),
+                           param(c.params, prefix + ".beta"));
+  }
+  // SelfAttention(LN(x)): causal, target padding.
+  std::vector<double> self(const std::vector<double>& x) const {
+    const auto n = norm(x, "decoder.0.self_norm");
+    return host_attention(c.params, "decoder.0.self", n, Lt, n, Lt, [&](Index b, Index i, Index j) {
+      return j <= i && tv[std::size_t(b * Lt + j)] != 0;
+    });
+  }
+  // CrossAttention(LN(x), m): source padding.
+  std::vector<double> cross(const std::vector<double>& x) const {
+    return host_attention(
+        c.params, "decoder.0.cross", norm(x, "decoder.0.cross_norm"), Lt, memory, Ls,
+        [&](Index b, Index, Index j) { return sv[std::size_t(b * Ls + j)] != 0; });
+  }
+  std::vector<double> ff(const std::vector<double>& x) const {
+    return host_feed_forward(c.params, "decoder.0.ff", x, B * Lt, D, F, ops::Activation::ReLU);
+  }
+};
+
+std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] + b[i];
+  return out;
+}
+
 TEST(DecoderBlock, MatchesPlainReferenceWithPadding) {
   DecoderCase c(AttentionKind::Full, AttentionKind::Full, 0.0);
   c.loss();
-  const auto tv = to_host(c.target_valid), sv = to_host(c.source_valid);
-  const auto xh = to_host(c.x), mh = to_host(c.memory);
-  auto norm = [&](const std::vector<double>& v, const std::string& prefix) {
-    return host_layer_norm(v, B * Lt, D, param(c.params, prefix + ".gamma"),
-                           param(c.params, prefix + ".beta"));
-  };
-  const auto s = host_attention(
-      c.params, "decoder.0.self", norm(xh, "decoder.0.self_norm"), Lt,
-      norm(xh, "decoder.0.self_norm"), Lt,
-      [&](Index b, Index i, Index j) { return j <= i && tv[std::size_t(b * Lt + j)] != 0; });
-  std::vector<double> y(xh.size()), z(xh.size()), want(xh.size());
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = xh[i] + s[i];
-  const auto a =
-      host_attention(c.params, "decoder.0.cross", norm(y, "decoder.0.cross_norm"), Lt, mh, Ls,
-                     [&](Index b, Index, Index j) { return sv[std::size_t(b * Ls + j)] != 0; });
-  for (std::size_t i = 0; i < y.size(); ++i) z[i] = y[i] + a[i];
-  const auto g =
-      host_feed_forward(c.params, "decoder.0.ff", z, B * Lt, D, F, ops::Activation::ReLU);
-  for (std::size_t i = 0; i < y.size(); ++i) want[i] = z[i] + g[i];
-  EXPECT_LT(relative_error(to_host(c.out), want), 1e-12);
+  const HostSublayers host{c};
+  // y = x + Self(LN(x)), z = y + Cross(LN(y), m), out = z + G(z).
+  const auto x = to_host(c.x);
+  const auto y = plus(x, host.self(x));
+  const auto z = plus(y, host.cross(y));
+  EXPECT_LT(relative_error(to_host(c.out), plus(z, host.ff(z))), 1e-12);
 }
 
 class DecoderKinds
@@ -217,27 +236,12 @@ TEST(ReversibleDecoderBlock, MatchesPlainReferenceAndRebuildsItsInputs) {
   ReversibleDecoderCase c(AttentionKind::Full, AttentionKind::Full, 0.0);
   c.fill();
   c.loss();
-  const auto tv = to_host(c.target_valid), sv = to_host(c.source_valid);
-  const auto x1 = to_host(c.x), x2 = to_host(c.x2), mh = to_host(c.memory);
-  auto norm = [&](const std::vector<double>& v, const std::string& prefix) {
-    return host_layer_norm(v, B * Lt, D, param(c.params, prefix + ".gamma"),
-                           param(c.params, prefix + ".beta"));
-  };
+  const HostSublayers host{c};
   // a = x1 + Self(LN(x2)), y2 = x2 + Cross(LN(a), m), y1 = a + G(y2).
-  const auto s = host_attention(
-      c.params, "decoder.0.self", norm(x2, "decoder.0.self_norm"), Lt,
-      norm(x2, "decoder.0.self_norm"), Lt,
-      [&](Index b, Index i, Index j) { return j <= i && tv[std::size_t(b * Lt + j)] != 0; });
-  std::vector<double> a(x1.size()), y2(x1.size()), y1(x1.size());
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = x1[i] + s[i];
-  const auto cr =
-      host_attention(c.params, "decoder.0.cross", norm(a, "decoder.0.cross_norm"), Lt, mh, Ls,
-                     [&](Index b, Index, Index j) { return sv[std::size_t(b * Ls + j)] != 0; });
-  for (std::size_t i = 0; i < a.size(); ++i) y2[i] = x2[i] + cr[i];
-  const auto g =
-      host_feed_forward(c.params, "decoder.0.ff", y2, B * Lt, D, F, ops::Activation::ReLU);
-  for (std::size_t i = 0; i < a.size(); ++i) y1[i] = a[i] + g[i];
-  EXPECT_LT(relative_error(to_host(c.y1), y1), 1e-12);
+  const auto x1 = to_host(c.x), x2 = to_host(c.x2);
+  const auto a = plus(x1, host.self(x2));
+  const auto y2 = plus(x2, host.cross(a));
+  EXPECT_LT(relative_error(to_host(c.y1), plus(a, host.ff(y2))), 1e-12);
   EXPECT_LT(relative_error(to_host(c.y2), y2), 1e-12);
   // Backward turns the outputs back into the inputs.
   c.backward();

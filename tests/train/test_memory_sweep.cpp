@@ -35,6 +35,16 @@ models::ReformerConfig small_base() {
 double model_ratio(const train::SweepPoint& p, std::int64_t measured, std::int64_t predicted) {
   return double(measured - p.backend_bytes) / double(predicted);
 }
+
+void expect_prediction_matches(const train::SweepPoint& p) {
+  const std::string where = p.variant + " at " + std::to_string(p.length);
+  EXPECT_NEAR(model_ratio(p, p.measured.peak(), p.predicted.peak()), 1.0, 0.2) << where;
+  // Each phase too (every one of a steady-state step holds the workspace).
+  EXPECT_NEAR(model_ratio(p, p.measured.forward, p.predicted.forward), 1.0, 0.2) << where;
+  EXPECT_NEAR(model_ratio(p, p.measured.loss, p.predicted.loss), 1.0, 0.2) << where;
+  EXPECT_NEAR(model_ratio(p, p.measured.backward, p.predicted.backward), 1.0, 0.2) << where;
+  EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << where;
+}
 TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
   train::SweepOptions options;
   options.timed_steps = 1;
@@ -45,13 +55,7 @@ TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
       EXPECT_EQ(p.layers, 2);
       EXPECT_GT(p.measured.forward, 0) << variant;
       EXPECT_GE(p.measured.backward, p.measured.forward) << variant;
-      EXPECT_NEAR(model_ratio(p, p.measured.peak(), p.predicted.peak()), 1.0, 0.2)
-          << variant << " at " << length;
-      // Each phase too (every one of a steady-state step holds the workspace).
-      EXPECT_NEAR(model_ratio(p, p.measured.forward, p.predicted.forward), 1.0, 0.2) << variant;
-      EXPECT_NEAR(model_ratio(p, p.measured.loss, p.predicted.loss), 1.0, 0.2) << variant;
-      EXPECT_NEAR(model_ratio(p, p.measured.backward, p.predicted.backward), 1.0, 0.2) << variant;
-      EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << variant;
+      expect_prediction_matches(p);
       EXPECT_GT(p.seconds_per_step, 0.0);
     }
 }
@@ -123,11 +127,7 @@ TEST(MemorySweep, EncoderDecoderPredictionMatchesMeasuredPeakForEveryVariant) {
       const auto p = train::run_sweep_point(variant, small_seq2seq(), 2, length, options);
       ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
       EXPECT_EQ(p.layers, 2);
-      EXPECT_NEAR(model_ratio(p, p.measured.peak(), p.predicted.peak()), 1.0, 0.2)
-          << variant << " at " << length;
-      EXPECT_NEAR(model_ratio(p, p.measured.forward, p.predicted.forward), 1.0, 0.2) << variant;
-      EXPECT_NEAR(model_ratio(p, p.measured.backward, p.predicted.backward), 1.0, 0.2) << variant;
-      EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << variant;
+      expect_prediction_matches(p);
     }
 }
 
