@@ -53,24 +53,32 @@ FullAttentionConfig full_config(bool shared_qk) {
 }
 
 // Cached attention of one query per sequence (decoding):
-//   a(b, h) = sum_{j = first..last} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
-// over the positions whose key_valid is 1 (all when key_valid is empty).
+//   a(b, h) = sum_{j = first(b)..last(b)} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
+// over the positions whose key_valid is 1 (all when key_valid is empty); with
+// self_mask (shared q and k) position last(b), the query's own, scores
+// MaskValues::self. `widest` bounds last(b) - first(b) + 1.
 template <class T>
-void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index first, Index last,
-                   Kokkos::View<const int**, Layout, MemSpace> key_valid, Index heads, Index d_head,
-                   T scale, View2<T> a, Workspace& workspace) {
-  const Index batch = q.extent(0), n = last - first + 1;
+void attend_cached(In2<T> q, In3<T> k, In3<T> v, Kokkos::View<const Index*, Layout, MemSpace> first,
+                   Kokkos::View<const Index*, Layout, MemSpace> last, Index widest,
+                   Kokkos::View<const int**, Layout, MemSpace> key_valid, bool self_mask,
+                   Index heads, Index d_head, T scale, View2<T> a, Workspace& workspace) {
+  const Index batch = q.extent(0);
   const bool masked = key_valid.extent(0) > 0;
   Workspace::Frame frame(workspace);
-  auto scores = frame.take<View2<T>>(batch * heads, n);
-  auto probs = frame.take<View2<T>>(batch * heads, n);
+  auto scores = frame.take<View2<T>>(batch * heads, widest);
+  auto probs = frame.take<View2<T>>(batch * heads, widest);
   using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "attend_cached_scores", Policy2({0, 0}, {batch * heads, n}),
+      "attend_cached_scores", Policy2({0, 0}, {batch * heads, widest}),
       KOKKOS_LAMBDA(Index bh, Index j) {
-        const Index b = bh / heads, h = bh % heads, pos = first + j;
-        if (masked && key_valid(b, pos) == 0) {
-          scores(bh, j) = T(-1e30);  // exp underflows to 0 after the row maximum
+        const Index b = bh / heads, h = bh % heads, pos = first(b) + j;
+        // Absent and padded keys: exp underflows to 0 after the row maximum.
+        if (pos > last(b) || (masked && key_valid(b, pos) == 0)) {
+          scores(bh, j) = T(-1e30);
+          return;
+        }
+        if (self_mask && pos == last(b)) {
+          scores(bh, j) = T(MaskValues<T>::self);
           return;
         }
         T s = 0;
@@ -81,11 +89,21 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index first, Index last,
   Kokkos::parallel_for(
       "attend_cached_values", Policy2({0, 0}, {batch * heads, d_head}),
       KOKKOS_LAMBDA(Index bh, Index x) {
-        const Index b = bh / heads, h = bh % heads;
+        const Index b = bh / heads, h = bh % heads, n = last(b) - first(b) + 1;
         T sum = 0;
-        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first + j, h * d_head + x);
+        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first(b) + j, h * d_head + x);
         a(b, h * d_head + x) = sum;
       });
+}
+
+// out(b, positions(b), :) = rows(b, :) for a cache [batch, capacity, n].
+template <class T>
+void write_cached(In2<T> rows, Kokkos::View<const Index*, Layout, MemSpace> positions,
+                  View3<T> out) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "attention_write_cache", Policy2({0, 0}, {Index(rows.extent(0)), Index(rows.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index j) { out(b, positions(b), j) = rows(b, j); });
 }
 
 }  // namespace
@@ -446,45 +464,151 @@ void AttentionLayer<T>::backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3
 
 template <class T>
 void AttentionLayer<T>::require_cacheable(const char* op) const {
-  require<ConfigError>(!config_.shares_qk(), op,
-                       ": cached decoding needs separate q and k "
-                       "projections, but this ",
-                       to_string(config_.kind),
-                       " layer shares them; decode by rerunning the prefix instead");
-  require<ConfigError>(config_.kind != AttentionKind::Lsh, op,
-                       ": cached decoding of LSH attention is not supported (its buckets depend "
-                       "on the whole sequence); use full, exact or local attention");
+  require<ConfigError>(!config_.shares_qk() && config_.kind != AttentionKind::Lsh, op,
+                       ": cross-attention needs separate q and k projections, but this ",
+                       to_string(config_.kind), " layer shares them");
+}
+
+template <class T>
+void AttentionLayer<T>::project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v,
+                                     Workspace& workspace) const {
+  const Index n = x.extent(0), h = config_.heads, d = config_.d_head;
+  Workspace::Frame frame(workspace);
+  if (w_k_) {
+    if (q.extent(0)) ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
+    ops::matmul<T>(x, Trans::No, w_k_->matrix(), Trans::No, k);
+  } else {
+    // Shared q and k: the keys are the normalised queries (shared_qk.hpp).
+    const View2<T> qk = q.extent(0) ? q : frame.take<View2<T>>(n, h * d);
+    ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, qk);
+    auto scale = frame.take<View3<T>>(n, 1, h);
+    const auto q4 = per_head(qk, n, 1, h, d);
+    shared_key_scale<T>(q4, scale);
+    shared_keys<T>(q4, scale, per_head(k, n, 1, h, d));
+  }
+  ops::matmul<T>(x, Trans::No, w_v_->matrix(), Trans::No, v);
+}
+
+template <class T>
+void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
+                                    AttentionCache<T>& cache, Workspace& workspace) const {
+  const char* op = "AttentionLayer::start_cache";
+  require_extent(op, "x", x, 2, config_.d_model);
+  const Index batch = x.extent(0), length = x.extent(1);
+  const Index h = config_.heads, d = config_.d_head, inner = h * d;
+  require<ShapeError>(capacity > 0, op, ": capacity is ", capacity, " but must be positive");
+  const Index kept = std::min(length, capacity);  // positions cached
+  const bool lsh = config_.kind == AttentionKind::Lsh;
+  require<ConfigError>(!lsh || !config_.lsh.n_buckets.empty(), op,
+                       ": cached LSH decoding needs a fixed bucket count; set "
+                       "model.lsh.n_buckets (the trainer sets it from data.length)");
+  ensure_view(cache.k, "attention_cache_k", batch, capacity, inner);
+  ensure_view(cache.v, "attention_cache_v", batch, capacity, inner);
+  Workspace::Frame frame(workspace);
+  auto q = frame.take<View2<T>>(batch * length, inner);
+  auto k = frame.take<View2<T>>(batch * length, inner);
+  auto v = frame.take<View2<T>>(batch * length, inner);
+  project_keys(as_rows<T>(x), lsh ? q : View2<T>(), k, v, workspace);
+  const auto span = Kokkos::make_pair(Index(0), kept);
+  Kokkos::deep_copy(
+      Kokkos::subview(cache.k, Kokkos::ALL, span, Kokkos::ALL),
+      Kokkos::subview(View3<T>(k.data(), batch, length, inner), Kokkos::ALL, span, Kokkos::ALL));
+  Kokkos::deep_copy(
+      Kokkos::subview(cache.v, Kokkos::ALL, span, Kokkos::ALL),
+      Kokkos::subview(View3<T>(v.data(), batch, length, inner), Kokkos::ALL, span, Kokkos::ALL));
+  if (!lsh) return;
+  // The buckets the forward pass on x computes: the same rotations and hashing.
+  const Index rounds = config_.lsh.n_hashes;
+  ensure_view(cache.buckets, "attention_cache_buckets", batch * h, rounds, capacity);
+  ensure_view(cache.rotations, "attention_cache_rotations", h, d, rounds,
+              lsh_rotation_width(config_.lsh, capacity));
+  lsh_random_rotations<T>(sub_key(call.key, kRotations), cache.rotations);
+  LshPlan plan;
+  lsh_build_plan<T>(per_head(q, batch, length, h, d), cache.rotations, config_.lsh,
+                    {config_.causal, call.key_valid}, plan, workspace);
+  const auto planned = plan.buckets;
+  const auto buckets = cache.buckets;
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "attention_cache_buckets", Policy3({0, 0, 0}, {batch * h, rounds, kept}),
+      KOKKOS_LAMBDA(Index bh, Index r, Index i) {
+        buckets(bh, r, i) = planned(bh, r * length + i);
+      });
+}
+
+template <class T>
+void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
+                             Kokkos::View<const Index*, Layout, MemSpace> positions,
+                             Index max_position, View2<T> y, Workspace& workspace) const {
+  const char* op = "AttentionLayer::step";
+  const Index batch = x.extent(0), h = config_.heads, d = config_.d_head, inner = h * d;
+  require_extent(op, "x", x, 1, config_.d_model);
+  require<ShapeError>(Index(cache.k.extent(0)) == batch && Index(cache.k.extent(2)) == inner &&
+                          max_position >= 0 && max_position < cache.capacity() &&
+                          Index(positions.extent(0)) == batch,
+                      op, ": position ", max_position, " does not fit the cache of shape ",
+                      shape_string(cache.k), " for a batch of ", batch);
+  const bool lsh = config_.kind == AttentionKind::Lsh;
+  require<ConfigError>(!lsh || cache.rotations.extent(0) > 0, op,
+                       ": the LSH cache has no rotations; fill it with start_cache first");
+  Workspace::Frame frame(workspace);
+  auto q = frame.take<View2<T>>(batch, inner);
+  auto k = frame.take<View2<T>>(batch, inner);
+  auto v = frame.take<View2<T>>(batch, inner);
+  auto a = frame.take<View2<T>>(batch, inner);
+  project_keys(x, q, k, v, workspace);
+  write_cached<T>(k, positions, cache.k);
+  write_cached<T>(v, positions, cache.v);
+  if (lsh) {
+    // The query's buckets, then its windows among the cached buckets.
+    const Index rounds = config_.lsh.n_hashes;
+    LshPlan plan;
+    lsh_build_plan<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {}, plan,
+                      workspace);
+    const auto planned = plan.buckets;
+    const auto buckets = cache.buckets;
+    using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+    Kokkos::parallel_for(
+        "attention_step_buckets", Policy2({0, 0}, {batch * h, rounds}),
+        KOKKOS_LAMBDA(Index bh, Index r) { buckets(bh, r, positions(bh / h)) = planned(bh, r); });
+    lsh_attention_step<T>(View3<T>(q.data(), batch, h, d), cache.k, cache.v, cache.buckets,
+                          positions, max_position, config_.lsh, View3<T>(a.data(), batch, h, d),
+                          workspace);
+  } else {
+    // Causal: positions up to this one; local: from the start of the n_before-th
+    // chunk before this position's chunk.
+    auto first = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+    const bool local = config_.kind == AttentionKind::Local;
+    const Index chunk = config_.local.chunk, n_before = config_.local.n_before;
+    Kokkos::parallel_for(
+        "attention_step_first", range(batch), KOKKOS_LAMBDA(Index b) {
+          const Index start = (positions(b) / chunk - n_before) * chunk;
+          first(b) = local && start > 0 ? start : 0;
+        });
+    const Index widest =
+        local ? std::min(max_position + 1, (n_before + 1) * chunk) : max_position + 1;
+    const bool shared = !w_k_;
+    const T scale = detail::dense_score_scale<T>(full_config(shared), d);
+    attend_cached<T>(q, cache.k, cache.v, first, positions, widest, {}, shared, h, d, scale, a,
+                     workspace);
+  }
+  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
 }
 
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
                              View2<T> y, Workspace& workspace) const {
-  const char* op = "AttentionLayer::step";
-  require_cacheable(op);
-  const Index batch = x.extent(0), inner = config_.heads * config_.d_head;
-  require<ShapeError>(Index(k_cache.extent(0)) == batch && position >= 0 &&
-                          position < Index(k_cache.extent(1)) && Index(k_cache.extent(2)) == inner,
-                      op, ": position ", position, " does not fit the cache of shape ",
-                      shape_string(k_cache), " for a batch of ", batch);
+  require<ConfigError>(config_.kind != AttentionKind::Lsh, "AttentionLayer::step",
+                       ": an LSH layer decodes with a cache from start_cache (its buckets and "
+                       "rotations)");
+  const Index batch = x.extent(0);
   Workspace::Frame frame(workspace);
-  auto q = frame.take<View2<T>>(batch, inner);
-  auto kv = frame.take<View2<T>>(batch, inner);
-  auto a = frame.take<View2<T>>(batch, inner);
-  ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
-  ops::matmul<T>(x, Trans::No, w_k_->matrix(), Trans::No, kv);
-  Kokkos::deep_copy(Kokkos::subview(k_cache, Kokkos::ALL, position, Kokkos::ALL), kv);
-  ops::matmul<T>(x, Trans::No, w_v_->matrix(), Trans::No, kv);
-  Kokkos::deep_copy(Kokkos::subview(v_cache, Kokkos::ALL, position, Kokkos::ALL), kv);
-  // Causal: positions up to this one; local: from the start of the n_before-th
-  // chunk before this position's chunk.
-  Index first = 0;
-  if (config_.kind == AttentionKind::Local)
-    first = std::max<Index>(
-        0, (position / config_.local.chunk - config_.local.n_before) * config_.local.chunk);
-  const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
-  attend_cached<T>(q, k_cache, v_cache, first, position, {}, config_.heads, config_.d_head, scale,
-                   a, workspace);
-  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
+  auto positions = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+  Kokkos::deep_copy(positions, position);
+  AttentionCache<T> cache;
+  cache.k = k_cache;
+  cache.v = v_cache;
+  step(x, cache, positions, position, y, workspace);
 }
 
 template <class T>
@@ -500,10 +624,14 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
+  auto first = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+  auto last = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+  Kokkos::deep_copy(first, Index(0));
+  Kokkos::deep_copy(last, Index(k.extent(1)) - 1);
   ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
   const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
-  attend_cached<T>(q, k, v, 0, Index(k.extent(1)) - 1, key_valid, config_.heads, config_.d_head,
-                   scale, a, workspace);
+  attend_cached<T>(q, k, v, first, last, Index(k.extent(1)), key_valid, false, config_.heads,
+                   config_.d_head, scale, a, workspace);
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
 }
 
@@ -514,6 +642,8 @@ void AttentionLayer<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) co
   ops::matmul<T>(as_rows<T>(memory), Trans::No, w_v_->matrix(), Trans::No, as_rows<T>(v));
 }
 
+template struct AttentionCache<float>;
+template struct AttentionCache<double>;
 template struct AttentionState<float>;
 template struct AttentionState<double>;
 template class AttentionLayer<float>;

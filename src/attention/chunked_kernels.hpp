@@ -79,19 +79,58 @@ struct ChunkedInputs {
   KOKKOS_INLINE_FUNCTION T scale_of(Index b, Index pos, Index h) const {
     return key_scale.extent(0) ? key_scale(b, pos, h) : key_scale_constant;
   }
+  // LSH with padding: the number of real (unpadded) items of each batch row in
+  // every round [batch], or empty. Padding is sorted behind the real items of
+  // its round, and a real chunk's window skips the chunks that hold only
+  // padding, so that the real items see the windows they would see without the
+  // padding (appending padding changes no real position's output):
+  // the chunks of real items form one cyclic sequence of rounds * R chunks
+  // (R = ceil(real / chunk) per round) that the look-back walks, with
+  // n_before clipped to rounds * R - 1, and to 0 when R = 1 (a sequence no
+  // longer than one chunk has no look-back). Chunks of padding only keep the
+  // plain window (their queries are padding).
+  Kokkos::View<const int*, Layout, MemSpace> real;
+
+  // Sorted index of key slot `slot` of query chunk qc in batch row b, or -1
+  // when the slot is absent.
+  KOKKOS_INLINE_FUNCTION Index key_item(Index b, Index qc, Index slot) const {
+    if (real.extent(0) == 0) return window.key_item(qc, slot);
+    const Index c = window.chunk, per_round = length / c, n = real(b);
+    const Index rc = (n + c - 1) / c, r = qc / per_round, j = qc % per_round;
+    if (n == 0 || j >= rc) return window.key_item(qc, slot);
+    const Index back = slot / c, cycle = rounds * rc;
+    const Index reach = rc == 1 ? 0 : (window.n_before < cycle - 1 ? window.n_before : cycle - 1);
+    if (back > reach) return -1;
+    Index v = r * rc + j - back;
+    if (v < 0) v += cycle;
+    return (v / rc * per_round + v % rc) * c + slot % c;
+  }
+  // Whether key chunk kc is in the window of query chunk qc (batch row b).
+  KOKKOS_INLINE_FUNCTION bool in_window(Index b, Index qc, Index kc) const {
+    const Index c = window.chunk, per_round = length / c;
+    const Index n = real.extent(0) ? Index(real(b)) : length, rc = (n + c - 1) / c;
+    if (real.extent(0) == 0 || n == 0 || qc % per_round >= rc) {
+      Index back = qc - kc;
+      if (back < 0 && window.wrap) back += window.n_chunks;
+      return back >= 0 && back <= window.n_before;
+    }
+    if (kc % per_round >= rc) return false;
+    const Index cycle = rounds * rc;
+    const Index reach = rc == 1 ? 0 : (window.n_before < cycle - 1 ? window.n_before : cycle - 1);
+    Index back = (qc / per_round * rc + qc % per_round) - (kc / per_round * rc + kc % per_round);
+    if (back < 0) back += cycle;
+    return back <= reach;
+  }
   // How often key position pk appears in the windows of query position pq over
   // all rounds (windows can reach into the previous round's items, so every
   // item of pk is checked against every item of pq): O(rounds^2).
   KOKKOS_INLINE_FUNCTION int shared_windows(Index bh, Index pq, Index pk) const {
+    const Index b = bh / heads;
     int count = 0;
     for (Index rq = 0; rq < rounds; ++rq) {
       const Index qc = undo(bh, rq * length + pq) / window.chunk;
-      for (Index rk = 0; rk < rounds; ++rk) {
-        const Index kc = undo(bh, rk * length + pk) / window.chunk;
-        Index back = qc - kc;
-        if (back < 0 && window.wrap) back += window.n_chunks;
-        count += back >= 0 && back <= window.n_before;
-      }
+      for (Index rk = 0; rk < rounds; ++rk)
+        count += in_window(b, qc, undo(bh, rk * length + pk) / window.chunk);
     }
     return count;
   }
@@ -234,7 +273,7 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.c),
                        [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
-    const Index item = t < w ? in.window.key_item(qc, t) : Index(-1);
+    const Index item = t < w ? in.key_item(b, qc, t) : Index(-1);
     posk(t) = item < 0 ? -1 : int(in.position(bh, item));
   });
   team.team_barrier();

@@ -161,6 +161,7 @@ detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshPlan& plan
   in.v = v;
   in.perm = plan.perm;
   in.undo = plan.undo;
+  in.real = plan.real;
   in.key_scale = key_scale;
   in.key_valid = call.masks.key_valid;
   in.causal = call.masks.causal;
@@ -276,6 +277,20 @@ void lsh_build_plan(In4<T> qk, In4<T> rotations, const LshAttentionConfig& confi
   Kokkos::parallel_for("lsh_hash",
                        team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes), hash);
   lsh_sort_buckets(plan, workspace);
+  if (masks.key_valid.extent(0) == 0) {
+    plan.real = Kokkos::View<int*, Layout, MemSpace>();
+    return;
+  }
+  if (Index(plan.real.extent(0)) != batch)
+    plan.real = Kokkos::View<int*, Layout, MemSpace>("lsh_real_items", batch);
+  const auto valid = masks.key_valid;
+  const auto real = plan.real;
+  Kokkos::parallel_for(
+      "lsh_real_items", range(batch), KOKKOS_LAMBDA(Index b) {
+        int n = 0;
+        for (Index i = 0; i < length; ++i) n += valid(b, i) != 0;
+        real(b) = n;
+      });
 }
 
 void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
@@ -375,7 +390,116 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
   shared_keys_backward<T>(qk, key_scale, dk, dqk);
 }
 
+template <class T>
+void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
+                        Kokkos::View<const int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace) {
+  const char* op = "lsh_attention_step";
+  config.validate();
+  require<ConfigError>(!config.n_buckets.empty(), op,
+                       ": cached LSH decoding needs a fixed bucket count; set n_buckets "
+                       "(model.lsh.n_buckets)");
+  require<ConfigError>(!config.duplicate_correction, op,
+                       ": cached LSH decoding does not support duplicate_correction; decode by "
+                       "rerunning the prefix or turn it off");
+  const Index batch = q.extent(0), heads = q.extent(1), dh = q.extent(2);
+  const Index capacity = keys.extent(1), rounds = config.n_hashes;
+  require<ShapeError>(Index(keys.extent(0)) == batch && Index(keys.extent(2)) == heads * dh &&
+                          values.extent(0) == keys.extent(0) &&
+                          values.extent(1) == keys.extent(1) && values.extent(2) == keys.extent(2),
+                      op, ": keys ", shape_string(keys), " and values ", shape_string(values),
+                      " must be [", batch, ", capacity, ", heads * dh, "]");
+  require<ShapeError>(Index(buckets.extent(0)) == batch * heads &&
+                          Index(buckets.extent(1)) == rounds &&
+                          Index(buckets.extent(2)) == capacity,
+                      op, ": buckets have shape ", shape_string(buckets), " but must be [",
+                      batch * heads, ", ", rounds, ", ", capacity, "]");
+  require<ShapeError>(max_position >= 0 && max_position < capacity, op, ": position ", max_position,
+                      " is outside the cache of ", capacity, " positions");
+  require_same_shape(op, "q", q, "out", out);
+  const Index n_buckets = lsh_bucket_count(config, capacity), bins = n_buckets + 1;
+  const Index chunk = config.chunk, n_before = config.n_before;
+  const Index window = (n_before + 1) * chunk, n_max = max_position + 1;
+  Workspace::Frame frame(workspace);
+  auto perm = frame.take<IntView3>(batch * heads, rounds, n_max);
+  auto counts = frame.take<IntView2>(batch * heads, bins);
+  auto scores = frame.take<View3<T>>(batch * heads, rounds, window);
+  auto slots = frame.take<IntView3>(batch * heads, rounds, window);
+  auto lse = frame.take<View2<T>>(batch * heads, rounds);
+  Kokkos::parallel_for(
+      "lsh_attention_step", range(batch * heads), KOKKOS_LAMBDA(Index bh) {
+        const Index b = bh / heads, h = bh % heads, t = positions(b), n = t + 1;
+        // The chunk of this sequence's forward pass: one chunk when n <= chunk.
+        const Index c = n <= chunk ? n : chunk, rc = (n + c - 1) / c, cycle = rounds * rc;
+        const Index reach = rc == 1 ? 0 : (n_before < cycle - 1 ? n_before : cycle - 1);
+        // Stable counting sort of every round's buckets: perm(bh, r, rank) = position.
+        int query_rank[kMaxHashes];
+        for (Index r = 0; r < rounds; ++r) {
+          for (Index k = 0; k < bins; ++k) counts(bh, k) = 0;
+          for (Index j = 0; j < n; ++j) counts(bh, buckets(bh, r, j)) += 1;
+          int start = 0;
+          for (Index k = 0; k < bins; ++k) {
+            const int m = counts(bh, k);
+            counts(bh, k) = start;
+            start += m;
+          }
+          for (Index j = 0; j < n; ++j) {
+            const int rank = counts(bh, buckets(bh, r, j))++;
+            perm(bh, r, rank) = int(j);
+            if (j == t) query_rank[r] = rank;
+          }
+        }
+        const T* qv = &q(b, h, 0);
+        // Per round: the window's scores (its chunk and `reach` chunks before it
+        // in the cycle of rounds), logsumexp and output.
+        T* o = &out(b, h, 0);
+        for (Index d = 0; d < dh; ++d) o[d] = 0;
+        for (Index r = 0; r < rounds; ++r) {
+          const Index vq = r * rc + query_rank[r] / c;
+          Index w = 0;
+          for (Index back = 0; back <= reach; ++back) {
+            Index v = vq - back;
+            if (v < 0) v += cycle;
+            const Index kr = v / rc, first = v % rc * c;
+            for (Index i = 0; i < c && first + i < n; ++i) {
+              const Index j = perm(bh, kr, first + i);
+              const T* kv = &keys(b, j, h * dh);
+              T dot = 0;
+              for (Index d = 0; d < dh; ++d) dot += qv[d] * kv[d];
+              scores(bh, r, w) = j == t ? T(MaskValues<T>::self) : dot;
+              slots(bh, r, w) = int(j);
+              ++w;
+            }
+          }
+          T m = scores(bh, r, 0);
+          for (Index i = 1; i < w; ++i) m = compat::fmax(m, scores(bh, r, i));
+          T sum = 0;
+          for (Index i = 0; i < w; ++i) sum += softmax_weight(scores(bh, r, i) - m);
+          lse(bh, r) = m + compat::log(sum);
+          if (w < window) slots(bh, r, w) = -1;  // the end of the round's slots
+        }
+        // Rounds combined: out = sum_r exp(lse_r - LSE) o_r, o_r the round's
+        // softmax-weighted values: one softmax over the union of the windows.
+        T m = lse(bh, 0);
+        for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(bh, r));
+        T total = 0;
+        for (Index r = 0; r < rounds; ++r) total += compat::exp(lse(bh, r) - m);
+        const T big = m + compat::log(total);
+        for (Index r = 0; r < rounds; ++r)
+          for (Index i = 0; i < window && slots(bh, r, i) >= 0; ++i) {
+            const T p = softmax_weight(scores(bh, r, i) - big);
+            const T* vv = &values(b, slots(bh, r, i), h * dh);
+            for (Index d = 0; d < dh; ++d) o[d] += p * vv[d];
+          }
+      });
+}
+
 #define REFORMER_INSTANTIATE(T)                                                                   \
+  template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                     \
+                                      Kokkos::View<const int***, Layout, MemSpace>,               \
+                                      Kokkos::View<const Index*, Layout, MemSpace>, Index,        \
+                                      const LshAttentionConfig&, View3<T>, Workspace&);           \
   template void lsh_random_rotations<T>(RandomKey, View4<T>);                                     \
   template void lsh_build_plan<T>(In4<T>, In4<T>, const LshAttentionConfig&, const MaskOptions&,  \
                                   LshPlan&, Workspace&);                                          \

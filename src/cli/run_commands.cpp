@@ -44,26 +44,36 @@ int config_error(const std::exception& e) {
   return 2;
 }
 
+// How a model's ids are shown and read: bytes (+ data.id_offset) or integers.
+struct TokenText {
+  bool bytes = false;
+  int offset = 0;
+};
+
 // Token ids of a prompt: the bytes of the text for a byte-level model, else
 // integers separated by spaces or commas.
-std::vector<int> prompt_ids(const std::string& text, bool bytes) {
+std::vector<int> prompt_ids(const std::string& text, TokenText units) {
   std::vector<int> ids;
-  if (bytes) {
-    for (unsigned char c : text) ids.push_back(c);
+  if (units.bytes) {
+    for (unsigned char c : text) ids.push_back(int(c) + units.offset);
     return ids;
   }
   return data::parse_token_ids(text, "generate: --prompt");
 }
 
-std::string show(const std::vector<int>& ids, bool bytes) {
+std::string show(const std::vector<int>& ids, TokenText units) {
   std::string text;
   for (int id : ids) {
-    if (bytes) {
+    // Below the offset: a special id, shown as a number.
+    if (units.bytes && id >= units.offset && id < units.offset + 256) {
+      id -= units.offset;
       text += std::isprint(id) || id == '\n' ? std::string(1, char(id)) : "\\x" + [&] {
         char hex[3];
         std::snprintf(hex, sizeof hex, "%02x", id);
         return std::string(hex);
       }();
+    } else if (units.bytes) {
+      text += "<" + std::to_string(id) + ">";
     } else {
       text += (text.empty() ? "" : " ") + std::to_string(id);
     }
@@ -132,18 +142,19 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
 
 int run_generate(const GlobalOptions& global, const RunArgs& args) {
   train::GenerateOptions options;
-  bool bytes = false;
+  TokenText units;
   try {
     const auto checkpoint = train::resolve_checkpoint(args.target);
     const auto config = config::parse_run_config(io::read_checkpoint_meta(checkpoint).config,
                                                  checkpoint, args.overrides);
     config.validate();
-    bytes = config.data.task == data::TaskKind::Bytes;
+    units.bytes = config.data.task == data::TaskKind::Bytes;
+    units.offset = int(config.data.id_offset);
     if (config.model_type == "transformer") {
       require<ConfigError>(!args.has_prompt || !args.prompt.empty(), "generate: --prompt is empty");
       options.source_text = args.prompt;
     } else if (args.has_prompt) {
-      options.prompt = prompt_ids(args.prompt, bytes);
+      options.prompt = prompt_ids(args.prompt, units);
       require<ConfigError>(!options.prompt.empty(), "generate: --prompt is empty");
     }
   } catch (const ConfigError& e) {
@@ -168,12 +179,12 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     }
     return 0;
   }
-  std::printf("prompt:    %s\n", show(r.prompt, bytes).c_str());
-  std::printf("generated: %s\n", show(r.generated, bytes).c_str());
+  std::printf("prompt:    %s\n", show(r.prompt, units).c_str());
+  std::printf("generated: %s\n", show(r.generated, units).c_str());
   if (!r.expected.empty()) {
     std::size_t same = 0;
     for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];
-    std::printf("expected:  %s\n", show(r.expected, bytes).c_str());
+    std::printf("expected:  %s\n", show(r.expected, units).c_str());
     std::printf("matches the expected continuation at %zu of %zu positions\n", same,
                 r.expected.size());
   }

@@ -258,6 +258,7 @@ std::vector<Key> make_keys() {
                                         activation_name, ops::parse_activation));
   k.push_back(float_key("model.dropout", REFORMER_FIELD(model.dropout)));
   k.push_back(float_key("model.attention_dropout", REFORMER_FIELD(model.attention_dropout)));
+  k.push_back(float_key("model.layer_norm_eps", REFORMER_FIELD(model.layer_norm_eps)));
   k.push_back(bool_key("model.tie_embeddings", REFORMER_FIELD(model.tie_embeddings)));
   k.push_back(integer_key("model.loss_chunk", REFORMER_FIELD(model.loss_chunk)));
   k.push_back(float_key("model.label_smoothing", REFORMER_FIELD(model.label_smoothing)));
@@ -273,10 +274,14 @@ std::vector<Key> make_keys() {
   };
   k.push_back(integer_key("model.lsh.n_before", REFORMER_FIELD(model.lsh.n_before)));
   k.push_back(
+      float_key("model.lsh.attention_dropout", REFORMER_FIELD(model.lsh_attention_dropout)));
+  k.push_back(
       bool_key("model.lsh.duplicate_correction", REFORMER_FIELD(model.lsh.duplicate_correction)));
 
   k.push_back(integer_key("model.local.chunk", REFORMER_FIELD(model.local.chunk)));
   k.push_back(integer_key("model.local.n_before", REFORMER_FIELD(model.local.n_before)));
+  k.push_back(
+      float_key("model.local.attention_dropout", REFORMER_FIELD(model.local_attention_dropout)));
 
   // model.type = "transformer" (the encoder-decoder): the keys above that apply
   // (widths, heads, positions, dropout, chunks, lsh, local) and these.
@@ -308,6 +313,7 @@ std::vector<Key> make_keys() {
       [](data::TaskKind t) { return std::string(data::to_string(t)); }, data::parse_task_kind));
   k.push_back(integer_key("data.length", REFORMER_FIELD(data.length)));
   k.push_back(integer_key("data.vocab", REFORMER_FIELD(data.vocab)));
+  k.push_back(integer_key("data.id_offset", REFORMER_FIELD(data.id_offset)));
   k.push_back(seed_key("data.seed", REFORMER_FIELD(data.seed)));
   k.push_back(string_key("data.path", REFORMER_FIELD(data.path)));
   k.push_back(choice_key("data.units", REFORMER_FIELD(data.units), {"bytes", "chars"}));
@@ -581,6 +587,13 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 
 }  // namespace
 
+models::ReformerConfig lm_config(const RunConfig& config) {
+  models::ReformerConfig m = config.model;
+  if (m.lsh.n_buckets.empty() && m.lsh.chunk > 0 && config.data.length > 0)
+    m.lsh.n_buckets = attention::lsh_bucket_factors(m.lsh, config.data.length);
+  return m;
+}
+
 models::TransformerConfig transformer_config(const RunConfig& config, Index vocab) {
   models::TransformerConfig t = config.transformer;
   const auto& m = config.model;
@@ -595,6 +608,7 @@ models::TransformerConfig transformer_config(const RunConfig& config, Index voca
   t.positions = m.positions;
   t.dropout = m.dropout;
   t.attention_dropout = m.attention_dropout;
+  t.layer_norm_eps = m.layer_norm_eps;
   t.label_smoothing = m.label_smoothing;
   t.ff_chunk = m.ff_chunk;
   t.loss_chunk = m.loss_chunk;
@@ -613,6 +627,13 @@ void RunConfig::validate() const {
     data.validate();
     train.validate();
     require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
+    for (const auto& [key, rate] :
+         {std::pair<const char*, double>{"model.lsh.attention_dropout",
+                                         model.lsh_attention_dropout},
+          {"model.local.attention_dropout", model.local_attention_dropout}})
+      require<ConfigError>(rate == -1.0, op, ": ", key, " is ", rate,
+                           " but the encoder-decoder has one attention dropout for every layer; "
+                           "set model.attention_dropout instead");
     // The task's vocabulary is known once a parallel file is read; data.vocab
     // stands in for it here.
     transformer_config(*this).validate();

@@ -104,14 +104,15 @@ class BytesTask final : public Task {
     const std::uint64_t starts = bounds_.bytes(split) - std::uint64_t(length);  // >= 1
     const std::uint64_t seed = config_.seed;
     const unsigned char* bytes = file_.data();
+    const int offset = int(config_.id_offset);
     const auto inputs = out.inputs, targets = out.targets;
     Kokkos::parallel_for("bytes_batch", HostPolicy(0, batch_size), [=](Index b) {
       const RandomKey key = internal::row_key(seed, TaskKind::Bytes, split, batch_index, b);
       const unsigned char* window =
           bytes + begin + internal::uniform_below(random_bits(key, 0), starts);
       for (Index t = 0; t < length; ++t) {
-        inputs(b, t) = window[t];
-        targets(b, t) = window[t + 1];
+        inputs(b, t) = window[t] + offset;
+        targets(b, t) = window[t + 1] + offset;
       }
     });
     Kokkos::DefaultHostExecutionSpace().fence();
@@ -119,14 +120,15 @@ class BytesTask final : public Task {
   }
 
   int ignore_id() const override { return -1; }
-  Index vocab() const override { return 256; }
+  Index vocab() const override { return 256 + config_.id_offset; }
   Index length() const override { return config_.length; }
   std::string describe() const override {
-    return detail::concat("bytes: \"", config_.path, "\", ", file_.size(),
-                          " bytes, train / valid / test = ", bounds_.bytes(Split::Train), " / ",
-                          bounds_.bytes(Split::Valid), " / ", bounds_.bytes(Split::Test),
-                          " bytes, length ", config_.length, ", random windows, seed ",
-                          config_.seed);
+    return detail::concat(
+        "bytes: \"", config_.path, "\", ", file_.size(),
+        " bytes, train / valid / test = ", bounds_.bytes(Split::Train), " / ",
+        bounds_.bytes(Split::Valid), " / ", bounds_.bytes(Split::Test), " bytes, length ",
+        config_.length, ", random windows, seed ", config_.seed,
+        config_.id_offset ? detail::concat(", ids = bytes + ", config_.id_offset) : std::string());
   }
 
  private:

@@ -85,13 +85,18 @@ void DataConfig::validate() const {
       require<ConfigError>(!path.empty(), op,
                            ": data.path is empty but the bytes task reads a file; set "
                            "data.path to the corpus (e.g. enwik8)");
-      require<ConfigError>(vocab == 256, op, ": data.vocab is ", vocab,
-                           " but the bytes task has exactly 256 ids (one per byte value); set "
-                           "data.vocab = 256");
+      require<ConfigError>(id_offset >= 0 && id_offset <= 65536, op, ": data.id_offset is ",
+                           id_offset, " but must be in [0, 65536]");
+      require<ConfigError>(vocab == 256 + id_offset, op, ": data.vocab is ", vocab,
+                           " but the bytes task has exactly 256 ids (one per byte value) after "
+                           "data.id_offset = ",
+                           id_offset, "; set data.vocab = ", 256 + id_offset);
       break;
     default:
       break;
   }
+  require<ConfigError>(id_offset == 0 || task == TaskKind::Bytes, op, ": data.id_offset is ",
+                       id_offset, " but only the bytes task shifts its ids; set it to 0");
 }
 
 }  // namespace reformer::data

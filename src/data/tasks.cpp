@@ -28,6 +28,10 @@ DeviceBatch to_device(const Batch& batch) {
                  batch.batch_size(), batch.length()),
       View2<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("batch_targets")),
                  batch.batch_size(), batch.length())};
+  if (batch.valid.extent(0) > 0)
+    device.valid =
+        View2<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("batch_valid")),
+                   batch.batch_size(), batch.length());
   copy_to_device(batch, device);
   return device;
 }
@@ -36,8 +40,16 @@ void copy_to_device(const Batch& batch, const DeviceBatch& device) {
   const char* op = "copy_to_device";
   require_same_shape(op, "device.inputs", device.inputs, "batch.inputs", batch.inputs);
   require_same_shape(op, "device.targets", device.targets, "batch.targets", batch.targets);
+  require<ShapeError>((device.valid.extent(0) > 0) == (batch.valid.extent(0) > 0), op,
+                      ": the batch ", batch.valid.extent(0) > 0 ? "has" : "has no",
+                      " padding mask but the device batch ",
+                      device.valid.extent(0) > 0 ? "has one" : "has none");
   Kokkos::deep_copy(device.inputs, batch.inputs);
   Kokkos::deep_copy(device.targets, batch.targets);
+  if (batch.valid.extent(0) > 0) {
+    require_same_shape(op, "device.valid", device.valid, "batch.valid", batch.valid);
+    Kokkos::deep_copy(device.valid, batch.valid);
+  }
 }
 
 namespace internal {
@@ -106,11 +118,13 @@ class CopyTask final : public Task {
 
   Batch batch(Split split, std::uint64_t batch_index, Index batch_size) const override {
     Batch out = internal::allocate_batch("CopyTask::batch", batch_size, config_.length);
+    out.valid = HostTokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("valid")),
+                           batch_size, config_.length);
     const Index length = config_.length;
     const std::uint64_t max_words = std::uint64_t((length - 1) / 2);
     const std::uint64_t symbols = std::uint64_t(config_.vocab - 2);
     const std::uint64_t seed = config_.seed;
-    const auto inputs = out.inputs, targets = out.targets;
+    const auto inputs = out.inputs, targets = out.targets, valid = out.valid;
     Kokkos::parallel_for("copy_batch", HostPolicy(0, batch_size), [=](Index b) {
       const RandomKey key = row_key(seed, TaskKind::Copy, split, batch_index, b);
       // Counter 0 draws |w|, counters 1..n the symbols.
@@ -122,6 +136,7 @@ class CopyTask final : public Task {
       }
       inputs(b, n) = 1;
       for (Index t = 2 * n + 1; t < length; ++t) inputs(b, t) = 0;
+      for (Index t = 0; t < length; ++t) valid(b, t) = t < 2 * n + 1 ? 1 : 0;
       // Position t predicts inputs(t + 1); scored for t in [n, 2n - 1].
       for (Index t = 0; t < length; ++t)
         targets(b, t) = (t >= n && t < 2 * n) ? inputs(b, t + 1) : 0;

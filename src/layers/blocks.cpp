@@ -145,6 +145,27 @@ void PreNormAttention<T>::step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> 
 }
 
 template <class T>
+void PreNormAttention<T>::start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
+                                      attention::AttentionCache<T>& cache,
+                                      Workspace& workspace) const {
+  Workspace::Frame frame(workspace);
+  const Index rows = x.extent(0) * x.extent(1);
+  auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
+  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  norm(x, normed, mean, rstd);
+  attention_.start_cache(normed, call, capacity, cache, workspace);
+}
+
+template <class T>
+void PreNormAttention<T>::step(In2<T> x, View2<T> y, attention::AttentionCache<T>& cache,
+                               Kokkos::View<const Index*, Layout, MemSpace> positions,
+                               Index max_position, Workspace& workspace) const {
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
+    attention_.step(normed, cache, positions, max_position, f, workspace);
+  });
+}
+
+template <class T>
 void PreNormAttention<T>::step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                                      Kokkos::View<const int**, Layout, MemSpace> key_valid,
                                      Workspace& workspace) const {
@@ -445,6 +466,22 @@ void DecoderBlock<T>::step(View2<T> x1, View2<T> x2, View3<T> k_cache, View3<T> 
     Kokkos::deep_copy(g_input, x2);
   }
   feed_forward_.forward(g_input, x1, {{}, false}, workspace, T(1));
+}
+
+template <class T>
+void ReversibleBlock<T>::start_cache(In3<T> x2, const BlockCall& call, Index capacity,
+                                     attention::AttentionCache<T>& cache,
+                                     Workspace& workspace) const {
+  f_.start_cache(x2, attention_call(call), capacity, cache, workspace);
+}
+
+template <class T>
+void ReversibleBlock<T>::step(View2<T> x1, View2<T> x2, attention::AttentionCache<T>& cache,
+                              Kokkos::View<const Index*, Layout, MemSpace> positions,
+                              Index max_position, Workspace& workspace) const {
+  // y1 = x1 + F(x2), y2 = x2 + G(y1), one row per sequence.
+  f_.step(x2, x1, cache, positions, max_position, workspace);
+  feed_forward_.forward(x1, x2, {{}, false}, workspace, T(1));
 }
 
 template struct DecoderBlockState<float>;

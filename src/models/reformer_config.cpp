@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 namespace reformer::models {
@@ -38,9 +39,9 @@ Index checked_product(const char* key_a, Index a, const char* key_b, Index b) {
   return product;
 }
 
-void require_rate(const char* key, double value) {
+void require_rate(const char* key, double value, const char* alternative = "") {
   require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
-                       " but must be in [0, 1)");
+                       " but must be in [0, 1)", alternative);
 }
 
 // Layers using `kind`, as "layers 0, 2 and 4" (for messages).
@@ -134,7 +135,15 @@ void ReformerConfig::validate() const {
   require_positive("model.loss_chunk", loss_chunk);
   require_rate("model.dropout", dropout);
   require_rate("model.attention_dropout", attention_dropout);
+  for (const auto& [key, rate] :
+       {std::pair<const char*, double>{"model.lsh.attention_dropout", lsh_attention_dropout},
+        {"model.local.attention_dropout", local_attention_dropout}})
+    if (rate != -1.0) require_rate(key, rate, " or -1 (model.attention_dropout)");
   require_rate("model.label_smoothing", label_smoothing);
+  require<ConfigError>(std::isfinite(layer_norm_eps) && layer_norm_eps > 0 && layer_norm_eps <= 1,
+                       kOp, ": model.layer_norm_eps is ", layer_norm_eps,
+                       " but must be in (0, 1] (1e-5 by default, 1e-12 for Hugging Face's "
+                       "pretrained Reformers)");
 
   if (positions == PositionKind::Axial) {
     require<ConfigError>(axial_shape.empty() || axial_shape.size() == 2, kOp,
@@ -210,11 +219,30 @@ void ReformerConfig::validate_length(Index length) const {
                          (length / local.chunk + 1) * local.chunk, " or pad the sequence");
 }
 
+Index ReformerConfig::padded_length(Index length) const {
+  require<ConfigError>(length > 0, kOp, ": sequence length ", length, " must be positive");
+  // LSH needs a multiple of its chunk unless the sequence is one chunk at most.
+  Index multiple = 1;
+  if (uses(*this, AttentionKind::Local)) multiple = std::lcm(multiple, local.chunk);
+  if (uses(*this, AttentionKind::Lsh) && (length > lsh.chunk || multiple > 1))
+    multiple = std::lcm(multiple, lsh.chunk);
+  const Index padded = (length + multiple - 1) / multiple * multiple;
+  validate_length(padded);
+  return padded;
+}
+
 attention::AttentionKind ReformerConfig::layer_kind(Index layer) const {
   require<ConfigError>(!attention.empty(), kOp, ": model.attention is empty");
   require<ConfigError>(layer >= 0 && layer < layers, kOp, ": layer ", layer,
                        " does not exist; the model has ", layers, " layers");
   return attention[std::size_t(layer) % attention.size()];
+}
+
+double ReformerConfig::attention_dropout_of(attention::AttentionKind kind) const {
+  if (kind == AttentionKind::Lsh && lsh_attention_dropout != -1.0) return lsh_attention_dropout;
+  if (kind == AttentionKind::Local && local_attention_dropout != -1.0)
+    return local_attention_dropout;
+  return attention_dropout;
 }
 
 attention::AttentionLayerConfig ReformerConfig::attention_config(Index layer) const {
@@ -225,7 +253,7 @@ attention::AttentionLayerConfig ReformerConfig::attention_config(Index layer) co
   c.d_head = d_head;
   c.causal = causal;
   if (qk != QkProjection::Auto) c.shared_qk = qk == QkProjection::Shared;
-  c.attention_dropout = attention_dropout;
+  c.attention_dropout = attention_dropout_of(c.kind);
   c.output_dropout = dropout;
   c.lsh = lsh;
   c.local = local;

@@ -21,8 +21,6 @@ using RowList = Kokkos::View<const Index*, Layout, MemSpace>;
 enum Stream : std::uint64_t { kEmbeddingDropout = 1, kLayers = 2 };
 enum InitStream : std::uint64_t { kInitEmbedding = 1, kInitPositions, kInitBlocks, kInitOutput };
 
-constexpr double kLayerNormEps = 1e-5;
-
 Kokkos::View<const int*, Layout, MemSpace> flat_ids(IdMatrix ids) {
   return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size());
 }
@@ -84,6 +82,32 @@ inline void position_rows(Kokkos::View<Index*, Layout, MemSpace> rows, Index len
       KOKKOS_LAMBDA(Index b) { rows(b) = b * length + position; });
 }
 
+// ids_out = ids padded with 0 to its length; valid_out = 1 where a position
+// is inside ids and (without a mask, or where) the mask is nonzero.
+inline void pad_ids(IdMatrix ids, Kokkos::View<const int**, Layout, MemSpace> mask,
+                    View2<int> ids_out, View2<int> valid_out) {
+  const Index given = ids.extent(1);
+  const bool masked = mask.extent(0) > 0;
+  Kokkos::parallel_for(
+      "reformer_pad_ids", Policy2({0, 0}, {Index(ids_out.extent(0)), Index(ids_out.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index t) {
+        const bool inside = t < given;
+        ids_out(b, t) = inside ? ids(b, t) : 0;
+        valid_out(b, t) = inside && (!masked || mask(b, t) != 0) ? 1 : 0;
+      });
+}
+
+// Targets as run: the caller's where valid, `ignored` elsewhere.
+inline void pad_targets(IdMatrix targets, Kokkos::View<const int**, Layout, MemSpace> valid,
+                        int ignored, View2<int> out) {
+  const Index given = targets.extent(1);
+  Kokkos::parallel_for(
+      "reformer_pad_targets", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index t) {
+        out(b, t) = t < given && valid(b, t) != 0 ? targets(b, t) : ignored;
+      });
+}
+
 template <class T>
 void add_bias(View2<T> logits, View1<T> bias) {
   Kokkos::parallel_for(
@@ -95,11 +119,23 @@ void add_bias(View2<T> logits, View1<T> bias) {
 
 template <class T>
 void ReformerState<T>::release() {
-  batch = length = 0;
+  batch = length = given_length = 0;
   call = ReformerCall();
+  ids = valid = View2<int>();
+  input = IdMatrix();
   x1 = x2 = dx1 = dx2 = View3<T>();
   blocks.clear();
   scratch.release();
+  workspace.release();
+}
+
+template <class T>
+void ReformerGeneration<T>::release() {
+  batch = capacity = 0;
+  next.clear();
+  caches.clear();
+  x1 = x2 = View2<T>();
+  positions = Kokkos::View<Index*, Layout, MemSpace>();
   workspace.release();
 }
 
@@ -126,9 +162,13 @@ ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<T>& params)
   for (Index i = 0; i < config.layers; ++i) {
     layers::BlockConfig block;
     block.attention = config.attention_config(i);
-    block.feed_forward = {
-        d, config.d_ff, config.ff_activation, config.dropout, config.ff_chunk, kLayerNormEps};
-    block.layer_norm_eps = kLayerNormEps;
+    block.feed_forward = {d,
+                          config.d_ff,
+                          config.ff_activation,
+                          config.dropout,
+                          config.ff_chunk,
+                          config.layer_norm_eps};
+    block.layer_norm_eps = config.layer_norm_eps;
     blocks_.push_back(
         std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
   }
@@ -155,18 +195,38 @@ void ReformerLM<T>::init(RandomKey key) {
 }
 
 template <class T>
-layers::BlockCall ReformerLM<T>::block_call(const ReformerCall& call, Index layer) const {
+layers::BlockCall ReformerLM<T>::block_call(const ReformerCall& call, Index layer,
+                                            const ReformerState<T>& state) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
-          {},
+          state.valid,
           call.training};
 }
 
 template <class T>
-void ReformerLM<T>::check_batch(const char* op, IdMatrix ids) const {
+void ReformerLM<T>::check_batch(const char* op, IdMatrix ids, const ReformerCall& call) const {
   require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
                       shape_string(ids), " but needs at least one sequence of one token");
-  config_.validate_length(Index(ids.extent(1)));
+  config_.padded_length(Index(ids.extent(1)));
   ops::require_ids_in_range(op, "ids", flat_ids(ids), config_.vocab);
+  if (call.valid.extent(0) > 0)
+    require<ShapeError>(
+        call.valid.extent(0) == ids.extent(0) && call.valid.extent(1) == ids.extent(1), op,
+        ": the mask `valid` has shape ", shape_string(call.valid),
+        " but must have the shape of ids, ", shape_string(ids));
+}
+
+template <class T>
+IdMatrix ReformerLM<T>::input_ids(IdMatrix ids, const ReformerCall& call,
+                                  ReformerState<T>& state) const {
+  state.given_length = ids.extent(1);
+  if (state.length == Index(ids.extent(1)) && call.valid.extent(0) == 0) {
+    state.valid = View2<int>();
+    return state.input = ids;
+  }
+  ensure_view(state.ids, "reformer_ids", state.batch, state.length);
+  ensure_view(state.valid, "reformer_valid", state.batch, state.length);
+  pad_ids(ids, call.valid, state.ids, state.valid);
+  return state.input = state.ids;
 }
 
 template <class T>
@@ -224,13 +284,13 @@ void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const 
 
 template <class T>
 void ReformerLM<T>::forward(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const {
-  check_batch("ReformerLM::forward", ids);
-  prepare(state, ids.extent(0), ids.extent(1));
+  check_batch("ReformerLM::forward", ids, call);
+  prepare(state, ids.extent(0), config_.padded_length(ids.extent(1)));
   state.call = call;
   const Save save = config_.reversible || !call.training ? Save::PlanOnly : Save::All;
-  embed(ids, call, state);
+  embed(input_ids(ids, call, state), call, state);
   for (std::size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->forward(state.x1, state.x2, block_call(call, Index(i)), state.blocks[i],
+    blocks_[i]->forward(state.x1, state.x2, block_call(call, Index(i), state), state.blocks[i],
                         state.workspace, save);
 }
 
@@ -239,8 +299,8 @@ void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, Vi
                                  View1<T> mean, View1<T> rstd) const {
   // hidden = [y1 ; y2] of the selected rows, then LayerNorm over 2 d_model in place.
   concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), rows, hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(kLayerNormEps), hidden,
-                             mean, rstd);
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(config_.layer_norm_eps),
+                             hidden, mean, rstd);
 }
 
 template <class T>
@@ -270,6 +330,12 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   options.chunk_rows = config_.loss_chunk;
   options.weight_is_embedding = config_.tie_embeddings;
   options.gradient_scale = state.call.loss_scale;
+  // Padded or masked: the targets of padding count for nothing.
+  if (state.valid.extent(0) > 0) {
+    auto padded = frame.take<View2<int>>(state.batch, state.length);
+    pad_targets(targets, state.valid, ignore_id >= 0 ? ignore_id : -1, padded);
+    targets = padded;
+  }
   const auto t = flat_ids(targets);
   // Tied weights: the projection reads the sum of the two halves.
   View2<T> input = hidden;
@@ -320,7 +386,7 @@ ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix t
     else
       blocks_[i]->backward_stored(state.dx1, state.dx2, state.blocks[i], state.workspace);
   }
-  embed_backward(ids, state);
+  embed_backward(state.input, state);
   return result;
 }
 
@@ -335,23 +401,34 @@ ops::CrossEntropyResult ReformerLM<T>::evaluate(IdMatrix ids, IdMatrix targets, 
 
 template <class T>
 void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
-                              ReformerState<T>& state) const {
+                              ReformerState<T>& state,
+                              Kokkos::View<const int**, Layout, MemSpace> valid) const {
   const char* op = "ReformerLM::logits_at";
-  const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
-  require<ShapeError>(position >= 0 && position < length, op, ": position ", position,
-                      " is outside the sequence of length ", length);
+  const Index batch = ids.extent(0), d = config_.d_model;
+  require<ShapeError>(position >= 0 && position < Index(ids.extent(1)), op, ": position ", position,
+                      " is outside the sequence of length ", ids.extent(1));
   require<ShapeError>(Index(logits.extent(0)) == batch && Index(logits.extent(1)) == config_.vocab,
                       op, ": logits has shape ", shape_string(logits), " but must be [", batch,
                       ", ", config_.vocab, "]");
-  forward(ids, {state.call.key, false}, state);
+  ReformerCall call;
+  call.key = state.call.key;
+  call.training = false;
+  call.valid = valid;
+  forward(ids, call, state);
   Workspace::Frame frame(state.workspace);
   auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
-  position_rows(rows, length, position);
+  position_rows(rows, state.length, position);
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
   auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
   head_forward(state, rows, hidden, mean, rstd);
+  project(hidden, logits, state.workspace);
+}
+
+template <class T>
+void ReformerLM<T>::project(View2<T> hidden, View2<T> logits, Workspace& workspace) const {
   if (config_.tie_embeddings) {
-    auto folded = frame.take<View2<T>>(batch, d);
+    Workspace::Frame frame(workspace);
+    auto folded = frame.take<View2<T>>(hidden.extent(0), config_.d_model);
     fold_halves<T>(hidden, folded);
     ops::matmul<T>(folded, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
   } else {
@@ -360,6 +437,140 @@ void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
   add_bias<T>(logits, out_bias_->value);
 }
 
+template <class T>
+void ReformerLM<T>::add_positions(View2<T> x, const std::vector<Index>& positions) const {
+  for (std::size_t b = 0; b < positions.size(); ++b) {
+    const auto row = Kokkos::subview(x, Kokkos::make_pair(Index(b), Index(b) + 1), Kokkos::ALL);
+    const Index p = positions[b];
+    switch (config_.positions) {
+      case PositionKind::Learned:
+        ops::learned_positions_forward<T>(row, positions_->matrix(), 1, p, row);
+        break;
+      case PositionKind::Axial:
+        ops::axial_positions_forward<T>(row, axial1_->matrix(), axial2_->matrix(), 1, p, row);
+        break;
+      case PositionKind::Sinusoidal:
+        ops::sinusoidal_positions_forward<T>(row, 1, p, row);
+        break;
+      case PositionKind::None:
+        break;
+    }
+  }
+}
+
+template <class T>
+void ReformerLM<T>::start_generation(IdMatrix ids, const std::vector<Index>& lengths,
+                                     Index capacity, RandomKey key,
+                                     ReformerGeneration<T>& generation, View2<T> logits,
+                                     ReformerState<T>& state) const {
+  const char* op = "ReformerLM::start_generation";
+  const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
+  require<ShapeError>(Index(lengths.size()) == batch, op, ": ", lengths.size(),
+                      " prompt lengths for a batch of ", batch);
+  Index longest = 0;
+  for (std::size_t b = 0; b < lengths.size(); ++b) {
+    require<ShapeError>(lengths[b] >= 1 && lengths[b] <= length, op, ": prompt ", b, " has ",
+                        lengths[b], " tokens but must have between 1 and ", length);
+    longest = std::max(longest, lengths[b]);
+  }
+  require<ConfigError>(capacity >= longest, op, ": capacity ", capacity,
+                       " is shorter than the longest prompt (", longest, " tokens)");
+  if (config_.positions == PositionKind::Learned || config_.positions == PositionKind::Axial)
+    require<ConfigError>(capacity <= config_.max_length, op, ": capacity ", capacity,
+                         " is longer than model.max_length = ", config_.max_length, " (the ",
+                         to_string(config_.positions), " position table)");
+  require<ShapeError>(Index(logits.extent(0)) == batch && Index(logits.extent(1)) == config_.vocab,
+                      op, ": logits has shape ", shape_string(logits), " but must be [", batch,
+                      ", ", config_.vocab, "]");
+  // The prompts' mask: row b's first lengths[b] tokens.
+  Kokkos::View<int**, Layout, HostSpace> host_valid("generation_valid", batch, length);
+  for (Index b = 0; b < batch; ++b)
+    for (Index t = 0; t < length; ++t) host_valid(b, t) = t < lengths[std::size_t(b)];
+  Kokkos::View<int**, Layout, MemSpace> valid("generation_valid", batch, length);
+  Kokkos::deep_copy(valid, host_valid);
+  ReformerCall call;
+  call.key = key;
+  call.training = false;
+  call.valid = valid;
+  // The forward pass on the prompts, each layer's cache filled from its input.
+  check_batch(op, ids, call);
+  prepare(state, batch, config_.padded_length(length));
+  state.call = call;
+  embed(input_ids(ids, call, state), call, state);
+  generation.caches.resize(blocks_.size());
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const auto block = block_call(call, Index(i), state);
+    blocks_[i]->start_cache(state.x2, block, capacity, generation.caches[i], state.workspace);
+    blocks_[i]->forward(state.x1, state.x2, block, state.blocks[i], state.workspace,
+                        Save::PlanOnly);
+  }
+  {
+    Workspace::Frame frame(state.workspace);
+    auto host_rows = Kokkos::View<Index*, Layout, HostSpace>("generation_rows", batch);
+    for (Index b = 0; b < batch; ++b) host_rows(b) = b * state.length + lengths[std::size_t(b)] - 1;
+    auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
+    Kokkos::deep_copy(rows, host_rows);
+    auto hidden = frame.take<View2<T>>(batch, 2 * d);
+    auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+    head_forward(state, rows, hidden, mean, rstd);
+    project(hidden, logits, state.workspace);
+  }
+  generation.batch = batch;
+  generation.capacity = capacity;
+  generation.next = lengths;
+  generation.key = key;
+  ensure_view(generation.x1, "generation_x1", batch, d);
+  ensure_view(generation.x2, "generation_x2", batch, d);
+  ensure_view(generation.positions, "generation_positions", batch);
+}
+
+template <class T>
+void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
+                                    ReformerGeneration<T>& generation, View2<T> logits) const {
+  const char* op = "ReformerLM::generation_step";
+  const Index batch = generation.batch, d = config_.d_model;
+  require<ConfigError>(batch > 0 && Index(generation.caches.size()) == layers(), op,
+                       ": the generation has not started; call start_generation first");
+  require<ShapeError>(Index(tokens.size()) == batch, op, ": ", tokens.size(),
+                      " tokens for a batch of ", batch);
+  Index last = 0;
+  auto host_ids = Kokkos::View<int*, Layout, HostSpace>("generation_ids", batch);
+  auto host_positions = Kokkos::create_mirror_view(generation.positions);
+  for (Index b = 0; b < batch; ++b) {
+    const Index p = generation.next[std::size_t(b)];
+    require<ConfigError>(p < generation.capacity, op, ": row ", b, " is at position ", p,
+                         " but the cache holds ", generation.capacity,
+                         " positions; start with a larger capacity");
+    require<ConfigError>(tokens[std::size_t(b)] >= 0 && tokens[std::size_t(b)] < config_.vocab, op,
+                         ": token ", tokens[std::size_t(b)], " of row ", b,
+                         " is outside the vocabulary [0, ", config_.vocab, ")");
+    host_ids(b) = tokens[std::size_t(b)];
+    host_positions(b) = p;
+    last = std::max(last, p);
+  }
+  Kokkos::deep_copy(generation.positions, host_positions);
+  Workspace::Frame frame(generation.workspace);
+  auto ids = frame.take<Kokkos::View<int*, Layout, MemSpace>>(batch);
+  Kokkos::deep_copy(ids, host_ids);
+  // The token's embedding and position, in both streams, then every layer on
+  // this one position, then the head.
+  ops::token_embedding_forward<T>(embedding_->matrix(), ids, false, generation.x1);
+  add_positions(generation.x1, generation.next);
+  Kokkos::deep_copy(generation.x2, generation.x1);
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i]->step(generation.x1, generation.x2, generation.caches[i], generation.positions, last,
+                     generation.workspace);
+  auto hidden = frame.take<View2<T>>(batch, 2 * d);
+  auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+  concat_streams<T>(generation.x1, generation.x2, RowList(), hidden);
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(config_.layer_norm_eps),
+                             hidden, mean, rstd);
+  project(hidden, logits, generation.workspace);
+  for (auto& p : generation.next) ++p;
+}
+
+template struct ReformerGeneration<float>;
+template struct ReformerGeneration<double>;
 template struct ReformerState<float>;
 template struct ReformerState<double>;
 template class ReformerLM<float>;

@@ -47,7 +47,7 @@ Smoothing check_inputs(const char* op, const In2<T>& h, const In2<T>& weight, co
   require<ConfigError>(eps == 0 || others > 0, op, ": smoothing ", eps,
                        " needs a class besides the target and pad_id, but the vocabulary has ",
                        vocab, " classes");
-  require_ids_in_range(op, "targets", targets, vocab);
+  require_ids_in_range(op, "targets", targets, vocab, pad);
   return {1 - eps, others > 0 ? eps / others : 0.0};
 }
 

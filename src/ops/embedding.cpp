@@ -88,13 +88,13 @@ void check_axial(const char* op, const char* name1, const A& e1, const char* nam
 
 }  // namespace
 
-void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index vocab) {
+void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index vocab, int also) {
   const Index n = ids.extent(0);
   Index first_bad = n;
   Kokkos::parallel_reduce(
       "require_ids_in_range", range(n),
       KOKKOS_LAMBDA(Index i, Index & first) {
-        if ((ids(i) < 0 || ids(i) >= vocab) && i < first) first = i;
+        if ((ids(i) < 0 || ids(i) >= vocab) && ids(i) != also && i < first) first = i;
       },
       Kokkos::Min<Index>(first_bad));
   if (first_bad >= n) return;

@@ -611,7 +611,7 @@ template <class T>
 GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
   require_memory_fits(run.config, 1, false, "generate");
   auto task = data::make_task(run.config.data);
-  Model<T> m(run.config.model);
+  Model<T> m(config::lm_config(run.config));
   io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
   const Index length = run.config.data.length, vocab = run.config.model.vocab;
   GenerateResult result;

@@ -20,18 +20,19 @@ template <class T>
 class LanguageModel final : public Workload<T> {
  public:
   explicit LanguageModel(const config::RunConfig& config)
-      : task_(data::make_task(config.data)), model_(config.model, this->params) {}
+      : task_(data::make_task(config.data)), model_(config::lm_config(config), this->params) {}
   void init(RandomKey key) override { model_.init(key); }
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
                                            const models::ReformerCall& call) override {
     load(data::Split::Train, index, batch);
-    return model_.forward_backward(device_.inputs, device_.targets, task_->ignore_id(), call,
-                                   state_);
+    return model_.forward_backward(device_.inputs, device_.targets, task_->ignore_id(),
+                                   with_mask(call), state_);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                    const models::ReformerCall& call) override {
     load(split, index, batch);
-    return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(), call, state_);
+    return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(), with_mask(call),
+                           state_);
   }
   Index target_tokens(std::uint64_t index, Index batch) override {
     return count_other_than(task_->batch(data::Split::Train, index, batch).targets,
@@ -45,9 +46,15 @@ class LanguageModel final : public Workload<T> {
   Index layers() const override { return model_.layers(); }
 
  private:
+  // The call with the loaded batch's padding mask (tasks whose sequences end early).
+  models::ReformerCall with_mask(models::ReformerCall call) const {
+    call.valid = device_.valid;
+    return call;
+  }
   void load(data::Split split, std::uint64_t index, Index batch) {
     const auto host = task_->batch(split, index, batch);
-    if (!device_.inputs.data() || Index(device_.inputs.extent(0)) != batch)
+    if (!device_.inputs.data() || Index(device_.inputs.extent(0)) != batch ||
+        (device_.valid.extent(0) > 0) != (host.valid.extent(0) > 0))
       device_ = data::to_device(host);
     else
       data::copy_to_device(host, device_);

@@ -85,6 +85,19 @@ struct AttentionState {
   void use_plan_of(const AttentionState& other);
 };
 
+// The key/value cache of one layer for decoding one position at a time, owned
+// by the caller: keys [batch, capacity, heads * d_head] (with shared q and k
+// the normalised keys), values, and for LSH the buckets of every cached
+// position [batch * heads, n_hashes, capacity] and the call's rotations.
+template <class T>
+struct AttentionCache {
+  View3<T> k, v;
+  Kokkos::View<int***, Layout, MemSpace> buckets;
+  View4<T> rotations;
+  Index capacity() const { return Index(k.extent(1)); }
+  void release() { *this = AttentionCache(); }
+};
+
 // What a forward pass keeps in the state: everything backward needs
 // (training), or only the call and the LSH plan (the forward pass of a
 // reversible stack, which recomputes, and inference).
@@ -124,13 +137,24 @@ class AttentionLayer {
   void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory,
                       const AttentionState<T>& state, Workspace& workspace, T beta = T(0)) const;
 
-  // Decoding with caches, one position per sequence, no dropout; separate q
-  // and k projections (ConfigError otherwise). step: the key and value of x
-  // [batch, d_model] are written at `position` of the caches [batch, capacity,
-  // heads * d_head], then its query attends to the cached positions its mask
-  // allows (causal; local: its chunk and the n_before chunks before it);
-  // y [batch, d_model]. step_cross: over keys and values from project_memory,
-  // leaving out positions where key_valid is 0.
+  // Decoding with caches, one position per sequence, no dropout.
+  // start_cache: sizes `cache` for `capacity` positions and fills positions
+  // [0, min(length, capacity)) from a whole input x [batch, length, d_model] with the call's
+  // key (LSH: its rotations and buckets; key_valid as in forward), as forward
+  // on x would see them. step: the key and value of x [batch, d_model] are
+  // written at position positions(b) of row b (max_position: the largest),
+  // then its query attends to the cached positions its mask allows, exactly
+  // as forward on positions 0..positions(b) attends from the last one
+  // (causal; local: its chunk and the n_before chunks before it; LSH: its
+  // buckets' windows, lsh_attention_step); y [batch, d_model]. The second
+  // form: one position for every row, with separate q and k caches.
+  // step_cross: over keys and values from project_memory, leaving out
+  // positions where key_valid is 0.
+  void start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
+                   AttentionCache<T>& cache, Workspace& workspace) const;
+  void step(In2<T> x, AttentionCache<T>& cache,
+            Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position, View2<T> y,
+            Workspace& workspace) const;
   void step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, View2<T> y,
             Workspace& workspace) const;
   void step_cross(In2<T> x, In3<T> k, In3<T> v,
@@ -143,6 +167,9 @@ class AttentionLayer {
 
  private:
   void require_cacheable(const char* op) const;
+  // Keys (normalised when shared) and values of rows x [n, d_model] into
+  // k and v [n, heads * d_head]; q gets the queries when it is not empty.
+  void project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v, Workspace& workspace) const;
   void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
            Save save, bool reuse_plan) const;
   double attention_rate(const AttentionLayerCall& call) const;  // 0 unless training

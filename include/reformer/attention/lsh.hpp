@@ -5,7 +5,8 @@
 //     padding positions go to an extra bucket;
 //  2. sort the n_hashes * L items stably by (round, bucket, position);
 //  3. cut the sorted items into chunks of `chunk`; each chunk attends to itself
-//     and the previous chunk (chunk 0 wraps to the last one), keys being the
+//     and the previous chunk (chunk 0 wraps to the last one; with padding, the
+//     last one that holds real items, of the previous round), keys being the
 //     length-normalised queries k = q * rsqrt(mean(q^2) + 1e-6) / sqrt(d_head);
 //     masks act on original positions (causal, padding, and the own position,
 //     which gets -1e5 so a token attends to itself only if nothing else is allowed);
@@ -64,6 +65,11 @@ struct LshPlan {
   Ints buckets;  // [batch*heads, n_hashes*L] by (round, position)
   Ints perm;     // sorted item -> position
   Ints undo;     // (round, position) -> sorted item
+  // Real (not padding) positions of each batch row [batch]; empty without a
+  // padding mask. Padding is sorted behind the real items of every round, and
+  // the windows of real chunks skip the chunks of padding only (step 3), so
+  // that appending padding to a sequence changes none of its outputs.
+  Kokkos::View<int*, Layout, MemSpace> real;
   Index batch = 0, length = 0, heads = 0, n_hashes = 0, n_buckets = 0;
 
   bool empty() const { return perm.extent(0) == 0; }
@@ -96,5 +102,21 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
                             In4<T> dout, const LshAttentionConfig& config,
                             const AttentionCall& call, View4<T> dqk, View4<T> dv,
                             Workspace& workspace);
+
+// Decoding with a cache, one new position per batch row: the query qk of
+// position t = positions(b) [batch, heads, d_head] attends as it does in
+// lsh_attention_forward on the sequence 0..t (with padding behind, if any),
+// over the cache: keys [batch, capacity, heads * d_head] (already normalised,
+// shared_qk.hpp), values, and the buckets [batch * heads, n_hashes, capacity]
+// of positions 0..t (t's own included). Per round the t + 1 cached buckets are
+// counting-sorted again (O(t + n_buckets)), the query's chunk found and its
+// window gathered: a step costs O(t) per head, never a forward. Needs
+// n_buckets fixed (config.n_buckets) and no duplicate_correction.
+// out [batch, heads, d_head].
+template <class T>
+void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
+                        Kokkos::View<const int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace);
 
 }  // namespace reformer::attention

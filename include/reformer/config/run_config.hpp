@@ -45,6 +45,11 @@ struct RunConfig {
 // a parallel file, whose character vocabulary is known only once it is read).
 models::TransformerConfig transformer_config(const RunConfig& config, Index vocab = 0);
 
+// The language model's config of a run: [model], with an automatic LSH bucket
+// count (model.lsh.n_buckets = []) resolved at data.length, so that the run's
+// shorter, padded or generated sequences hash into the buckets it trained with.
+models::ReformerConfig lm_config(const RunConfig& config);
+
 // Reads and validates the TOML file at `path` with `overrides` applied in order.
 // An override is "section.key=value", the value a TOML value (train.steps=100,
 // model.attention=["lsh","local"], data.path="corpus.txt"); a value that is not

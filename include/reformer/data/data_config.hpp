@@ -20,15 +20,19 @@ bool is_pair_task(TaskKind kind);
 
 struct DataConfig {
   TaskKind task = TaskKind::Duplication;
-  Index length = 256;           // tokens per sequence
-  Index vocab = 128;            // ids in [0, vocab); the bytes task needs exactly 256
+  Index length = 256;  // tokens per sequence
+  Index vocab = 128;   // ids in [0, vocab); the bytes task: 256 + id_offset
+  // bytes: token id = byte value + id_offset (Hugging Face's enwik8 Reformer
+  // uses 2, ids 0 and 1 being special), so vocab = 256 + id_offset.
+  Index id_offset = 0;
   std::uint64_t seed = 1;       // the batches are a pure function of (seed, split, batch index)
   std::string path{};           // bytes: the corpus file; parallel: the tab-separated pairs
   std::string units = "bytes";  // parallel: "bytes" or "chars"
   Index min_symbols = 1;        // seq2seq_copy, seq2seq_reverse: shortest sequence
   Index max_symbols = 0;        // ... longest; 0: length - 1
   // ConfigError naming the first bad field: duplication needs an even length >= 4
-  // and vocab >= 2; copy a length >= 4 and vocab >= 3; bytes a path and vocab 256.
+  // and vocab >= 2; copy a length >= 4 and vocab >= 3; bytes a path and vocab
+  // 256 + id_offset; id_offset is only for bytes.
   void validate() const;
 };
 

@@ -31,6 +31,7 @@
 //                targets are 0, the ignore id.
 //                length 8, w = a b: inputs  a b 1 a b 0 0 0
 //                                   targets 0 0 a b 0 0 0 0
+//                                   valid   1 1 1 1 1 0 0 0
 //   bytes        A file read as bytes (ids 0..255, e.g. enwik8), memory-mapped
 //                read-only. The file is split by bytes into train (the first
 //                90%), valid (the next 5%) and test (the last 5%), rounded
@@ -62,6 +63,9 @@ using HostTokens = Kokkos::View<int**, Layout, HostSpace>;
 struct Batch {
   HostTokens inputs;   // [batch, length]
   HostTokens targets;  // [batch, length]; ignore_id() where not scored
+  // [batch, length]: 1 for a token, 0 for padding behind a sequence that ended
+  // early (the copy task); empty when every position is a token.
+  HostTokens valid;
 
   Index batch_size() const { return Index(inputs.extent(0)); }
   Index length() const { return Index(inputs.extent(1)); }
@@ -71,6 +75,7 @@ struct Batch {
 struct DeviceBatch {
   View2<int> inputs;
   View2<int> targets;
+  View2<int> valid;  // empty when the batch's is
 };
 
 // Allocates device views of the batch's shape and copies it there.

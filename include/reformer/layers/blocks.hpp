@@ -81,6 +81,13 @@ class PreNormAttention {
   // step), or over projected memory keys and values (step_cross). y may be x.
   void step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> v_cache, Index position,
             Workspace& workspace) const;
+  // The same with a layer cache and one position per row (AttentionLayer::step);
+  // start_cache fills it from a whole input x [batch, length, d_model].
+  void start_cache(In3<T> x, const attention::AttentionLayerCall& call, Index capacity,
+                   attention::AttentionCache<T>& cache, Workspace& workspace) const;
+  void step(In2<T> x, View2<T> y, attention::AttentionCache<T>& cache,
+            Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+            Workspace& workspace) const;
   void step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                   Kokkos::View<const int**, Layout, MemSpace> key_valid,
                   Workspace& workspace) const;
@@ -127,6 +134,16 @@ class ReversibleBlock {
   // values are not needed.
   void backward_stored(View3<T> dy1, View3<T> dy2, const BlockState<T>& state,
                        Workspace& workspace) const;
+  // Decoding with a cache (no dropout): start_cache fills `cache` from the
+  // input x2 [batch, length, d_model] that forward with `call` would read;
+  // step advances the streams x1, x2 [batch, d_model] of one position per row
+  // (positions(b); max_position the largest), in place, equal to forward on
+  // the positions up to it.
+  void start_cache(In3<T> x2, const BlockCall& call, Index capacity,
+                   attention::AttentionCache<T>& cache, Workspace& workspace) const;
+  void step(View2<T> x1, View2<T> x2, attention::AttentionCache<T>& cache,
+            Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+            Workspace& workspace) const;
   const BlockConfig& config() const { return config_; }
 
  private:

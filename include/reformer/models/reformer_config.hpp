@@ -51,8 +51,16 @@ struct ReformerConfig {
   ops::Activation ff_activation = ops::Activation::ReLU;
   double dropout = 0.0;            // on attention output, FF hidden and FF output, embeddings
   double attention_dropout = 0.0;  // on attention probabilities
-  bool tie_embeddings = false;     // output projection = embedding table (no separate W_out)
-  Index loss_chunk = 1024;         // rows of logits materialised at a time
+  // Per-kind attention-probability dropout (Hugging Face's
+  // lsh_attention_probs_dropout_prob / local_attention_probs_dropout_prob);
+  // -1: attention_dropout.
+  double lsh_attention_dropout = -1.0;
+  double local_attention_dropout = -1.0;
+  // LayerNorm epsilon of every LayerNorm in the model (Hugging Face's
+  // pretrained Reformers use 1e-12).
+  double layer_norm_eps = 1e-5;
+  bool tie_embeddings = false;  // output projection = embedding table (no separate W_out)
+  Index loss_chunk = 1024;      // rows of logits materialised at a time
   double label_smoothing = 0.0;
   attention::LshAttentionConfig lsh{};
   attention::LocalAttentionConfig local{};
@@ -63,7 +71,13 @@ struct ReformerConfig {
   // every chunk length used by the layers (LSH chunk, local chunk; the FF chunk
   // need not divide it).
   void validate_length(Index length) const;
+  // The shortest length >= `length` that validate_length accepts (a multiple
+  // of the chunk lengths the layers need): what a shorter sequence is padded
+  // to. ConfigError when that exceeds model.max_length.
+  Index padded_length(Index length) const;
   attention::AttentionKind layer_kind(Index layer) const;
+  // The attention-probability dropout of layers of this kind.
+  double attention_dropout_of(attention::AttentionKind kind) const;
   // The attention layer config of layer i (dropouts, causal, variant configs).
   attention::AttentionLayerConfig attention_config(Index layer) const;
   // {n1, n2}: axial_shape, or a factorisation of max_length chosen near its

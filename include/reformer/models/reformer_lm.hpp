@@ -31,26 +31,53 @@ namespace reformer::models {
 
 using IdMatrix = Kokkos::View<const int**, Layout, MemSpace>;  // [batch, length]
 
-// Per call: the stream of this step's randomness and whether dropout is on.
+// Per call: the stream of this step's randomness, whether dropout is on and
+// which tokens are real.
 struct ReformerCall {
   RandomKey key{};
   bool training = true;
   // forward_backward's gradients are those of loss_scale x the mean loss (the
   // trainer weights accumulated micro-batches by their share of the tokens).
   double loss_scale = 1.0;
+  // Per-token mask [batch, length] of the ids (nonzero: a token, 0: padding),
+  // or empty: every token is real. Padding is masked as a key in every layer
+  // (LSH sorts it behind the real items, so that it takes no slot from them),
+  // and its targets do not count in the loss.
+  Kokkos::View<const int**, Layout, MemSpace> valid{};
 };
 
 // Activations of one model, owned by the caller; reused across steps (views
 // are reallocated only when the batch shape changes).
 template <class T>
 struct ReformerState {
-  Index batch = 0, length = 0;
+  Index batch = 0, length = 0;  // length: as run (the caller's, padded to the chunks)
+  Index given_length = 0;       // the caller's length
+  // When the call has a mask or its length does not fit the chunks: the ids
+  // padded to `length` and the mask of real tokens (empty otherwise).
+  View2<int> ids, valid;
+  IdMatrix input;  // the ids the last forward ran on (the caller's or `ids`)
   ReformerCall call{};
   View3<T> x1, x2;                            // the two streams (after forward: the top outputs)
   View3<T> dx1, dx2;                          // their gradients
   std::vector<layers::BlockState<T>> blocks;  // per layer: LSH plan (+ stored activations)
   attention::AttentionState<T> scratch;       // the layer being recomputed
   Workspace workspace{"reformer_workspace"};
+  void release();
+};
+
+// Cached generation (ReformerLM::start_generation / generation_step), owned by
+// the caller: per layer the key/value cache (LSH: with buckets and
+// rotations), and the streams of the position being decoded. A reversible
+// stack keeps no other activation: each step runs every layer on one position.
+template <class T>
+struct ReformerGeneration {
+  Index batch = 0, capacity = 0;
+  std::vector<Index> next;  // per row: the position the next token takes
+  std::vector<attention::AttentionCache<T>> caches;
+  View2<T> x1, x2;  // [batch, d_model]
+  Kokkos::View<Index*, Layout, MemSpace> positions;
+  RandomKey key{};
+  Workspace workspace{"reformer_generation"};
   void release();
 };
 
@@ -63,7 +90,10 @@ class ReformerLM {
   void init(RandomKey key);
 
   // Forward through the stack: fills state.x1, state.x2 (the top streams) and
-  // what backward needs (reversible: only the LSH plans).
+  // what backward needs (reversible: only the LSH plans). A length that is not
+  // a multiple of the chunk lengths is padded internally (padded_length) and
+  // masked; with LSH, set lsh.n_buckets (the trainer sets it from data.length)
+  // so that the bucket count does not follow the padded length.
   void forward(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
   // Loss of the batch (mean over the counted targets) and its gradients,
   // accumulated into the parameters' gradients. Targets equal to ignore_id do
@@ -74,15 +104,35 @@ class ReformerLM {
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
                                    const ReformerCall& call, ReformerState<T>& state) const;
   // Logits [batch, vocab] of the given position of every sequence, after a
-  // forward pass on ids (dropout off).
-  void logits_at(IdMatrix ids, Index position, View2<T> logits, ReformerState<T>& state) const;
+  // forward pass on ids (dropout off; `valid` as ReformerCall::valid).
+  void logits_at(IdMatrix ids, Index position, View2<T> logits, ReformerState<T>& state,
+                 Kokkos::View<const int**, Layout, MemSpace> valid = {}) const;
+
+  // Cached generation. start_generation runs the prompts once: ids [batch,
+  // L], row b's prompt being its first lengths[b] >= 1 tokens (the rest is
+  // padding), with the call key `key` (LSH rotations); it fills the caches for
+  // `capacity` positions in all (<= max_length with learned or axial
+  // positions) and writes the logits [batch, vocab] of every prompt's last
+  // token. generation_step feeds tokens [batch] (host), one per row at the
+  // row's next position, and writes the logits there. Each equals the logits
+  // of a forward pass on the row's tokens so far at its last position (LSH:
+  // for the top LSH layer; see docs/design.md); a step costs O(cache) per
+  // layer, never a forward pass. ConfigError when a row would pass capacity.
+  void start_generation(IdMatrix ids, const std::vector<Index>& lengths, Index capacity,
+                        RandomKey key, ReformerGeneration<T>& generation, View2<T> logits,
+                        ReformerState<T>& state) const;
+  void generation_step(const std::vector<int>& tokens, ReformerGeneration<T>& generation,
+                       View2<T> logits) const;
 
   const ReformerConfig& config() const { return config_; }
   Index layers() const { return Index(blocks_.size()); }
 
  private:
-  void check_batch(const char* op, IdMatrix ids) const;
+  void check_batch(const char* op, IdMatrix ids, const ReformerCall& call) const;
   void prepare(ReformerState<T>& state, Index batch, Index length) const;
+  // The ids as run: the caller's, or state.ids when padded or masked (which
+  // also sets state.valid).
+  IdMatrix input_ids(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
   void embed(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
   void embed_backward(IdMatrix ids, ReformerState<T>& state) const;
   // LayerNorm([x1 ; x2]) of the given rows (all rows when `rows` is empty).
@@ -92,9 +142,14 @@ class ReformerLM {
   // dhidden -> dx1, dx2 (overwritten); `scratch` [rows, 2 d_model] is clobbered.
   void head_backward(ReformerState<T>& state, In2<T> dhidden, In1<T> mean, In1<T> rstd,
                      View2<T> scratch) const;
+  // logits [n, vocab] of the LayerNorm'd hidden rows [n, 2 d_model].
+  void project(View2<T> hidden, View2<T> logits, Workspace& workspace) const;
+  // x [batch, d_model] += the position encoding of position positions[b] of row b.
+  void add_positions(View2<T> x, const std::vector<Index>& positions) const;
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, ReformerState<T>& state,
                                bool gradients) const;
-  layers::BlockCall block_call(const ReformerCall& call, Index layer) const;
+  layers::BlockCall block_call(const ReformerCall& call, Index layer,
+                               const ReformerState<T>& state) const;
 
   ReformerConfig config_;
   Parameter<T>* embedding_ = nullptr;

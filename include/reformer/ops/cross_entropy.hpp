@@ -21,7 +21,9 @@
 namespace reformer::ops {
 
 struct CrossEntropyOptions {
-  int pad_id = -1;          // target class whose rows are ignored; -1: none
+  // Target class whose rows are ignored; -1: no pad class (rows whose target
+  // is -1 are then the ignored ones).
+  int pad_id = -1;
   double smoothing = 0.0;   // label smoothing eps, in [0, 1)
   Index chunk_rows = 1024;  // rows whose logits are materialised at a time
   // The weight is a token-embedding table E [V, d] shared as the output

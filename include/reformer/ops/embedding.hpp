@@ -15,8 +15,10 @@
 
 namespace reformer::ops {
 
-// Throws ConfigError naming the first i with ids[i] outside [0, vocab) and its value.
-void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index vocab);
+// Throws ConfigError naming the first i with ids[i] outside [0, vocab) and its
+// value; ids equal to `also` (an ignored target, -1 say) are allowed too.
+void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index vocab,
+                          int also = 0);
 
 // y[i, :] = s * table[ids[i], :] for table [vocab, d], ids [n], y [n, d], with
 // s = sqrt(d) if scale_by_sqrt_d (Vaswani et al. 2017) and s = 1 otherwise.
