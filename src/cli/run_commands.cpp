@@ -29,11 +29,13 @@ struct RunArgs {
   bool resume = false;
   std::string split = "valid";
   std::int64_t batches = 8;
-  std::string prompt;
-  bool has_prompt = false;
+  std::vector<std::string> prompts;
   std::int64_t tokens = 0;
   double temperature = 0;
   std::int64_t top_k = 0;
+  double top_p = 1.0;
+  std::vector<std::int64_t> stop;
+  bool no_cache = false;
   std::int64_t seed = 1;
   std::int64_t beam = 1;
   double length_penalty = 0.6;
@@ -151,12 +153,20 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     units.bytes = config.data.task == data::TaskKind::Bytes;
     units.offset = int(config.data.id_offset);
     if (config.model_type == "transformer") {
-      require<ConfigError>(!args.has_prompt || !args.prompt.empty(), "generate: --prompt is empty");
-      options.source_text = args.prompt;
-    } else if (args.has_prompt) {
-      options.prompt = prompt_ids(args.prompt, units);
-      require<ConfigError>(!options.prompt.empty(), "generate: --prompt is empty");
+      require<ConfigError>(args.prompts.size() <= 1, "generate: ", args.prompts.size(),
+                           " prompts given, but the encoder-decoder decodes one source at a "
+                           "time; give one --prompt");
+      require<ConfigError>(args.prompts.empty() || !args.prompts[0].empty(),
+                           "generate: --prompt is empty");
+      if (!args.prompts.empty()) options.source_text = args.prompts[0];
+    } else {
+      for (const auto& text : args.prompts) {
+        options.prompts.push_back(prompt_ids(text, units));
+        require<ConfigError>(!options.prompts.back().empty(), "generate: --prompt ",
+                             options.prompts.size(), " is empty");
+      }
     }
+    for (const auto id : args.stop) options.stop.push_back(int(id));
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
@@ -165,6 +175,8 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
   options.tokens = args.tokens;
   options.temperature = args.temperature;
   options.top_k = args.top_k;
+  options.top_p = args.top_p;
+  options.cache = !args.no_cache;
   options.seed = std::uint64_t(args.seed);
   options.beam = args.beam;
   options.length_penalty = args.length_penalty;
@@ -179,8 +191,16 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     }
     return 0;
   }
-  std::printf("prompt:    %s\n", show(r.prompt, units).c_str());
-  std::printf("generated: %s\n", show(r.generated, units).c_str());
+  std::size_t total = 0;
+  for (std::size_t b = 0; b < r.prompts.size(); ++b) {
+    if (r.prompts.size() > 1) std::printf("[%zu]\n", b + 1);
+    std::printf("prompt:    %s\n", show(r.prompts[b], units).c_str());
+    std::printf("generated: %s\n", show(r.generations[b], units).c_str());
+    total += r.generations[b].size();
+  }
+  std::printf("%zu tokens in %.3f s (%.1f tokens/s, %s)\n", total, r.seconds,
+              r.seconds > 0 ? double(total) / r.seconds : 0.0,
+              args.no_cache ? "rerunning the prefix" : "cached");
   if (!r.expected.empty()) {
     std::size_t same = 0;
     for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];
@@ -216,12 +236,23 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens from a run's checkpoint");
   gen->add_option("run", args.target, "Run folder or checkpoint file")->required();
   overrides(gen);
-  gen->add_option("--prompt", args.prompt,
-                  "Text (byte-level models) or token ids separated by spaces; default: the "
-                  "first half of a validation sequence of the run's task")
-      ->each([](const std::string&) { args.has_prompt = true; });
-  gen->add_option("--tokens", args.tokens, "New tokens (default: up to the sequence length)")
+  gen->add_option("--prompt", args.prompts,
+                  "Text (byte-level models) or token ids separated by spaces; repeat it to "
+                  "decode several prompts as one batch; default: the first half of a "
+                  "validation sequence of the run's task");
+  gen->add_option("--tokens", args.tokens,
+                  "New tokens per prompt (default: up to data.length; at most model.max_length "
+                  "in all)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  gen->add_option("--top-p", args.top_p,
+                  "Sample among the most likely tokens that hold this much probability "
+                  "(default 1: all)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--stop", args.stop, "A token id that ends a prompt's generation (repeatable)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 30));
+  gen->add_flag("--no-cache", args.no_cache,
+                "Rerun the model on the whole prefix for every token instead of decoding with "
+                "key/value caches (for comparison)");
   gen->add_option("--temperature", args.temperature, "0 = greedy (default)")
       ->check(CLI::Range(0.0, 1e6));
   gen->add_option("--top-k", args.top_k, "Sample among the k most likely (0 = all)")

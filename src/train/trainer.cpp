@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace reformer::train {
@@ -584,20 +585,28 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
 }
 
 // Index of the next token: argmax at temperature 0, else a sample from
-// softmax(logits / temperature) restricted to the top_k largest.
-int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64_t draw) {
+// softmax(logits / temperature) restricted to the top_k largest and to the
+// smallest set of largest whose probability reaches top_p.
+int pick(const std::vector<double>& logits, const GenerateOptions& options, std::uint64_t draw) {
   const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
   if (options.temperature <= 0) return int(best);
   std::vector<int> order(logits.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  const std::size_t keep =
+  std::size_t keep =
       options.top_k > 0 ? std::min<std::size_t>(options.top_k, order.size()) : order.size();
   std::vector<double> weight(keep);
   double total = 0;
   for (std::size_t i = 0; i < keep; ++i) {
     weight[i] = std::exp((logits[order[i]] - logits[best]) / options.temperature);
     total += weight[i];
+  }
+  if (options.top_p < 1.0) {
+    double mass = 0;
+    std::size_t nucleus = 0;
+    while (nucleus < keep && mass < options.top_p * total) mass += weight[nucleus++];
+    keep = std::max<std::size_t>(1, nucleus);
+    total = mass > 0 ? mass : weight[0];
   }
   double u = random_uniform({options.seed, stream_id(kSample)}, draw) * total;
   for (std::size_t i = 0; i < keep; ++i) {
@@ -607,45 +616,118 @@ int pick(std::vector<double> logits, const GenerateOptions& options, std::uint64
   return order[keep - 1];
 }
 
+// Host copy of logits row b.
+template <class V>
+std::vector<double> row_of(const V& logits, Index b) {
+  return std::vector<double>(logits.data() + b * logits.extent(1),
+                             logits.data() + (b + 1) * logits.extent(1));
+}
+
 template <class T>
 GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
-  require_memory_fits(run.config, 1, false, "generate");
   auto task = data::make_task(run.config.data);
-  Model<T> m(config::lm_config(run.config));
-  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
-  const Index length = run.config.data.length, vocab = run.config.model.vocab;
+  const auto config = config::lm_config(run.config);
+  const Index length = run.config.data.length, vocab = config.vocab;
   GenerateResult result;
-  result.prompt = options.prompt;
-  if (result.prompt.empty()) {
+  result.prompts = options.prompts;
+  if (result.prompts.empty()) result.prompts.push_back(options.prompt);
+  if (result.prompts.size() == 1 && result.prompts[0].empty()) {
     const auto batch = task->batch(data::Split::Valid, 0, 1);
     const Index cut = length / 2 + 1;
     for (Index t = 0; t < length; ++t)
-      (t < cut ? result.prompt : result.expected).push_back(batch.inputs(0, t));
+      (t < cut ? result.prompts[0] : result.expected).push_back(batch.inputs(0, t));
   }
-  const Index start = Index(result.prompt.size());
-  require<ConfigError>(start >= 1 && start < length, "generate: the prompt has ", start,
-                       " tokens but must have between 1 and ", length - 1,
-                       " (the model's sequence length is ", length, ")");
-  for (int id : result.prompt)
-    require<ConfigError>(id >= 0 && id < vocab, "generate: prompt token ", id,
+  const Index rows = Index(result.prompts.size());
+  Index longest = 0;
+  for (std::size_t b = 0; b < result.prompts.size(); ++b) {
+    const auto& prompt = result.prompts[b];
+    require<ConfigError>(
+        !prompt.empty() && Index(prompt.size()) < config.max_length, "generate: prompt ", b + 1,
+        " has ", prompt.size(),
+        " tokens but must have between 1 and model.max_length - 1 = ", config.max_length - 1);
+    for (int id : prompt)
+      require<ConfigError>(id >= 0 && id < vocab, "generate: prompt token ", id,
+                           " is outside the vocabulary [0, ", vocab, ")");
+    longest = std::max(longest, Index(prompt.size()));
+  }
+  for (int id : options.stop)
+    require<ConfigError>(id >= 0 && id < vocab, "generate: stop id ", id,
                          " is outside the vocabulary [0, ", vocab, ")");
-  const Index end = options.tokens > 0 ? std::min(length, start + Index(options.tokens)) : length;
-  Kokkos::View<int**, Layout, HostSpace> host("generate_ids", 1, length);
-  for (Index t = 0; t < start; ++t) host(0, t) = result.prompt[t];
-  Kokkos::View<int**, Layout, MemSpace> ids("generate_ids", 1, length);
-  View2<T> logits("generate_logits", 1, vocab);
-  auto host_logits = Kokkos::create_mirror_view(logits);
-  // Each new token reruns the model on the sequence so far. Later positions
-  // hold zeros: the causal masks keep them out of every earlier position's
-  // attention, though with LSH they still take slots in the sorted chunks.
-  for (Index t = start; t < end; ++t) {
-    Kokkos::deep_copy(ids, host);
-    m.model.logits_at(ids, t - 1, logits, m.state);
-    Kokkos::deep_copy(host_logits, logits);
-    std::vector<double> z(host_logits.data(), host_logits.data() + vocab);
-    host(0, t) = pick(z, options, std::uint64_t(t));
-    result.generated.push_back(host(0, t));
+  // Every row gets the same budget of new tokens; the longest prompt and its
+  // budget fit model.max_length.
+  const Index budget =
+      std::min(options.tokens > 0 ? Index(options.tokens) : std::max<Index>(1, length - longest),
+               config.max_length - longest);
+  const Index capacity = longest + budget;
+  require_memory_fits(run.config, rows, false, "generate");
+  Model<T> m(config);
+  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
+  result.generations.assign(std::size_t(rows), {});
+  std::vector<bool> done(std::size_t(rows), false);
+  const std::set<int> stop(options.stop.begin(), options.stop.end());
+  // The sequences so far, on the host ([rows, capacity], 0 behind each row).
+  Kokkos::View<int**, Layout, HostSpace> host("generate_ids", rows, capacity);
+  std::vector<Index> lengths;
+  for (Index b = 0; b < rows; ++b) {
+    const auto& prompt = result.prompts[std::size_t(b)];
+    for (std::size_t t = 0; t < prompt.size(); ++t) host(b, Index(t)) = prompt[t];
+    lengths.push_back(Index(prompt.size()));
   }
+  View2<T> logits("generate_logits", rows, vocab);
+  auto host_logits = Kokkos::create_mirror_view(logits);
+  // Rerunning: one row at a time, its tokens so far (padded to the chunks
+  // inside the model), the logits of its last position.
+  View2<T> row_logits("generate_row_logits", 1, vocab);
+  // Rows [0, rows) and columns [0, n) of `host` on the device (contiguous).
+  auto upload = [&](Index first, Index count, Index n) {
+    Kokkos::View<int**, Layout, HostSpace> part("generate_part", count, n);
+    for (Index b = 0; b < count; ++b)
+      for (Index t = 0; t < n; ++t) part(b, t) = host(first + b, t);
+    Kokkos::View<int**, Layout, MemSpace> ids("generate_part", count, n);
+    Kokkos::deep_copy(ids, part);
+    return ids;
+  };
+  auto rerun = [&](Index b, Index n) {
+    const auto ids = upload(b, 1, n);
+    m.model.logits_at(ids, n - 1, row_logits, m.state);
+    Kokkos::deep_copy(Kokkos::subview(logits, Kokkos::make_pair(b, b + 1), Kokkos::ALL),
+                      row_logits);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  models::ReformerGeneration<T> generation;
+  const RandomKey key{};  // the calls' key: LSH rotations as in logits_at
+  if (options.cache) {
+    m.model.start_generation(upload(0, rows, longest), lengths, capacity, key, generation, logits,
+                             m.state);
+  } else {
+    for (Index b = 0; b < rows; ++b) rerun(b, lengths[std::size_t(b)]);
+  }
+  for (Index step = 0; step < budget; ++step) {
+    Kokkos::deep_copy(host_logits, logits);
+    std::vector<int> tokens(std::size_t(rows), 0);
+    bool any = false;
+    for (Index b = 0; b < rows; ++b) {
+      const Index position = lengths[std::size_t(b)] + step;
+      if (done[std::size_t(b)]) continue;
+      // Row 0 draws as a single prompt always did: one draw per position.
+      const int token =
+          pick(row_of(host_logits, b), options, std::uint64_t(position) + (std::uint64_t(b) << 32));
+      host(b, position) = tokens[std::size_t(b)] = token;
+      result.generations[std::size_t(b)].push_back(token);
+      done[std::size_t(b)] = stop.count(token) > 0;
+      any = any || !done[std::size_t(b)];
+    }
+    if (!any || step + 1 == budget) break;
+    if (options.cache) {
+      m.model.generation_step(tokens, generation, logits);
+    } else {
+      for (Index b = 0; b < rows; ++b)
+        if (!done[std::size_t(b)]) rerun(b, lengths[std::size_t(b)] + step + 1);
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.prompt = result.prompts[0];
+  result.generated = result.generations[0];
   if (result.expected.size() > result.generated.size())
     result.expected.resize(result.generated.size());
   return result;
@@ -739,6 +821,8 @@ GenerateResult generate(const std::string& run_or_checkpoint,
                        " but must be >= 0 (0 is greedy)");
   require<ConfigError>(options.top_k >= 0, "generate: top_k is ", options.top_k,
                        " but must be >= 0 (0 keeps every token)");
+  require<ConfigError>(options.top_p > 0 && options.top_p <= 1, "generate: top_p is ",
+                       options.top_p, " but must be in (0, 1] (1 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
   if (run.config.model_type == "transformer") {
     if (run.config.train.dtype == "double") return translate_typed<double>(run, options);

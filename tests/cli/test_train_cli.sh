@@ -75,6 +75,12 @@ expect eval 0 "accuracy" -- eval "$work/run" --batches 2
 expect eval_more_hashes 0 "accuracy" -- eval "$work/run" model.lsh.n_hashes=4 --batches 2
 expect generate 0 "generated:" -- generate "$work/run" --tokens 4
 expect generate_prompt 0 "prompt:    0 1 2" -- generate "$work/run" --prompt "0 1 2" --tokens 3
+expect generate_batch 0 "[2]" -- generate "$work/run" --prompt "0 1 2" --prompt "3 4" --tokens 3
+expect generate_cached 0 "tokens/s, cached" -- generate "$work/run" --prompt "0 1 2" --tokens 3
+expect generate_rerun 0 "rerunning the prefix" -- generate "$work/run" --prompt "0 1 2" --tokens 3 --no-cache
+expect generate_top_p 0 "generated:" -- generate "$work/run" --tokens 3 --temperature 1 --top-p 0.9 --stop 1
+expect generate_top_p_range 2 "--top-p" -- generate "$work/run" --top-p 1.5
+expect generate_stop_range 1 "stop id 9" -- generate "$work/run" --stop 9
 expect eval_missing_run 2 "does not exist" -- eval "$work/none"
 expect eval_mismatch 1 "embed.table" -- eval "$work/run" model.d_model=32 model.d_ff=32
 

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -48,6 +49,60 @@ train::TrainOptions quiet_options() {
   options.out = &quiet;
   options.handle_signals = false;
   return options;
+}
+
+// Generation of a trained language model (issue 20): decoding with caches
+// gives the tokens of rerunning the model on each row's prefix (the LSH layer
+// is the top one here), for a batch of prompts of different lengths, greedy
+// and sampled (temperature, top-p); stop ids end a row; bad options are named.
+TEST(Trainer, CachedGenerationMatchesRerunningTheModel) {
+  TempDir dir;
+  auto config = tiny_run(dir.path() + "/g", 2, true);
+  config.train.dtype = "double";
+  train::run_training(config, quiet_options());
+  const std::string run = dir.path() + "/g";
+  train::GenerateOptions options;
+  options.prompts = {{0, 3, 5}, {1, 2, 3, 4, 5, 6, 7, 1, 2}, {4}};
+  options.tokens = 6;
+  const auto cached = train::generate(run, {}, options);
+  ASSERT_EQ(cached.generations.size(), 3u);
+  for (const auto& row : cached.generations) EXPECT_EQ(row.size(), 6u);
+  EXPECT_EQ(cached.prompt, options.prompts[0]);
+  EXPECT_EQ(cached.generated, cached.generations[0]);
+  options.cache = false;
+  EXPECT_EQ(train::generate(run, {}, options).generations, cached.generations);
+  // Sampling draws the same way with and without the caches.
+  options.temperature = 1.5;
+  options.top_p = 0.7;
+  const auto sampled = train::generate(run, {}, options);
+  options.cache = true;
+  EXPECT_EQ(train::generate(run, {}, options).generations, sampled.generations);
+  // A nucleus of one token is greedy.
+  options.top_p = 1e-9;
+  EXPECT_EQ(train::generate(run, {}, options).generations, cached.generations);
+  // A stop id ends each row after its first occurrence.
+  options.temperature = 0;
+  options.top_p = 1;
+  const int first = cached.generations[0][0];
+  options.stop = {first};
+  const auto stopped = train::generate(run, {}, options);
+  for (std::size_t b = 0; b < 3; ++b) {
+    const auto& full = cached.generations[b];
+    const auto end = std::find(full.begin(), full.end(), first);
+    const std::size_t expected =
+        end == full.end() ? full.size() : std::size_t(end - full.begin()) + 1;
+    EXPECT_EQ(stopped.generations[b],
+              std::vector<int>(full.begin(), full.begin() + std::ptrdiff_t(expected)));
+  }
+  options.stop = {8};
+  expect_error<ConfigError>([&] { train::generate(run, {}, options); }, {"stop id 8", "[0, 8)"});
+  options.stop = {};
+  options.top_p = 0;
+  expect_error<ConfigError>([&] { train::generate(run, {}, options); }, {"top_p is 0"});
+  options.top_p = 1;
+  options.prompts = {{1, 2}, std::vector<int>(16, 1)};
+  expect_error<ConfigError>([&] { train::generate(run, {}, options); },
+                            {"prompt 2 has 16 tokens", "model.max_length - 1 = 15"});
 }
 
 // Stopping at step 3 and resuming gives the losses of the uninterrupted run:

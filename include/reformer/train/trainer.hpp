@@ -59,11 +59,20 @@ EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
                                std::int64_t batches);
 
 struct GenerateOptions {
-  std::vector<int> prompt;   // token ids; empty: the task's first validation sequence cut
-                             // after its first half (the copy to reproduce follows)
-  std::int64_t tokens = 0;   // new tokens; 0: up to the model's sequence length
+  std::vector<int> prompt;  // token ids; empty: the task's first validation sequence cut
+                            // after its first half (the copy to reproduce follows)
+  // Language model: several prompts of any lengths, decoded as one batch
+  // (overrides `prompt`).
+  std::vector<std::vector<int>> prompts;
+  // New tokens per prompt; 0: up to data.length (at most model.max_length in all).
+  std::int64_t tokens = 0;
   double temperature = 0.0;  // 0: greedy
   std::int64_t top_k = 0;    // sample among the k most likely; 0: all
+  double top_p = 1.0;        // sample among the most likely tokens holding top_p of the mass
+  std::vector<int> stop;     // language model: a row ends after generating one of these ids
+  // Language model: decode with key/value caches (one position per layer and
+  // token); false reruns the model on each row's whole prefix for every token.
+  bool cache = true;
   std::uint64_t seed = 1;
   // Encoder-decoder: the source as text (the task's units; the synthetic tasks:
   // ids separated by spaces); empty: the first validation pair. Beam search
@@ -74,8 +83,11 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::vector<int> prompt, generated;
-  std::vector<int> expected;  // the task's continuation when the prompt came from it
+  std::vector<int> prompt, generated;  // the first row
+  std::vector<int> expected;           // the task's continuation when the prompt came from it
+  // Language model: every row's prompt and generated ids (stop id included).
+  std::vector<std::vector<int>> prompts, generations;
+  double seconds = 0;  // the language model's decoding loop, prompts included
   // Encoder-decoder: the same as text (the task's decode), the end id dropped.
   std::string prompt_text, generated_text, expected_text;
   bool seq2seq = false;
