@@ -308,7 +308,7 @@ def convert_config(raw, path):
                  "attention wraps around (the first chunk sees the last one) when not causal, "
                  "this project's does not")
     activation = c.get("hidden_act")
-    if activation not in EXACT_ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in EXACT_ACTIVATIONS:
         c.refuse("hidden_act", "this project has relu and the exact (erf) gelu only "
                  "(Hugging Face names them relu, gelu and gelu_python)")
     if c.get("tie_word_embeddings") not in (False, None):
