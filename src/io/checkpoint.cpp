@@ -50,6 +50,9 @@ Handle open_checkpoint(const std::string& path, const std::string& context) {
 // attributes, the optimizer's step count and the config text. HDF5 checksums
 // only the datasets (Fletcher-32), so this is what finds an attribute or the
 // config changed after writing (an edit, a flipped byte).
+// experiments/hf_import/import_hf_reformer.py writes checkpoints with h5py and
+// ports this function (and the layout of write_file); change them together
+// (tests/hf_import loads what it writes).
 std::uint64_t meta_checksum(const CheckpointMeta& meta, const std::string& library_version) {
   std::string text = detail::concat(
       "format_version=", meta.format_version, "\nstep=", meta.step,
