@@ -648,7 +648,8 @@ def run(args):
             what = f"--id-offset {offset}: byte ids 0..255 shifted by it" if offset else \
                 "--bytes: byte ids 0..255"
             raise Refusal(f"{what} must fit vocab_size = {model['vocab']}")
-        data = {"task": "bytes", "path": args.bytes, "length": length, "vocab": 256, "seed": 1}
+        data = {"task": "bytes", "path": args.bytes, "length": length, "vocab": 256 + offset,
+                "seed": 1}
         if offset:
             data["id_offset"] = offset
     elif args.id_offset:

@@ -123,17 +123,6 @@ std::unique_ptr<Imported> load_imported(const std::string& fixture) {
   return m;
 }
 
-// model.layer_norm_eps: the config's field where this build has one, else the
-// fixed 1e-5 of the builds before it.
-template <class C>
-auto layer_norm_eps(const C& c, int) -> decltype(double(c.layer_norm_eps)) {
-  return c.layer_norm_eps;
-}
-template <class C>
-double layer_norm_eps(const C&, long) {
-  return 1e-5;
-}
-
 std::vector<double> to_host(const View1<double>& v) {
   const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), v);
   return std::vector<double>(h.data(), h.data() + h.size());
@@ -150,7 +139,7 @@ std::vector<double> head_logits(const Imported& m, const ReformerState<double>& 
   const auto beta = to_host(m.params.get("out.norm.beta").value);
   const auto w = to_host(m.params.get("out.w").value);  // [2 d, vocab]
   const auto b = to_host(m.params.get("out.b").value);
-  const double eps = layer_norm_eps(m.config, 0);
+  const double eps = m.config.layer_norm_eps;
   std::vector<double> logits(std::size_t(batch * length * vocab));
   std::vector<double> h(std::size_t(2 * d));
   for (Index s = 0; s < batch; ++s)
