@@ -5,6 +5,17 @@
 // d_model 256, 4 heads of 64, d_ff 1024, 3 + 3 layers, vocabulary 512.
 //   BM_Decode/cached:C/L:L  C = 1 cached, 0 rerun; L target tokens generated
 // Counter: tokens_per_s (generated tokens of all 8 sequences per second).
+//
+// Generation speed of the Reformer language model (issue 20) at model length
+// L: one prompt of L - 16 tokens, then 16 new tokens, float, d_model 256, 4
+// heads of 64, d_ff 512, 4 layers alternating local (chunk 64) and LSH (chunk
+// 64, 2 rounds, 2L/64 buckets), axial positions, reversible.
+//   BM_LmGenerate/cached:1/L: the 16 steps with caches (the prompt's forward
+//     pass, which fills them, is not timed);
+//   BM_LmGenerate/cached:0/L: rerunning the model on the prefix (L - 16 + t
+//     tokens) for each of the 16 tokens.
+// Counter: tokens_per_s.
+#include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer.hpp"
 
 #include <benchmark/benchmark.h>
@@ -77,6 +88,68 @@ BENCHMARK(BM_Decode)
     ->Iterations(1)
     ->Repetitions(3)
     ->ReportAggregatesOnly(true);
+
+models::ReformerConfig generation_config(Index length) {
+  models::ReformerConfig c;
+  c.vocab = 256;
+  c.d_model = 256;
+  c.d_ff = 512;
+  c.heads = 4;
+  c.d_head = 64;
+  c.layers = 4;
+  c.attention = {attention::AttentionKind::Local, attention::AttentionKind::Lsh};
+  c.max_length = length;
+  c.lsh.chunk = 64;
+  c.lsh.n_hashes = 2;
+  c.lsh.n_buckets = attention::lsh_bucket_factors(c.lsh, length);
+  c.local.chunk = 64;
+  return c;
+}
+
+void BM_LmGenerate(benchmark::State& bench) {
+  const bool cached = bench.range(0) != 0;
+  const Index length = bench.range(1), prompt = length - 16, vocab = 256;
+  ParameterSet<float> params;
+  models::ReformerLM<float> model(generation_config(length), params);
+  model.init({1, 1});
+  models::ReformerState<float> state;
+  Kokkos::View<int**, Layout, MemSpace> ids("ids", 1, length);
+  Kokkos::parallel_for(
+      "bench_ids", range(length), KOKKOS_LAMBDA(Index t) { ids(0, t) = int((t * 37) % vocab); });
+  View2<float> logits("logits", 1, vocab);
+  for (auto _ : bench) {
+    if (cached) {
+      bench.PauseTiming();
+      models::ReformerGeneration<float> generation;
+      const auto head = Kokkos::subview(ids, Kokkos::ALL, Kokkos::make_pair(Index(0), prompt));
+      Kokkos::View<int**, Layout, MemSpace> first("first", 1, prompt);
+      Kokkos::deep_copy(first, head);
+      model.start_generation(first, {prompt}, length, {}, generation, logits, state);
+      Kokkos::fence();
+      bench.ResumeTiming();
+      for (Index t = 0; t < 16; ++t) model.generation_step({int(t % vocab)}, generation, logits);
+    } else {
+      for (Index t = 0; t < 16; ++t) {
+        Kokkos::View<int**, Layout, MemSpace> prefix("prefix", 1, prompt + t + 1);
+        Kokkos::deep_copy(
+            prefix, Kokkos::subview(ids, Kokkos::ALL, Kokkos::make_pair(Index(0), prompt + t + 1)));
+        model.logits_at(prefix, prompt + t, logits, state);
+      }
+    }
+    Kokkos::fence();
+  }
+  bench.counters["tokens_per_s"] =
+      benchmark::Counter(16.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_LmGenerate)
+    ->ArgNames({"cached", "L"})
+    ->Args({1, 4096})
+    ->Args({0, 4096})
+    ->Args({1, 65536})
+    ->Args({0, 65536})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace reformer
