@@ -627,13 +627,13 @@ void RunConfig::validate() const {
     data.validate();
     train.validate();
     require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
-    for (const auto& [key, rate] :
-         {std::pair<const char*, double>{"model.lsh.attention_dropout",
-                                         model.lsh_attention_dropout},
-          {"model.local.attention_dropout", model.local_attention_dropout}})
+    const auto one_rate = [&](const char* key, double rate) {
       require<ConfigError>(rate == -1.0, op, ": ", key, " is ", rate,
                            " but the encoder-decoder has one attention dropout for every layer; "
                            "set model.attention_dropout instead");
+    };
+    one_rate("model.lsh.attention_dropout", model.lsh_attention_dropout);
+    one_rate("model.local.attention_dropout", model.local_attention_dropout);
     // The task's vocabulary is known once a parallel file is read; data.vocab
     // stands in for it here.
     transformer_config(*this).validate();

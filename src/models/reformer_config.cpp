@@ -135,10 +135,12 @@ void ReformerConfig::validate() const {
   require_positive("model.loss_chunk", loss_chunk);
   require_rate("model.dropout", dropout);
   require_rate("model.attention_dropout", attention_dropout);
-  for (const auto& [key, rate] :
-       {std::pair<const char*, double>{"model.lsh.attention_dropout", lsh_attention_dropout},
-        {"model.local.attention_dropout", local_attention_dropout}})
-    if (rate != -1.0) require_rate(key, rate, " or -1 (model.attention_dropout)");
+  if (lsh_attention_dropout != -1.0)
+    require_rate("model.lsh.attention_dropout", lsh_attention_dropout,
+                 " or -1 (model.attention_dropout)");
+  if (local_attention_dropout != -1.0)
+    require_rate("model.local.attention_dropout", local_attention_dropout,
+                 " or -1 (model.attention_dropout)");
   require_rate("model.label_smoothing", label_smoothing);
   require<ConfigError>(std::isfinite(layer_norm_eps) && layer_norm_eps > 0 && layer_norm_eps <= 1,
                        kOp, ": model.layer_norm_eps is ", layer_norm_eps,
