@@ -48,6 +48,9 @@ RunConfig everything_changed() {
   c.model.ff_activation = ops::Activation::GELU;
   c.model.dropout = 0.1;
   c.model.attention_dropout = 1.0 / 3.0;
+  c.model.lsh_attention_dropout = 0.05;
+  c.model.local_attention_dropout = 0.0;
+  c.model.layer_norm_eps = 1e-12;
   c.model.tie_embeddings = true;
   c.model.loss_chunk = 77;
   c.model.label_smoothing = 1e-7;
@@ -361,6 +364,36 @@ TEST(RunConfig, OutOfRangeValuesNameKeyValueAndRule) {
                             {"model.d_head is 256", "lsh attention supports at most 128"});
   expect_error<ConfigError>([] { parse("[model.lsh]\nn_buckets = [6, 3]\n"); },
                             {"model.lsh.n_buckets is [6, 3]", "even"});
+  // The options of pretrained Hugging Face Reformers (issue 20).
+  expect_error<ConfigError>([] { parse("[model]\nlayer_norm_eps = 0\n"); },
+                            {"model.layer_norm_eps is 0", "(0, 1]"});
+  expect_error<ConfigError>([] { parse("[model.lsh]\nattention_dropout = 1.5\n"); },
+                            {"model.lsh.attention_dropout is 1.5", "[0, 1)", "or -1"});
+  expect_error<ConfigError>([] { parse("[model.local]\nattention_dropout = -0.5\n"); },
+                            {"model.local.attention_dropout is -0.5", "or -1"});
+  expect_error<ConfigError>(
+      [] { parse("[data]\ntask = \"bytes\"\npath = \"x\"\nvocab = 256\nid_offset = 2\n"); },
+      {"data.vocab is 256", "set data.vocab = 258"});
+}
+
+// Per-kind attention dropout reaches the layers of that kind only; -1 follows
+// model.attention_dropout. The encoder-decoder refuses per-kind rates.
+TEST(RunConfig, PerKindAttentionDropout) {
+  const RunConfig c = parse(
+      "[model]\nlayers = 3\nattention = [\"local\", \"lsh\", \"full\"]\nattention_dropout = "
+      "0.1\nlayer_norm_eps = 1e-12\n[model.lsh]\nattention_dropout = 0.2\n");
+  EXPECT_DOUBLE_EQ(c.model.attention_config(0).attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(c.model.attention_config(1).attention_dropout, 0.2);
+  EXPECT_DOUBLE_EQ(c.model.attention_config(2).attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(c.model.layer_norm_eps, 1e-12);
+  expect_error<ConfigError>(
+      [] {
+        parse(
+            "[model]\ntype = \"transformer\"\n[model.local]\nattention_dropout = 0.2\n"
+            "[data]\ntask = \"seq2seq_copy\"\n")
+            .validate();
+      },
+      {"model.local.attention_dropout is 0.2", "model.attention_dropout instead"});
 }
 
 TEST(RunConfig, ContradictionsNameBothKeys) {

@@ -178,6 +178,7 @@ TEST(DataTasks, CopyExampleFromTheHeader) {
     const int a = batch.inputs(0, 0), b = batch.inputs(0, 1);
     EXPECT_EQ(row(batch.inputs, 0), (std::vector<int>{a, b, 1, a, b, 0, 0, 0}));
     EXPECT_EQ(row(batch.targets, 0), (std::vector<int>{0, 0, a, b, 0, 0, 0, 0}));
+    EXPECT_EQ(row(batch.valid, 0), (std::vector<int>{1, 1, 1, 1, 1, 0, 0, 0}));
     return;
   }
   FAIL() << "no sequence with |w| = 2 in 64 batches";
@@ -273,6 +274,35 @@ TEST(BytesCorpus, Enwik8SizedFileGetsTheStandardSplit) {
       << task->describe();
   const Batch batch = task->batch(Split::Test, 0, 2);
   EXPECT_EQ(batch.inputs(1, 511), 0);
+}
+
+// data.id_offset shifts every byte id (Hugging Face's enwik8 Reformer: 2), and
+// the vocabulary with it; other tasks refuse it.
+TEST(BytesCorpus, IdOffsetShiftsEveryId) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text.push_back(char(i % 256));
+  write_file(dir.file("corpus"), text);
+  DataConfig plain = config_of(TaskKind::Bytes, 32, 256);
+  plain.path = dir.file("corpus");
+  DataConfig shifted = plain;
+  shifted.id_offset = 2;
+  shifted.vocab = 258;
+  const auto a = make_task(plain), b = make_task(shifted);
+  EXPECT_EQ(b->vocab(), 258);
+  const Batch x = a->batch(Split::Train, 3, 4), y = b->batch(Split::Train, 3, 4);
+  EXPECT_EQ(y.valid.extent(0), 0u);  // windows never end early: no mask
+  for (Index r = 0; r < 4; ++r)
+    for (Index t = 0; t < 32; ++t) {
+      EXPECT_EQ(y.inputs(r, t), x.inputs(r, t) + 2);
+      EXPECT_EQ(y.targets(r, t), x.targets(r, t) + 2);
+    }
+  shifted.vocab = 256;
+  expect_error<ConfigError>([&] { shifted.validate(); },
+                            {"data.vocab is 256", "data.id_offset = 2", "data.vocab = 258"});
+  DataConfig copy = config_of(TaskKind::Copy, 8, 40);
+  copy.id_offset = 1;
+  expect_error<ConfigError>([&] { copy.validate(); }, {"data.id_offset is 1", "bytes task"});
 }
 
 TEST(BytesCorpus, WindowsStayInsideTheirSplit) {
