@@ -230,11 +230,9 @@ TEST(LshGeneration, LayerStepEqualsForwardAtEveryPosition) {
     layer.init({5, 6});
     const Index batch = 2, length = 20, prompt = 3;
     View3<double> x("x", batch, length, config.d_model);
-    auto flat = as_vector(x);
-    Kokkos::parallel_for(
-        "x", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
-          flat(i) = random_normal({21, 1}, std::uint64_t(i));
-        });
+    auto host_x = Kokkos::create_mirror_view(x);
+    for (std::size_t i = 0; i < host_x.size(); ++i) host_x.data()[i] = random_normal({21, 1}, i);
+    Kokkos::deep_copy(x, host_x);
     const attention::AttentionLayerCall call{{8, 9}, {}, false};
     Workspace workspace;
     attention::AttentionCache<double> cache;
@@ -247,10 +245,10 @@ TEST(LshGeneration, LayerStepEqualsForwardAtEveryPosition) {
     double worst = 0;
     for (Index t = prompt; t < length; ++t) {
       // Forward on the whole input with everything after t masked as padding.
-      Kokkos::View<int**, Layout, MemSpace> valid("valid", batch, length);
-      Kokkos::parallel_for(
-          "valid", range(batch * length),
-          KOKKOS_LAMBDA(Index i) { valid(i / length, i % length) = i % length <= t; });
+      HostIds host_valid("valid", batch, length);
+      for (Index b = 0; b < batch; ++b)
+        for (Index j = 0; j < length; ++j) host_valid(b, j) = j <= t;
+      const IdView valid = to_device(host_valid);
       attention::AttentionLayerCall masked = call;
       masked.key_valid = valid;
       View3<double> full("full", batch, length, config.d_model);
