@@ -1,0 +1,734 @@
+// Relative positional attention (Transformer-XL): fused team kernels over
+// tiles in O(L) memory (see relative.hpp).
+//
+// Every product runs on tiles in team scratch through team_multiply. Queries
+// are loaded twice, as qu = scale (q + u) and qv = scale (q + v), so that
+//   S_ij = qu_i . k_j + qv_i . r_c(d(i, j)).
+// The distances of a tile pair (queries [i0, i0 + BQ), keys [j0, j0 + BK))
+// are dmin + w for w = s - t + BK - 1 in [0, BQ + BK - 1) (query i0 + s, key
+// j0 + t, dmin = i0 + M - j0 - BK + 1): one product of the tile's qv with the
+// W = BQ + BK rows of r at those distances gives every relative term, and score
+// (s, t) reads column w of it. In backward, the tile's dS laid out on the same
+// shifted diagonals, G(s, w) = dS(s, t), gives dqv = G R and (per tile of
+// distances) dr = dS^T qv.
+//
+// Masked pairs (d < 0, d >= the same_length limit, keys or queries past the
+// sequence) take no part in any softmax: every query has at least its own
+// position (d = 0), so no row is ever wholly masked. Dropout replays the
+// counter RNG at index ((b * heads + h) * L + i) * (M + L) + j.
+#include "reformer/attention/relative.hpp"
+
+#include "attention/attention_checks.hpp"
+#include "attention/chunked_kernels.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/core/tile_multiply.hpp"
+
+#include <cmath>
+
+namespace reformer::attention {
+namespace {
+
+using detail::Scratch2;
+
+// Start of every online-softmax maximum and the score of a masked pair; any
+// score below kMasked / 2 has weight 0.
+constexpr double kMasked = -1e30;
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T masked_weight(T score, T base) {
+  return score > T(kMasked / 2) ? softmax_weight(score - base) : T(0);
+}
+
+// What every kernel reads: the tensors, the shapes and tilings, the masks.
+template <class T>
+struct RelativeInputs {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  // Distances of one tile pair (BQ + BK - 1 of them), rounded to whole blocks.
+  static constexpr Index W = BQ + BK;
+
+  Kokkos::View<const T****, Layout, MemSpace> q, k, v;
+  Kokkos::View<const T***, Layout, MemSpace> r;
+  Kokkos::View<const T**, Layout, MemSpace> bias_u, bias_v;
+  Index heads = 0, d_head = 0, dpad = 0;
+  Index lq = 0, lk = 0, memory = 0, nq = 0, nk = 0;
+  // Allowed distances are [0, limit): M + L, or mem_len with same_length.
+  Index limit = 0;
+  Index clamp_len = 0;
+  T scale = T(1);
+  AttentionDropout dropout;
+
+  KOKKOS_INLINE_FUNCTION bool allowed(Index i, Index j) const {
+    const Index d = i + memory - j;
+    return i < lq && j >= 0 && j < lk && d >= 0 && d < limit;
+  }
+  // Row of r for distance d (0 <= d < limit).
+  KOKKOS_INLINE_FUNCTION Index r_row(Index d) const {
+    return clamp_len > 0 && d > clamp_len ? clamp_len : d;
+  }
+  KOKKOS_INLINE_FUNCTION T drop(Index bh, Index i, Index j) const {
+    if (dropout.rate == 0.0) return T(1);
+    const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
+    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? T(1.0 / (1.0 - dropout.rate))
+                                                                : T(0);
+  }
+  // Key tiles [begin, end) with an allowed key for query tile qc.
+  KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
+    const Index i0 = qc * BQ, i1 = (qc + 1) * BQ < lq ? (qc + 1) * BQ - 1 : lq - 1;
+    const Index first = i0 + memory - limit + 1 > 0 ? i0 + memory - limit + 1 : 0;
+    const Index last = i1 + memory;  // <= lk - 1
+    begin = first / BK;
+    end = last / BK + 1;
+  }
+  // Query tiles [begin, end) with an allowed query for key tile kc (empty
+  // for memory keys beyond every query's same_length window).
+  KOKKOS_INLINE_FUNCTION void query_tiles(Index kc, Index& begin, Index& end) const {
+    const Index j0 = kc * BK, j1 = (kc + 1) * BK < lk ? (kc + 1) * BK - 1 : lk - 1;
+    const Index first = j0 - memory > 0 ? j0 - memory : 0;
+    Index last = j1 - memory + limit - 1;
+    if (last > lq - 1) last = lq - 1;
+    begin = first / BQ;
+    end = last < first ? begin : last / BQ + 1;
+  }
+
+  // dst(row, c) = factor * (x(b, first + row, h, c) + bias[c]) for rows inside
+  // [0, length), zero elsewhere and in the padded columns. bias may be null.
+  template <class X>
+  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, const T* bias, Index b,
+                                        Index h, Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
+    const Index dh = d_head, dp = dpad;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
+      T* to = &dst(row, 0);
+      const Index p = first + row;
+      if (p < 0 || p >= length) {
+        for (Index c = 0; c < dp; ++c) to[c] = T(0);
+        return;
+      }
+      const auto* from = &x(b, p, h, 0);
+      for (Index c = 0; c < dh; ++c) to[c] = (T(from[c]) + (bias ? bias[c] : T(0))) * factor;
+      for (Index c = dh; c < dp; ++c) to[c] = T(0);
+    });
+  }
+  // The same transposed: dst(c, row), dst [dpad, rows].
+  template <class X>
+  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, const T* bias, Index b,
+                                        Index h, Index first, Index rows, Index length, T factor,
+                                        Scratch2<T> dst) const {
+    const Index dh = d_head, dp = dpad;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
+      const Index p = first + row;
+      if (p < 0 || p >= length) {
+        for (Index c = 0; c < dp; ++c) dst(c, row) = T(0);
+        return;
+      }
+      const auto* from = &x(b, p, h, 0);
+      for (Index c = 0; c < dh; ++c) dst(c, row) = (T(from[c]) + (bias ? bias[c] : T(0))) * factor;
+      for (Index c = dh; c < dp; ++c) dst(c, row) = T(0);
+    });
+  }
+  // Rows of r for the distances [first, first + rows) as rows (dst [rows,
+  // dpad]) or transposed (dst [dpad, rows]); distances outside [0, limit) are
+  // zero rows (their pairs are masked).
+  KOKKOS_INLINE_FUNCTION void load_r(const TeamMember& team, Index h, Index first, Index rows,
+                                     bool transposed, Scratch2<T> dst) const {
+    const Index dh = d_head, dp = dpad;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
+      const Index d = first + row;
+      const bool inside = d >= 0 && d < limit;
+      const T* from = inside ? &r(r_row(d), h, 0) : nullptr;
+      for (Index c = 0; c < dp; ++c) {
+        const T value = inside && c < dh ? from[c] : T(0);
+        if (transposed)
+          dst(c, row) = value;
+        else
+          dst(row, c) = value;
+      }
+    });
+  }
+  // Per query of the tile at `first`: lse and D = dout . out, as ld(0..1, s).
+  template <class L>
+  KOKKOS_INLINE_FUNCTION void load_stats(const TeamMember& team, const L& lse, const L& delta,
+                                         Index b, Index h, Index first, Scratch2<T> ld) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = first + s;
+      ld(0, s) = i < lq ? lse(b, i, h) : T(0);
+      ld(1, s) = i < lq ? delta(b, i, h) : T(0);
+    });
+  }
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, Scratch2<T> m) {
+  const Index cols = m.extent(1);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index row) {
+    for (Index c = 0; c < cols; ++c) m(row, c) = T(0);
+  });
+}
+
+// Forward: one team per (batch * head, query tile), heaviest tiles first. The
+// team keeps qu and qv transposed and streams key tiles as rows:
+// S^T = K qu^T + shift(Rw qv^T), online softmax down the columns of S^T.
+template <class T>
+struct RelativeForward {
+  using In = RelativeInputs<T>;
+  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  static constexpr Index G = TileTraits<T>::block_cols;  // queries per column group
+  In x;
+  View4<T> out;
+  View3<T> lse;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
+           2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(W, dp) +
+           Scratch2<T>::shmem_size(BK, BQ) + Scratch2<T>::shmem_size(W, BQ) +
+           Scratch2<T>::shmem_size(3, BQ);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.heads * out.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
+        vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ), bt(scratch, W, BQ),
+        stats(scratch, 3, BQ);  // stats: max, sum, rescale per query
+    zero<T>(team, o);
+    x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
+    x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      stats(0, s) = T(kMasked);
+      stats(1, s) = T(0);
+    });
+    const bool dropout = x.dropout.rate > 0.0;
+    Index begin = 0, end = 0;
+    x.key_tiles(qc, begin, end);
+    for (Index kc = begin; kc < end; ++kc) {
+      const Index j0 = kc * BK, dmin = i0 + x.memory - j0 - BK + 1;
+      team.team_barrier();
+      x.load_rows(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), ks);
+      x.load_rows(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vs);
+      x.load_r(team, h, dmin, W, false, rw);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
+      team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+        T* row = &st(t, 0);
+        for (Index s = 0; s < BQ; ++s)
+          row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : T(kMasked);
+      });
+      team.team_barrier();
+      // Online softmax per query (column), G columns per thread.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
+        T* m = &stats(0, g * G);
+        T* l = &stats(1, g * G);
+        T* alpha = &stats(2, g * G);
+        T m_new[G], sum[G];
+        for (Index s = 0; s < G; ++s) {
+          m_new[s] = m[s];
+          sum[s] = T(0);
+        }
+        for (Index t = 0; t < BK; ++t) {
+          const T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
+        }
+        for (Index t = 0; t < BK; ++t) {
+          T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) {
+            row[s] = masked_weight(row[s], m_new[s]);
+            sum[s] += row[s];
+          }
+        }
+        for (Index s = 0; s < G; ++s) {
+          alpha[s] = masked_weight(m[s], m_new[s]);
+          l[s] = l[s] * alpha[s] + sum[s];
+          m[s] = m_new[s];
+        }
+        if (dropout)
+          for (Index t = 0; t < BK; ++t) {
+            T* row = &st(t, g * G);
+            for (Index s = 0; s < G; ++s) {
+              const Index i = i0 + g * G + s, j = j0 + t;
+              row[s] *= x.allowed(i, j) ? x.drop(bh, i, j) : T(0);
+            }
+          }
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        const T a = stats(2, s);
+        T* orow = &o(s, 0);
+        for (Index c = 0; c < dp; ++c) orow[c] *= a;
+      });
+      team.team_barrier();
+      // O += P V, P read transposed out of S^T.
+      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, &vs(0, 0), dp);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = i0 + s;
+      if (i >= x.lq) return;
+      const T sum = stats(1, s), inverse = T(1) / sum;
+      T* dst = &out(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = o(s, c) * inverse;
+      lse(b, i, h) = stats(0, s) + compat::log(sum);
+    });
+  }
+};
+
+// The probability and the score gradient of an allowed pair:
+//   p = exp(S - lse_i),  dS = p (drop dP - D_i),  returns p drop in p.
+template <class T>
+KOKKOS_INLINE_FUNCTION T pair_gradient(const RelativeInputs<T>& x, Index bh, Index i, Index j,
+                                       T score, T dp, T lse_i, T d_i, T& p) {
+  const T keep = x.drop(bh, i, j);
+  const T weight = softmax_weight(score - lse_i);
+  p = weight * keep;
+  return weight * (keep * dp - d_i);
+}
+
+// Backward, keys: one team per (batch * head, key tile) keeps its keys and
+// values transposed and streams the query tiles that see it:
+// S = qu K^T + shift(qv Rw^T), dP = dout V^T, then dV += (P drop)^T dout and
+// dK += dS^T qu.
+template <class T>
+struct RelativeBackwardKeys {
+  using In = RelativeInputs<T>;
+  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  In x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> dk, dv;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 2 * Scratch2<T>::shmem_size(dp, BK) + 3 * Scratch2<T>::shmem_size(BQ, dp) +
+           Scratch2<T>::shmem_size(dp, W) + 2 * Scratch2<T>::shmem_size(BQ, BK) +
+           Scratch2<T>::shmem_size(BQ, W) + Scratch2<T>::shmem_size(2, BQ) +
+           2 * Scratch2<T>::shmem_size(BK, dp);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.heads * dout.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / x.heads, h = bh % x.heads, j0 = kc * BK;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), qus(scratch, BQ, dp),
+        qvs(scratch, BQ, dp), dos(scratch, BQ, dp), rwt(scratch, dp, W), s(scratch, BQ, BK),
+        dps(scratch, BQ, BK), bm(scratch, BQ, W), ld(scratch, 2, BQ), dks(scratch, BK, dp),
+        dvs(scratch, BK, dp);
+    zero<T>(team, dks);
+    zero<T>(team, dvs);
+    x.load_cols(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), kt);
+    x.load_cols(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vt);
+    Index begin = 0, end = 0;
+    x.query_tiles(kc, begin, end);
+    for (Index qc = begin; qc < end; ++qc) {
+      const Index i0 = qc * BQ, dmin = i0 + x.memory - j0 - BK + 1;
+      team.team_barrier();
+      x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
+      x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
+      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dos);
+      x.load_r(team, h, dmin, W, true, rwt);
+      x.load_stats(team, lse, delta, b, h, i0, ld);
+      team.team_barrier();
+      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qus(0, 0), dp, 1, &kt(0, 0), BK);
+      team_multiply<false>(team, BQ, W, dp, &bm(0, 0), W, &qvs(0, 0), dp, 1, &rwt(0, 0), W);
+      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
+        const Index i = i0 + q;
+        const T lse_i = ld(0, q), d_i = ld(1, q);
+        for (Index t = 0; t < BK; ++t) {
+          if (!x.allowed(i, j0 + t)) {
+            s(q, t) = dps(q, t) = T(0);
+            continue;
+          }
+          T p;
+          const T score = s(q, t) + bm(q, q - t + BK - 1);
+          dps(q, t) = pair_gradient(x, bh, i, j0 + t, score, dps(q, t), lse_i, d_i, p);
+          s(q, t) = p;
+        }
+      });
+      team.team_barrier();
+      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
+      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qus(0, 0), dp);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+      const Index j = j0 + t;
+      if (j >= x.lk) return;
+      T* gk = &dk(b, j, h, 0);
+      T* gv = &dv(b, j, h, 0);
+      for (Index c = 0; c < dh; ++c) {
+        gk[c] = dks(t, c);
+        gv[c] = dvs(t, c);
+      }
+    });
+  }
+};
+
+// Backward, queries: one team per (batch * head, query tile) keeps qu, qv and
+// dout transposed and streams the key tiles it sees: dqu += dS K and
+// dqv += G Rw (G: dS on the shifted diagonals). dq = scale (dqu + dqv); the
+// team's sums of scale dqu and scale dqv over its queries go to part_u and
+// part_v [batch * query tiles, heads, d_head] (summed into du and dv_bias).
+template <class T>
+struct RelativeBackwardQueries {
+  using In = RelativeInputs<T>;
+  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  In x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> dq;
+  View3<T> part_u, part_v;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 3 * Scratch2<T>::shmem_size(dp, BQ) + 2 * Scratch2<T>::shmem_size(BK, dp) +
+           Scratch2<T>::shmem_size(W, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
+           Scratch2<T>::shmem_size(W, BQ) + Scratch2<T>::shmem_size(BQ, W) +
+           2 * Scratch2<T>::shmem_size(BQ, dp) + Scratch2<T>::shmem_size(2, BQ);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.heads * dout.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), dot(scratch, dp, BQ),
+        ks(scratch, BK, dp), vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ),
+        dpt(scratch, BK, BQ), bt(scratch, W, BQ), g(scratch, BQ, W), dqus(scratch, BQ, dp),
+        dqvs(scratch, BQ, dp), ld(scratch, 2, BQ);
+    // Every tile writes the same band of g; the rest stays zero.
+    zero<T>(team, g);
+    zero<T>(team, dqus);
+    zero<T>(team, dqvs);
+    x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
+    x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
+    x.load_cols(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dot);
+    x.load_stats(team, lse, delta, b, h, i0, ld);
+    Index begin = 0, end = 0;
+    x.key_tiles(qc, begin, end);
+    for (Index kc = begin; kc < end; ++kc) {
+      const Index j0 = kc * BK, dmin = i0 + x.memory - j0 - BK + 1;
+      team.team_barrier();
+      x.load_rows(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), ks);
+      x.load_rows(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vs);
+      x.load_r(team, h, dmin, W, false, rw);
+      team.team_barrier();
+      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
+      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
+      team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+        const Index j = j0 + t;
+        for (Index s = 0; s < BQ; ++s) {
+          const Index i = i0 + s;
+          T ds = T(0);
+          if (x.allowed(i, j)) {
+            T p;
+            const T score = st(t, s) + bt(s - t + BK - 1, s);
+            ds = pair_gradient(x, bh, i, j, score, dpt(t, s), ld(0, s), ld(1, s), p);
+          }
+          dpt(t, s) = ds;
+          g(s, s - t + BK - 1) = ds;
+        }
+      });
+      team.team_barrier();
+      team_multiply<true>(team, BQ, dp, BK, &dqus(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
+      team_multiply<true>(team, BQ, dp, W, &dqvs(0, 0), dp, &g(0, 0), W, 1, &rw(0, 0), dp);
+    }
+    team.team_barrier();
+    const T scale = x.scale;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = i0 + s;
+      if (i >= x.lq) return;
+      T* dst = &dq(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = scale * (dqus(s, c) + dqvs(s, c));
+    });
+    // Rows past the sequence are zero in dqus and dqvs.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index c) {
+      T su = T(0), sv = T(0);
+      for (Index s = 0; s < BQ; ++s) {
+        su += dqus(s, c);
+        sv += dqvs(s, c);
+      }
+      part_u(b * x.nq + qc, h, c) = scale * su;
+      part_v(b * x.nq + qc, h, c) = scale * sv;
+    });
+  }
+};
+
+// Backward, distances: one team per (batch * head, tile of BK distances
+// [d0, d0 + BK)) streams the query tiles. Query i0 + s meets distance d0 + e
+// at key j = i0 + s + M - d0 - e: the keys of a query tile form a window of
+// W rows starting at jlo = i0 + M - d0 - BK + 1, key (s, e) at column
+// s - e + BK - 1 of the window. C = qu Kw^T and dP = dout Vw^T over the window,
+// B = qv Rt^T over the tile's distances, E(s, e) = dS, then dR += E^T qv.
+// The team writes its sums into part_r [batch, limit, heads, d_head].
+template <class T>
+struct RelativeBackwardDistances {
+  using In = RelativeInputs<T>;
+  static constexpr Index BQ = In::BQ, BD = In::BK, W = In::W;
+  In x;
+  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const T****, Layout, MemSpace> dout;
+  View4<T> part_r;
+  Index nd = 0;
+  int level = 0;
+
+  size_t scratch_bytes() const {
+    const Index dp = x.dpad;
+    return 3 * Scratch2<T>::shmem_size(BQ, dp) + 2 * Scratch2<T>::shmem_size(dp, W) +
+           Scratch2<T>::shmem_size(dp, BD) + 2 * Scratch2<T>::shmem_size(BQ, W) +
+           2 * Scratch2<T>::shmem_size(BQ, BD) + Scratch2<T>::shmem_size(BD, dp) +
+           Scratch2<T>::shmem_size(2, BQ);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bhs = x.heads * dout.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index dt = team.league_rank() / bhs, bh = team.league_rank() % bhs;
+    const Index b = bh / x.heads, h = bh % x.heads, d0 = dt * BD;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<T> qus(scratch, BQ, dp), qvs(scratch, BQ, dp), dos(scratch, BQ, dp),
+        kwt(scratch, dp, W), vwt(scratch, dp, W), rt(scratch, dp, BD), cw(scratch, BQ, W),
+        dpw(scratch, BQ, W), bm(scratch, BQ, BD), e(scratch, BQ, BD), drs(scratch, BD, dp),
+        ld(scratch, 2, BQ);
+    zero<T>(team, drs);
+    x.load_r(team, h, d0, BD, true, rt);
+    // Queries i >= d0 - M have a key at distance d0 or more.
+    const Index first = d0 - x.memory > 0 ? d0 - x.memory : 0;
+    for (Index qc = first / BQ; qc < x.nq; ++qc) {
+      const Index i0 = qc * BQ, jlo = i0 + x.memory - d0 - BD + 1;
+      team.team_barrier();
+      x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
+      x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
+      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dos);
+      x.load_cols(team, x.k, nullptr, b, h, jlo, W, x.lk, T(1), kwt);
+      x.load_cols(team, x.v, nullptr, b, h, jlo, W, x.lk, T(1), vwt);
+      x.load_stats(team, lse, delta, b, h, i0, ld);
+      team.team_barrier();
+      team_multiply<false>(team, BQ, W, dp, &cw(0, 0), W, &qus(0, 0), dp, 1, &kwt(0, 0), W);
+      team_multiply<false>(team, BQ, W, dp, &dpw(0, 0), W, &dos(0, 0), dp, 1, &vwt(0, 0), W);
+      team_multiply<false>(team, BQ, BD, dp, &bm(0, 0), BD, &qvs(0, 0), dp, 1, &rt(0, 0), BD);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        const Index i = i0 + s;
+        const T lse_i = ld(0, s), d_i = ld(1, s);
+        for (Index ed = 0; ed < BD; ++ed) {
+          const Index w = s - ed + BD - 1, j = jlo + w;
+          T ds = T(0);
+          if (x.allowed(i, j)) {
+            T p;
+            ds = pair_gradient(x, bh, i, j, cw(s, w) + bm(s, ed), dpw(s, w), lse_i, d_i, p);
+          }
+          e(s, ed) = ds;
+        }
+      });
+      team.team_barrier();
+      team_multiply<true>(team, BD, dp, BQ, &drs(0, 0), dp, &e(0, 0), 1, BD, &qvs(0, 0), dp);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BD), [&](Index ed) {
+      const Index d = d0 + ed;
+      if (d >= x.limit) return;
+      T* dst = &part_r(b, d, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = drs(ed, c);
+    });
+  }
+};
+
+template <class T>
+void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
+                           In2<T> bias_v, const RelativeAttentionConfig& config,
+                           const AttentionDropout& dropout) {
+  config.validate();
+  require_nonempty(op, "q", q);
+  require_nonempty(op, "k", k);
+  require_same_shape(op, "k", k, "v", v);
+  require<ShapeError>(k.extent(0) == q.extent(0), op, ": k and v (memory and segment) have batch ",
+                      k.extent(0), " but q has batch ", q.extent(0),
+                      "; the memory must come from the same batch rows as the segment");
+  require<ShapeError>(k.extent(1) >= q.extent(1), op, ": k and v have length ", k.extent(1),
+                      " but must hold the memory followed by the segment's ", q.extent(1),
+                      " positions (length M + ", q.extent(1), " with M >= 0)");
+  detail::check_qkv(op, q, k, v, /*same_length=*/false);
+  const Index heads = q.extent(2), d = q.extent(3);
+  const Index needed =
+      relative_attention_positions(Index(k.extent(1)) - Index(q.extent(1)), q.extent(1), config);
+  require<ShapeError>(
+      Index(r.extent(0)) >= needed && Index(r.extent(1)) == heads && Index(r.extent(2)) == d, op,
+      ": r has shape ", shape_string(r), " but must be [positions >= ", needed, ", ", heads, ", ",
+      d, "] (one row per distance: see relative_attention_positions)");
+  require<ShapeError>(Index(bias_u.extent(0)) == heads && Index(bias_u.extent(1)) == d, op,
+                      ": bias_u has shape ", shape_string(bias_u), " but must be [", heads, ", ", d,
+                      "] (heads, d_head)");
+  require<ShapeError>(Index(bias_v.extent(0)) == heads && Index(bias_v.extent(1)) == d, op,
+                      ": bias_v has shape ", shape_string(bias_v), " but must be [", heads, ", ", d,
+                      "] (heads, d_head)");
+  detail::check_dropout(op, dropout);
+}
+
+template <class T>
+RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
+                                  In2<T> bias_v, const RelativeAttentionConfig& config,
+                                  const AttentionDropout& dropout) {
+  using Traits = TileTraits<T>;
+  RelativeInputs<T> x;
+  x.q = q;
+  x.k = k;
+  x.v = v;
+  x.r = r;
+  x.bias_u = bias_u;
+  x.bias_v = bias_v;
+  x.heads = q.extent(2);
+  x.d_head = q.extent(3);
+  x.dpad = Traits::pad_columns(x.d_head);
+  x.lq = q.extent(1);
+  x.lk = k.extent(1);
+  x.memory = x.lk - x.lq;
+  x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
+  x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
+  x.limit = config.same_length && config.mem_len < x.lk ? config.mem_len : x.lk;
+  x.clamp_len = config.clamp_len;
+  x.scale = T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(x.d_head)));
+  x.dropout = dropout;
+  return x;
+}
+
+}  // namespace
+
+void RelativeAttentionConfig::validate() const {
+  const char* name = "RelativeAttentionConfig";
+  require<ConfigError>(clamp_len >= 0, name, ": clamp_len is ", clamp_len,
+                       " but must be >= 0 (0: distances are not clamped)");
+  require<ConfigError>(mem_len >= 0, name, ": mem_len is ", mem_len, " but must be >= 0");
+  require<ConfigError>(!same_length || mem_len > 0, name, ": same_length is set but mem_len is ",
+                       mem_len,
+                       "; every query would see no key: set mem_len to the model's memory length "
+                       "(> 0) or turn same_length off");
+  require<ConfigError>(std::isfinite(scale) && scale >= 0, name, ": scale is ", scale,
+                       " but must be finite and >= 0 (0: 1 / sqrt(d_head))");
+}
+
+Index relative_attention_positions(Index memory, Index length,
+                                   const RelativeAttentionConfig& config) {
+  Index n = memory + length;
+  if (config.same_length && config.mem_len < n) n = config.mem_len;
+  if (config.clamp_len > 0 && config.clamp_len + 1 < n) n = config.clamp_len + 1;
+  return n;
+}
+
+template <class T>
+void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
+                                In2<T> bias_v, const RelativeAttentionConfig& config,
+                                const AttentionDropout& dropout, View4<T> out, View3<T> lse,
+                                Workspace& workspace) {
+  const char* op = "relative_attention_forward";
+  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
+  require_same_shape(op, "q", q, "out", out);
+  detail::check_lse(op, lse, q);
+  (void)workspace;
+  RelativeForward<T> kernel{relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout), out,
+                            lse};
+  const size_t bytes = kernel.scratch_bytes();
+  kernel.level = scratch_level(bytes);
+  const Index league = Index(q.extent(0)) * q.extent(2) * kernel.x.nq;
+  Kokkos::parallel_for("relative_attention_forward", dynamic_team_policy(league, bytes), kernel);
+}
+
+template <class T>
+void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
+                                 In2<T> bias_v, In4<T> out, In3<T> lse, In4<T> dout,
+                                 const RelativeAttentionConfig& config,
+                                 const AttentionDropout& dropout, View4<T> dq, View4<T> dk,
+                                 View4<T> dv, View3<T> dr, View2<T> dbias_u, View2<T> dbias_v,
+                                 Workspace& workspace) {
+  const char* op = "relative_attention_backward";
+  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
+  require_same_shape(op, "q", q, "out", out);
+  require_same_shape(op, "q", q, "dout", dout);
+  require_same_shape(op, "q", q, "dq", dq);
+  require_same_shape(op, "k", k, "dk", dk);
+  require_same_shape(op, "v", v, "dv", dv);
+  require_same_shape(op, "r", r, "dr", dr);
+  require_same_shape(op, "bias_u", bias_u, "dbias_u", dbias_u);
+  require_same_shape(op, "bias_v", bias_v, "dbias_v", dbias_v);
+  detail::check_lse(op, lse, q);
+  Workspace::Frame frame(workspace);
+  const auto x = relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout);
+  const Index batch = q.extent(0), heads = x.heads, dh = x.d_head, bhs = batch * heads;
+  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
+  detail::item_dot<T>(dout, out, delta);
+
+  RelativeBackwardKeys<T> keys{x, lse, delta, dout, dk, dv};
+  const size_t key_bytes = keys.scratch_bytes();
+  keys.level = scratch_level(key_bytes);
+  Kokkos::parallel_for("relative_attention_backward_keys",
+                       dynamic_team_policy(bhs * x.nk, key_bytes), keys);
+
+  auto part_u = frame.take<View3<T>>(batch * x.nq, heads, dh);
+  auto part_v = frame.take<View3<T>>(batch * x.nq, heads, dh);
+  RelativeBackwardQueries<T> queries{x, lse, delta, dout, dq, part_u, part_v};
+  const size_t query_bytes = queries.scratch_bytes();
+  queries.level = scratch_level(query_bytes);
+  Kokkos::parallel_for("relative_attention_backward_queries",
+                       dynamic_team_policy(bhs * x.nq, query_bytes), queries);
+
+  const Index limit = x.limit, bd = TileTraits<T>::key_tile;
+  auto part_r = frame.take<View4<T>>(batch, limit, heads, dh);
+  RelativeBackwardDistances<T> distances{x, lse, delta, dout, part_r, (limit + bd - 1) / bd};
+  const size_t distance_bytes = distances.scratch_bytes();
+  distances.level = scratch_level(distance_bytes);
+  Kokkos::parallel_for("relative_attention_backward_distances",
+                       dynamic_team_policy(bhs * distances.nd, distance_bytes), distances);
+
+  // The sums over batch entries (and query tiles, and clamped distances), each
+  // in a fixed order.
+  const Index parts = batch * x.nq;
+  Kokkos::parallel_for(
+      "relative_attention_bias_gradients", range(heads * dh), KOKKOS_LAMBDA(Index n) {
+        const Index h = n / dh, c = n % dh;
+        T su = T(0), sv = T(0);
+        for (Index p = 0; p < parts; ++p) {
+          su += part_u(p, h, c);
+          sv += part_v(p, h, c);
+        }
+        dbias_u(h, c) = su;
+        dbias_v(h, c) = sv;
+      });
+  const Index rows = r.extent(0), clamp = x.clamp_len;
+  Kokkos::parallel_for(
+      "relative_attention_r_gradient", range(rows * heads * dh), KOKKOS_LAMBDA(Index n) {
+        const Index row = n / (heads * dh), h = n / dh % heads, c = n % dh;
+        // Distances [row, last) land in this row: one, all above clamp_len for
+        // the clamped row, none past the distances in use.
+        Index last = row + 1;
+        if (clamp > 0 && row == clamp) last = limit;
+        if (clamp > 0 && row > clamp) last = row;
+        if (last > limit) last = limit;
+        T sum = T(0);
+        for (Index b = 0; b < batch; ++b)
+          for (Index d = row; d < last; ++d) sum += part_r(b, d, h, c);
+        dr(row, h, c) = sum;
+      });
+}
+
+#define REFORMER_INSTANTIATE(T)                                                              \
+  template void relative_attention_forward<T>(                                               \
+      In4<T>, In4<T>, In4<T>, In3<T>, In2<T>, In2<T>, const RelativeAttentionConfig&,        \
+      const AttentionDropout&, View4<T>, View3<T>, Workspace&);                              \
+  template void relative_attention_backward<T>(                                              \
+      In4<T>, In4<T>, In4<T>, In3<T>, In2<T>, In2<T>, In4<T>, In3<T>, In4<T>,                \
+      const RelativeAttentionConfig&, const AttentionDropout&, View4<T>, View4<T>, View4<T>, \
+      View3<T>, View2<T>, View2<T>, Workspace&);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+
+}  // namespace reformer::attention
