@@ -4,6 +4,7 @@
 //   - random draws (dropout masks, initial weights) must be bitwise identical;
 //   - every other output must agree within 1e-6 norm-wise relative error.
 #include "reformer/attention/attention_layer.hpp"
+#include "reformer/attention/relative.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/runtime.hpp"
@@ -218,6 +219,46 @@ void run_attention(Fingerprint& out) {
   }
 }
 
+// Relative positional attention (Transformer-XL) over [memory; segment] with
+// clamp_len, same_length and dropout: the tiles differ between host and GPU
+// builds (and the memory crosses tile boundaries on both).
+void run_relative_attention(Fingerprint& out) {
+  const Index batch = 2, length = 96, memory = 70, heads = 2, d = 16;
+  attention::RelativeAttentionConfig config;
+  config.clamp_len = 60;
+  config.same_length = true;
+  config.mem_len = 100;
+  const Index positions = attention::relative_attention_positions(memory, length, config);
+  View4<float> q("q", batch, length, heads, d), out_("out", batch, length, heads, d),
+      dout("dout", batch, length, heads, d), dq("dq", batch, length, heads, d);
+  View4<float> k("k", batch, memory + length, heads, d), v("v", batch, memory + length, heads, d),
+      dk("dk", batch, memory + length, heads, d), dv("dv", batch, memory + length, heads, d);
+  View3<float> r("r", positions, heads, d), dr("dr", positions, heads, d);
+  View3<float> lse("lse", batch, length, heads);
+  View2<float> u("u", heads, d), bv("bv", heads, d), du("du", heads, d), dbv("dbv", heads, d);
+  fill(q, 40);
+  fill(k, 41);
+  fill(v, 42);
+  fill(r, 43);
+  fill(u, 44);
+  fill(bv, 45);
+  fill(dout, 46);
+  const attention::AttentionDropout dropout{0.1, {79, 3}};
+  Workspace workspace;
+  attention::relative_attention_forward<float>(q, k, v, r, u, bv, config, dropout, out_, lse,
+                                               workspace);
+  attention::relative_attention_backward<float>(q, k, v, r, u, bv, out_, lse, dout, config, dropout,
+                                                dq, dk, dv, dr, du, dbv, workspace);
+  out.add("relative_attention.out", out_, Rule::Close);
+  out.add("relative_attention.lse", lse, Rule::Close);
+  out.add("relative_attention.dq", dq, Rule::Close);
+  out.add("relative_attention.dk", dk, Rule::Close);
+  out.add("relative_attention.dv", dv, Rule::Close);
+  out.add("relative_attention.dr", dr, Rule::Close);
+  out.add("relative_attention.du", du, Rule::Close);
+  out.add("relative_attention.dv_bias", dbv, Rule::Close);
+}
+
 void run_ops(Fingerprint& out) {
   const Index n = 96, d = 64, h = 48;
   View2<float> x("x", n, d), w("w", d, h), y("y", n, h), dy("dy", n, h), dx("dx", n, d);
@@ -282,6 +323,7 @@ void run_ops(Fingerprint& out) {
   run_cross_entropy(out);
   run_training(out);
   run_attention(out);
+  run_relative_attention(out);
 }
 
 }  // namespace
