@@ -9,6 +9,9 @@
 //   per round, factorised into two factors so that hashing stays O(L)),
 //   BM_LocalAttention/L (chunk 128, one chunk back),
 //   BM_ExactAttention/L (exact attention in O(L) memory, tiles from TileTraits).
+//   BM_RelativeAttention/L (Transformer-XL's relative attention: a segment of L
+//   queries over a memory of L and the segment, 2L keys, as in training with
+//   mem_len = tgt_len; r for the 2L distances, no clamping).
 // Time is the best of 3 runs up to L = 16384 and of 2 beyond (the first run at a
 // new size also pays for first touching its memory).
 // Counters: us_per_token (time / L in microseconds), peak_MiB (memory tracker: the peak of
@@ -19,6 +22,7 @@
 #include "reformer/attention/full.hpp"
 #include "reformer/attention/local.hpp"
 #include "reformer/attention/lsh.hpp"
+#include "reformer/attention/relative.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/parameter_set.hpp"
@@ -148,6 +152,28 @@ void BM_ExactAttention(benchmark::State& state) {
     attention::exact_attention_forward<float>(t.q, t.k, t.v, config, call, t.out, lse, workspace);
     attention::exact_attention_backward<float>(t.q, t.k, t.v, t.out, lse, t.dout, config, call,
                                                t.dq, t.dk, t.dv, workspace);
+  });
+}
+
+void BM_RelativeAttention(benchmark::State& state) {
+  const Index length = state.range(0), memory = length, keys = memory + length;
+  Tensors t(length);
+  View4<float> k("k", 1, keys, kHeads, kHeadDim), v("v", 1, keys, kHeads, kHeadDim),
+      dk("dk", 1, keys, kHeads, kHeadDim), dv("dv", 1, keys, kHeads, kHeadDim);
+  fill(k, 12);
+  fill(v, 13);
+  const attention::RelativeAttentionConfig config;
+  const Index positions = attention::relative_attention_positions(memory, length, config);
+  View3<float> r("r", positions, kHeads, kHeadDim), dr("dr", positions, kHeads, kHeadDim);
+  View2<float> u("u", kHeads, kHeadDim), bv("bv", kHeads, kHeadDim), du("du", kHeads, kHeadDim),
+      dbv("dbv", kHeads, kHeadDim);
+  View3<float> lse("lse", 1, length, kHeads);
+  Workspace workspace;
+  measure(state, length, [&] {
+    attention::relative_attention_forward<float>(t.q, k, v, r, u, bv, config, {}, t.out, lse,
+                                                 workspace);
+    attention::relative_attention_backward<float>(t.q, k, v, r, u, bv, t.out, lse, t.dout, config,
+                                                  {}, t.dq, dk, dv, dr, du, dbv, workspace);
   });
 }
 
@@ -285,6 +311,13 @@ BENCHMARK(BM_FullAttention)
     ->UseManualTime();
 BENCHMARK(BM_ExactAttention)
     ->Apply(full_cases)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+BENCHMARK(BM_RelativeAttention)
+    ->Arg(1024)
+    ->Arg(2048)
+    ->Arg(4096)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
