@@ -43,8 +43,10 @@ FeedForward<T>::FeedForward(const std::string& prefix, const FeedForwardConfig& 
                             ParameterSet<T>& params)
     : config_(config) {
   config_.validate();
-  gamma_ = &params.add(prefix + ".norm.gamma", {config.d_model});
-  beta_ = &params.add(prefix + ".norm.beta", {config.d_model});
+  if (config.layer_norm) {
+    gamma_ = &params.add(prefix + ".norm.gamma", {config.d_model});
+    beta_ = &params.add(prefix + ".norm.beta", {config.d_model});
+  }
   w1_ = &params.add(prefix + ".w1", {config.d_model, config.d_ff});
   b1_ = &params.add(prefix + ".b1", {config.d_ff});
   w2_ = &params.add(prefix + ".w2", {config.d_ff, config.d_model});
@@ -53,8 +55,10 @@ FeedForward<T>::FeedForward(const std::string& prefix, const FeedForwardConfig& 
 
 template <class T>
 void FeedForward<T>::init(RandomKey key) {
-  train::init_constant(*gamma_, 1.0);
-  train::init_constant(*beta_, 0.0);
+  if (gamma_) {
+    train::init_constant(*gamma_, 1.0);
+    train::init_constant(*beta_, 0.0);
+  }
   train::init_xavier_uniform(*w1_, {key.seed, stream_id(key.stream, 1)});
   train::init_constant(*b1_, 0.0);
   train::init_xavier_uniform(*w2_, {key.seed, stream_id(key.stream, 2)});
@@ -67,16 +71,21 @@ Index FeedForward<T>::chunk_rows(Index rows) const {
 }
 
 template <class T>
-void FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
-                                  View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
-                                  View2<T> hidden) const {
-  ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), normed,
-                             mean, rstd);
-  ops::linear_forward<T>(normed, w1_->matrix(), b1_->value, pre);
+In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
+                                    View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
+                                    View2<T> hidden) const {
+  In2<T> input = xc;
+  if (gamma_) {
+    ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), normed,
+                               mean, rstd);
+    input = normed;
+  }
+  ops::linear_forward<T>(input, w1_->matrix(), b1_->value, pre);
   ops::activation_forward<T>(config_.activation, as_vector(pre), as_vector(hidden));
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(hidden), rate, sub_key(call.key, kHiddenDropout),
                             r0 * config_.d_ff, as_vector(hidden));
+  return input;
 }
 
 template <class T>
@@ -137,7 +146,7 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
     auto dhc = rows_of(dhidden, 0, n), doc = rows_of(dout, 0, n), dnc = rows_of(dnormed, 0, n);
     auto mc = View1<T>(mean.data(), n), sc = View1<T>(rstd.data(), n);
     // Recompute the chunk's hidden activation.
-    hidden_chunk(xc, r0, call, rate, nc, mc, sc, pc, hc);
+    const auto input = hidden_chunk(xc, r0, call, rate, nc, mc, sc, pc, hc);
     if (recomputed.data()) {
       auto rc = rows_of(recomputed, r0, n);
       ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, rc);
@@ -158,11 +167,14 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
       ops::dropout_backward<T>(as_vector(dhc), rate, sub_key(call.key, kHiddenDropout), r0 * f,
                                as_vector(dhc));
     ops::activation_backward<T>(config_.activation, as_vector(pc), as_vector(dhc), as_vector(dhc));
-    ops::linear_backward<T>(nc, w1_->matrix(), dhc, dnc, w1_->grad_matrix(), b1_->grad);
     // LayerNorm, then dx = beta * dx + the chunk's input gradient.
     auto dxc = rows_of(dx, r0, n);
     auto target = beta == T(0) ? dxc : rows_of(dxc_tmp, 0, n);
-    ops::layer_norm_backward<T>(xc, gamma_->value, mc, sc, dnc, target, gamma_->grad, beta_->grad);
+    ops::linear_backward<T>(input, w1_->matrix(), dhc, gamma_ ? dnc : target, w1_->grad_matrix(),
+                            b1_->grad);
+    if (gamma_)
+      ops::layer_norm_backward<T>(xc, gamma_->value, mc, sc, dnc, target, gamma_->grad,
+                                  beta_->grad);
     if (beta != T(0)) ops::axpby<T>(T(1), as_vector(target), beta, as_vector(dxc));
   }
 }

@@ -1,10 +1,12 @@
 // Position-wise feed-forward sub-layer, computed in chunks of positions:
 //   G(x) = dropout(dropout(act(LayerNorm(x) W1 + b1)) W2 + b2)
+// (or, with layer_norm = false, the same without the LayerNorm: a post-LN
+// model such as Transformer-XL's default puts its LayerNorm after the residual)
 // with W1 [d_model, d_ff], W2 [d_ff, d_model] (Reformer section 4, "chunking":
 // the d_ff-wide hidden activation exists for `chunk` rows at a time).
 //
 // Ownership: the layer owns its parameters (registered under a dotted prefix
-// as norm.gamma, norm.beta, w1, b1, w2, b2). It keeps no activations: backward
+// as norm.gamma, norm.beta (with the LayerNorm), w1, b1, w2, b2). It keeps no activations: backward
 // recomputes each chunk's hidden activation from the input, so what a caller
 // holds between forward and backward is the input x and the call's RNG key.
 // Dropout masks are drawn per element index of the whole [rows, width] tensor,
@@ -27,6 +29,8 @@ struct FeedForwardConfig {
   double dropout = 0.0;  // on the hidden activation and on the output
   Index chunk = 0;       // rows (positions) per chunk; 0: all rows at once
   double layer_norm_eps = 1e-5;
+  // false: no LayerNorm on the input (and no norm.gamma / norm.beta parameters).
+  bool layer_norm = true;
   // ConfigError naming the first bad field.
   void validate() const;
 };
@@ -57,9 +61,11 @@ class FeedForward {
  private:
   Index chunk_rows(Index rows) const;
   // The chunk starting at row r0: normed = LN(xc), pre = normed W1 + b1,
-  // hidden = dropout(act(pre)) (pre may be hidden).
-  void hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate, View2<T> normed,
-                    View1<T> mean, View1<T> rstd, View2<T> pre, View2<T> hidden) const;
+  // hidden = dropout(act(pre)) (pre may be hidden). Returns the rows W1 read:
+  // normed, or xc itself without the LayerNorm.
+  In2<T> hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
+                      View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
+                      View2<T> hidden) const;
   FeedForwardConfig config_;
   Parameter<T>* gamma_ = nullptr;
   Parameter<T>* beta_ = nullptr;
