@@ -1,0 +1,122 @@
+// One layer of Transformer-XL (Dai et al. 2019): relative multi-head attention
+// over [memory; segment] and the position-wise feed-forward, pre- or
+// post-LayerNorm. For a segment x [batch, L, d_model] and a memory m [batch,
+// M, d_model] (the previous segment's inputs of this layer, M >= 0):
+//   c   = [m; x]                               [batch, M + L, d_model]
+//   a   = LN_attn(c) (pre-LN) or c (post-LN)   (keys and values from every row,
+//                                               queries from the segment's rows)
+//   q   = a_seg W_q, k = a W_k, v = a W_v, rk = R W_r
+//   o   = RelativeAttention(q, k, v, rk, u, v_bias)   (attention/relative.hpp,
+//                                                      dropout on the probabilities)
+//   pre-LN:  y = x + drop(o W_o),          out = y + FF(y)      (FF with its LayerNorm)
+//   post-LN: y = LN_attn(x + drop(o W_o)), out = LN_ff(y + FF(y)) (FF without one)
+// FF is layers/feed_forward.hpp's FeedForward (its dropout on the hidden
+// activation and its output). R [P, d_model] holds the sinusoidal encodings of
+// the distances 0 .. P - 1 (P = relative_attention_positions(M, L, ...)), in
+// the project's interleaved layout of ops::sinusoidal_positions_forward
+// (pe(p, 2i) = sin, pe(p, 2i + 1) = cos), not the reference's concatenated
+// [sin, cos]: the two differ by a fixed permutation of W_r's rows, so the
+// model family is the same. u and v_bias are this layer's own ([heads, d_head]).
+//
+// The memory is an input without a gradient (stop-gradient): backward returns
+// the segment's gradient only. The state keeps a copy of c, so the caller may
+// overwrite its memory buffer between forward and backward (a model updates
+// its memories after the forward pass). The LayerNorm of a pre-LN layer also
+// normalises the memory rows, so its gain and shift get gradients from them.
+//
+// Parameters under a dotted prefix: attn.w_q, attn.w_k, attn.w_v, attn.w_r
+// [d_model, heads * d_head], attn.w_o [heads * d_head, d_model], attn.bias_u,
+// attn.bias_v [heads, d_head], attn_norm.gamma / .beta, ff.* (FeedForward),
+// and for post-LN ff_norm.gamma / .beta.
+#pragma once
+
+#include "reformer/attention/relative.hpp"
+#include "reformer/layers/feed_forward.hpp"
+
+#include <string>
+
+namespace reformer::layers {
+
+struct TransformerXLLayerConfig {
+  Index d_model = 256;
+  Index heads = 4;
+  Index d_head = 64;
+  // d_ff, activation, chunk and dropout of the feed-forward; its d_model and
+  // layer_norm are set from this config (layer_norm = pre_norm).
+  FeedForwardConfig feed_forward{};
+  double attention_dropout = 0.0;  // on the attention probabilities
+  double dropout = 0.0;            // on the attention output, before the residual
+  bool pre_norm = false;           // the reference's default is post-LN
+  double layer_norm_eps = 1e-5;
+  // clamp_len, same_length with mem_len, scale (attention/relative.hpp).
+  attention::RelativeAttentionConfig relative{};
+
+  // ConfigError naming the first bad field.
+  void validate() const;
+  // feed_forward with d_model, layer_norm and layer_norm_eps from this config.
+  FeedForwardConfig feed_forward_config() const;
+};
+
+// Per call: the layer's random stream (attention, output and feed-forward
+// dropout derive theirs from it) and whether dropout is on.
+struct TransformerXLLayerCall {
+  RandomKey key{};
+  bool training = true;
+};
+
+// What backward needs from forward, owned by the caller (reused across calls;
+// views are reallocated only when a shape changes).
+template <class T>
+struct TransformerXLLayerState {
+  TransformerXLLayerCall call{};
+  Index batch = 0, length = 0, memory = 0, positions = 0;
+  bool saved = false;
+  View3<T> context;      // c = [m; x], [batch, M + L, d_model]
+  View2<T> q, k, v;      // [batch * L or batch * (M + L), heads * d_head]
+  View2<T> rk;           // R W_r, [P, heads * d_head]
+  View2<T> attended;     // [batch * L, heads * d_head]
+  View3<T> lse;          // [batch, L, heads]
+  View3<T> residual;     // post-LN: x + drop(o W_o) (LN_attn's input)
+  View3<T> ff_input;     // y
+  View3<T> ff_residual;  // post-LN: y + FF(y) (LN_ff's input)
+  void release() { *this = TransformerXLLayerState(); }
+};
+
+template <class T>
+class TransformerXLLayer {
+ public:
+  TransformerXLLayer(const std::string& prefix, const TransformerXLLayerConfig& config,
+                     ParameterSet<T>& params);
+  // Xavier-uniform projections, u and v_bias normal(0, 0.02), unit gains, zero shifts.
+  void init(RandomKey key);
+  // x [batch, L, d_model] -> out in place; memory [batch, M, d_model] is read
+  // only (M may be 0: an empty view or one of extent 0).
+  void forward(View3<T> x, In3<T> memory, const TransformerXLLayerCall& call,
+               TransformerXLLayerState<T>& state, Workspace& workspace) const;
+  // dout -> dx in place (the segment's gradient; none for the memory);
+  // parameter gradients are accumulated.
+  void backward(View3<T> dx, const TransformerXLLayerState<T>& state, Workspace& workspace) const;
+  const TransformerXLLayerConfig& config() const { return config_; }
+
+ private:
+  TransformerXLLayerConfig config_;
+  Parameter<T>* w_q_ = nullptr;
+  Parameter<T>* w_k_ = nullptr;
+  Parameter<T>* w_v_ = nullptr;
+  Parameter<T>* w_r_ = nullptr;
+  Parameter<T>* w_o_ = nullptr;
+  Parameter<T>* bias_u_ = nullptr;
+  Parameter<T>* bias_v_ = nullptr;
+  Parameter<T>* attn_gamma_ = nullptr;
+  Parameter<T>* attn_beta_ = nullptr;
+  Parameter<T>* ff_gamma_ = nullptr;  // post-LN only
+  Parameter<T>* ff_beta_ = nullptr;
+  FeedForward<T> feed_forward_;
+};
+
+// R: row p is the sinusoidal encoding of distance p (interleaved sin / cos, as
+// ops::sinusoidal_positions_forward), out [P, d_model].
+template <class T>
+void relative_position_encoding(View2<T> out);
+
+}  // namespace reformer::layers

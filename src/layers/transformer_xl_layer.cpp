@@ -1,0 +1,352 @@
+#include "reformer/layers/transformer_xl_layer.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "reformer/ops/gemm.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "reformer/train/initializers.hpp"
+
+namespace reformer::layers {
+namespace {
+
+using ops::Trans;
+
+enum Stream : std::uint64_t { kAttentionDropout = 1, kOutputDropout = 2, kFeedForward = 3 };
+
+RandomKey sub_key(RandomKey key, Stream stream) {
+  return {key.seed, stream_id(key.stream, stream)};
+}
+
+FeedForwardCall feed_forward_call(const TransformerXLLayerCall& call) {
+  return {sub_key(call.key, kFeedForward), call.training};
+}
+
+// c(b, j, :) = m(b, j, :) for j < M, x(b, j - M, :) after.
+template <class T>
+void concat_rows(In3<T> m, In3<T> x, View3<T> c) {
+  const Index batch = c.extent(0), keys = c.extent(1), width = c.extent(2);
+  const Index memory = keys - Index(x.extent(1));
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_concat_rows", Policy3({0, 0, 0}, {batch, keys, width}),
+      KOKKOS_LAMBDA(Index b, Index j, Index f) {
+        c(b, j, f) = j < memory ? m(b, j, f) : x(b, j - memory, f);
+      });
+}
+
+// out(b, i, :) = beta * out(b, i, :) + c(b, M + i, :): the segment's rows of
+// a [batch, M + L, width] tensor.
+template <class T>
+void segment_rows(In3<T> c, View3<T> out, T beta) {
+  const Index batch = out.extent(0), length = out.extent(1), width = out.extent(2);
+  const Index memory = Index(c.extent(1)) - length;
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_segment_rows", Policy3({0, 0, 0}, {batch, length, width}),
+      KOKKOS_LAMBDA(Index b, Index i, Index f) {
+        const T value = c(b, memory + i, f);
+        out(b, i, f) = beta == T(0) ? value : beta * out(b, i, f) + value;
+      });
+}
+
+// c(b, M + i, :) += s(b, i, :).
+template <class T>
+void add_to_segment_rows(In3<T> s, View3<T> c) {
+  const Index batch = s.extent(0), length = s.extent(1), width = s.extent(2);
+  const Index memory = Index(c.extent(1)) - length;
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_add_segment_rows", Policy3({0, 0, 0}, {batch, length, width}),
+      KOKKOS_LAMBDA(Index b, Index i, Index f) { c(b, memory + i, f) += s(b, i, f); });
+}
+
+template <class T>
+View4<T> heads_of(const View2<T>& m, Index batch, Index length, Index heads, Index d_head) {
+  return View4<T>(m.data(), batch, length, heads, d_head);
+}
+
+template <class T>
+View3<T> rows3(const View2<T>& m, Index batch, Index length) {
+  return View3<T>(m.data(), batch, length, m.extent(1));
+}
+
+}  // namespace
+
+void TransformerXLLayerConfig::validate() const {
+  const char* op = "TransformerXLLayerConfig";
+  require<ConfigError>(d_model > 0 && heads > 0 && d_head > 0, op,
+                       ": d_model, heads and d_head must be positive, got ", d_model, ", ", heads,
+                       ", ", d_head);
+  require<ConfigError>(d_head <= attention::kMaxHeadDim, op, ": d_head is ", d_head,
+                       " but relative attention supports at most ", attention::kMaxHeadDim);
+  require<ConfigError>(attention_dropout >= 0.0 && attention_dropout < 1.0, op,
+                       ": attention_dropout is ", attention_dropout, " but must be in [0, 1)");
+  require<ConfigError>(dropout >= 0.0 && dropout < 1.0, op, ": dropout is ", dropout,
+                       " but must be in [0, 1)");
+  require<ConfigError>(layer_norm_eps > 0.0, op, ": layer_norm_eps is ", layer_norm_eps,
+                       " but must be positive");
+  relative.validate();
+  feed_forward_config().validate();
+}
+
+FeedForwardConfig TransformerXLLayerConfig::feed_forward_config() const {
+  FeedForwardConfig ff = feed_forward;
+  ff.d_model = d_model;
+  ff.layer_norm = pre_norm;
+  ff.layer_norm_eps = layer_norm_eps;
+  return ff;
+}
+
+template <class T>
+void relative_position_encoding(View2<T> out) {
+  Kokkos::deep_copy(out, T(0));
+  ops::sinusoidal_positions_forward<T>(out, Index(out.extent(0)), 0, out);
+}
+
+template <class T>
+TransformerXLLayer<T>::TransformerXLLayer(const std::string& prefix,
+                                          const TransformerXLLayerConfig& config,
+                                          ParameterSet<T>& params)
+    : config_((config.validate(), config)),
+      feed_forward_(prefix + ".ff", config.feed_forward_config(), params) {
+  const Index d = config.d_model, inner = config.heads * config.d_head;
+  w_q_ = &params.add(prefix + ".attn.w_q", {d, inner});
+  w_k_ = &params.add(prefix + ".attn.w_k", {d, inner});
+  w_v_ = &params.add(prefix + ".attn.w_v", {d, inner});
+  w_r_ = &params.add(prefix + ".attn.w_r", {d, inner});
+  w_o_ = &params.add(prefix + ".attn.w_o", {inner, d});
+  bias_u_ = &params.add(prefix + ".attn.bias_u", {config.heads, config.d_head});
+  bias_v_ = &params.add(prefix + ".attn.bias_v", {config.heads, config.d_head});
+  attn_gamma_ = &params.add(prefix + ".attn_norm.gamma", {d});
+  attn_beta_ = &params.add(prefix + ".attn_norm.beta", {d});
+  if (!config.pre_norm) {
+    ff_gamma_ = &params.add(prefix + ".ff_norm.gamma", {d});
+    ff_beta_ = &params.add(prefix + ".ff_norm.beta", {d});
+  }
+}
+
+template <class T>
+void TransformerXLLayer<T>::init(RandomKey key) {
+  std::uint64_t i = 0;
+  for (auto* p : {w_q_, w_k_, w_v_, w_r_, w_o_})
+    train::init_xavier_uniform(*p, {key.seed, stream_id(key.stream, ++i)});
+  train::init_normal(*bias_u_, 0.02, {key.seed, stream_id(key.stream, ++i)});
+  train::init_normal(*bias_v_, 0.02, {key.seed, stream_id(key.stream, ++i)});
+  for (auto* p : {attn_gamma_, ff_gamma_})
+    if (p) train::init_constant(*p, 1.0);
+  for (auto* p : {attn_beta_, ff_beta_})
+    if (p) train::init_constant(*p, 0.0);
+  feed_forward_.init({key.seed, stream_id(key.stream, ++i)});
+}
+
+template <class T>
+void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const TransformerXLLayerCall& call,
+                                    TransformerXLLayerState<T>& state, Workspace& workspace) const {
+  const char* op = "TransformerXLLayer::forward";
+  const Index d = config_.d_model, h = config_.heads, dh = config_.d_head, inner = h * dh;
+  require_extent(op, "x", x, 2, d);
+  require_nonempty(op, "x", x);
+  const Index batch = x.extent(0), length = x.extent(1);
+  const Index mem = memory.extent(0) == 0 ? 0 : Index(memory.extent(1));
+  if (mem > 0) {
+    require_extent(op, "memory", memory, 2, d);
+    require<ShapeError>(Index(memory.extent(0)) == batch, op, ": x has shape ", shape_string(x),
+                        " and memory ", shape_string(memory), "; their batch sizes must be equal");
+  }
+  const Index keys = mem + length;
+  const Index positions = attention::relative_attention_positions(mem, length, config_.relative);
+  state.saved = false;
+  state.call = call;
+  state.batch = batch;
+  state.length = length;
+  state.memory = mem;
+  state.positions = positions;
+  const T eps = T(config_.layer_norm_eps);
+  Workspace::Frame frame(workspace);
+
+  // c = [m; x] and the attention's input a (LN(c) before the attention when pre-LN).
+  auto context = ensure_view(state.context, "txl_context", batch, keys, d);
+  concat_rows<T>(mem > 0 ? memory : In3<T>(x), x, context);
+  View3<T> a = context;
+  if (config_.pre_norm) {
+    a = frame.take<View3<T>>(batch, keys, d);
+    auto mean = frame.take<View1<T>>(batch * keys), rstd = frame.take<View1<T>>(batch * keys);
+    ops::layer_norm_forward<T>(as_matrix(context), attn_gamma_->value, attn_beta_->value, eps,
+                               as_matrix(a), mean, rstd);
+  }
+  auto a_seg = frame.take<View3<T>>(batch, length, d);
+  segment_rows<T>(a, a_seg, T(0));
+
+  // Projections.
+  auto q = ensure_view(state.q, "txl_q", batch * length, inner);
+  auto k = ensure_view(state.k, "txl_k", batch * keys, inner);
+  auto v = ensure_view(state.v, "txl_v", batch * keys, inner);
+  auto rk = ensure_view(state.rk, "txl_rk", positions, inner);
+  ops::matmul<T>(as_matrix(a_seg), Trans::No, w_q_->matrix(), Trans::No, q);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_k_->matrix(), Trans::No, k);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, v);
+  auto encoding = frame.take<View2<T>>(positions, d);
+  relative_position_encoding<T>(encoding);
+  ops::matmul<T>(encoding, Trans::No, w_r_->matrix(), Trans::No, rk);
+
+  // Relative attention.
+  auto attended = ensure_view(state.attended, "txl_attended", batch * length, inner);
+  auto lse = ensure_view(state.lse, "txl_lse", batch, length, h);
+  const attention::AttentionDropout dropout{call.training ? config_.attention_dropout : 0.0,
+                                            sub_key(call.key, kAttentionDropout)};
+  attention::relative_attention_forward<T>(
+      heads_of(q, batch, length, h, dh), heads_of(k, batch, keys, h, dh),
+      heads_of(v, batch, keys, h, dh), View3<T>(rk.data(), positions, h, dh), bias_u_->matrix(),
+      bias_v_->matrix(), config_.relative, dropout, heads_of(attended, batch, length, h, dh), lse,
+      workspace);
+
+  // Output projection, its dropout and the residual.
+  auto o = frame.take<View3<T>>(batch, length, d);
+  ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, as_matrix(o));
+  const double rate = call.training ? config_.dropout : 0.0;
+  if (rate > 0)
+    ops::dropout_forward<T>(as_vector(o), rate, sub_key(call.key, kOutputDropout), 0, as_vector(o));
+  auto ff_input = ensure_view(state.ff_input, "txl_ff_input", batch, length, d);
+  if (config_.pre_norm) {
+    // y = x + o; out = y + FF(y).
+    Kokkos::deep_copy(ff_input, x);
+    ops::axpby<T>(T(1), as_vector(o), T(1), as_vector(ff_input));
+    Kokkos::deep_copy(x, ff_input);
+    feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call), workspace,
+                          T(1));
+    state.residual = state.ff_residual = View3<T>();
+  } else {
+    // y = LN_attn(x + o); out = LN_ff(y + FF(y)).
+    auto residual = ensure_view(state.residual, "txl_residual", batch, length, d);
+    Kokkos::deep_copy(residual, x);
+    ops::axpby<T>(T(1), as_vector(o), T(1), as_vector(residual));
+    auto mean = frame.take<View1<T>>(batch * length), rstd = frame.take<View1<T>>(batch * length);
+    ops::layer_norm_forward<T>(as_matrix(residual), attn_gamma_->value, attn_beta_->value, eps,
+                               as_matrix(ff_input), mean, rstd);
+    auto ff_residual = ensure_view(state.ff_residual, "txl_ff_residual", batch, length, d);
+    Kokkos::deep_copy(ff_residual, ff_input);
+    feed_forward_.forward(as_matrix(ff_input), as_matrix(ff_residual), feed_forward_call(call),
+                          workspace, T(1));
+    ops::layer_norm_forward<T>(as_matrix(ff_residual), ff_gamma_->value, ff_beta_->value, eps,
+                               as_matrix(x), mean, rstd);
+  }
+  state.saved = true;
+}
+
+template <class T>
+void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<T>& state,
+                                     Workspace& workspace) const {
+  const char* op = "TransformerXLLayer::backward";
+  require<ConfigError>(state.saved, op, ": the state holds no forward pass; run forward first");
+  const Index d = config_.d_model, h = config_.heads, dh = config_.d_head, inner = h * dh;
+  const Index batch = state.batch, length = state.length, mem = state.memory;
+  const Index keys = mem + length, positions = state.positions, rows = batch * length;
+  require<ShapeError>(
+      Index(dx.extent(0)) == batch && Index(dx.extent(1)) == length && Index(dx.extent(2)) == d, op,
+      ": dx has shape ", shape_string(dx), " but the forward pass had [", batch, ", ", length, ", ",
+      d, "]");
+  const T eps = T(config_.layer_norm_eps);
+  const auto ff_call = feed_forward_call(state.call);
+  Workspace::Frame frame(workspace);
+  auto mean = frame.take<View1<T>>(batch * keys), rstd = frame.take<View1<T>>(batch * keys);
+  auto mean_l = View1<T>(mean.data(), rows), rstd_l = View1<T>(rstd.data(), rows);
+  auto upstream = frame.take<View3<T>>(batch, length, d);
+
+  // Through the feed-forward (and the post-LN LayerNorms): dx becomes the
+  // gradient of the attention residual's sum, which is also the gradient that
+  // the residual passes on to x.
+  if (config_.pre_norm) {
+    Kokkos::deep_copy(upstream, dx);
+    feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx), ff_call,
+                           workspace, T(1));
+  } else {
+    auto scratch = frame.take<View3<T>>(batch, length, d);
+    // ds2 = LN_ff'(dout), then dy = ds2 + FF'(ds2), then ds1 = LN_attn'(dy).
+    ops::layer_norm_forward<T>(as_matrix(state.ff_residual), ff_gamma_->value, ff_beta_->value, eps,
+                               as_matrix(scratch), mean_l, rstd_l);
+    ops::layer_norm_backward<T>(as_matrix(state.ff_residual), ff_gamma_->value, mean_l, rstd_l,
+                                as_matrix(dx), as_matrix(upstream), ff_gamma_->grad,
+                                ff_beta_->grad);
+    Kokkos::deep_copy(scratch, upstream);
+    feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(scratch),
+                           ff_call, workspace, T(1));
+    ops::layer_norm_forward<T>(as_matrix(state.residual), attn_gamma_->value, attn_beta_->value,
+                               eps, as_matrix(upstream), mean_l, rstd_l);
+    ops::layer_norm_backward<T>(as_matrix(state.residual), attn_gamma_->value, mean_l, rstd_l,
+                                as_matrix(scratch), as_matrix(dx), attn_gamma_->grad,
+                                attn_beta_->grad);
+  }
+
+  // The output projection and its dropout: do = dropout'(dx).
+  auto dout = as_matrix(upstream);
+  const double rate = state.call.training ? config_.dropout : 0.0;
+  if (rate > 0)
+    ops::dropout_backward<T>(as_vector(dx), rate, sub_key(state.call.key, kOutputDropout), 0,
+                             as_vector(upstream));
+  else
+    Kokkos::deep_copy(upstream, dx);
+  auto dattended = frame.take<View2<T>>(rows, inner);
+  ops::matmul<T>(dout, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
+  ops::matmul<T>(state.attended, Trans::Yes, dout, Trans::No, w_o_->grad_matrix(), T(1), T(1));
+
+  // The attention.
+  auto dq = frame.take<View2<T>>(rows, inner);
+  auto dk = frame.take<View2<T>>(batch * keys, inner);
+  auto dv = frame.take<View2<T>>(batch * keys, inner);
+  auto dr = frame.take<View2<T>>(positions, inner);
+  auto du = frame.take<View2<T>>(h, dh), dbv = frame.take<View2<T>>(h, dh);
+  const attention::AttentionDropout dropout{state.call.training ? config_.attention_dropout : 0.0,
+                                            sub_key(state.call.key, kAttentionDropout)};
+  attention::relative_attention_backward<T>(
+      heads_of(state.q, batch, length, h, dh), heads_of(state.k, batch, keys, h, dh),
+      heads_of(state.v, batch, keys, h, dh), View3<T>(state.rk.data(), positions, h, dh),
+      bias_u_->matrix(), bias_v_->matrix(), heads_of(state.attended, batch, length, h, dh),
+      state.lse, heads_of(dattended, batch, length, h, dh), config_.relative, dropout,
+      heads_of(dq, batch, length, h, dh), heads_of(dk, batch, keys, h, dh),
+      heads_of(dv, batch, keys, h, dh), View3<T>(dr.data(), positions, h, dh), du, dbv, workspace);
+  ops::axpby<T>(T(1), as_vector(du), T(1), bias_u_->grad);
+  ops::axpby<T>(T(1), as_vector(dbv), T(1), bias_v_->grad);
+
+  // The projections' weights, from the attention's input rebuilt.
+  View3<T> a = state.context;
+  if (config_.pre_norm) {
+    a = frame.take<View3<T>>(batch, keys, d);
+    ops::layer_norm_forward<T>(as_matrix(state.context), attn_gamma_->value, attn_beta_->value, eps,
+                               as_matrix(a), mean, rstd);
+  }
+  auto a_seg = frame.take<View3<T>>(batch, length, d);
+  segment_rows<T>(a, a_seg, T(0));
+  ops::matmul<T>(as_matrix(a_seg), Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
+  ops::matmul<T>(as_matrix(a), Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
+  ops::matmul<T>(as_matrix(a), Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
+  auto encoding = frame.take<View2<T>>(positions, d);
+  relative_position_encoding<T>(encoding);
+  ops::matmul<T>(encoding, Trans::Yes, dr, Trans::No, w_r_->grad_matrix(), T(1), T(1));
+
+  // The gradient of a: keys and values from every row, queries from the
+  // segment's; then through LN_attn (pre-LN) and the segment's rows into dx.
+  auto da = frame.take<View3<T>>(batch, keys, d);
+  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, as_matrix(da));
+  ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, as_matrix(da), T(1), T(1));
+  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_matrix(a_seg));
+  add_to_segment_rows<T>(a_seg, da);
+  if (config_.pre_norm) {
+    auto dcontext = frame.take<View3<T>>(batch, keys, d);
+    ops::layer_norm_backward<T>(as_matrix(state.context), attn_gamma_->value, mean, rstd,
+                                as_matrix(da), as_matrix(dcontext), attn_gamma_->grad,
+                                attn_beta_->grad);
+    segment_rows<T>(dcontext, dx, T(1));
+  } else {
+    segment_rows<T>(da, dx, T(1));
+  }
+}
+
+template void relative_position_encoding<float>(View2<float>);
+template void relative_position_encoding<double>(View2<double>);
+template class TransformerXLLayer<float>;
+template class TransformerXLLayer<double>;
+
+}  // namespace reformer::layers
