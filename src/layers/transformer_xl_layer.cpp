@@ -157,8 +157,15 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
                         " and memory ", shape_string(memory), "; their batch sizes must be equal");
   }
   const Index keys = mem + length;
-  const Index positions = attention::relative_attention_positions(mem, length, config_.relative);
+  attention::RelativeAttentionConfig relative = config_.relative;
+  if (call.mem_len >= 0) {
+    relative.mem_len = call.mem_len;
+    if (call.mem_len == 0) relative.same_length = false;
+  }
+  relative.validate();
+  const Index positions = attention::relative_attention_positions(mem, length, relative);
   state.saved = false;
+  state.relative = relative;
   state.call = call;
   state.batch = batch;
   state.length = length;
@@ -200,7 +207,7 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   attention::relative_attention_forward<T>(
       heads_of(q, batch, length, h, dh), heads_of(k, batch, keys, h, dh),
       heads_of(v, batch, keys, h, dh), View3<T>(rk.data(), positions, h, dh), bias_u_->matrix(),
-      bias_v_->matrix(), config_.relative, dropout, heads_of(attended, batch, length, h, dh), lse,
+      bias_v_->matrix(), relative, dropout, heads_of(attended, batch, length, h, dh), lse,
       workspace);
 
   // Output projection, its dropout and the residual.
@@ -304,7 +311,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
       heads_of(state.q, batch, length, h, dh), heads_of(state.k, batch, keys, h, dh),
       heads_of(state.v, batch, keys, h, dh), View3<T>(state.rk.data(), positions, h, dh),
       bias_u_->matrix(), bias_v_->matrix(), heads_of(state.attended, batch, length, h, dh),
-      state.lse, heads_of(dattended, batch, length, h, dh), config_.relative, dropout,
+      state.lse, heads_of(dattended, batch, length, h, dh), state.relative, dropout,
       heads_of(dq, batch, length, h, dh), heads_of(dk, batch, keys, h, dh),
       heads_of(dv, batch, keys, h, dh), View3<T>(dr.data(), positions, h, dh), du, dbv, workspace);
   ops::axpby<T>(T(1), as_vector(du), T(1), bias_u_->grad);

@@ -58,10 +58,14 @@ struct TransformerXLLayerConfig {
 };
 
 // Per call: the layer's random stream (attention, output and feed-forward
-// dropout derive theirs from it) and whether dropout is on.
+// dropout derive theirs from it), whether dropout is on, and same_length's
+// window when it differs from the config's relative.mem_len (evaluation with
+// a longer memory than training): -1 keeps the config's; 0 turns same_length
+// off for the call (no memory: the reference's rule would mask every key).
 struct TransformerXLLayerCall {
   RandomKey key{};
   bool training = true;
+  Index mem_len = -1;
 };
 
 // What backward needs from forward, owned by the caller (reused across calls;
@@ -69,6 +73,7 @@ struct TransformerXLLayerCall {
 template <class T>
 struct TransformerXLLayerState {
   TransformerXLLayerCall call{};
+  attention::RelativeAttentionConfig relative{};  // as run (the call's mem_len)
   Index batch = 0, length = 0, memory = 0, positions = 0;
   bool saved = false;
   View3<T> context;      // c = [m; x], [batch, M + L, d_model]
