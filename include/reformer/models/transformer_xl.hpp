@@ -1,0 +1,124 @@
+// The Transformer-XL language model (Dai et al. 2019) on a stream of
+// segments. For a segment of ids [batch, L] and per-layer memories m_l
+// [batch, M, d_model] (the inputs of layer l over the previous M positions):
+//   h_0     = dropout(s * Embedding(ids))        s = sqrt(d_model) or 1
+//   h_{l+1} = Layer_l(h_l, m_l)                  (layers/transformer_xl_layer.hpp:
+//                                                 relative attention over [m_l; h_l])
+//   out     = dropout(LayerNorm(h_N))            (pre-LN; post-LN: dropout(h_N))
+//   loss    = cross-entropy of out W + b         (ops/cross_entropy.hpp, chunked;
+//                                                 W the embedding table when tied)
+// and the new memories m_l' = the last min(mem_len, M + L) rows of [m_l; h_l],
+// copies without a gradient (the memory is a stop-gradient input). A
+// segment's memories are the previous segment's: the data must give each
+// batch row consecutive segments of one text.
+//
+// mem_len belongs to the memory, not to the parameters: the same model
+// trains with one memory length and evaluates with another (eval.mem_len,
+// longer, or 0 for the ablation without recurrence). same_length's window is
+// the memory's mem_len (attention/relative.hpp); with mem_len = 0 it is off.
+//
+// Ownership: parameters in the caller's ParameterSet; activations in a
+// TransformerXLState and memories in a TransformerXLMemory that the caller
+// owns. Dropout masks are pure functions of the call's key.
+#pragma once
+
+#include "reformer/layers/transformer_xl_layer.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/ops/cross_entropy.hpp"
+
+#include <memory>
+#include <vector>
+
+namespace reformer::models {
+
+struct TransformerXLConfig {
+  Index vocab = 256;  // token ids are in [0, vocab)
+  Index d_model = 128;
+  Index d_ff = 512;
+  Index heads = 4;
+  Index d_head = 32;
+  Index layers = 2;
+  Index clamp_len = 0;          // distances above it share its encoding; 0: none
+  bool same_length = false;     // every query sees mem_len keys (the memory's mem_len)
+  bool pre_norm = false;        // the reference's default is post-LN
+  bool scale_embedding = true;  // the embedding times sqrt(d_model)
+  bool tie_embeddings = false;  // output projection = the embedding table
+  ops::Activation ff_activation = ops::Activation::ReLU;
+  Index ff_chunk = 0;              // rows per feed-forward chunk; 0: all at once
+  double dropout = 0.0;            // embedding, attention output, feed-forward, final output
+  double attention_dropout = 0.0;  // on the attention probabilities
+  double layer_norm_eps = 1e-5;
+  double label_smoothing = 0.0;
+  Index loss_chunk = 1024;  // rows of logits materialised at a time
+
+  // ConfigError naming the first bad field.
+  void validate() const;
+  // The config of every layer (its relative.mem_len is set per call).
+  layers::TransformerXLLayerConfig layer_config() const;
+};
+
+// Per-layer memories of one stream of segments, owned by the caller.
+template <class T>
+struct TransformerXLMemory {
+  Index mem_len = 0;             // positions kept per layer after each segment
+  std::vector<View3<T>> hidden;  // per layer [batch, M, d_model], M <= mem_len; empty at first
+  Index length() const { return hidden.empty() ? 0 : Index(hidden[0].extent(1)); }
+  // Forgets the positions (a new text); mem_len stays.
+  void reset() { hidden.clear(); }
+};
+
+template <class T>
+struct TransformerXLState {
+  ReformerCall call{};
+  Index batch = 0, length = 0;
+  View3<T> x;    // the stream; after forward the top layer's output h_N
+  View3<T> out;  // dropout(LayerNorm(h_N)) or dropout(h_N): the loss's input
+  View3<T> dx;
+  std::vector<layers::TransformerXLLayerState<T>> layers;
+  Workspace workspace{"transformer_xl_workspace"};
+  void release();
+};
+
+template <class T>
+class TransformerXL {
+ public:
+  // Registers every parameter: "embedding" [vocab, d_model], "layers.<i>.*"
+  // (the layer's names), "out.norm.gamma" / ".beta" (pre-LN), "out.w"
+  // [d_model, vocab] (untied) and "out.b" [vocab].
+  TransformerXL(const TransformerXLConfig& config, ParameterSet<T>& params);
+  // Embedding N(0, 1 / d_model) (unit scale after sqrt(d_model)), layers as
+  // TransformerXLLayer::init, output Xavier-uniform, gains 1, biases 0.
+  void init(RandomKey key);
+  // Forward on a segment ids [batch, L] over `memory`, then the memory
+  // becomes the new one (see the top of the file). call.valid must be empty.
+  void forward(IdMatrix ids, const ReformerCall& call, TransformerXLMemory<T>& memory,
+               TransformerXLState<T>& state) const;
+  // forward, the loss (targets equal to ignore_id do not count; -1: all
+  // count) and backward, accumulating the parameters' gradients (those of
+  // call.loss_scale x the mean loss). The memory is updated as forward does.
+  ops::CrossEntropyResult forward_backward(IdMatrix ids, IdMatrix targets, int ignore_id,
+                                           const ReformerCall& call, TransformerXLMemory<T>& memory,
+                                           TransformerXLState<T>& state) const;
+  // The loss without gradients; the memory is updated.
+  ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
+                                   const ReformerCall& call, TransformerXLMemory<T>& memory,
+                                   TransformerXLState<T>& state) const;
+  const TransformerXLConfig& config() const { return config_; }
+  Index layers() const { return Index(layers_.size()); }
+
+ private:
+  ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, TransformerXLState<T>& state,
+                               bool gradients) const;
+  layers::TransformerXLLayerCall layer_call(const ReformerCall& call, Index layer,
+                                            Index mem_len) const;
+
+  TransformerXLConfig config_;
+  Parameter<T>* embedding_ = nullptr;
+  std::vector<std::unique_ptr<layers::TransformerXLLayer<T>>> layers_;
+  Parameter<T>* out_gamma_ = nullptr;  // pre-LN
+  Parameter<T>* out_beta_ = nullptr;
+  Parameter<T>* out_weight_ = nullptr;  // null when tied
+  Parameter<T>* out_bias_ = nullptr;
+};
+
+}  // namespace reformer::models

@@ -1,0 +1,266 @@
+#include "reformer/models/transformer_xl.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
+#include "reformer/ops/embedding.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "reformer/train/initializers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace reformer::models {
+namespace {
+
+enum Stream : std::uint64_t { kEmbeddingDropout = 1, kLayers = 2, kOutputDropout = 3 };
+enum InitStream : std::uint64_t { kInitEmbedding = 1, kInitLayers, kInitOutput };
+
+Kokkos::View<const int*, Layout, MemSpace> ids_of(IdMatrix ids) {
+  return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.extent(0) * ids.extent(1));
+}
+
+// out(b, j, :) = c(b, K - M' + j, :): the last M' rows of [batch, K, d].
+template <class T>
+void last_rows(In3<T> c, View3<T> out) {
+  const Index batch = out.extent(0), kept = out.extent(1), width = out.extent(2);
+  const Index skip = Index(c.extent(1)) - kept;
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_memory_rows", Policy3({0, 0, 0}, {batch, kept, width}),
+      KOKKOS_LAMBDA(Index b, Index j, Index f) { out(b, j, f) = c(b, skip + j, f); });
+}
+
+}  // namespace
+
+void TransformerXLConfig::validate() const {
+  const char* op = "TransformerXLConfig";
+  require<ConfigError>(vocab > 1, op, ": vocab is ", vocab, " but must be at least 2");
+  require<ConfigError>(layers > 0, op, ": layers is ", layers, " but must be positive");
+  require<ConfigError>(loss_chunk > 0, op, ": loss_chunk is ", loss_chunk, " but must be positive");
+  require<ConfigError>(label_smoothing >= 0.0 && label_smoothing < 1.0, op, ": label_smoothing is ",
+                       label_smoothing, " but must be in [0, 1)");
+  layer_config().validate();
+}
+
+layers::TransformerXLLayerConfig TransformerXLConfig::layer_config() const {
+  layers::TransformerXLLayerConfig c;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.d_head = d_head;
+  c.feed_forward.d_ff = d_ff;
+  c.feed_forward.activation = ff_activation;
+  c.feed_forward.dropout = dropout;
+  c.feed_forward.chunk = ff_chunk;
+  c.attention_dropout = attention_dropout;
+  c.dropout = dropout;
+  c.pre_norm = pre_norm;
+  c.layer_norm_eps = layer_norm_eps;
+  c.relative.clamp_len = clamp_len;
+  c.relative.same_length = same_length;
+  c.relative.mem_len = 1;  // a placeholder: each call sets the memory's mem_len
+  return c;
+}
+
+template <class T>
+void TransformerXLState<T>::release() {
+  call = ReformerCall();
+  batch = length = 0;
+  x = out = dx = View3<T>();
+  layers.clear();
+  workspace.release();
+}
+
+template <class T>
+TransformerXL<T>::TransformerXL(const TransformerXLConfig& config, ParameterSet<T>& params)
+    : config_((config.validate(), config)) {
+  const Index d = config.d_model;
+  embedding_ = &params.add("embedding", {config.vocab, d});
+  const auto layer = config.layer_config();
+  for (Index i = 0; i < config.layers; ++i)
+    layers_.push_back(std::make_unique<layers::TransformerXLLayer<T>>("layers." + std::to_string(i),
+                                                                      layer, params));
+  if (config.pre_norm) {
+    out_gamma_ = &params.add("out.norm.gamma", {d});
+    out_beta_ = &params.add("out.norm.beta", {d});
+  }
+  if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {d, config.vocab});
+  out_bias_ = &params.add("out.b", {config.vocab});
+}
+
+template <class T>
+void TransformerXL<T>::init(RandomKey key) {
+  auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
+    return RandomKey{key.seed, stream_id(key.stream, a, b)};
+  };
+  train::init_normal(*embedding_, 1.0 / std::sqrt(double(config_.d_model)), sub(kInitEmbedding));
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->init(sub(kInitLayers, i));
+  if (out_gamma_) {
+    train::init_constant(*out_gamma_, 1.0);
+    train::init_constant(*out_beta_, 0.0);
+  }
+  if (out_weight_) train::init_xavier_uniform(*out_weight_, sub(kInitOutput));
+  train::init_constant(*out_bias_, 0.0);
+}
+
+template <class T>
+layers::TransformerXLLayerCall TransformerXL<T>::layer_call(const ReformerCall& call, Index layer,
+                                                            Index mem_len) const {
+  return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
+          call.training,
+          mem_len};
+}
+
+template <class T>
+void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
+                               TransformerXLMemory<T>& memory, TransformerXLState<T>& state) const {
+  const char* op = "TransformerXL::forward";
+  const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
+  require<ShapeError>(batch > 0 && length > 0, op, ": ids has shape ", shape_string(ids),
+                      " but needs at least one sequence of one token");
+  require<ConfigError>(call.valid.extent(0) == 0, op,
+                       ": a padding mask was given, but a stream of segments has no padding "
+                       "(leave ReformerCall::valid empty)");
+  require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
+                       " but must be >= 0");
+  ops::require_ids_in_range(op, "ids", ids_of(ids), config_.vocab);
+  const bool has_memory = memory.length() > 0;
+  if (has_memory)
+    require<ShapeError>(
+        memory.hidden.size() == layers_.size() && Index(memory.hidden[0].extent(0)) == batch, op,
+        ": the memory holds ", memory.hidden.size(), " layers of shape ",
+        shape_string(memory.hidden[0]), " but the model has ", layers_.size(),
+        " layers and the batch ", batch, " rows; reset() it for a new stream");
+  state.call = call;
+  state.batch = batch;
+  state.length = length;
+  state.layers.resize(layers_.size());
+  auto x = ensure_view(state.x, "txl_x", batch, length, d);
+  auto e = as_matrix(x);
+  ops::token_embedding_forward<T>(embedding_->matrix(), ids_of(ids), config_.scale_embedding, e);
+  if (call.training && config_.dropout > 0)
+    ops::dropout_forward<T>(as_vector(e), config_.dropout,
+                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                            as_vector(e));
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const In3<T> m = has_memory ? In3<T>(memory.hidden[i]) : In3<T>();
+    layers_[i]->forward(x, m, layer_call(call, Index(i), memory.mem_len), state.layers[i],
+                        state.workspace);
+  }
+  // The new memories: the last rows of each layer's [memory; input], which
+  // the layer's state holds (so the old memory can be overwritten now).
+  const Index kept = std::min(memory.mem_len, memory.length() + length);
+  if (kept == 0) {
+    memory.hidden.clear();
+  } else {
+    memory.hidden.resize(layers_.size());
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      last_rows<T>(state.layers[i].context,
+                   ensure_view(memory.hidden[i], "txl_memory", batch, kept, d));
+  }
+  // The loss's input.
+  auto out = ensure_view(state.out, "txl_out", batch, length, d);
+  if (out_gamma_) {
+    Workspace::Frame frame(state.workspace);
+    auto mean = frame.take<View1<T>>(batch * length), rstd = frame.take<View1<T>>(batch * length);
+    ops::layer_norm_forward<T>(as_matrix(x), out_gamma_->value, out_beta_->value,
+                               T(config_.layer_norm_eps), as_matrix(out), mean, rstd);
+  } else {
+    Kokkos::deep_copy(out, x);
+  }
+  if (call.training && config_.dropout > 0)
+    ops::dropout_forward<T>(as_vector(out), config_.dropout,
+                            {call.key.seed, stream_id(call.key.stream, kOutputDropout)}, 0,
+                            as_vector(out));
+}
+
+template <class T>
+ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
+                                               TransformerXLState<T>& state, bool gradients) const {
+  const Index batch = state.batch, length = state.length, rows = batch * length;
+  const Index d = config_.d_model;
+  require<ShapeError>(Index(targets.extent(0)) == batch && Index(targets.extent(1)) == length,
+                      "TransformerXL: targets has shape ", shape_string(targets),
+                      " but the ids were [", batch, ", ", length, "]");
+  ops::CrossEntropyOptions options;
+  options.pad_id = ignore_id;
+  options.smoothing = config_.label_smoothing;
+  options.chunk_rows = config_.loss_chunk;
+  options.weight_is_embedding = config_.tie_embeddings;
+  options.gradient_scale = state.call.loss_scale;
+  const auto t = ids_of(targets);
+  const auto weight = config_.tie_embeddings ? embedding_->matrix() : out_weight_->matrix();
+  if (!gradients)
+    return ops::cross_entropy_forward<T>(as_matrix(state.out), weight, out_bias_->value, t,
+                                         options);
+  auto dx = ensure_view(state.dx, "txl_dx", batch, length, d);
+  const auto dweight =
+      config_.tie_embeddings ? embedding_->grad_matrix() : out_weight_->grad_matrix();
+  const auto result =
+      ops::cross_entropy_forward_backward<T>(as_matrix(state.out), weight, out_bias_->value, t,
+                                             options, as_matrix(dx), dweight, out_bias_->grad);
+  const ReformerCall& call = state.call;
+  if (call.training && config_.dropout > 0)
+    ops::dropout_backward<T>(as_vector(dx), config_.dropout,
+                             {call.key.seed, stream_id(call.key.stream, kOutputDropout)}, 0,
+                             as_vector(dx));
+  if (out_gamma_) {
+    Workspace::Frame frame(state.workspace);
+    auto normed = frame.take<View2<T>>(rows, d), dnormed = frame.take<View2<T>>(rows, d);
+    auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+    ops::layer_norm_forward<T>(as_matrix(state.x), out_gamma_->value, out_beta_->value,
+                               T(config_.layer_norm_eps), normed, mean, rstd);
+    Kokkos::deep_copy(dnormed, as_matrix(dx));
+    ops::layer_norm_backward<T>(as_matrix(state.x), out_gamma_->value, mean, rstd, dnormed,
+                                as_matrix(dx), out_gamma_->grad, out_beta_->grad);
+  }
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult TransformerXL<T>::forward_backward(IdMatrix ids, IdMatrix targets,
+                                                           int ignore_id, const ReformerCall& call,
+                                                           TransformerXLMemory<T>& memory,
+                                                           TransformerXLState<T>& state) const {
+  {
+    ScopedMemoryPhase phase("forward");
+    forward(ids, call, memory, state);
+  }
+  ops::CrossEntropyResult result;
+  {
+    ScopedMemoryPhase phase("loss");
+    result = loss(targets, ignore_id, state, /*gradients=*/true);
+  }
+  ScopedMemoryPhase phase("backward");
+  for (Index i = layers() - 1; i >= 0; --i)
+    layers_[i]->backward(state.dx, state.layers[i], state.workspace);
+  auto de = as_matrix(state.dx);
+  if (call.training && config_.dropout > 0)
+    ops::dropout_backward<T>(as_vector(de), config_.dropout,
+                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                             as_vector(de));
+  ops::token_embedding_backward<T>(ids_of(ids), de, config_.scale_embedding,
+                                   embedding_->grad_matrix());
+  return result;
+}
+
+template <class T>
+ops::CrossEntropyResult TransformerXL<T>::evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
+                                                   const ReformerCall& call,
+                                                   TransformerXLMemory<T>& memory,
+                                                   TransformerXLState<T>& state) const {
+  forward(ids, call, memory, state);
+  return loss(targets, ignore_id, state, /*gradients=*/false);
+}
+
+template struct TransformerXLMemory<float>;
+template struct TransformerXLMemory<double>;
+template struct TransformerXLState<float>;
+template struct TransformerXLState<double>;
+template class TransformerXL<float>;
+template class TransformerXL<double>;
+
+}  // namespace reformer::models
