@@ -114,6 +114,54 @@ TEST(FeedForward, BackwardAccumulatesAndRecomputes) {
   for (size_t i = 0; i < summed.size(); ++i) EXPECT_NEAR(summed[i], 1.0 + forward_y[i], 1e-12);
 }
 
+// layer_norm = false: no norm parameters, G(x) = act(x W1 + b1) W2 + b2 (the
+// post-LN layers' feed-forward), chunked, with its gradients under dropout.
+TEST(FeedForward, WithoutLayerNorm) {
+  auto config = small_config(4, 0.0, ops::Activation::GELU);
+  config.layer_norm = false;
+  ParameterSet<double> params;
+  FeedForward<double> layer("ff", config, params);
+  layer.init({1, 2});
+  EXPECT_FALSE(params.contains("ff.norm.gamma"));
+  EXPECT_EQ(params.size(), 4u);
+  fill_uniform(params.get("ff.b1").value, 13, -0.2, 0.2);
+  fill_uniform(params.get("ff.b2").value, 14, -0.2, 0.2);
+  Workspace workspace;
+  View2<double> x("x", 11, 6), y("y", 11, 6), r("r", 11, 6), dx("dx", 11, 6);
+  fill_uniform(x, 1);
+  fill_uniform(r, 2);
+  FeedForwardCall call{{5, 9}, false};
+  layer.forward(x, y, call, workspace);
+  // The reference: a LayerNorm with gain 1 and shift 0 would normalise, so
+  // the plain products are written out here.
+  const auto xs = to_host(x);
+  auto hidden = host_matmul(xs, param(params, "ff.w1"), 11, 6, 10);
+  const auto b1 = param(params, "ff.b1"), b2 = param(params, "ff.b2");
+  for (Index n = 0; n < 11; ++n)
+    for (Index k = 0; k < 10; ++k) {
+      const double s = hidden[n * 10 + k] + b1[k];
+      hidden[n * 10 + k] = 0.5 * s * (1 + std::erf(s / std::sqrt(2.0)));
+    }
+  auto want = host_matmul(hidden, param(params, "ff.w2"), 11, 10, 6);
+  for (Index n = 0; n < 11; ++n)
+    for (Index j = 0; j < 6; ++j) want[n * 6 + j] += b2[j];
+  EXPECT_LT(relative_error(to_host(y), want), 1e-12);
+  // Gradients with dropout.
+  config.dropout = 0.2;
+  ParameterSet<double> dropped;
+  FeedForward<double> with_dropout("ff", config, dropped);
+  with_dropout.init({1, 2});
+  call.training = true;
+  auto loss = [&] {
+    with_dropout.forward(x, y, call, workspace);
+    return dot(y, r);
+  };
+  dropped.zero_grad();
+  with_dropout.backward(x, r, dx, call, workspace);
+  EXPECT_LT(gradient_error(x, dx, loss), 1e-6);
+  for (auto& p : dropped) EXPECT_LT(gradient_error(p.value, p.grad, loss, 24), 1e-6) << p.name;
+}
+
 TEST(FeedForward, ClearErrors) {
   ParameterSet<double> params;
   auto config = small_config(0, 0.0, ops::Activation::ReLU);
