@@ -351,6 +351,48 @@ TEST(TransformerXL, GradientsMatchFiniteDifferencesWithMemory) {
   }
 }
 
+// Float runs the same code as double: two segments with memory, dropout on,
+// the losses within float rounding.
+TEST(TransformerXL, FloatMatchesDouble) {
+  auto config = tiny_config();
+  config.pre_norm = true;
+  config.same_length = true;
+  config.clamp_len = 3;
+  config.dropout = 0.1;
+  ParameterSet<double> params;
+  TransformerXL<double> model(config, params);
+  model.init({3, 7});
+  ParameterSet<float> fparams;
+  TransformerXL<float> fmodel(config, fparams);
+  auto it = params.begin();
+  for (auto& p : fparams) {
+    const auto values = to_host((it++)->value);
+    auto host = Kokkos::create_mirror_view(p.value);
+    for (std::size_t i = 0; i < values.size(); ++i) host(i) = float(values[i]);
+    Kokkos::deep_copy(p.value, host);
+  }
+  const auto ids = random_ids(2, 10, config.vocab, 14);
+  const auto targets = random_ids(2, 10, config.vocab, 15);
+  TransformerXLMemory<double> memory;
+  TransformerXLMemory<float> fmemory;
+  memory.mem_len = fmemory.mem_len = 4;
+  TransformerXLState<double> state;
+  TransformerXLState<float> fstate;
+  for (Index s = 0; s < 2; ++s) {
+    ReformerCall call;
+    call.key = {2, std::uint64_t(s)};
+    const auto seg = columns(ids, 5 * s, 5), tgt = columns(targets, 5 * s, 5);
+    const double loss = model.forward_backward(seg, tgt, -1, call, memory, state).loss;
+    const double floss = fmodel.forward_backward(seg, tgt, -1, call, fmemory, fstate).loss;
+    EXPECT_NEAR(floss, loss, 1e-5 * std::abs(loss)) << "segment " << s;
+  }
+  it = params.begin();
+  for (auto& p : fparams) {
+    const auto& want = *(it++);
+    EXPECT_LT(relative_error(to_host(p.grad), to_host(want.grad)), 1e-4) << p.name;
+  }
+}
+
 TEST(TransformerXL, ClearErrors) {
   auto config = tiny_config();
   config.layers = 0;
