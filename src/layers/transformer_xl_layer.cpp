@@ -86,6 +86,8 @@ void TransformerXLLayerConfig::validate() const {
                        ": attention_dropout is ", attention_dropout, " but must be in [0, 1)");
   require<ConfigError>(dropout >= 0.0 && dropout < 1.0, op, ": dropout is ", dropout,
                        " but must be in [0, 1)");
+  require<ConfigError>(position_dropout >= 0.0 && position_dropout < 1.0, op,
+                       ": position_dropout is ", position_dropout, " but must be in [0, 1)");
   require<ConfigError>(layer_norm_eps > 0.0, op, ": layer_norm_eps is ", layer_norm_eps,
                        " but must be positive");
   relative.validate();
@@ -104,6 +106,15 @@ template <class T>
 void relative_position_encoding(View2<T> out) {
   Kokkos::deep_copy(out, T(0));
   ops::sinusoidal_positions_forward<T>(out, Index(out.extent(0)), 0, out);
+}
+
+template <class T>
+void TransformerXLLayer<T>::distance_encoding(const TransformerXLLayerCall& call,
+                                              View2<T> out) const {
+  relative_position_encoding<T>(out);
+  if (call.training && config_.position_dropout > 0)
+    ops::dropout_forward<T>(as_vector(out), config_.position_dropout, call.position_key, 0,
+                            as_vector(out));
 }
 
 template <class T>
@@ -196,7 +207,7 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   ops::matmul<T>(as_matrix(a), Trans::No, w_k_->matrix(), Trans::No, k);
   ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, v);
   auto encoding = frame.take<View2<T>>(positions, d);
-  relative_position_encoding<T>(encoding);
+  distance_encoding(call, encoding);
   ops::matmul<T>(encoding, Trans::No, w_r_->matrix(), Trans::No, rk);
 
   // Relative attention.
@@ -330,7 +341,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
   ops::matmul<T>(as_matrix(a), Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
   ops::matmul<T>(as_matrix(a), Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
   auto encoding = frame.take<View2<T>>(positions, d);
-  relative_position_encoding<T>(encoding);
+  distance_encoding(state.call, encoding);
   ops::matmul<T>(encoding, Trans::Yes, dr, Trans::No, w_r_->grad_matrix(), T(1), T(1));
 
   // The gradient of a: keys and values from every row, queries from the

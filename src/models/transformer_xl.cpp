@@ -16,7 +16,12 @@
 namespace reformer::models {
 namespace {
 
-enum Stream : std::uint64_t { kEmbeddingDropout = 1, kLayers = 2, kOutputDropout = 3 };
+enum Stream : std::uint64_t {
+  kEmbeddingDropout = 1,
+  kLayers = 2,
+  kOutputDropout = 3,
+  kPositionDropout = 4
+};
 enum InitStream : std::uint64_t { kInitEmbedding = 1, kInitLayers, kInitOutput };
 
 Kokkos::View<const int*, Layout, MemSpace> ids_of(IdMatrix ids) {
@@ -57,6 +62,7 @@ layers::TransformerXLLayerConfig TransformerXLConfig::layer_config() const {
   c.feed_forward.chunk = ff_chunk;
   c.attention_dropout = attention_dropout;
   c.dropout = dropout;
+  c.position_dropout = dropout;
   c.pre_norm = pre_norm;
   c.layer_norm_eps = layer_norm_eps;
   c.relative.clamp_len = clamp_len;
@@ -111,7 +117,8 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(const ReformerCall& 
                                                             Index mem_len) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
           call.training,
-          mem_len};
+          mem_len,
+          {call.key.seed, stream_id(call.key.stream, kPositionDropout)}};
 }
 
 template <class T>

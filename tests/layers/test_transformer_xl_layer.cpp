@@ -72,7 +72,7 @@ struct LayerCase {
     fill_uniform(x0, 21);
     fill_uniform(memory, 22);
     fill_uniform(g, 23);
-    call = {{5, 9}, training};
+    call = {{5, 9}, training, -1, {5, 10}};
   }
   double loss() {
     Kokkos::deep_copy(x, x0);
@@ -238,6 +238,7 @@ TEST(TransformerXLLayer, GradientsMatchFiniteDifferences) {
         config.attention_dropout = 0.2;
         config.dropout = 0.15;
         config.feed_forward.dropout = 0.1;
+        config.position_dropout = 0.25;
       }
       LayerCase c(config, {2, 5, v.memory}, training);
       const auto dx = c.gradients();

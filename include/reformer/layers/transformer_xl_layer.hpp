@@ -11,12 +11,11 @@
 //   pre-LN:  y = x + drop(o W_o),          out = y + FF(y)      (FF with its LayerNorm)
 //   post-LN: y = LN_attn(x + drop(o W_o)), out = LN_ff(y + FF(y)) (FF without one)
 // FF is layers/feed_forward.hpp's FeedForward (its dropout on the hidden
-// activation and its output). R [P, d_model] holds the sinusoidal encodings of
-// the distances 0 .. P - 1 (P = relative_attention_positions(M, L, ...)), in
-// the project's interleaved layout of ops::sinusoidal_positions_forward
-// (pe(p, 2i) = sin, pe(p, 2i + 1) = cos), not the reference's concatenated
-// [sin, cos]: the two differ by a fixed permutation of W_r's rows, so the
-// model family is the same. u and v_bias are this layer's own ([heads, d_head]).
+// activation and its output). R [P, d_model] (with optional dropout) holds the sinusoidal encodings
+// of the distances 0 .. P - 1 (P = relative_attention_positions(M, L, ...)), in the project's
+// interleaved layout of ops::sinusoidal_positions_forward (pe(p, 2i) = sin, pe(p, 2i + 1) = cos),
+// not the reference's concatenated [sin, cos]: the two differ by a fixed permutation of W_r's rows,
+// so the model family is the same. u and v_bias are this layer's own ([heads, d_head]).
 //
 // The memory is an input without a gradient (stop-gradient): backward returns
 // the segment's gradient only. The state keeps a copy of c, so the caller may
@@ -46,7 +45,10 @@ struct TransformerXLLayerConfig {
   FeedForwardConfig feed_forward{};
   double attention_dropout = 0.0;  // on the attention probabilities
   double dropout = 0.0;            // on the attention output, before the residual
-  bool pre_norm = false;           // the reference's default is post-LN
+  // On the distance encodings R before W_r. The reference drops R once per
+  // model: a model gives all its layers the same call.position_key.
+  double position_dropout = 0.0;
+  bool pre_norm = false;  // the reference's default is post-LN
   double layer_norm_eps = 1e-5;
   // clamp_len, same_length with mem_len, scale (attention/relative.hpp).
   attention::RelativeAttentionConfig relative{};
@@ -66,6 +68,7 @@ struct TransformerXLLayerCall {
   RandomKey key{};
   bool training = true;
   Index mem_len = -1;
+  RandomKey position_key{};  // the stream of position_dropout's mask
 };
 
 // What backward needs from forward, owned by the caller (reused across calls;
@@ -104,6 +107,8 @@ class TransformerXLLayer {
   const TransformerXLLayerConfig& config() const { return config_; }
 
  private:
+  // R of `positions` rows with the call's position dropout.
+  void distance_encoding(const TransformerXLLayerCall& call, View2<T> out) const;
   TransformerXLLayerConfig config_;
   Parameter<T>* w_q_ = nullptr;
   Parameter<T>* w_k_ = nullptr;

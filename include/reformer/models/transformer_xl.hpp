@@ -3,7 +3,8 @@
 // [batch, M, d_model] (the inputs of layer l over the previous M positions):
 //   h_0     = dropout(s * Embedding(ids))        s = sqrt(d_model) or 1
 //   h_{l+1} = Layer_l(h_l, m_l)                  (layers/transformer_xl_layer.hpp:
-//                                                 relative attention over [m_l; h_l])
+//                                                 relative attention over [m_l; h_l];
+//                                                 R dropped with one mask for all layers)
 //   out     = dropout(LayerNorm(h_N))            (pre-LN; post-LN: dropout(h_N))
 //   loss    = cross-entropy of out W + b         (ops/cross_entropy.hpp, chunked;
 //                                                 W the embedding table when tied)
@@ -44,8 +45,10 @@ struct TransformerXLConfig {
   bool scale_embedding = true;  // the embedding times sqrt(d_model)
   bool tie_embeddings = false;  // output projection = the embedding table
   ops::Activation ff_activation = ops::Activation::ReLU;
-  Index ff_chunk = 0;              // rows per feed-forward chunk; 0: all at once
-  double dropout = 0.0;            // embedding, attention output, feed-forward, final output
+  Index ff_chunk = 0;  // rows per feed-forward chunk; 0: all at once
+  // Embedding, distance encodings (one mask for all layers), attention
+  // output, feed-forward, final output.
+  double dropout = 0.0;
   double attention_dropout = 0.0;  // on the attention probabilities
   double layer_norm_eps = 1e-5;
   double label_smoothing = 0.0;
