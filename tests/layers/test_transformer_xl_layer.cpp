@@ -8,6 +8,7 @@
 // layer returns none for it, and overwriting the caller's memory after the
 // forward pass does not change the backward pass.
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/layers/transformer_xl_layer.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
@@ -308,6 +309,45 @@ TEST(TransformerXLLayer, FloatMatchesDouble) {
   Workspace workspace;
   layer.forward(x, memory, c.call, state, workspace);
   EXPECT_LT(relative_error(to_host(x), to_host(c.x)), 1e-5);
+}
+
+// After one warm-up step, a forward + backward with a memory of the same
+// length allocates nothing: the state and the workspace are reused. (A
+// model's step still allocates in the loss and the embedding's backward,
+// whose ops take no workspace.)
+TEST(TransformerXLLayer, NoAllocationsAfterWarmUp) {
+  for (const bool pre_norm : {false, true}) {
+    auto config = small_config(pre_norm);
+    config.attention_dropout = 0.1;
+    config.dropout = 0.1;
+    config.position_dropout = 0.1;
+    config.feed_forward.dropout = 0.1;
+    config.feed_forward.chunk = 3;
+    ParameterSet<float> params;
+    TransformerXLLayer<float> layer("layer", config, params);
+    layer.init({1, 1});
+    View3<float> x("x", 2, 16, 8), memory("memory", 2, 24, 8), dx("dx", 2, 16, 8);
+    fill_uniform(memory, 3);
+    TransformerXLLayerState<float> state;
+    Workspace workspace;
+    auto& tracker = MemoryTracker::instance();
+    ASSERT_TRUE(tracker.installed());
+    const std::string space = MemSpace::name();
+    auto step = [&](std::uint64_t k) {
+      fill_uniform(x, k);
+      fill_uniform(dx, k + 100);
+      layer.forward(x, memory, {{5, k}, true, -1, {6, k}}, state, workspace);
+      layer.backward(dx, state, workspace);
+      Kokkos::fence();
+    };
+    const auto before = tracker.space(space).allocations;
+    step(0);
+    const auto after_warm_up = tracker.space(space).allocations;
+    EXPECT_GT(after_warm_up, before) << "the warm-up allocates the state and the workspace";
+    for (std::uint64_t k = 1; k <= 3; ++k) step(k);
+    EXPECT_EQ(tracker.space(space).allocations, after_warm_up)
+        << (pre_norm ? "pre-LN" : "post-LN") << ": a warmed-up step allocated";
+  }
 }
 
 TEST(TransformerXLLayer, ClearErrors) {
