@@ -123,7 +123,8 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(const ReformerCall& 
 
 template <class T>
 void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
-                               TransformerXLMemory<T>& memory, TransformerXLState<T>& state) const {
+                               TransformerXLMemory<T>& memory, TransformerXLState<T>& state,
+                               bool keep_layers) const {
   const char* op = "TransformerXL::forward";
   const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
   require<ShapeError>(batch > 0 && length > 0, op, ": ids has shape ", shape_string(ids),
@@ -134,8 +135,7 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
   require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
                        " but must be >= 0");
   ops::require_ids_in_range(op, "ids", ids_of(ids), config_.vocab);
-  const bool has_memory = memory.length() > 0;
-  if (has_memory)
+  if (memory.length() > 0)
     require<ShapeError>(
         memory.hidden.size() == layers_.size() && Index(memory.hidden[0].extent(0)) == batch, op,
         ": the memory holds ", memory.hidden.size(), " layers of shape ",
@@ -144,7 +144,9 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
   state.call = call;
   state.batch = batch;
   state.length = length;
-  state.layers.resize(layers_.size());
+  // Evaluation keeps no layer's activations for a backward pass: one state
+  // serves every layer in turn (a long evaluation memory costs one layer's).
+  state.layers.resize(keep_layers ? layers_.size() : 1);
   auto x = ensure_view(state.x, "txl_x", batch, length, d);
   auto e = as_matrix(x);
   ops::token_embedding_forward<T>(embedding_->matrix(), ids_of(ids), config_.scale_embedding, e);
@@ -152,22 +154,22 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
     ops::dropout_forward<T>(as_vector(e), config_.dropout,
                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
                             as_vector(e));
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const In3<T> m = has_memory ? In3<T>(memory.hidden[i]) : In3<T>();
-    layers_[i]->forward(x, m, layer_call(call, Index(i), memory.mem_len), state.layers[i],
-                        state.workspace);
-  }
   // The new memories: the last rows of each layer's [memory; input], which
-  // the layer's state holds (so the old memory can be overwritten now).
-  const Index kept = std::min(memory.mem_len, memory.length() + length);
-  if (kept == 0) {
-    memory.hidden.clear();
-  } else {
-    memory.hidden.resize(layers_.size());
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      last_rows<T>(state.layers[i].context,
+  // the layer's state holds, so that layer i's memory is replaced as soon as
+  // layer i has read it.
+  const Index mem_before = memory.length();
+  const Index kept = std::min(memory.mem_len, mem_before + length);
+  if (kept > 0) memory.hidden.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    auto& layer_state = state.layers[keep_layers ? i : 0];
+    const In3<T> m = mem_before > 0 ? In3<T>(memory.hidden[i]) : In3<T>();
+    layers_[i]->forward(x, m, layer_call(call, Index(i), memory.mem_len), layer_state,
+                        state.workspace);
+    if (kept > 0)
+      last_rows<T>(layer_state.context,
                    ensure_view(memory.hidden[i], "txl_memory", batch, kept, d));
   }
+  if (kept == 0) memory.hidden.clear();
   // The loss's input.
   auto out = ensure_view(state.out, "txl_out", batch, length, d);
   if (out_gamma_) {
@@ -259,7 +261,7 @@ ops::CrossEntropyResult TransformerXL<T>::evaluate(IdMatrix ids, IdMatrix target
                                                    const ReformerCall& call,
                                                    TransformerXLMemory<T>& memory,
                                                    TransformerXLState<T>& state) const {
-  forward(ids, call, memory, state);
+  forward(ids, call, memory, state, /*keep_layers=*/false);
   return loss(targets, ignore_id, state, /*gradients=*/false);
 }
 

@@ -344,6 +344,13 @@ TEST(TransformerXL, GradientsMatchFiniteDifferencesWithMemory) {
       return model.evaluate(seg_ids, seg_targets, -1, call, m, state).loss;
     };
     EXPECT_EQ(loss(), result.loss);
+    {  // evaluate (one layer state for all layers) leaves the same memory
+      auto m = copy_of(saved);
+      model.evaluate(seg_ids, seg_targets, -1, call, m, state);
+      ASSERT_EQ(m.hidden.size(), working.hidden.size());
+      for (std::size_t l = 0; l < m.hidden.size(); ++l)
+        EXPECT_EQ(to_host(m.hidden[l]), to_host(working.hidden[l])) << "layer " << l;
+    }
     for (auto& p : params) {
       const double err = gradient_error(p.value, p.grad, loss, 16);
       EXPECT_LT(err, 1e-7) << p.name;

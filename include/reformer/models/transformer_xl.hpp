@@ -94,15 +94,18 @@ class TransformerXL {
   void init(RandomKey key);
   // Forward on a segment ids [batch, L] over `memory`, then the memory
   // becomes the new one (see the top of the file). call.valid must be empty.
+  // keep_layers = false keeps no layer's activations for a backward pass
+  // (one layer state serves all layers: what evaluate does).
   void forward(IdMatrix ids, const ReformerCall& call, TransformerXLMemory<T>& memory,
-               TransformerXLState<T>& state) const;
+               TransformerXLState<T>& state, bool keep_layers = true) const;
   // forward, the loss (targets equal to ignore_id do not count; -1: all
   // count) and backward, accumulating the parameters' gradients (those of
   // call.loss_scale x the mean loss). The memory is updated as forward does.
   ops::CrossEntropyResult forward_backward(IdMatrix ids, IdMatrix targets, int ignore_id,
                                            const ReformerCall& call, TransformerXLMemory<T>& memory,
                                            TransformerXLState<T>& state) const;
-  // The loss without gradients; the memory is updated.
+  // The loss without gradients; the memory is updated. Activations of one
+  // layer at a time.
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
                                    const ReformerCall& call, TransformerXLMemory<T>& memory,
                                    TransformerXLState<T>& state) const;
