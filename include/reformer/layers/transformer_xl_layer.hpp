@@ -11,16 +11,18 @@
 //   pre-LN:  y = x + drop(o W_o),          out = y + FF(y)      (FF with its LayerNorm)
 //   post-LN: y = LN_attn(x + drop(o W_o)), out = LN_ff(y + FF(y)) (FF without one)
 // FF is layers/feed_forward.hpp's FeedForward (its dropout on the hidden
-// activation and its output). R [P, d_model] (with optional dropout) holds the sinusoidal encodings
-// of the distances 0 .. P - 1 (P = relative_attention_positions(M, L, ...)), in the project's
-// interleaved layout of ops::sinusoidal_positions_forward (pe(p, 2i) = sin, pe(p, 2i + 1) = cos),
-// not the reference's concatenated [sin, cos]: the two differ by a fixed permutation of W_r's rows,
-// so the model family is the same. u and v_bias are this layer's own ([heads, d_head]).
+// activation and its output). R [P, d_model] (with optional dropout) holds
+// the sinusoidal encodings of the distances 0 .. P - 1 (P =
+// relative_attention_positions(M, L, ...)) in the project's interleaved
+// layout of ops::sinusoidal_positions_forward (pe(p, 2i) = sin, pe(p, 2i + 1)
+// = cos), not the reference's concatenated [sin, cos]: the two differ by a
+// fixed permutation of W_r's rows, so the model family is the same. u and
+// v_bias are this layer's own ([heads, d_head]).
 //
 // The memory is an input without a gradient (stop-gradient): backward returns
 // the segment's gradient only. The state keeps a copy of c, so the caller may
 // overwrite its memory buffer between forward and backward (a model updates
-// its memories after the forward pass). The LayerNorm of a pre-LN layer also
+// its memories right after the layer's forward pass). The LayerNorm of a pre-LN layer also
 // normalises the memory rows, so its gain and shift get gradients from them.
 //
 // Parameters under a dotted prefix: attn.w_q, attn.w_k, attn.w_v, attn.w_r
