@@ -119,6 +119,44 @@ class BytesTask final : public Task {
     return out;
   }
 
+  std::uint64_t segments_per_stream(Split split, Index streams, Index length) const override {
+    require<ConfigError>(streams >= 1 && length >= 1, "bytes corpus: segments of ", streams,
+                         " streams of length ", length, "; both must be >= 1");
+    const std::uint64_t part = bounds_.bytes(split) / std::uint64_t(streams);
+    const std::uint64_t count = part >= 1 ? (part - 1) / std::uint64_t(length) : 0;
+    require<IoError>(count >= 1, "bytes corpus: the ", to_string(split), " split of \"",
+                     config_.path, "\" has ", bounds_.bytes(split), " bytes, ", part,
+                     " per stream for ", streams, " streams, but a segment needs ", length + 1,
+                     "; use fewer streams (train.batch x train.accumulate, or the evaluation's "
+                     "train.batch), a shorter segment or a longer file");
+    return count;
+  }
+
+  // Stream r of the split is bytes [begin + r n, begin + (r + 1) n), n = bytes / streams;
+  // segment s reads inputs [r n + s L, r n + s L + L) and the targets one byte on.
+  Batch segments(Split split, std::uint64_t segment, Index first, Index rows, Index streams,
+                 Index length) const override {
+    const std::uint64_t count = segments_per_stream(split, streams, length);
+    require<ConfigError>(first >= 0 && rows >= 1 && first + rows <= streams, "bytes corpus: rows [",
+                         first, ", ", first + rows, ") of ", streams,
+                         " streams; they must lie within the streams");
+    Batch out = internal::allocate_batch("BytesTask::segments", rows, length);
+    const std::uint64_t part = bounds_.bytes(split) / std::uint64_t(streams);
+    const unsigned char* start =
+        file_.data() + bounds_.begin[int(split)] + (segment % count) * std::uint64_t(length);
+    const int offset = int(config_.id_offset);
+    const auto inputs = out.inputs, targets = out.targets;
+    Kokkos::parallel_for("bytes_segments", HostPolicy(0, rows), [=](Index b) {
+      const unsigned char* row = start + std::uint64_t(first + b) * part;
+      for (Index t = 0; t < length; ++t) {
+        inputs(b, t) = row[t] + offset;
+        targets(b, t) = row[t + 1] + offset;
+      }
+    });
+    Kokkos::DefaultHostExecutionSpace().fence();
+    return out;
+  }
+
   int ignore_id() const override { return -1; }
   Index vocab() const override { return 256 + config_.id_offset; }
   Index length() const override { return config_.length; }

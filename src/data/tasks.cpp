@@ -160,6 +160,19 @@ class CopyTask final : public Task {
 
 }  // namespace
 
+namespace {
+// The error of a task that is not one text (the synthetic tasks).
+[[noreturn]] void no_streams(const Task& task) {
+  throw ConfigError(detail::concat("data: the task (", task.describe(),
+                                   ") is not a text read as streams of segments; "
+                                   "Transformer-XL needs data.task = \"bytes\""));
+}
+}  // namespace
+
+Batch Task::segments(Split, std::uint64_t, Index, Index, Index, Index) const { no_streams(*this); }
+
+std::uint64_t Task::segments_per_stream(Split, Index, Index) const { no_streams(*this); }
+
 std::vector<int> parse_token_ids(const std::string& text, const std::string& what) {
   std::vector<int> ids;
   std::string word;

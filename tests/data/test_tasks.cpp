@@ -354,6 +354,58 @@ TEST(BytesCorpus, WindowsStayInsideTheirSplit) {
   }
 }
 
+// Transformer-XL's streams (issue 22): stream r of a split is its r-th equal
+// part read from the start; consecutive segments of a row are consecutive
+// text; a slice of the rows equals those rows of the whole batch; segments
+// wrap at segments_per_stream; a synthetic task has no streams.
+TEST(BytesCorpus, SegmentStreamsAreConsecutiveText) {
+  const std::uint64_t size = 40000;
+  std::string text(size, '\0');
+  // Byte p encodes p mod 251 (a prime, so positions are told apart locally).
+  for (std::uint64_t p = 0; p < size; ++p) text[p] = char(p % 251);
+  TempDir dir;
+  write_file(dir.file("corpus"), text);
+  DataConfig config = config_of(TaskKind::Bytes, 16, 256);
+  config.path = dir.file("corpus");
+  const auto task = make_task(config);
+  const SplitBounds bounds = split_bytes(size);
+  const Index streams = 6, length = 10;
+  const std::uint64_t part = bounds.bytes(Split::Valid) / streams;  // 2000 / 6 = 333
+  const std::uint64_t count = task->segments_per_stream(Split::Valid, streams, length);
+  EXPECT_EQ(count, (part - 1) / length);  // 33
+  auto byte_at = [&](std::uint64_t p) { return int(p % 251); };
+  for (std::uint64_t s = 0; s < count + 2; ++s) {
+    const Batch all = task->segments(Split::Valid, s, 0, streams, streams, length);
+    const Batch slice = task->segments(Split::Valid, s, 2, 3, streams, length);
+    ASSERT_EQ(all.batch_size(), streams);
+    ASSERT_EQ(all.length(), length);
+    for (Index r = 0; r < streams; ++r)
+      for (Index t = 0; t < length; ++t) {
+        const std::uint64_t p =
+            bounds.begin[int(Split::Valid)] + r * part + (s % count) * length + t;
+        ASSERT_EQ(all.inputs(r, t), byte_at(p)) << "segment " << s << " row " << r;
+        ASSERT_EQ(all.targets(r, t), byte_at(p + 1));
+        ASSERT_LT(p + 1, bounds.end[int(Split::Valid)]);  // inside the split
+        if (r >= 2 && r < 5) {
+          ASSERT_EQ(slice.inputs(r - 2, t), all.inputs(r, t));
+        }
+      }
+  }
+  // The next segment of a row starts where the last one's targets end.
+  const Batch a = task->segments(Split::Train, 7, 0, 2, 2, length);
+  const Batch b = task->segments(Split::Train, 8, 0, 2, 2, length);
+  EXPECT_EQ(b.inputs(1, 0), a.targets(1, length - 1));
+  expect_error<IoError>([&] { task->segments_per_stream(Split::Valid, 400, length); },
+                        {"valid split", "400 streams", "fewer streams"});
+  expect_error<ConfigError>([&] { task->segments(Split::Valid, 0, 5, 2, streams, length); },
+                            {"rows [5, 7) of 6 streams"});
+  const auto synthetic = make_task(config_of(TaskKind::Copy, 8, 10));
+  expect_error<ConfigError>([&] { synthetic->segments(Split::Train, 0, 0, 1, 1, 8); },
+                            {"not a text read as streams", "data.task = \"bytes\""});
+  expect_error<ConfigError>([&] { synthetic->segments_per_stream(Split::Train, 1, 8); },
+                            {"not a text read as streams"});
+}
+
 TEST(BytesCorpus, FileErrorsNameThePath) {
   TempDir dir;
   DataConfig config = config_of(TaskKind::Bytes, 16, 256);

@@ -98,6 +98,19 @@ class Task {
   virtual Index length() const = 0;
   // One line for logs: the task, its sizes and its scoring rule.
   virtual std::string describe() const = 0;
+
+  // Streams of consecutive segments (Transformer-XL's data): the split is cut
+  // into `streams` equal parts and stream r reads its part from the start,
+  // `length` tokens per segment, targets one token further on. Returns rows
+  // [first, first + rows) of segment `segment`, which wraps around after
+  // segments_per_stream() segments (every stream at the same segment). A pure
+  // function of its arguments, like batch(). Tasks that are not one text
+  // (the synthetic ones) throw a ConfigError; the bytes task has them.
+  virtual Batch segments(Split split, std::uint64_t segment, Index first, Index rows, Index streams,
+                         Index length) const;
+  // Whole segments in each stream: (split bytes / streams - 1) / length.
+  // IoError when that is 0 (the split too short for so many streams).
+  virtual std::uint64_t segments_per_stream(Split split, Index streams, Index length) const;
 };
 
 // The task of a validated config (validate() is called here). The bytes task
