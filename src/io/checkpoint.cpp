@@ -114,10 +114,11 @@ CheckpointMeta read_meta(hid_t file, const std::string& path, const std::string&
 }
 
 std::vector<StoredParameter> read_parameters(hid_t file, const std::string& path,
-                                             const std::string& context) {
+                                             const std::string& context,
+                                             const std::string& group_name = "parameters") {
   const std::string where = detail::concat(context, ": ", quoted(path));
-  hdf5::check(hdf5::has_link(file, "parameters"), where, "has no /parameters group");
-  const Handle group = hdf5::open_group(file, "parameters", where);
+  hdf5::check(hdf5::has_link(file, group_name), where, "has no /" + group_name + " group");
+  const Handle group = hdf5::open_group(file, group_name, where);
   std::vector<StoredParameter> out;
   for (const std::string& name : hdf5::link_names(group.get(), where)) {
     const Handle dataset = hdf5::open_dataset(group.get(), name, where);
@@ -167,6 +168,32 @@ void require_finite(const std::vector<T>& values, const std::string& where,
                    "); the run had diverged when it was saved: use an earlier checkpoint");
 }
 
+// Every tensor of `set` from /<group>/<name>, validated (names both ways,
+// dtype, shapes, finite values) before anything is returned.
+template <class T>
+std::vector<std::vector<T>> read_set(hid_t file, const std::string& path,
+                                     const std::string& context, const std::string& group,
+                                     const ParameterSet<T>& set, const std::string& kind) {
+  const std::string where = context + ": " + quoted(path);
+  std::vector<Handle> datasets;
+  for (const Parameter<T>& p : set)
+    datasets.push_back(open_matching<T>(
+        file, group + "/" + p.name, kind + " \"" + p.name + "\"", p.shape, where,
+        "; the model has it but the checkpoint does not: the model config differs from the "
+        "checkpoint's"));
+  for (const StoredParameter& stored : read_parameters(file, path, context, group))
+    require<IoError>(set.contains(stored.name), where, " has ", kind, " \"", stored.name,
+                     "\" (shape ", shape_string(stored.shape),
+                     ") that the model lacks; the model config differs from the checkpoint's");
+  std::vector<std::vector<T>> data;
+  std::size_t i = 0;
+  for (const Parameter<T>& p : set)
+    data.push_back(read_values<T>(datasets[i++], p.size(), where, kind + " " + p.name));
+  i = 0;
+  for (const Parameter<T>& p : set) require_finite(data[i++], where, kind + " \"" + p.name + "\"");
+  return data;
+}
+
 template <class T>
 void copy_to(const View1<T>& destination, const std::vector<T>& values) {
   Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(values.data(),
@@ -185,7 +212,7 @@ void write_view(hid_t group, const std::string& name, const std::vector<Index>& 
 template <class T>
 void write_file(const std::string& path, const ParameterSet<T>& params,
                 const train::Adam<T>* optimizer, const CheckpointMeta& meta,
-                const std::string& context) {
+                const ParameterSet<T>* state, const std::string& context) {
   // Closing the file closes every object in it, so nothing can stay unwritten.
   const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fclose_degree(access.get(), H5F_CLOSE_STRONG);
@@ -223,6 +250,10 @@ void write_file(const std::string& path, const ParameterSet<T>& params,
       write_view(v.get(), p.name, p.shape, optimizer->second_moment(p.name), context);
     }
   }
+  if (state) {
+    const Handle group = hdf5::create_group(root, "state", context);
+    for (const Parameter<T>& p : *state) write_view(group.get(), p.name, p.shape, p.value, context);
+  }
   hdf5::check(H5Fflush(root, H5F_SCOPE_GLOBAL) >= 0, context, "cannot flush " + quoted(path));
   hdf5::check(file.close(), context, "cannot close " + quoted(path));
 }
@@ -231,7 +262,8 @@ void write_file(const std::string& path, const ParameterSet<T>& params,
 
 template <class T>
 void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
-                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta) {
+                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta,
+                     const typename NonDeduced<ParameterSet<T>>::type* state) {
   const std::string context = "save_checkpoint " + quoted(path);
   require<IoError>(!path.empty(), "save_checkpoint: the path is empty");
   const hdf5::QuietErrors quiet;
@@ -246,7 +278,7 @@ void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
   // sees the old file or the new one, never a partial one.
   const std::string temporary = temporary_path(path);
   try {
-    write_file(temporary, params, optimizer, meta, context);
+    write_file(temporary, params, optimizer, meta, state, context);
     sync_path(temporary, false, context);
     if (std::rename(temporary.c_str(), path.c_str()) != 0)
       throw IoError(detail::concat(context, ": cannot rename ", quoted(temporary), " to ",
@@ -270,19 +302,14 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
                    " parameters but the model uses ", dtype_name<T>(), "; load it into a ",
                    "ParameterSet<", meta.dtype, "> (dtype = \"", meta.dtype, "\")");
 
-  // Validate everything first: names both ways, shapes, types, moments.
-  std::vector<Handle> values, first, second;
+  // Validate and read everything first: names both ways, shapes, types,
+  // moments, finite values (a run that diverged must not be continued or
+  // evaluated from its NaNs).
+  const auto value_data = read_set<T>(file.get(), path, context, "parameters", params, "parameter");
+  std::vector<Handle> first, second;
   std::vector<View1<T>> first_views, second_views;
-  for (const Parameter<T>& p : params)
-    values.push_back(open_matching<T>(
-        file.get(), "parameters/" + p.name, "parameter \"" + p.name + "\"", p.shape, where,
-        "; the model has it but the checkpoint does not: the model config differs from the "
-        "checkpoint's"));
-  for (const StoredParameter& stored : read_parameters(file.get(), path, context))
-    require<IoError>(params.contains(stored.name), where, " has parameter \"", stored.name,
-                     "\" (shape ", shape_string(stored.shape),
-                     ") that the model lacks; the model config differs from the checkpoint's");
   const std::int64_t optimizer_steps = meta.optimizer_steps;
+  std::vector<std::vector<T>> first_data, second_data;
   if (optimizer) {
     require<IoError>(hdf5::has_link(file.get(), "optimizer"), where,
                      " has no optimizer state (it was saved without an optimizer); load it "
@@ -300,32 +327,17 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
                                         "second moment of \"" + p.name + "\"", p.shape, where,
                                         fix));
     }
-  }
-
-  // Read everything to the host (a checksum or read error stops here) ...
-  std::vector<std::vector<T>> value_data, first_data, second_data;
-  std::size_t i = 0;
-  for (const Parameter<T>& p : params) {
-    value_data.push_back(read_values<T>(values[i], p.size(), where, "parameter " + p.name));
-    if (optimizer) {
+    std::size_t i = 0;
+    for (const Parameter<T>& p : params) {
       first_data.push_back(read_values<T>(first[i], p.size(), where, "first moment " + p.name));
       second_data.push_back(read_values<T>(second[i], p.size(), where, "second moment " + p.name));
-    }
-    ++i;
-  }
-  // ... check that every value is finite (a run that diverged must not be
-  // continued or evaluated from its NaNs) ...
-  i = 0;
-  for (const Parameter<T>& p : params) {
-    require_finite(value_data[i], where, "parameter \"" + p.name + "\"");
-    if (optimizer) {
       require_finite(first_data[i], where, "first moment of \"" + p.name + "\"");
       require_finite(second_data[i], where, "second moment of \"" + p.name + "\"");
+      ++i;
     }
-    ++i;
   }
-  // ... and only then change the model and the optimizer.
-  i = 0;
+  // Only then change the model and the optimizer.
+  std::size_t i = 0;
   for (Parameter<T>& p : params) {
     copy_to(p.value, value_data[i]);
     if (optimizer) {
@@ -351,10 +363,33 @@ std::vector<StoredParameter> read_checkpoint_parameters(const std::string& path)
   return read_parameters(file.get(), path, "read_checkpoint_parameters");
 }
 
-#define REFORMER_INSTANTIATE(T)                                                   \
-  template void save_checkpoint<T>(const std::string&, const ParameterSet<T>&,    \
-                                   const train::Adam<T>*, const CheckpointMeta&); \
-  template CheckpointMeta load_checkpoint<T>(const std::string&, ParameterSet<T>&, train::Adam<T>*);
+std::vector<StoredParameter> read_checkpoint_state(const std::string& path) {
+  const hdf5::QuietErrors quiet;
+  const Handle file = open_checkpoint(path, "read_checkpoint_state");
+  read_meta(file.get(), path, "read_checkpoint_state");
+  if (!hdf5::has_link(file.get(), "state")) return {};
+  return read_parameters(file.get(), path, "read_checkpoint_state", "state");
+}
+
+template <class T>
+void load_checkpoint_state(const std::string& path, ParameterSet<T>& state) {
+  const std::string context = "load_checkpoint_state";
+  const hdf5::QuietErrors quiet;
+  const Handle file = open_checkpoint(path, context);
+  read_meta(file.get(), path, context);
+  if (state.size() == 0 && !hdf5::has_link(file.get(), "state")) return;
+  const auto data = read_set<T>(file.get(), path, context, "state", state, "state tensor");
+  std::size_t i = 0;
+  for (Parameter<T>& p : state) copy_to(p.value, data[i++]);
+}
+
+#define REFORMER_INSTANTIATE(T)                                                    \
+  template void save_checkpoint<T>(const std::string&, const ParameterSet<T>&,     \
+                                   const train::Adam<T>*, const CheckpointMeta&,   \
+                                   const ParameterSet<T>*);                        \
+  template CheckpointMeta load_checkpoint<T>(const std::string&, ParameterSet<T>&, \
+                                             train::Adam<T>*);                     \
+  template void load_checkpoint_state<T>(const std::string&, ParameterSet<T>&);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::io

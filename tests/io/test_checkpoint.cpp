@@ -327,6 +327,49 @@ TEST(CheckpointCorrupt, FailedSaveKeepsTheOldFile) {
       {"plain/ckpt.h5", "cannot create the folder"});
 }
 
+// State beyond the parameters (Transformer-XL's memories) under /state:
+// written when given, read back by name and shape, refused when it does not
+// match or is not finite; a checkpoint without it reads as empty.
+TEST(CheckpointState, RoundTripsAndIsValidated) {
+  TempDir dir;
+  const Model<float> model(6);
+  ParameterSet<float> state;
+  state.add("memory.0.0", {2, 3, 4});
+  state.add("memory.0.1", {2, 3, 4});
+  for (auto& p : state) fill_uniform(p.value, 77);
+  const std::string path = dir.file("s.h5");
+  save_checkpoint(path, model.params, model.adam.get(), sample_meta(), &state);
+  const auto stored = read_checkpoint_state(path);
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[1].name, "memory.0.1");
+  EXPECT_EQ(stored[1].shape, (std::vector<Index>{2, 3, 4}));
+  ParameterSet<float> back;
+  back.add("memory.0.0", {2, 3, 4});
+  back.add("memory.0.1", {2, 3, 4});
+  load_checkpoint_state(path, back);
+  for (const auto& p : state) EXPECT_EQ(to_host(back.get(p.name).value), to_host(p.value));
+  // The parameters still load as before.
+  Model<float> other(9);
+  load_checkpoint(path, other.params, other.adam.get());
+  EXPECT_EQ(other.state(), model.state());
+  ParameterSet<float> wrong;
+  wrong.add("memory.0.0", {2, 5, 4});
+  wrong.add("memory.0.1", {2, 3, 4});
+  expect_error<IoError>([&] { load_checkpoint_state(path, wrong); },
+                        {"state tensor \"memory.0.0\"", "[2, 3, 4]", "[2, 5, 4]"});
+  ParameterSet<float> fewer;
+  fewer.add("memory.0.0", {2, 3, 4});
+  expect_error<IoError>([&] { load_checkpoint_state(path, fewer); },
+                        {"state tensor \"memory.0.1\"", "lacks"});
+  Kokkos::deep_copy(Kokkos::subview(state.get("memory.0.1").value, std::make_pair(0, 1)),
+                    std::numeric_limits<float>::quiet_NaN());
+  save_checkpoint(path, model.params, model.adam.get(), sample_meta(), &state);
+  expect_error<IoError>([&] { load_checkpoint_state(path, back); },
+                        {"state tensor \"memory.0.1\"", "non-finite"});
+  save_checkpoint(dir.file("plain.h5"), model.params, model.adam.get(), sample_meta());
+  EXPECT_TRUE(read_checkpoint_state(dir.file("plain.h5")).empty());
+}
+
 // ---------------------------------------------------------------- run folders
 
 TEST(CheckpointFiles, NamesLatestAndPrune) {

@@ -15,6 +15,8 @@
 //   /optimizer              attribute steps (int64), only when saved with an optimizer
 //   /optimizer/m/<name>     Adam's first moments, shaped like the parameter
 //   /optimizer/v/<name>     Adam's second moments
+//   /state/<name>           what else a resumed run needs, when there is any
+//                           (Transformer-XL's memories, "memory.<j>.<layer>")
 // Datasets are chunked with a Fletcher-32 checksum and the metadata has its own,
 // so flipped bits or edits anywhere are found when loading ("... is damaged").
 // Version 1 files (no meta_checksum) are still read. Randomness is counter-based (core/random.hpp):
@@ -67,9 +69,11 @@ using OptimizerOf = typename NonDeduced<train::Adam<T>>::type;
 // format_version are ignored: the file gets T's dtype and this build's version).
 // Creates the parent directory if needed. IoError naming the path on failure;
 // a file already at `path` is then unchanged.
+// `state`, when not null, is written under /state (its values only).
 template <class T>
 void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
-                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta);
+                     const OptimizerOf<T>* optimizer, const CheckpointMeta& meta,
+                     const typename NonDeduced<ParameterSet<T>>::type* state = nullptr);
 
 // Restores the parameters' values and, when `optimizer` is not null, its
 // moments and step count (the optimizer must have been built on `params`).
@@ -89,6 +93,13 @@ struct StoredParameter {
   std::vector<Index> shape;
 };
 std::vector<StoredParameter> read_checkpoint_parameters(const std::string& path);
+// The names and shapes under /state (empty when the file has none).
+std::vector<StoredParameter> read_checkpoint_state(const std::string& path);
+// Fills `state` (shaped from read_checkpoint_state) from /state: the same
+// validation as parameters (names both ways, dtype, shapes, finite values),
+// `state` unchanged on failure.
+template <class T>
+void load_checkpoint_state(const std::string& path, ParameterSet<T>& state);
 
 // Run folders keep their checkpoints as <run_dir>/checkpoints/step_<step>.h5,
 // the step zero-padded to at least 8 digits ("step_00000100.h5").
