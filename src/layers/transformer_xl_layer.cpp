@@ -169,6 +169,8 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   }
   const Index keys = mem + length;
   attention::RelativeAttentionConfig relative = config_.relative;
+  if (call.clamp_len >= 0) relative.clamp_len = call.clamp_len;
+  if (call.same_length >= 0) relative.same_length = call.same_length == 1;
   if (call.mem_len >= 0) {
     relative.mem_len = call.mem_len;
     if (call.mem_len == 0) relative.same_length = false;

@@ -113,12 +113,14 @@ void TransformerXL<T>::init(RandomKey key) {
 }
 
 template <class T>
-layers::TransformerXLLayerCall TransformerXL<T>::layer_call(const ReformerCall& call, Index layer,
-                                                            Index mem_len) const {
+layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
+    const ReformerCall& call, Index layer, const TransformerXLMemory<T>& memory) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
           call.training,
-          mem_len,
-          {call.key.seed, stream_id(call.key.stream, kPositionDropout)}};
+          memory.mem_len,
+          {call.key.seed, stream_id(call.key.stream, kPositionDropout)},
+          memory.clamp_len,
+          memory.same_length};
 }
 
 template <class T>
@@ -134,6 +136,11 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
                        "(leave ReformerCall::valid empty)");
   require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
                        " but must be >= 0");
+  require<ConfigError>(
+      memory.clamp_len >= -1 && memory.same_length >= -1 && memory.same_length <= 1, op,
+      ": the memory's clamp_len is ", memory.clamp_len, " and same_length ", memory.same_length,
+      "; clamp_len must be >= 0 (-1: the model's) and same_length 0, 1 or -1 "
+      "(the model's)");
   ops::require_ids_in_range(op, "ids", ids_of(ids), config_.vocab);
   if (memory.length() > 0)
     require<ShapeError>(
@@ -163,8 +170,7 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto& layer_state = state.layers[keep_layers ? i : 0];
     const In3<T> m = mem_before > 0 ? In3<T>(memory.hidden[i]) : In3<T>();
-    layers_[i]->forward(x, m, layer_call(call, Index(i), memory.mem_len), layer_state,
-                        state.workspace);
+    layers_[i]->forward(x, m, layer_call(call, Index(i), memory), layer_state, state.workspace);
     if (kept > 0)
       last_rows<T>(layer_state.context,
                    ensure_view(memory.hidden[i], "txl_memory", batch, kept, d));

@@ -71,6 +71,11 @@ struct TransformerXLLayerCall {
   bool training = true;
   Index mem_len = -1;
   RandomKey position_key{};  // the stream of position_dropout's mask
+  // Evaluation settings that differ from the config's (the paper evaluates
+  // with clamp_len 820 and same_length after training without): -1 keeps the
+  // config's clamp_len; same_length -1 keeps the config's, 0 off, 1 on.
+  Index clamp_len = -1;
+  int same_length = -1;
 };
 
 // What backward needs from forward, owned by the caller (reused across calls;

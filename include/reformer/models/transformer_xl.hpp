@@ -63,7 +63,12 @@ struct TransformerXLConfig {
 // Per-layer memories of one stream of segments, owned by the caller.
 template <class T>
 struct TransformerXLMemory {
-  Index mem_len = 0;             // positions kept per layer after each segment
+  Index mem_len = 0;  // positions kept per layer after each segment
+  // How this stream is read when it differs from the model's config (the
+  // paper's evaluation: clamp_len 820, same_length): -1 keeps the config's
+  // clamp_len; same_length -1 keeps the config's, 0 off, 1 on.
+  Index clamp_len = -1;
+  int same_length = -1;
   std::vector<View3<T>> hidden;  // per layer [batch, M, d_model], M <= mem_len; empty at first
   Index length() const { return hidden.empty() ? 0 : Index(hidden[0].extent(1)); }
   // Forgets the positions (a new text); mem_len stays.
@@ -116,7 +121,7 @@ class TransformerXL {
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, TransformerXLState<T>& state,
                                bool gradients) const;
   layers::TransformerXLLayerCall layer_call(const ReformerCall& call, Index layer,
-                                            Index mem_len) const;
+                                            const TransformerXLMemory<T>& memory) const;
 
   TransformerXLConfig config_;
   Parameter<T>* embedding_ = nullptr;
