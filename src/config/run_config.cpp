@@ -218,7 +218,8 @@ std::vector<Key> make_keys() {
   k.push_back(string_key("run.dir", REFORMER_FIELD(run_dir)));
   k.push_back(string_key("run.name", REFORMER_FIELD(name)));
 
-  k.push_back(choice_key("model.type", REFORMER_FIELD(model_type), {"reformer", "transformer"}));
+  k.push_back(choice_key("model.type", REFORMER_FIELD(model_type),
+                         {"reformer", "transformer", "transformer_xl"}));
   k.push_back(integer_key("model.vocab", REFORMER_FIELD(model.vocab)));
   k.push_back(integer_key("model.d_model", REFORMER_FIELD(model.d_model)));
   k.push_back(integer_key("model.d_ff", REFORMER_FIELD(model.d_ff)));
@@ -306,6 +307,14 @@ std::vector<Key> make_keys() {
   k.push_back(bool_key("model.seq2seq.tie_generator", REFORMER_FIELD(transformer.tie_generator)));
   k.push_back(bool_key("model.seq2seq.reversible", REFORMER_FIELD(transformer.reversible)));
 
+  // model.type = "transformer_xl": the keys above that apply (widths, heads,
+  // layers, dropout, chunks, tie_embeddings, ff_activation) and these.
+  k.push_back(integer_key("model.xl.mem_len", REFORMER_FIELD(xl.mem_len)));
+  k.push_back(integer_key("model.xl.clamp_len", REFORMER_FIELD(xl.clamp_len)));
+  k.push_back(bool_key("model.xl.same_length", REFORMER_FIELD(xl.same_length)));
+  k.push_back(bool_key("model.xl.pre_norm", REFORMER_FIELD(xl.pre_norm)));
+  k.push_back(bool_key("model.xl.scale_embedding", REFORMER_FIELD(xl.scale_embedding)));
+
   k.push_back(enum_key<data::TaskKind>(
       "data.task", REFORMER_FIELD(data.task),
       {data::TaskKind::Duplication, data::TaskKind::Copy, data::TaskKind::Bytes,
@@ -347,6 +356,13 @@ std::vector<Key> make_keys() {
   k.push_back(float_key("train.adam.beta2", REFORMER_FIELD(train.adam.beta2)));
   k.push_back(float_key("train.adam.eps", REFORMER_FIELD(train.adam.eps)));
   k.push_back(float_key("train.adam.weight_decay", REFORMER_FIELD(train.adam.weight_decay)));
+
+  k.push_back(integer_key("eval.tgt_len", REFORMER_FIELD(eval.tgt_len)));
+  k.push_back(integer_key("eval.mem_len", REFORMER_FIELD(eval.mem_len)));
+  k.push_back(integer_key("eval.clamp_len", REFORMER_FIELD(eval.clamp_len)));
+  k.push_back(
+      choice_key("eval.same_length", REFORMER_FIELD(eval.same_length), {"model", "on", "off"}));
+  k.push_back(bool_key("eval.recompute", REFORMER_FIELD(eval.recompute)));
   return k;
 }
 
@@ -358,8 +374,9 @@ const std::vector<Key>& keys() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names{"run",           "model", "model.lsh", "model.local",
-                                              "model.seq2seq", "data",  "train",     "train.adam"};
+  static const std::vector<std::string> names{
+      "run",      "model", "model.lsh", "model.local", "model.seq2seq",
+      "model.xl", "data",  "train",     "train.adam",  "eval"};
   return names;
 }
 
@@ -617,8 +634,86 @@ models::TransformerConfig transformer_config(const RunConfig& config, Index voca
   return t;
 }
 
+models::TransformerXLConfig xl_config(const RunConfig& config) {
+  models::TransformerXLConfig x;
+  const auto& m = config.model;
+  x.vocab = m.vocab;
+  x.d_model = m.d_model;
+  x.d_ff = m.d_ff;
+  x.heads = m.heads;
+  x.d_head = m.d_head;
+  x.layers = m.layers;
+  x.clamp_len = config.xl.clamp_len;
+  x.same_length = config.xl.same_length;
+  x.pre_norm = config.xl.pre_norm;
+  x.scale_embedding = config.xl.scale_embedding;
+  x.tie_embeddings = m.tie_embeddings;
+  x.ff_activation = m.ff_activation;
+  x.ff_chunk = m.ff_chunk;
+  x.dropout = m.dropout;
+  x.attention_dropout = m.attention_dropout;
+  x.layer_norm_eps = m.layer_norm_eps;
+  x.label_smoothing = m.label_smoothing;
+  x.loss_chunk = m.loss_chunk;
+  return x;
+}
+
+namespace {
+
+// The parts every model type checks the same way.
+void validate_common(const RunConfig& c, const char* op) {
+  c.data.validate();
+  c.train.validate();
+  require<ConfigError>(!c.run_dir.empty(), op, ": run.dir is empty but must name the run folder");
+  constexpr auto kMaxSeed = std::uint64_t(std::numeric_limits<std::int64_t>::max());
+  require<ConfigError>(c.data.seed <= kMaxSeed, op, ": data.seed is ", c.data.seed,
+                       " but must be at most ", kMaxSeed, " (a TOML integer)");
+  require<ConfigError>(c.train.seed <= kMaxSeed, op, ": train.seed is ", c.train.seed,
+                       " but must be at most ", kMaxSeed, " (a TOML integer)");
+}
+
+void validate_xl(const RunConfig& c, const char* op) {
+  require<ConfigError>(c.data.task == data::TaskKind::Bytes, op,
+                       ": model.type is transformer_xl but data.task is ",
+                       data::to_string(c.data.task),
+                       "; Transformer-XL reads a text as streams of segments: data.task = "
+                       "\"bytes\" with data.path");
+  validate_common(c, op);
+  xl_config(c).validate();
+  require<ConfigError>(c.data.vocab <= c.model.vocab, op, ": data.vocab is ", c.data.vocab,
+                       " but model.vocab is ", c.model.vocab,
+                       "; the bytes must fit the embedding (model.vocab >= data.vocab)");
+  require<ConfigError>(c.xl.mem_len >= 0, op, ": model.xl.mem_len is ", c.xl.mem_len,
+                       " but must be >= 0 (0: no recurrence)");
+  require<ConfigError>(c.xl.clamp_len >= 0, op, ": model.xl.clamp_len is ", c.xl.clamp_len,
+                       " but must be >= 0 (0: no clamping)");
+  const auto& e = c.eval;
+  require<ConfigError>(e.tgt_len >= 0, op, ": eval.tgt_len is ", e.tgt_len,
+                       " but must be >= 0 (0: data.length)");
+  require<ConfigError>(e.mem_len >= -1, op, ": eval.mem_len is ", e.mem_len,
+                       " but must be >= 0 (0: no recurrence) or -1 (model.xl.mem_len)");
+  require<ConfigError>(e.clamp_len >= -1, op, ": eval.clamp_len is ", e.clamp_len,
+                       " but must be >= 0 (0: no clamping) or -1 (model.xl.clamp_len)");
+}
+
+}  // namespace
+
 void RunConfig::validate() const {
   const char* op = "RunConfig";
+  if (model_type == "transformer_xl") {
+    validate_xl(*this, op);
+    return;
+  }
+  {
+    const EvalConfig defaults;
+    const bool default_eval =
+        eval.tgt_len == defaults.tgt_len && eval.mem_len == defaults.mem_len &&
+        eval.clamp_len == defaults.clamp_len && eval.same_length == defaults.same_length &&
+        eval.recompute == defaults.recompute;
+    require<ConfigError>(default_eval, op, ": model.type is ", model_type,
+                         " but [eval] is set; its keys (tgt_len, mem_len, clamp_len, same_length, "
+                         "recompute) apply to model.type = \"transformer_xl\"; remove them");
+  }
   if (model_type == "transformer") {
     require<ConfigError>(data::is_pair_task(data.task), op, ": model.type is transformer but ",
                          "data.task is ", data::to_string(data.task),
@@ -643,7 +738,7 @@ void RunConfig::validate() const {
     return;
   }
   require<ConfigError>(model_type == "reformer", op, ": model.type is '", model_type,
-                       "' but must be reformer or transformer");
+                       "' but must be reformer, transformer or transformer_xl");
   require<ConfigError>(!data::is_pair_task(data.task), op, ": data.task is ",
                        data::to_string(data.task),
                        ", a source/target pair task, but model.type is reformer; set model.type "
@@ -663,11 +758,6 @@ void RunConfig::validate() const {
   require<ConfigError>(data.vocab <= model.vocab, op, ": data.vocab is ", data.vocab,
                        " but model.vocab is ", model.vocab,
                        "; the task's token ids must fit the embedding (model.vocab >= data.vocab)");
-  constexpr auto kMaxSeed = std::uint64_t(std::numeric_limits<std::int64_t>::max());
-  require<ConfigError>(data.seed <= kMaxSeed, op, ": data.seed is ", data.seed,
-                       " but must be at most ", kMaxSeed, " (a TOML integer)");
-  require<ConfigError>(train.seed <= kMaxSeed, op, ": train.seed is ", train.seed,
-                       " but must be at most ", kMaxSeed, " (a TOML integer)");
 }
 
 namespace {
@@ -721,6 +811,15 @@ models::TransformerConfig parse_transformer_config(const std::string& toml_text,
                                                    const std::vector<std::string>& overrides) {
   const Reader reader = read_model_config(toml_text, source_name, overrides);
   const auto config = transformer_config(reader.config, reader.config.model.vocab);
+  validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
+  return config;
+}
+
+models::TransformerXLConfig parse_xl_config(const std::string& toml_text,
+                                            const std::string& source_name,
+                                            const std::vector<std::string>& overrides) {
+  const Reader reader = read_model_config(toml_text, source_name, overrides);
+  const auto config = xl_config(reader.config);
   validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
   return config;
 }

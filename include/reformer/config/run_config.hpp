@@ -13,6 +13,7 @@
 #include "reformer/data/data_config.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/transformer.hpp"
+#include "reformer/models/transformer_xl.hpp"
 #include "reformer/train/train_config.hpp"
 
 #include <string>
@@ -20,13 +21,40 @@
 
 namespace reformer::config {
 
+// [model.xl]: Transformer-XL's own settings (the sizes come from [model]).
+struct XLConfig {
+  Index mem_len = 64;           // memory positions per layer in training
+  Index clamp_len = 0;          // distances above it share its encoding; 0: none
+  bool same_length = false;     // every query sees mem_len keys
+  bool pre_norm = false;        // the reference's default is post-LN
+  bool scale_embedding = true;  // the embedding times sqrt(d_model)
+};
+
+// [eval]: how Transformer-XL is evaluated (in training and by `reformer
+// eval`), each defaulting to the training's setting. The paper trains enwik8
+// base with tgt_len 512, mem_len 512 and evaluates with tgt_len 80, mem_len
+// 2100, clamp_len 820 and same_length.
+struct EvalConfig {
+  Index tgt_len = 0;                  // segment length; 0: data.length
+  Index mem_len = -1;                 // -1: model.xl.mem_len; 0: no recurrence (the ablation)
+  Index clamp_len = -1;               // -1: model.xl.clamp_len
+  std::string same_length = "model";  // "model" (model.xl.same_length), "on" or "off"
+  // Instead of a memory, rerun the model (mem_len 0) on the mem_len tokens
+  // before each segment plus the segment, scoring the segment: the baseline
+  // Transformer-XL's evaluation speed is compared with.
+  bool recompute = false;
+};
+
 struct RunConfig {
-  // [model] type: "reformer" (the language model) or "transformer" (the
+  // [model] type: "reformer" (the language model), "transformer" (the
   // encoder-decoder, which reads the [model] keys that apply to it and
-  // [model.seq2seq]; transformer_config() below).
+  // [model.seq2seq]; transformer_config() below) or "transformer_xl" (the
+  // [model] keys that apply and [model.xl]; xl_config() below).
   std::string model_type = "reformer";
   models::ReformerConfig model{};           // [model], [model.lsh], [model.local]
   models::TransformerConfig transformer{};  // [model.seq2seq] (the rest from [model])
+  XLConfig xl{};                            // [model.xl]
+  EvalConfig eval{};                        // [eval] (Transformer-XL only)
   data::DataConfig data{};                  // [data]
   train::TrainConfig train{};               // [train], [train.adam]
   std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
@@ -44,6 +72,11 @@ struct RunConfig {
 // vocabularies from the data task (`vocab`, the task's; 0: data.vocab, or 259 for
 // a parallel file, whose character vocabulary is known only once it is read).
 models::TransformerConfig transformer_config(const RunConfig& config, Index vocab = 0);
+
+// Transformer-XL's config of a run with model.type = "transformer_xl": sizes,
+// dropout, eps, label smoothing, chunks, tie_embeddings and ff_activation from
+// [model], the rest from [model.xl], the vocabulary model.vocab.
+models::TransformerXLConfig xl_config(const RunConfig& config);
 
 // The language model's config of a run: [model], with an automatic LSH bucket
 // count (model.lsh.n_buckets = []) resolved at data.length, so that the run's
@@ -74,6 +107,12 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
 models::TransformerConfig parse_transformer_config(const std::string& toml_text,
                                                    const std::string& source_name,
                                                    const std::vector<std::string>& overrides = {});
+
+// Only a Transformer-XL: the [model] and [model.xl] sections of the text and
+// model.* overrides (any other key is a ConfigError naming it), validated.
+models::TransformerXLConfig parse_xl_config(const std::string& toml_text,
+                                            const std::string& source_name,
+                                            const std::vector<std::string>& overrides = {});
 
 // The whole config as TOML, every key written (automatic values as empty lists
 // with a comment); parse_run_config of it gives back an identical config.
