@@ -100,7 +100,11 @@ std::string default_out() {
 int run_memory(const GlobalOptions& global, MemoryArgs args) {
   models::ReformerConfig base;
   models::TransformerConfig seq2seq_base;
+  models::TransformerXLConfig xl_base;
   const bool seq2seq = args.model == "transformer";
+  const bool xl = args.model == "transformer_xl";
+  if (xl && args.variants == train::sweep_variant_names())
+    args.variants = train::sweep_xl_variant_names();
   // One point of the chosen model: the variant at this depth (the
   // encoder-decoder: this many encoder and decoder layers) and length.
   auto run_point = [&](const std::string& variant, std::int64_t layers, Index batch, Index length,
@@ -110,14 +114,20 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
       config.encoder_layers = config.decoder_layers = layers;
       return train::run_sweep_point(variant, config, batch, length, options);
     }
+    if (xl) {
+      auto config = xl_base;
+      config.layers = layers;
+      return train::run_sweep_point(variant, config, batch, length, options);
+    }
     auto config = base;
     config.layers = layers;
     return train::run_sweep_point(variant, config, batch, length, options);
   };
   try {
-    require<ConfigError>(seq2seq || args.model == "reformer", "memory: --model is '", args.model,
-                         "' but must be reformer (the language model) or transformer (the "
-                         "encoder-decoder)");
+    require<ConfigError>(seq2seq || xl || args.model == "reformer", "memory: --model is '",
+                         args.model,
+                         "' but must be reformer (the language model), transformer (the "
+                         "encoder-decoder) or transformer_xl");
     move_overrides(args.variants, args.overrides);
     move_overrides(args.length_words, args.overrides);
     move_overrides(args.layer_words, args.overrides);
@@ -130,6 +140,8 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     if (seq2seq)
       seq2seq_base = config::parse_transformer_config(train::sweep_base_transformer(),
                                                       "reformer memory", args.overrides);
+    else if (xl)
+      xl_base = config::parse_xl_config(train::sweep_base_xl(), "reformer memory", args.overrides);
     else
       base =
           config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
@@ -157,6 +169,10 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           if (seq2seq) {
             auto config = seq2seq_base;
             config.encoder_layers = config.decoder_layers = layers;
+            train::variant_config(v, config, length);
+          } else if (xl) {
+            auto config = xl_base;
+            config.layers = layers;
             train::variant_config(v, config, length);
           } else {
             auto config = base;
@@ -274,8 +290,9 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   CLI::App* sub = app.add_subcommand(
       "memory", "Measure (and predict) the memory and time of a training step per variant");
   sub->add_option("--model", args.model,
-                  "reformer (the language model, default) or transformer (the encoder-decoder, "
-                  "sources and targets of each length)");
+                  "reformer (the language model, default), transformer (the encoder-decoder, "
+                  "sources and targets of each length) or transformer_xl (segments of each "
+                  "length over a memory: variants xl-mem0, xl, xl-mem4x)");
   sub->add_option("--variants", args.variants,
                   "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, exact, exact-rev, reformer "
                   "(default: all)")
@@ -305,7 +322,8 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
   sub->add_option("overrides", args.overrides,
-                  "Model overrides, e.g. model.d_model=512 (transformer: also model.seq2seq.*)");
+                  "Model overrides, e.g. model.d_model=512 (transformer: also model.seq2seq.*; "
+                  "transformer_xl: also model.xl.*)");
   sub->callback([&global, &run] { run = [&global] { return run_memory(global, args); }; });
 }
 

@@ -131,6 +131,43 @@ TEST(MemorySweep, EncoderDecoderPredictionMatchesMeasuredPeakForEveryVariant) {
     }
 }
 
+// Transformer-XL (issue 22): without memory, with a memory of one segment and
+// of four, post-LN and pre-LN, clamped distances; the memory itself is an
+// input (like the ids) and predicted on its own.
+TEST(MemorySweep, TransformerXLPredictionMatchesMeasuredPeakForEveryVariant) {
+  models::TransformerXLConfig base;
+  base.vocab = 32;
+  base.d_model = 32;
+  base.heads = 2;
+  base.d_head = 16;
+  base.d_ff = 64;
+  base.layers = 2;
+  base.ff_chunk = 64;
+  base.loss_chunk = 64;
+  train::SweepOptions options;
+  options.timed_steps = 0;
+  for (const bool pre_norm : {false, true})
+    for (const auto& variant : train::sweep_xl_variant_names())
+      for (const Index length : {Index(128), Index(256)}) {
+        auto config = base;
+        config.pre_norm = pre_norm;
+        config.clamp_len = length == 256 ? 300 : 0;
+        const auto p = train::run_sweep_point(variant, config, 2, length, options);
+        ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+        SCOPED_TRACE(pre_norm ? "pre-LN" : "post-LN");
+        expect_prediction_matches(p);
+        const auto xl = train::variant_config(variant, config, length);
+        EXPECT_EQ(xl.mem_len, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length);
+      }
+  // A longer memory costs more, measured and predicted.
+  const auto none = train::run_sweep_point("xl-mem0", base, 2, 256, options);
+  const auto four = train::run_sweep_point("xl-mem4x", base, 2, 256, options);
+  EXPECT_GT(four.measured.peak(), 2 * none.measured.peak());
+  EXPECT_GT(four.predicted.peak(), 2 * none.predicted.peak());
+  expect_error<ConfigError>([&] { train::variant_config("lsh-2", base, 128); },
+                            {"'lsh-2'", "xl-mem0, xl or xl-mem4x"});
+}
+
 // Reversible layers keep no activations: the peak of a 6-layer encoder-decoder
 // is that of a 2-layer one (measured and predicted), while stored layers add
 // their activations per layer.

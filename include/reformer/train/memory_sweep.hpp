@@ -18,6 +18,7 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/transformer.hpp"
+#include "reformer/train/synthetic_step.hpp"
 
 #include <cstdint>
 #include <string>
@@ -44,6 +45,15 @@ const char* sweep_base_transformer();
 // feed-forward and loss.
 const std::vector<std::string>& sweep_variant_names();
 
+// Transformer-XL's base model (`reformer memory --model transformer_xl`): the
+// same widths, 2 layers, post-LN, no dropout; and its variants, by memory
+// length: xl-mem0 (no recurrence), xl (mem_len = the segment length, as the
+// paper trains) and xl-mem4x (four segments of memory, as it evaluates).
+const char* sweep_base_xl();
+const std::vector<std::string>& sweep_xl_variant_names();
+XLStepConfig variant_config(const std::string& variant, models::TransformerXLConfig base,
+                            Index length);
+
 // The base config turned into `variant` at `length` (max_length and the axial
 // shape follow the length). ConfigError naming the variant if it is unknown.
 models::ReformerConfig variant_config(const std::string& variant, models::ReformerConfig base,
@@ -69,6 +79,14 @@ StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch
                                std::int64_t scalar_bytes);
 StepMemory predict_step_memory(const models::TransformerConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes);
+// Transformer-XL's parameters (its memory is not state: see XLSyntheticStep),
+// and a step on segments of `length` over a full memory of config.mem_len.
+std::int64_t predict_state_bytes(const XLStepConfig& config, std::int64_t scalar_bytes);
+StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index length,
+                               std::int64_t scalar_bytes);
+// The memory itself: layers x batch x mem_len x d_model values.
+std::int64_t predict_xl_memory_bytes(const XLStepConfig& config, Index batch,
+                                     std::int64_t scalar_bytes);
 
 // What a run needs at most, predicted as `reformer memory` does: the state
 // (training: parameters, gradients and Adam moments; evaluation: parameters)
@@ -83,6 +101,11 @@ RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, 
                              std::int64_t scalar_bytes, bool training);
 RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training);
+// Transformer-XL: `groups` memories of `batch` rows (train.accumulate of them
+// in training, 1 in evaluation) count into the state; evaluation keeps one
+// layer's activations.
+RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training, Index groups);
 
 struct SweepPoint {
   std::string variant;
@@ -115,6 +138,8 @@ struct SweepOptions {
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
                            Index batch, Index length, const SweepOptions& options);
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
+                           Index batch, Index length, const SweepOptions& options);
+SweepPoint run_sweep_point(const std::string& variant, const models::TransformerXLConfig& base,
                            Index batch, Index length, const SweepOptions& options);
 
 }  // namespace reformer::train

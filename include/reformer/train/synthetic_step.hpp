@@ -9,6 +9,7 @@
 
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer.hpp"
+#include "reformer/models/transformer_xl.hpp"
 #include "reformer/train/optimizer.hpp"
 
 #include <cstdint>
@@ -52,9 +53,38 @@ class Seq2SeqSyntheticStep {
   models::TransformerState<T> state_;
 };
 
+// Transformer-XL and the memory length it trains with.
+struct XLStepConfig {
+  models::TransformerXLConfig model{};
+  Index mem_len = 0;
+};
+
+// The same for Transformer-XL (models/transformer_xl.hpp): random ids and a
+// memory of mem_len random positions per layer, allocated by the constructor
+// like the ids (a run carries it from step to step), so that every step reads
+// a full memory.
+template <class T>
+class XLSyntheticStep {
+ public:
+  XLSyntheticStep(const XLStepConfig& config, Index batch, Index length);
+  void run(std::uint64_t n);
+  // The ids, targets and the memory: inputs, not state.
+  std::int64_t id_bytes() const;
+
+ private:
+  ParameterSet<T> params_;
+  models::TransformerXL<T> model_;
+  Adam<T> adam_;
+  Kokkos::View<int**, Layout, MemSpace> ids_, targets_;
+  models::TransformerXLMemory<T> memory_;
+  models::TransformerXLState<T> state_;
+};
+
 extern template class SyntheticStep<float>;
 extern template class SyntheticStep<double>;
 extern template class Seq2SeqSyntheticStep<float>;
 extern template class Seq2SeqSyntheticStep<double>;
+extern template class XLSyntheticStep<float>;
+extern template class XLSyntheticStep<double>;
 
 }  // namespace reformer::train
