@@ -89,10 +89,7 @@ int run_train(const GlobalOptions& global, const RunArgs& args) {
     config = config::load_run_config(args.target, args.overrides);
     config.validate();
     // A missing, special or malformed data file fails here.
-    if (data::is_pair_task(config.data.task))
-      data::make_pair_task(data::pair_config(config.data));
-    else
-      data::make_task(config.data);
+    train::check_run_data(config);
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
@@ -138,7 +135,8 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
               train::resolve_checkpoint(args.target).c_str(), args.split.c_str(),
               static_cast<long long>(r.tokens), r.loss, r.bits_per_token, r.accuracy);
   if (r.exact_match >= 0) std::printf(", exact match %.5f", r.exact_match);
-  std::printf("\n");
+  std::printf(" (%.3f s, %.0f tokens/s)\n", r.seconds,
+              r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0);
   return 0;
 }
 
@@ -229,8 +227,9 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   eval->add_option("run", args.target, "Run folder or checkpoint file")->required();
   overrides(eval);
   eval->add_option("--split", args.split, "train, valid or test (default valid)");
-  eval->add_option("--batches", args.batches, "Batches to evaluate (default 8)")
-      ->check(CLI::Range(1, 1 << 30));
+  eval->add_option("--batches", args.batches,
+                   "Batches to evaluate (default 8; 0: the whole split, Transformer-XL)")
+      ->check(CLI::Range(0, 1 << 30));
   eval->callback([&run, &global] { run = [&global] { return run_eval(global, args); }; });
 
   CLI::App* gen = app.add_subcommand("generate", "Generate tokens from a run's checkpoint");

@@ -224,6 +224,7 @@ template <class T>
 EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t batches,
                              std::int64_t batch_size, std::uint64_t seed) {
   EvalResult result;
+  const auto start = Clock::now();
   double loss_sum = 0;
   std::int64_t correct = 0;
   Index same = 0, decoded = 0;
@@ -243,6 +244,8 @@ EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t bat
   }
   result.bits_per_token = result.loss / std::log(2.0);
   if (decoded > 0) result.exact_match = double(same) / double(decoded);
+  Kokkos::fence();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
 }
 
@@ -293,10 +296,24 @@ void require_memory_fits(const config::RunConfig& config, Index batch, bool trai
                          const char* op) {
   const Index length = config.data.length;
   const std::int64_t scalar = config.train.dtype == "double" ? 8 : 4;
-  const auto need =
-      config.model_type == "transformer"
-          ? predict_run_memory(config::transformer_config(config), batch, length, scalar, training)
-          : predict_run_memory(config.model, batch, length, scalar, training);
+  RunMemory need;
+  if (config.model_type == "transformer") {
+    need = predict_run_memory(config::transformer_config(config), batch, length, scalar, training);
+  } else if (config.model_type == "transformer_xl") {
+    // Training: train.accumulate groups of memories; evaluation: one, at its
+    // own segment and memory lengths (or the recomputed context).
+    const auto& e = config.eval;
+    const Index eval_length = e.tgt_len > 0 ? e.tgt_len : length;
+    const Index eval_mem = e.mem_len >= 0 ? e.mem_len : config.xl.mem_len;
+    XLStepConfig xl{config::xl_config(config), training ? config.xl.mem_len : eval_mem};
+    if (!training && e.recompute) xl.mem_len = 0;
+    Index rows = length;
+    if (!training) rows = e.recompute ? eval_length + eval_mem : eval_length;
+    need = predict_run_memory(xl, batch, rows, scalar, training,
+                              training ? config.train.accumulate : 1);
+  } else {
+    need = predict_run_memory(config.model, batch, length, scalar, training);
+  }
   const std::int64_t available = available_memory_bytes();
   if (available < 0) return;  // unknown: nothing to compare with
   require<MemoryError>(
@@ -314,6 +331,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   std::ostream& out = options.out ? *options.out : std::cout;
   const auto& tc = config.train;
   require_memory_fits(config, tc.batch, true, "train");
+  check_run_data(config);
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
   fs::create_directories(config.run_dir);
@@ -362,6 +380,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   const std::string resolved = config::to_toml(config);
   if (!resume_from.empty()) {
     io::load_checkpoint<T>(resume_from, w.params, &adam);  // refuses non-finite values
+    w.load_state(resume_from, data_position);
     out << "resumed from " << resume_from << " at step " << summary.first_step << '\n';
     if (summary.first_step == tc.steps)
       out << "the run has already taken its train.steps = " << tc.steps
@@ -374,7 +393,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   tracker.install();
   SignalGuard signals(options.handle_signals);
 
-  const bool stored = config.model_type == "transformer" || !config.model.reversible;
+  const bool stored = config.model_type != "reformer" || !config.model.reversible;
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
       << w.params.total_elements() << " parameters (" << config.model_type << ", " << w.layers()
       << " layers, " << (stored ? "stored" : "reversible") << ", " << tc.dtype << ")\n";
@@ -402,7 +421,9 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     meta.skipped_batches = skipped;
     meta.config = resolved;
     const auto path = io::checkpoint_file(config.run_dir, step);
-    io::save_checkpoint<T>(path, w.params, &adam, meta);
+    ParameterSet<T> state;  // the workload's memories, if it keeps any
+    w.save_state(state);
+    io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
     io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
     summary.checkpoint = path;
   };
@@ -580,6 +601,7 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
   require_memory_fits(run.config, run.config.train.batch, false, "eval");
   const auto workload = make_workload<T>(run.config);
   io::load_checkpoint<T>(run.checkpoint, workload->params, nullptr);
+  if (batches == 0) batches = workload->batches_in_split(split, run.config.train.batch);
   return evaluate_workload(*workload, split, batches, run.config.train.batch,
                            run.config.train.seed);
 }
@@ -796,6 +818,20 @@ TrainSummary run_training(const config::RunConfig& config, const TrainOptions& o
   return train_typed<float>(config, options);
 }
 
+void check_run_data(const config::RunConfig& config) {
+  if (data::is_pair_task(config.data.task)) {
+    data::make_pair_task(data::pair_config(config.data));
+    return;
+  }
+  const auto task = data::make_task(config.data);
+  if (config.model_type != "transformer_xl") return;
+  const Index eval_length = config.eval.tgt_len > 0 ? config.eval.tgt_len : config.data.length;
+  task->segments_per_stream(data::Split::Train, config.train.batch * config.train.accumulate,
+                            config.data.length);
+  for (const auto split : {data::Split::Valid, data::Split::Test})
+    task->segments_per_stream(split, config.train.batch, eval_length);
+}
+
 std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
   require<IoError>(fs::exists(run_or_checkpoint), "'", run_or_checkpoint,
                    "' does not exist; give a run folder or a checkpoint file");
@@ -809,7 +845,8 @@ std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
 EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
                                const std::vector<std::string>& overrides, data::Split split,
                                std::int64_t batches) {
-  require<ConfigError>(batches > 0, "eval: batches is ", batches, " but must be positive");
+  require<ConfigError>(batches >= 0, "eval: batches is ", batches,
+                       " but must be positive, or 0 for the whole split (Transformer-XL)");
   const auto run = load_run(run_or_checkpoint, overrides);
   if (run.config.train.dtype == "double") return evaluate_typed<double>(run, split, batches);
   return evaluate_typed<float>(run, split, batches);
@@ -824,6 +861,10 @@ GenerateResult generate(const std::string& run_or_checkpoint,
   require<ConfigError>(options.top_p > 0 && options.top_p <= 1, "generate: top_p is ",
                        options.top_p, " but must be in (0, 1] (1 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
+  require<ConfigError>(run.config.model_type != "transformer_xl",
+                       "generate: the run is a Transformer-XL (model.type = transformer_xl), "
+                       "which trains and evaluates here but has no generation yet; use "
+                       "`reformer eval`");
   if (run.config.model_type == "transformer") {
     if (run.config.train.dtype == "double") return translate_typed<double>(run, options);
     return translate_typed<float>(run, options);

@@ -10,6 +10,7 @@
 #include "reformer/data/tasks.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer.hpp"
+#include "reformer/models/transformer_xl.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
 #include <memory>
@@ -43,6 +44,19 @@ class Workload {
   virtual Index sequence_tokens() const = 0;
   // Layers for the progress line.
   virtual Index layers() const = 0;
+  // Batches that cover a split once (Transformer-XL: the segments of a
+  // stream at evaluation's tgt_len); ConfigError for workloads whose batches
+  // are random windows or generated, which have no end.
+  virtual std::int64_t batches_in_split(data::Split split, Index batch) const;
+  // State a resumed run needs besides the parameters and the data position
+  // (Transformer-XL's memories, which were computed with earlier parameters
+  // and cannot be rebuilt): written into `state` for a checkpoint, read back
+  // from one. Nothing for the other workloads.
+  virtual void save_state(ParameterSet<T>& state) const { (void)state; }
+  virtual void load_state(const std::string& checkpoint, std::uint64_t data_position) {
+    (void)checkpoint;
+    (void)data_position;
+  }
 };
 
 // The workload of a validated config; the task is built (a data file is read) here.

@@ -30,6 +30,7 @@ struct EvalResult {
   double accuracy = 0;        // argmax == target over the scored targets
   std::int64_t tokens = 0;
   double exact_match = -1;  // encoder-decoder: greedy decodings equal to the target; -1: n/a
+  double seconds = 0;       // wall time of the evaluation loop
 };
 
 struct TrainSummary {
@@ -42,6 +43,12 @@ struct TrainSummary {
   std::vector<double> losses;  // training loss of every step this call took
   std::string checkpoint;      // the last checkpoint written
 };
+
+// Opens the run's data as training will: IoError naming a missing, special or
+// malformed data file, or a split too short for Transformer-XL's streams
+// (training's train.batch x train.accumulate, evaluation's train.batch).
+// run_training calls it before it creates the run folder.
+void check_run_data(const config::RunConfig& config);
 
 // Trains (or resumes) the run; throws ConfigError/IoError before any work for
 // bad input (a resumed run whose config differs names the first key).
