@@ -13,6 +13,11 @@ install(TARGETS reformer_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/reformer DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT ReformerTargets NAMESPACE Reformer:: DESTINATION ${REFORMER_CMAKE_DIR})
 
+if(REFORMER_HAVE_MPI)
+  set(REFORMER_HAVE_MPI_VALUE TRUE)
+else()
+  set(REFORMER_HAVE_MPI_VALUE FALSE)
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ReformerConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/ReformerConfig.cmake
                               INSTALL_DESTINATION ${REFORMER_CMAKE_DIR})

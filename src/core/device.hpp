@@ -22,6 +22,27 @@
 
 namespace reformer::device {
 
+// Page-locked host memory for staging device buffers (MPI without GPU
+// support); plain host memory on host backends.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_HIP)
+using PinnedHostSpace = Kokkos::Experimental::HIPHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
+
+// GPUs this process can see; 0 on host backends.
+inline int device_count() {
+  int count = 0;
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+#elif defined(KOKKOS_ENABLE_HIP)
+  if (hipGetDeviceCount(&count) != hipSuccess) count = 0;
+#endif
+  return count;
+}
+
 // Backends this binary was built with: "Serial", "OpenMP", "CUDA", "HIP".
 inline std::vector<std::string> enabled_backends() {
   std::vector<std::string> backends;

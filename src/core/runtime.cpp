@@ -1,6 +1,7 @@
 #include "reformer/core/runtime.hpp"
 
 #include "core/device.hpp"
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/huge_pages.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/tile_multiply.hpp"
@@ -17,7 +18,12 @@ Runtime::Runtime(const RuntimeOptions& options) {
     // safe default on shared machines; set OMP_PROC_BIND=spread OMP_PLACES=threads
     // on a dedicated node for speed.
     setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
-    compat::initialize({options.num_threads, options.device_id});
+    // Several processes on a node (mpirun): one GPU each, by node-local rank.
+    int device = options.device_id;
+    const int gpus = device::device_count();
+    if (device < 0 && gpus > 0 && Communicator::world().size() > 1)
+      device = Communicator::world().local_rank() % gpus;
+    compat::initialize({options.num_threads, device});
     owns_kokkos_ = true;
   }
   // After initialize: Kokkos resets the tool callbacks while it starts. The

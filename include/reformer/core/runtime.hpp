@@ -10,7 +10,8 @@ namespace reformer {
 
 struct RuntimeOptions {
   int num_threads = -1;  // host threads; -1: Kokkos' choice (OMP_NUM_THREADS)
-  int device_id = -1;    // GPU ordinal; -1: Kokkos' choice
+  int device_id = -1;    // GPU ordinal; -1: the node-local rank modulo the GPUs under
+                         // mpirun (one GPU per process), else Kokkos' choice
   bool track_memory = true;
 };
 
