@@ -362,9 +362,9 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
 }
 
 template <class T>
-ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix targets,
-                                                        int ignore_id, const ReformerCall& call,
-                                                        ReformerState<T>& state) const {
+ops::CrossEntropyResult ReformerLM<T>::forward_backward(
+    IdMatrix ids, IdMatrix targets, int ignore_id, const ReformerCall& call,
+    ReformerState<T>& state, const std::function<void(Index)>& after_layer) const {
   const char* op = "ReformerLM::forward_backward";
   require_same_shape(op, "ids", ids, "targets", targets);
   // Memory-tracker phases: the trainer reports each one's peak.
@@ -385,6 +385,7 @@ ops::CrossEntropyResult ReformerLM<T>::forward_backward(IdMatrix ids, IdMatrix t
                                       state.scratch, state.workspace);
     else
       blocks_[i]->backward_stored(state.dx1, state.dx2, state.blocks[i], state.workspace);
+    if (after_layer) after_layer(i);
   }
   embed_backward(state.input, state);
   return result;

@@ -24,6 +24,7 @@
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -98,8 +99,13 @@ class ReformerLM {
   // Loss of the batch (mean over the counted targets) and its gradients,
   // accumulated into the parameters' gradients. Targets equal to ignore_id do
   // not count (-1: all count). Runs forward, the loss and backward.
-  ops::CrossEntropyResult forward_backward(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                           const ReformerCall& call, ReformerState<T>& state) const;
+  // `after_layer(i)`, when given, is called once per layer as soon as the
+  // backward has finished layer i's parameter gradients (the top layer
+  // first; reversible or stored): a data-parallel run starts summing them
+  // over the processes while the layers below recompute.
+  ops::CrossEntropyResult forward_backward(
+      IdMatrix ids, IdMatrix targets, int ignore_id, const ReformerCall& call,
+      ReformerState<T>& state, const std::function<void(Index)>& after_layer = {}) const;
   // Loss and accuracy without gradients (forward with call.training as given).
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
                                    const ReformerCall& call, ReformerState<T>& state) const;
