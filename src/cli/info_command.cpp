@@ -2,6 +2,7 @@
 // HDF5) exercised end to end.
 #include "cli/commands.hpp"
 
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/types.hpp"
@@ -31,6 +32,7 @@ int run_info(const GlobalOptions& global) {
   std::printf("  device             %s\n", info.device.c_str());
   std::printf("  host vector unit   %s\n", info.cpu_target.c_str());
   std::printf("  HDF5               %u.%u.%u\n", h5_major, h5_minor, h5_release);
+  std::printf("  MPI                %s\n", mpi_description().c_str());
 
   // A known allocation must show up in the tracker and go away again. Kernels
   // may allocate Kokkos-internal buffers (reduction scratch) that stay alive,

@@ -1,13 +1,37 @@
 // The `reformer` command-line program.
 #include "cli/commands.hpp"
 
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
 
 #include <cstdio>
 #include <exception>
 #include <string>
 
+namespace {
+
+// The program's work; under mpirun a process that fails ends every process
+// (the others would wait for it in their next sum).
+int run_program(int argc, char** argv);
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // MPI first (under mpirun), before Kokkos; finalised after everything else.
+  reformer::DistributedRuntime mpi(argc, argv);
+  const int code = run_program(argc, argv);
+  const auto& world = reformer::Communicator::world();
+  if (code != 0 && world.size() > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    world.abort(code);
+  }
+  return code;
+}
+
+namespace {
+
+int run_program(int argc, char** argv) {
   using namespace reformer::cli;
   CLI::App app{"Reformer: memory-efficient Transformers on Kokkos (Serial, OpenMP, CUDA, HIP)",
                "reformer"};
@@ -75,3 +99,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace

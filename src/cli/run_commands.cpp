@@ -6,6 +6,7 @@
 #include "cli/commands.hpp"
 
 #include "reformer/config/run_config.hpp"
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/data/pairs.hpp"
@@ -104,8 +105,9 @@ int run_train(const GlobalOptions& global, const RunArgs& args) {
   } catch (const ConfigError& e) {  // a resumed run whose config differs
     return config_error(e);
   }
-  std::printf("trained %lld steps in %.1f s%s\n", static_cast<long long>(summary.steps),
-              summary.seconds, summary.interrupted ? " (interrupted)" : "");
+  if (Communicator::world().rank() == 0)  // under mpirun: process 0 reports
+    std::printf("trained %lld steps in %.1f s%s\n", static_cast<long long>(summary.steps),
+                summary.seconds, summary.interrupted ? " (interrupted)" : "");
   return summary.interrupted ? 130 : 0;
 }
 

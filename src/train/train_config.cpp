@@ -69,6 +69,9 @@ void TrainConfig::validate() const {
                        " but must be in [0, 1] (0: off)");
   require<ConfigError>(dtype == "float" || dtype == "double", kOp, ": train.dtype is \"", dtype,
                        "\" but must be float or double");
+  require<ConfigError>(std::isfinite(allreduce_timeout) && allreduce_timeout >= 0, kOp,
+                       ": train.allreduce_timeout is ", allreduce_timeout,
+                       " but must be finite and >= 0 seconds (0: wait forever)");
 }
 
 }  // namespace reformer::train

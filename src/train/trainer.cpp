@@ -1,5 +1,6 @@
 #include "reformer/train/trainer.hpp"
 
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
@@ -16,6 +17,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <optional>
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +50,8 @@ const std::vector<std::string> kResumableKeys = {"train.steps",
                                                  "train.keep_checkpoints",
                                                  "train.skip_nonfinite",
                                                  "train.target_accuracy",
+                                                 "train.overlap_allreduce",
+                                                 "train.allreduce_timeout",
                                                  "run.dir",
                                                  "run.name"};
 
@@ -222,7 +226,8 @@ struct Model {
 
 template <class T>
 EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t batches,
-                             std::int64_t batch_size, std::uint64_t seed) {
+                             std::int64_t batch_size, std::uint64_t seed,
+                             const Communicator& comm = Communicator::self(), double timeout = 0) {
   EvalResult result;
   const auto start = Clock::now();
   double loss_sum = 0;
@@ -238,6 +243,15 @@ EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t bat
     same += match;
     decoded += total;
   }
+  // Each process scored its rows: the sums over all of them.
+  std::vector<double> sums = {loss_sum, double(result.tokens), double(correct), double(same),
+                              double(decoded)};
+  comm.sum(sums, "the evaluation's sums", timeout);
+  loss_sum = sums[0];
+  result.tokens = std::int64_t(sums[1]);
+  correct = std::int64_t(sums[2]);
+  same = Index(sums[3]);
+  decoded = Index(sums[4]);
   if (result.tokens > 0) {
     result.loss = loss_sum / double(result.tokens);
     result.accuracy = double(correct) / double(result.tokens);
@@ -326,19 +340,91 @@ void require_memory_fits(const config::RunConfig& config, Index batch, bool trai
       "reversible layers or a smaller model");
 }
 
+// The flat gradient buffer cut into buckets, each a run of consecutive
+// parameters of one layer ("layers.<i>.") or of none (embedding, positions,
+// head), covering the buffer exactly once; layer_bucket[i] is layer i's (or
+// -1 when its parameters are not one run).
+struct Buckets {
+  std::vector<std::pair<Index, Index>> ranges;
+  std::vector<std::int64_t> layer_bucket;
+};
+
+template <class T>
+Buckets gradient_buckets(const ParameterSet<T>& params, Index layers) {
+  Buckets b;
+  b.layer_bucket.assign(std::size_t(layers), -1);
+  std::vector<std::pair<Index, std::int64_t>> starts;  // (offset, layer or -1)
+  for (const Parameter<T>& p : params) {
+    std::int64_t layer = -1;
+    if (p.name.rfind("layers.", 0) == 0) layer = std::stoll(p.name.substr(7));
+    if (starts.empty() || starts.back().second != layer) starts.push_back({p.offset, layer});
+  }
+  std::vector<int> runs(std::size_t(layers), 0);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const Index end = i + 1 < starts.size() ? starts[i + 1].first : Index(params.grads().extent(0));
+    const auto layer = starts[i].second;
+    if (layer >= 0 && layer < layers) {
+      ++runs[std::size_t(layer)];
+      b.layer_bucket[std::size_t(layer)] = std::int64_t(b.ranges.size());
+    }
+    b.ranges.push_back({i == 0 ? 0 : starts[i].first, end});
+  }
+  for (Index i = 0; i < layers; ++i)
+    if (runs[std::size_t(i)] != 1) b.layer_bucket[std::size_t(i)] = -1;
+  return b;
+}
+
 template <class T>
 TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
-  std::ostream& out = options.out ? *options.out : std::cout;
   const auto& tc = config.train;
-  require_memory_fits(config, tc.batch, true, "train");
+  // Data parallelism: every process holds a replica and computes its share of
+  // the rows of each batch; process 0 alone writes (run folder, metrics,
+  // checkpoints, progress).
+  const Communicator& comm = options.comm ? *options.comm : Communicator::world();
+  const int ranks = comm.size();
+  const bool leader = comm.rank() == 0;
+  std::ostream null_stream(nullptr);
+  std::ostream& out = !leader ? null_stream : options.out ? *options.out : std::cout;
+  require<ConfigError>(tc.batch % ranks == 0, "train: train.batch is ", tc.batch,
+                       " but the run has ", ranks,
+                       " processes; train.batch (the sequences of a micro-batch over all "
+                       "processes) must be a multiple of the processes, e.g. ",
+                       (tc.batch / ranks + 1) * ranks);
+  if (ranks > 1) {
+    // Every process must run the same config (a different data.path or
+    // model on one rank would average unrelated gradients).
+    const std::string mine = config::to_toml(config);
+    const std::string lead = comm.broadcast(mine);
+    std::vector<double> differs(std::size_t(ranks), 0.0);
+    differs[std::size_t(comm.rank())] = mine == lead ? 0.0 : 1.0;
+    comm.sum(differs, "the config check", tc.allreduce_timeout);
+    const auto first = std::find(differs.begin(), differs.end(), 1.0);
+    if (first != differs.end()) {
+      const int other = int(first - differs.begin());
+      const std::string theirs = comm.broadcast(mine, other);
+      throw ConfigError(detail::concat(
+          "train: the processes' configs differ (",
+          config::first_difference(
+              config::parse_run_config(lead, "rank 0"),
+              config::parse_run_config(theirs, "rank " + std::to_string(other)), {}, "on rank 0",
+              "on rank " + std::to_string(other)),
+          "; ", std::count(differs.begin(), differs.end(), 1.0), " of ", ranks,
+          " processes differ from rank 0); start every process with the same config and "
+          "overrides"));
+    }
+  }
+  require_memory_fits(config, tc.batch / ranks, true, "train");
   check_run_data(config);
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
-  fs::create_directories(config.run_dir);
-  const io::RunLock lock(config.run_dir, "train");
-  for (const auto& path : io::remove_stale_temporaries(config.run_dir))
-    out << "removed " << path << " (left by a process that was killed while writing it)"
-        << std::endl;
+  std::optional<io::RunLock> lock;
+  if (leader) {
+    fs::create_directories(config.run_dir);
+    lock.emplace(config.run_dir, "train");
+    for (const auto& path : io::remove_stale_temporaries(config.run_dir))
+      out << "removed " << path << " (left by a process that was killed while writing it)"
+          << std::endl;
+  }
 
   TrainSummary summary;
   std::uint64_t data_position = 0;
@@ -370,6 +456,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
 
   const auto workload = make_workload<T>(config);
   Workload<T>& w = *workload;
+  w.shard(comm.rank(), ranks);
   w.init({tc.seed, stream_id(kInit)});
   AdamConfig adam_config = tc.adam;
   adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
@@ -386,9 +473,18 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
       out << "the run has already taken its train.steps = " << tc.steps
           << " steps; raise train.steps to train further\n";
   }
-  io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
-  MetricsLog metrics(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
-                     options.resume ? summary.first_step : -1);
+  std::optional<MetricsLog> metrics;
+  if (leader) {
+    io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
+    metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
+                    options.resume ? summary.first_step : -1);
+  }
+  // The gradient sum over the processes: one bucket per layer, started by the
+  // backward as soon as it has finished that layer (train.overlap_allreduce),
+  // the rest when the backward returns.
+  const Buckets buckets = gradient_buckets(w.params, w.layers());
+  GradientAllreduce<T> allreduce(comm, w.params.grads(), buckets.ranges);
+  double allreduce_seconds = 0;
   auto& tracker = MemoryTracker::instance();
   tracker.install();
   SignalGuard signals(options.handle_signals);
@@ -396,7 +492,13 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   const bool stored = config.model_type != "reformer" || !config.model.reversible;
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
       << w.params.total_elements() << " parameters (" << config.model_type << ", " << w.layers()
-      << " layers, " << (stored ? "stored" : "reversible") << ", " << tc.dtype << ")\n";
+      << " layers, " << (stored ? "stored" : "reversible") << ", " << tc.dtype << ")";
+  if (ranks > 1)
+    out << "; " << ranks << " processes (" << mpi_description() << "), " << tc.batch / ranks
+        << " sequences each, gradient sums "
+        << (tc.overlap_allreduce ? "overlapped with the backward" : "after the backward") << ", "
+        << (allreduce.direct() ? "in place" : "staged through pinned host memory");
+  out << '\n';
 
   auto newest_checkpoint = [&]() -> std::string {
     const auto latest = io::latest_checkpoint(config.run_dir);
@@ -421,25 +523,27 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     meta.skipped_batches = skipped;
     meta.config = resolved;
     const auto path = io::checkpoint_file(config.run_dir, step);
+    summary.checkpoint = path;
+    if (!leader) return;    // the replicas are the same: process 0 writes
     ParameterSet<T> state;  // the workload's memories, if it keeps any
     w.save_state(state);
     io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
     io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
-    summary.checkpoint = path;
   };
   auto evaluate = [&](std::int64_t step) {
     const auto start = Clock::now();
-    summary.last_eval =
-        evaluate_workload(w, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed);
+    summary.last_eval = evaluate_workload(w, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed,
+                                          comm, tc.allreduce_timeout);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const auto& e = summary.last_eval;
     out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
         << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5)
         << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
         << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
-    metrics.row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
-                 number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "", "",
-                 "", ""});
+    if (metrics)
+      metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
+                    number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
+                    "", "", ""});
     // With exact matches (the encoder-decoder), the target is on whole sequences.
     const double score = e.exact_match >= 0 ? e.exact_match : e.accuracy;
     return tc.target_accuracy > 0 && score >= tc.target_accuracy;
@@ -459,22 +563,45 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     // Several micro-batches make one step whose loss is the mean over all of
     // their counted tokens: micro-batch i's gradients are weighted by its share
     // n_i / N of them (padding and ignored targets do not count).
+    // Over several processes the shares are of all processes' tokens, so
+    // that the summed gradients are those of one process with every row.
     std::vector<double> share(std::size_t(tc.accumulate), 1.0);
-    if (tc.accumulate > 1) {
-      double total = 0;
+    bool stop_everywhere = false;
+    if (tc.accumulate > 1 || ranks > 1) {
+      std::vector<double> total = {0.0};
       for (std::int64_t micro = 0; micro < tc.accumulate; ++micro)
-        total += double(share[std::size_t(micro)] = double(
-                            w.target_tokens(data_position + std::uint64_t(micro), tc.batch)));
-      for (auto& s : share) s = total > 0 ? s / total : 1.0 / double(tc.accumulate);
+        total[0] += double(share[std::size_t(micro)] = double(
+                               w.target_tokens(data_position + std::uint64_t(micro), tc.batch)));
+      comm.sum(total, "the token count", tc.allreduce_timeout);
+      for (auto& s : share) s = total[0] > 0 ? s / total[0] : 1.0 / double(tc.accumulate * ranks);
     }
     for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
       const double weight = share[std::size_t(micro)];
+      // The last micro-batch ends the accumulation: its backward starts the
+      // sums of the layers it finishes.
+      if (ranks > 1 && tc.overlap_allreduce && micro + 1 == tc.accumulate)
+        w.after_layer = [&](Index layer) {
+          const auto bucket = buckets.layer_bucket[std::size_t(layer)];
+          if (bucket >= 0) allreduce.start(std::size_t(bucket));
+          allreduce.progress();
+        };
       const auto r = w.forward_backward(
           data_position++, tc.batch,
           {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true, weight});
+      w.after_layer = nullptr;
       step_loss += r.tokens > 0 ? weight * r.loss : 0.0;
       step_tokens += r.tokens;
       step_correct += r.correct;
+    }
+    if (ranks > 1) {
+      allreduce_seconds += allreduce.finish(tc.allreduce_timeout);
+      std::vector<double> sums = {step_loss, double(step_tokens), double(step_correct),
+                                  double(stop_requested.load())};
+      comm.sum(sums, "the step's loss", tc.allreduce_timeout);
+      step_loss = sums[0];
+      step_tokens = std::int64_t(sums[1]);
+      step_correct = std::int64_t(sums[2]);
+      stop_everywhere = sums[3] > 0;
     }
     double grad_norm = 0;
     {
@@ -514,7 +641,9 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     window_accuracy += step_tokens > 0 ? double(step_correct) / double(step_tokens) : 0.0;
     ++window_steps;
     const bool last = step == tc.steps;
-    const bool stop = stop_requested.load() != 0;
+    // Over several processes, the stop request as summed with the step's loss
+    // (a signal that reaches one process late must not split the run).
+    const bool stop = ranks > 1 ? stop_everywhere : stop_requested.load() != 0;
     if ((tc.log_every > 0 && step % tc.log_every == 0) || last || stop) {
       const auto now = Clock::now();
       const double window = std::chrono::duration<double>(now - window_start).count();
@@ -538,7 +667,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
                                           number(grad_norm),
                                           number(elapsed)};
       for (const auto& peak : phase_peaks()) row.push_back(peak);
-      metrics.row(row);
+      if (metrics) metrics->row(row);
       window_start = now;
       window_tokens = window_steps = 0;
       window_loss = window_accuracy = 0;
@@ -561,6 +690,13 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   }
   summary.steps = step;
   summary.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
+  summary.processes = ranks;
+  summary.allreduce_seconds = allreduce_seconds;
+  if (ranks > 1 && step > summary.first_step)
+    out << "gradient allreduce: "
+        << number(1e3 * allreduce_seconds / double(step - summary.first_step), 4)
+        << " ms per step waited after the backward (" << ranks << " processes, overlap "
+        << (tc.overlap_allreduce ? "on" : "off") << ")\n";
   if (!summary.checkpoint.empty()) out << "checkpoint " << summary.checkpoint << '\n';
   return summary;
 }

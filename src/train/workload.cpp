@@ -6,6 +6,7 @@
 #include "reformer/io/checkpoint.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace reformer::train {
@@ -19,6 +20,19 @@ Index count_other_than(const data::HostTokens& tokens, int skip) {
   return n;
 }
 
+// Rows [first, first + count) of a host batch (a view: rows are contiguous).
+data::HostTokens row_range(const data::HostTokens& tokens, Index first, Index count) {
+  if (tokens.extent(0) == 0) return tokens;
+  return Kokkos::subview(tokens, std::make_pair(first, first + count), Kokkos::ALL);
+}
+
+// The five parts of a pair batch (a named array: nvcc 11.8 cannot range over
+// a braced list).
+std::array<data::HostTokens*, 5> parts_of(data::PairBatch& batch) {
+  return {&batch.source, &batch.source_valid, &batch.target_in, &batch.target_out,
+          &batch.target_valid};
+}
+
 // The Reformer language model on a language-model task.
 template <class T>
 class LanguageModel final : public Workload<T> {
@@ -30,7 +44,7 @@ class LanguageModel final : public Workload<T> {
                                            const models::ReformerCall& call) override {
     load(data::Split::Train, index, batch);
     return model_.forward_backward(device_.inputs, device_.targets, task_->ignore_id(),
-                                   with_mask(call), state_);
+                                   with_mask(call), state_, this->after_layer);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                    const models::ReformerCall& call) override {
@@ -39,7 +53,7 @@ class LanguageModel final : public Workload<T> {
                            state_);
   }
   Index target_tokens(std::uint64_t index, Index batch) override {
-    return count_other_than(task_->batch(data::Split::Train, index, batch).targets,
+    return count_other_than(mine(task_->batch(data::Split::Train, index, batch)).targets,
                             task_->ignore_id());
   }
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
@@ -55,9 +69,16 @@ class LanguageModel final : public Workload<T> {
     call.valid = device_.valid;
     return call;
   }
+  // This process's rows of a batch.
+  data::Batch mine(const data::Batch& all) const {
+    const auto [first, count] = this->rows_of(all.batch_size());
+    if (count == all.batch_size()) return all;
+    return {row_range(all.inputs, first, count), row_range(all.targets, first, count),
+            row_range(all.valid, first, count)};
+  }
   void load(data::Split split, std::uint64_t index, Index batch) {
-    const auto host = task_->batch(split, index, batch);
-    if (!device_.inputs.data() || Index(device_.inputs.extent(0)) != batch ||
+    const auto host = mine(task_->batch(split, index, batch));
+    if (!device_.inputs.data() || device_.inputs.extent(0) != host.inputs.extent(0) ||
         (device_.valid.extent(0) > 0) != (host.valid.extent(0) > 0))
       device_ = data::to_device(host);
     else
@@ -97,7 +118,8 @@ class Seq2Seq final : public Workload<T> {
     const auto decoded = model_.greedy(views_[0], views_[1], data::PairTask::kStart,
                                        data::PairTask::kEnd, task_->length());
     Index same = 0;
-    for (Index b = 0; b < batch; ++b) {
+    const Index rows = host.batch_size();
+    for (Index b = 0; b < rows; ++b) {
       std::vector<int> want;
       for (Index t = 0; t < Index(host.target_out.extent(1)); ++t) {
         want.push_back(host.target_out(b, t));
@@ -105,7 +127,7 @@ class Seq2Seq final : public Workload<T> {
       }
       same += decoded[std::size_t(b)] == want;
     }
-    return {same, batch};
+    return {same, rows};
   }
   std::string describe() const override { return task_->describe(); }
   Index sequence_tokens() const override { return task_->length(); }
@@ -118,8 +140,12 @@ class Seq2Seq final : public Workload<T> {
   // target_valid. A batch is a pure function of (split, index, size), so the
   // one just loaded (evaluate, then exact_matches) is not built again.
   const data::PairBatch& load(data::Split split, std::uint64_t index, Index batch) {
-    if (loaded_ && split == split_ && index == index_ && batch == host_.batch_size()) return host_;
+    if (loaded_ && split == split_ && index == index_ && batch == batch_) return host_;
     host_ = task_->batch(split, index, batch);
+    const auto [first, count] = this->rows_of(batch);
+    if (count != batch)
+      for (data::HostTokens* part : parts_of(host_)) *part = row_range(*part, first, count);
+    batch_ = batch;
     const data::HostTokens parts[5] = {host_.source, host_.source_valid, host_.target_in,
                                        host_.target_out, host_.target_valid};
     for (int i = 0; i < 5; ++i) {
@@ -142,6 +168,7 @@ class Seq2Seq final : public Workload<T> {
   bool loaded_ = false;
   data::Split split_ = data::Split::Train;
   std::uint64_t index_ = 0;
+  Index batch_ = 0;
 };
 
 // Transformer-XL on a text read as streams of consecutive segments. Training
@@ -173,6 +200,12 @@ class SegmentStreams final : public Workload<T> {
       task_->segments_per_stream(split, config.train.batch, eval_length_);
   }
   void init(RandomKey key) override { model_.init(key); }
+  void shard(int rank, int ranks) override {
+    require<ConfigError>(ranks == 1, "transformer_xl: ", ranks,
+                         " processes, but Transformer-XL trains in one process (its streams "
+                         "and memories are not split over processes yet); run it without mpirun");
+    Workload<T>::shard(rank, ranks);
+  }
 
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
                                            const models::ReformerCall& call) override {

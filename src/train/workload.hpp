@@ -13,8 +13,10 @@
 #include "reformer/models/transformer_xl.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace reformer::train {
 
@@ -57,6 +59,28 @@ class Workload {
     (void)checkpoint;
     (void)data_position;
   }
+
+  // Data parallelism (docs/distributed.md): this process computes its share
+  // of the rows of every batch, training and evaluation alike (rows_of), and
+  // the trainer sums losses, counts and gradients over the processes. A
+  // workload that cannot split its batches throws a ConfigError.
+  virtual void shard(int rank, int ranks) {
+    rank_ = rank;
+    ranks_ = ranks;
+  }
+  // When set, called by forward_backward after the backward has finished a
+  // layer's parameter gradients (top layer first), for an allreduce to
+  // start on them; workloads whose model has no such hook never call it.
+  std::function<void(Index)> after_layer;
+
+ protected:
+  // {first, count}: this process's rows of a batch of `batch` rows (the
+  // trainer checks that the processes divide it).
+  std::pair<Index, Index> rows_of(Index batch) const {
+    const Index count = batch / Index(ranks_);
+    return {Index(rank_) * count, count};
+  }
+  int rank_ = 0, ranks_ = 1;
 };
 
 // The workload of a validated config; the task is built (a data file is read) here.

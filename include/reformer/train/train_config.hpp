@@ -11,8 +11,10 @@
 namespace reformer::train {
 
 struct TrainConfig {
-  std::int64_t steps = 1000;       // optimizer steps
-  std::int64_t batch = 8;          // sequences per micro-batch
+  std::int64_t steps = 1000;  // optimizer steps
+  // Sequences per micro-batch over all processes: under `mpirun -np N` each
+  // process takes batch / N of them (docs/distributed.md).
+  std::int64_t batch = 8;
   std::int64_t accumulate = 1;     // micro-batches per optimizer step
   std::string optimizer = "adam";  // "adam" or "adamw" (decoupled weight decay)
   AdamConfig adam{};
@@ -31,6 +33,11 @@ struct TrainConfig {
   double target_accuracy = 0.0;        // stop once evaluation accuracy reaches it; 0: off
   std::uint64_t seed = 1;              // parameters, dropout and LSH streams
   std::string dtype = "float";         // "float" or "double"
+  // Data-parallel runs (mpirun): start each layer's gradient sum as soon as
+  // the backward has finished the layer (false: one sum after the backward),
+  // and how long a process waits for the others before the run stops.
+  bool overlap_allreduce = true;
+  double allreduce_timeout = 300.0;  // seconds; 0: forever
   // ConfigError naming the first bad field.
   void validate() const;
 };

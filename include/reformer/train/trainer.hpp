@@ -9,6 +9,7 @@
 #pragma once
 
 #include "reformer/config/run_config.hpp"
+#include "reformer/core/distributed.hpp"
 #include "reformer/data/tasks.hpp"
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct TrainOptions {
   bool resume = false;          // continue from the newest checkpoint in the run folder
   bool handle_signals = true;   // SIGINT/SIGTERM: finish the step, checkpoint, stop
   std::ostream* out = nullptr;  // progress lines (default std::cout)
+  // The processes of a data-parallel run (core/distributed.hpp); null:
+  // Communicator::world() (every process of `mpirun`, or this one alone).
+  const Communicator* comm = nullptr;
 };
 
 struct EvalResult {
@@ -40,8 +44,10 @@ struct TrainSummary {
   bool interrupted = false;     // stopped by SIGINT/SIGTERM
   bool reached_target = false;  // stopped at train.target_accuracy
   EvalResult last_eval{};
-  std::vector<double> losses;  // training loss of every step this call took
-  std::string checkpoint;      // the last checkpoint written
+  std::vector<double> losses;    // training loss of every step this call took
+  std::string checkpoint;        // the last checkpoint written
+  int processes = 1;             // of a data-parallel run
+  double allreduce_seconds = 0;  // waited for the gradient sums after the backwards
 };
 
 // Opens the run's data as training will: IoError naming a missing, special or
