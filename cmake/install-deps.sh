@@ -152,7 +152,8 @@ build_kokkos() {
 for b in "${backends[@]}"; do
   case "$b" in
   testing)
-    apt_need libgtest-dev libgmock-dev python3-h5py
+    # Open MPI: the data-parallel tests run two processes with mpirun.
+    apt_need libgtest-dev libgmock-dev python3-h5py libopenmpi-dev openmpi-bin
     ;;
   serial)
     apt_need libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev

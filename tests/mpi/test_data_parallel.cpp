@@ -1,0 +1,192 @@
+// Data-parallel training (issue 21), run by `mpirun --oversubscribe -np 2`
+// (tests/CMakeLists.txt): every process runs every test; the single-process
+// references run on process 0 alone (Communicator::self()).
+#include "reformer/config/run_config.hpp"
+#include "reformer/core/distributed.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/io/checkpoint.hpp"
+#include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/optimizer.hpp"
+#include "reformer/train/trainer.hpp"
+#include "support/checks.hpp"
+#include "support/gradcheck.hpp"
+#include "support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+const Communicator& world() { return Communicator::world(); }
+
+// Waits for every process (a sum of nothing much).
+void barrier() {
+  std::vector<double> one = {1.0};
+  world().sum(one, "the test's barrier", 120);
+}
+
+// A folder every process sees: process 0's temporary folder.
+struct SharedDir {
+  TempDir mine;
+  std::string path = world().broadcast(mine.path());
+};
+
+std::ostringstream quiet;
+
+train::TrainOptions options_for(const Communicator& comm, bool resume = false) {
+  train::TrainOptions options;
+  options.out = &quiet;
+  options.handle_signals = false;
+  options.comm = &comm;
+  options.resume = resume;
+  return options;
+}
+
+// A reversible LM with local and LSH layers (the LSH rotations are shared by
+// the rows, so splitting the rows over processes computes the same function;
+// dropout masks are drawn per process, so there is none here).
+config::RunConfig lm_run(const std::string& dir, std::int64_t steps,
+                         const std::vector<std::string>& overrides = {}) {
+  std::ostringstream toml;
+  toml << "[run]\ndir = \"" << dir << "\"\n"
+       << "[model]\nvocab = 16\nd_model = 32\nd_ff = 64\nheads = 2\nd_head = 16\nlayers = 3\n"
+       << "attention = [\"local\", \"lsh\"]\npositions = \"axial\"\nmax_length = 32\n"
+       << "dropout = 0.0\nreversible = true\n[model.lsh]\nchunk = 8\n[model.local]\nchunk = 8\n"
+       << "[data]\ntask = \"copy\"\nlength = 32\nvocab = 16\n"
+       << "[train]\nsteps = " << steps << "\nbatch = 8\nlearning_rate = 0.003\n"
+       << "eval_every = 10\neval_batches = 2\nlog_every = 5\ncheckpoint_every = 5\n";
+  return config::parse_run_config(toml.str(), "dp.toml", overrides);
+}
+
+std::vector<double> parameters_of(const config::RunConfig& config, const std::string& checkpoint) {
+  ParameterSet<float> params;
+  models::ReformerLM<float> model(config.model, params);
+  io::load_checkpoint<float>(checkpoint, params, nullptr);
+  return to_host(params.values());
+}
+
+double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) scale = std::max(scale, double(std::abs(b[i])));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / scale);
+  return worst;
+}
+
+// Two processes with half of the batch each give the losses, evaluations and
+// final parameters of one process with the whole batch (20 steps; the copy
+// task's padding makes the processes' token counts differ): with the sums
+// overlapped with the reversible backward, without, and with accumulation.
+TEST(DataParallel, TwoProcessesEqualOneWithTheWholeBatch) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  SharedDir dir;
+  const std::vector<std::vector<std::string>> variants = {
+      {}, {"train.overlap_allreduce=false"}, {"train.accumulate=2"}};
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE("variant " + std::to_string(v));
+    const std::string many = dir.path + "/many" + std::to_string(v);
+    const std::string one = dir.path + "/one" + std::to_string(v);
+    const auto parallel = train::run_training(lm_run(many, 20, variants[v]), options_for(world()));
+    EXPECT_EQ(parallel.processes, 2);
+    ASSERT_EQ(parallel.losses.size(), 20u);
+    if (world().rank() == 0) {
+      const auto single =
+          train::run_training(lm_run(one, 20, variants[v]), options_for(Communicator::self()));
+      for (std::size_t i = 0; i < 20; ++i)
+        EXPECT_NEAR(parallel.losses[i], single.losses[i], 1e-5 * single.losses[i])
+            << "step " << i + 1;
+      EXPECT_NEAR(parallel.last_eval.loss, single.last_eval.loss, 1e-5 * single.last_eval.loss);
+      EXPECT_EQ(parallel.last_eval.tokens, single.last_eval.tokens);
+      const auto config = lm_run(one, 20);
+      EXPECT_LT(max_relative(parameters_of(config, parallel.checkpoint),
+                             parameters_of(config, single.checkpoint)),
+                1e-5);
+    }
+    barrier();
+  }
+}
+
+// A checkpoint written by two processes resumes on one (and the reverse):
+// the data position is global, so the losses continue those of an
+// uninterrupted single-process run.
+TEST(DataParallel, CheckpointsMoveBetweenProcessCounts) {
+  SharedDir dir;
+  const std::string a = dir.path + "/a", b = dir.path + "/b", ref = dir.path + "/ref";
+  train::run_training(lm_run(a, 10), options_for(world()));
+  std::vector<double> reference;
+  if (world().rank() == 0) {
+    reference = train::run_training(lm_run(ref, 20), options_for(Communicator::self())).losses;
+    const auto resumed =
+        train::run_training(lm_run(a, 20), options_for(Communicator::self(), true));
+    ASSERT_EQ(resumed.losses.size(), 10u);
+    for (std::size_t i = 0; i < 10; ++i)
+      EXPECT_NEAR(resumed.losses[i], reference[10 + i], 1e-5 * reference[10 + i])
+          << "step " << 11 + i;
+    train::run_training(lm_run(b, 10), options_for(Communicator::self()));
+  }
+  barrier();
+  const auto resumed = train::run_training(lm_run(b, 20), options_for(world(), true));
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  if (world().rank() == 0)
+    for (std::size_t i = 0; i < 10; ++i)
+      EXPECT_NEAR(resumed.losses[i], reference[10 + i], 1e-5 * reference[10 + i])
+          << "step " << 11 + i;
+  barrier();
+}
+
+// Bad input stops every process with the same error before any work: a
+// batch the processes do not divide, configs that differ between processes,
+// a model that cannot split its batches.
+TEST(DataParallel, BadSetupsAreNamedOnEveryProcess) {
+  SharedDir dir;
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(lm_run(dir.path + "/odd", 2, {"train.batch=7"}), options_for(world()));
+      },
+      {"train.batch is 7", "2 processes", "multiple"});
+  const std::string rate = world().rank() == 0 ? "0.003" : "0.004";
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(lm_run(dir.path + "/differ", 2, {"train.learning_rate=" + rate}),
+                            options_for(world()));
+      },
+      {"configs differ", "train.learning_rate"});
+  barrier();
+}
+
+// The bucketed sums themselves: every bucket summed once whatever the order
+// they are started in, in place and staged through a host copy.
+TEST(DataParallel, GradientBucketsAreSummedOnce) {
+  for (const bool stage : {false, true}) {
+    SCOPED_TRACE(stage ? "staged" : "in place");
+    View1<double> buffer("buffer", 1000);
+    const double r = world().rank();
+    Kokkos::deep_copy(buffer, 0.0);
+    auto host = Kokkos::create_mirror_view(buffer);
+    for (Index i = 0; i < 1000; ++i) host(i) = double(i) + 1000 * r;
+    Kokkos::deep_copy(buffer, host);
+    GradientAllreduce<double> sums(world(), buffer, {{0, 10}, {10, 500}, {500, 1000}}, stage);
+    EXPECT_EQ(sums.direct(), !stage);
+    sums.start(2);
+    sums.progress();
+    sums.start(0);
+    sums.finish(60);
+    Kokkos::deep_copy(host, buffer);
+    for (Index i = 0; i < 1000; ++i) ASSERT_EQ(host(i), 2.0 * double(i) + 1000.0) << i;
+    // A second round on the same buckets.
+    sums.finish(60);
+    Kokkos::deep_copy(host, buffer);
+    EXPECT_EQ(host(7), 4.0 * 7 + 2000.0);
+  }
+}
+
+}  // namespace
+}  // namespace reformer
