@@ -20,8 +20,9 @@
 #           Debian's g++-aarch64-linux-gnu, plus GoogleTest cross-compiled from
 #           /usr/src/googletest, and qemu-user to run the tests; no arm64
 #           (multiarch) packages. Toolchain file: cmake/toolchain-aarch64.cmake
-#   testing GoogleTest and h5py (only the test suite needs them; the checkpoint
-#           tests read a file with the system python3's h5py)
+#   testing GoogleTest, Open MPI, python3 with numpy and h5py, procps, ccache:
+#           what only the test suite uses (the checkpoint tests read a file with
+#           the system python3's h5py; tests/run_all.sh keeps a compiler cache)
 # A user with their own Kokkos 4.x passes -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
 # to CMake and does not need this script.
 #
@@ -152,8 +153,13 @@ build_kokkos() {
 for b in "${backends[@]}"; do
   case "$b" in
   testing)
-    # Open MPI: the data-parallel tests run two processes with mpirun.
-    apt_need libgtest-dev libgmock-dev python3-h5py libopenmpi-dev openmpi-bin
+    # Open MPI: the data-parallel tests run two processes with mpirun. Tools the
+    # tests and tests/run_all.sh call: python3 (with numpy and h5py: the
+    # checkpoint, importer and CLI tests, tests/harness), pgrep and pkill (procps:
+    # the kill and signal tests), timeout (coreutils), mount (tmpfs for the
+    # full-disk test), ccache (the compiler cache kept in $REFORMER_DEPS/ccache).
+    apt_need libgtest-dev libgmock-dev python3 python3-numpy python3-h5py libopenmpi-dev \
+      openmpi-bin procps coreutils mount ccache
     ;;
   serial)
     apt_need libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
