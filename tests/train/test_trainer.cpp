@@ -8,6 +8,7 @@
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
+#include "support/run_configs.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -26,31 +27,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-
-config::RunConfig tiny_run(const std::string& dir, std::int64_t steps, bool reversible) {
-  std::ostringstream toml;
-  toml << "[run]\ndir = \"" << dir << "\"\n"
-       << "[model]\nvocab = 8\nd_model = 16\nd_ff = 16\nheads = 2\nd_head = 8\nlayers = 2\n"
-       << "attention = [\"local\", \"lsh\"]\npositions = \"axial\"\nmax_length = 16\n"
-       << "dropout = 0.1\nattention_dropout = 0.1\nreversible = " << (reversible ? "true" : "false")
-       << "\n[model.lsh]\nchunk = 8\n[model.local]\nchunk = 8\n"
-       << "[data]\ntask = \"duplication\"\nlength = 16\nvocab = 8\n"
-       << "[train]\nsteps = " << steps
-       << "\nbatch = 3\naccumulate = 2\nlearning_rate = 0.01\nclip_norm = 1.0\n"
-       << "eval_every = 3\neval_batches = 1\nlog_every = 2\ncheckpoint_every = 2\n"
-       << "metrics_format = \"jsonl\"\n";
-  return config::parse_run_config(toml.str(), "tiny.toml");
-}
-
-std::ostringstream quiet;
-
-// Progress lines to `quiet`, no signal handlers (the test process keeps its own).
-train::TrainOptions quiet_options() {
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
-  return options;
-}
 
 // Generation of a trained language model (issue 20): decoding with caches
 // gives the tokens of rerunning the model on each row's prefix (the LSH layer
@@ -449,21 +425,9 @@ TEST(Trainer, LockedFolderAndStaleTemporaries) {
 }
 
 // The encoder-decoder through the same trainer, checkpoints and evaluation:
-// it learns the copy task, resumes to the same losses bitwise, and reports the
-// exact-match rate of greedy decoding.
-config::RunConfig seq2seq_run(const std::string& dir, std::int64_t steps) {
-  std::ostringstream toml;
-  toml << "[run]\ndir = \"" << dir << "\"\n"
-       << "[model]\ntype = \"transformer\"\nd_model = 16\nd_ff = 32\nheads = 2\nd_head = 8\n"
-       << "positions = \"sinusoidal\"\nmax_length = 8\ndropout = 0.1\nlabel_smoothing = 0.1\n"
-       << "[model.seq2seq]\nencoder_layers = 1\ndecoder_layers = 1\n"
-       << "[data]\ntask = \"seq2seq_reverse\"\nlength = 8\nvocab = 7\n"
-       << "[train]\nsteps = " << steps << "\nbatch = 4\naccumulate = 2\nlearning_rate = 1.0\n"
-       << "schedule = \"noam\"\nwarmup_steps = 10\neval_every = 0\neval_batches = 2\n"
-       << "log_every = 1\ncheckpoint_every = 2\n";
-  return config::parse_run_config(toml.str(), "seq2seq.toml");
-}
-
+// it trains on the reverse task, resumes to the same losses bitwise, and
+// reports the exact-match rate of greedy decoding (test_learning.cpp checks
+// that it learns the copy task).
 TEST(Trainer, EncoderDecoderTrainsResumesAndEvaluates) {
   TempDir dir;
   auto options = quiet_options();
@@ -503,19 +467,7 @@ TEST(Trainer, EncoderDecoderTrainsResumesAndEvaluates) {
 }
 
 // Transformer-XL on a text (issue 22): streams of segments, memories carried
-// from batch to batch and stored in checkpoints.
-config::RunConfig xl_run(const std::string& dir, const std::string& corpus, std::int64_t steps,
-                         const std::vector<std::string>& overrides = {}) {
-  std::ostringstream toml;
-  toml << "[run]\ndir = \"" << dir << "\"\n"
-       << "[model]\ntype = \"transformer_xl\"\nvocab = 256\nd_model = 16\nd_ff = 32\nheads = 2\n"
-       << "d_head = 8\nlayers = 2\ndropout = 0.1\nattention_dropout = 0.1\n"
-       << "[model.xl]\nmem_len = 12\nclamp_len = 10\n"
-       << "[data]\ntask = \"bytes\"\npath = \"" << corpus << "\"\nlength = 8\nvocab = 256\n"
-       << "[train]\nsteps = " << steps << "\nbatch = 2\naccumulate = 2\nlearning_rate = 0.003\n"
-       << "eval_every = 3\neval_batches = 3\nlog_every = 1\ncheckpoint_every = 2\n";
-  return config::parse_run_config(toml.str(), "xl.toml", overrides);
-}
+// from batch to batch and stored in checkpoints (xl_run, support/run_configs.hpp).
 
 // Every parameter and Adam moment of a Transformer-XL checkpoint, as bytes.
 std::vector<std::string> xl_checkpoint_tensors(const config::RunConfig& config,
