@@ -55,7 +55,9 @@ def list_cases(binary, emulator):
         return None, f"could not be started ({e})"
     if run.returncode != 0:
         tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-5:])
-        return None, f"listing exited with {run.returncode}:\n{tail}"
+        how = (f"was killed by signal {-run.returncode}" if run.returncode < 0 else
+               f"exited with {run.returncode}")
+        return None, f"--gtest_list_tests {how}" + (f":\n{tail}" if tail else "")
     cases, suite = [], None
     for line in run.stdout.splitlines():
         if not line.strip():
