@@ -5,11 +5,13 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/io/files.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 #include <type_traits>
 
@@ -208,20 +210,45 @@ void write_view(hid_t group, const std::string& name, const std::vector<Index>& 
   hdf5::write_floats(group, name, shape, memory_type<T>(), host.data(), context);
 }
 
-// Writes the whole checkpoint to `path` (the temporary file).
+// An HDF5 file image in memory, as written to disk.
+struct FileImage {
+  std::unique_ptr<char[]> bytes;
+  std::size_t size = 0;
+};
+
+// The whole checkpoint as the bytes of an HDF5 file, built in memory (the core
+// driver without a backing store): HDF5 itself never writes to the disk. A
+// write HDF5 makes that fails (a full disk) leaves its file object half closed:
+// HDF5 1.10 frees the file's structures when the final flush of H5Fclose fails
+// but keeps its id, and closes that id again at exit (H5_term_library), reading
+// freed memory — the trainer's segmentation fault after ENOSPC. In memory,
+// every HDF5 call here either succeeds or fails without touching a file, and
+// the one write to disk is ours (write_file_atomically), whose failures are
+// plain errno values. The cost: host memory for one checkpoint, twice while
+// the image is copied out.
 template <class T>
-void write_file(const std::string& path, const ParameterSet<T>& params,
-                const train::Adam<T>* optimizer, const CheckpointMeta& meta,
-                const ParameterSet<T>* state, const std::string& context) {
+FileImage write_image(const ParameterSet<T>& params, const train::Adam<T>* optimizer,
+                      const CheckpointMeta& meta, const ParameterSet<T>* state,
+                      const std::string& context) {
+  // The image grows in steps of about its expected size (values, moments, state
+  // and room for HDF5's metadata), at most 64 MiB at a time.
+  std::size_t expected = std::size_t(params.total_elements()) * sizeof(T) * (optimizer ? 3 : 1) +
+                         meta.config.size() + (std::size_t(1) << 16);
+  if (state) expected += std::size_t(state->total_elements()) * sizeof(T);
+  const std::size_t increment =
+      std::min<std::size_t>(std::size_t(64) << 20, std::max<std::size_t>(1 << 16, expected));
   // Closing the file closes every object in it, so nothing can stay unwritten.
   const Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fclose_degree(access.get(), H5F_CLOSE_STRONG);
+  hdf5::check(access.valid() && H5Pset_fclose_degree(access.get(), H5F_CLOSE_STRONG) >= 0 &&
+                  H5Pset_fapl_core(access.get(), increment, 0) >= 0,
+              context, "cannot set up an in-memory HDF5 file");
   // The 1.10 file format: superblock, object headers and chunk indexes carry
   // checksums, so damage to HDF5's own structures is found when they are read
   // instead of being followed (the 1.8 format, the default, has none).
   H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110);
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
-  hdf5::check(file.valid(), context, "cannot create " + quoted(path));
+  // The name only labels the image; nothing is created at it.
+  Handle file(H5Fcreate("checkpoint-image.h5", H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
+  hdf5::check(file.valid(), context, "cannot create an in-memory HDF5 file");
   const hid_t root = file.get();
   hdf5::write_attribute(root, "format_version", std::int64_t(kCheckpointFormatVersion), context);
   hdf5::write_attribute(root, "step", std::int64_t(meta.step), context);
@@ -254,8 +281,17 @@ void write_file(const std::string& path, const ParameterSet<T>& params,
     const Handle group = hdf5::create_group(root, "state", context);
     for (const Parameter<T>& p : *state) write_view(group.get(), p.name, p.shape, p.value, context);
   }
-  hdf5::check(H5Fflush(root, H5F_SCOPE_GLOBAL) >= 0, context, "cannot flush " + quoted(path));
-  hdf5::check(file.close(), context, "cannot close " + quoted(path));
+  hdf5::check(H5Fflush(root, H5F_SCOPE_GLOBAL) >= 0, context, "cannot flush the HDF5 file image");
+  const ssize_t size = H5Fget_file_image(root, nullptr, 0);
+  hdf5::check(size > 0, context, "cannot get the size of the HDF5 file image");
+  FileImage image;
+  image.bytes.reset(new char[std::size_t(size)]);
+  image.size = std::size_t(size);
+  hdf5::check(H5Fget_file_image(root, image.bytes.get(), image.size) == size, context,
+              "cannot copy the HDF5 file image");
+  hdf5::seal_file_image(reinterpret_cast<unsigned char*>(image.bytes.get()), image.size);
+  hdf5::check(file.close(), context, "cannot close the in-memory HDF5 file");
+  return image;
 }
 
 }  // namespace
@@ -271,23 +307,19 @@ void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
   if (directory.empty()) directory = ".";
   std::error_code error;
   fs::create_directories(directory, error);
-  require<IoError>(!error, context, ": cannot create the folder ", quoted(directory.string()), ": ",
-                   error.message());
+  if (error) throw_write_error(context, "create the folder", directory.string(), error.value());
 
-  // Write aside, sync, then rename over the final name: a reader (or a crash)
-  // sees the old file or the new one, never a partial one.
-  const std::string temporary = temporary_path(path);
-  try {
-    write_file(temporary, params, optimizer, meta, state, context);
-    sync_path(temporary, false, context);
-    if (std::rename(temporary.c_str(), path.c_str()) != 0)
-      throw IoError(detail::concat(context, ": cannot rename ", quoted(temporary), " to ",
-                                   quoted(path), ": ", std::strerror(errno)));
-  } catch (...) {
-    std::remove(temporary.c_str());
-    throw;
-  }
-  sync_path(directory.string(), true, context);
+  // Build the file in memory, then write it aside, sync, and rename it over the
+  // final name: a reader (or a crash) sees the old file or the new one, never a
+  // partial one; a failed write (a full disk) removes the partial file.
+  const FileImage image = write_image(params, optimizer, meta, state, context);
+  // Before it replaces anything, the written file must read back as a checkpoint
+  // (its metadata and checksum; opened read-only, HDF5 writes nothing).
+  write_file_atomically(path, image.bytes.get(), image.size, context,
+                        [&](const std::string& written) {
+                          const Handle file = open_checkpoint(written, context);
+                          read_meta(file.get(), written, context);
+                        });
 }
 
 template <class T>

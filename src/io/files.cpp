@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,15 +52,36 @@ long temporary_owner(const std::string& name) {
 
 bool process_exists(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
-void write_all(int fd, const std::string& text, const std::string& path, const std::string& op) {
+// Writes all `size` bytes; false with errno set when a write fails (ENOSPC
+// after a short write, as the kernel reports a full disk).
+bool write_all(int fd, const char* data, std::size_t size) {
   std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw IoError(detail::concat(op, ": cannot write ", quoted(path), ": ", errno_text(errno)));
+    if (n < 0) return false;
+    if (n == 0) {
+      errno = EIO;
+      return false;
+    }
     done += std::size_t(n);
   }
+  return true;
+}
+
+// "12.5 KiB", "3 bytes".
+std::string bytes_text(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = double(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+  return text;
 }
 
 std::string lock_path(const std::string& run_dir) { return (fs::path(run_dir) / ".lock").string(); }
@@ -129,31 +151,90 @@ std::string temporary_path(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid());
 }
 
-void write_file_atomically(const std::string& path, const std::string& text,
-                           const std::string& op) {
+FreeSpace free_space(const std::string& path) {
+  FreeSpace space;
+  // The nearest folder that exists: the file itself may not yet.
+  std::error_code error;
+  fs::path folder = fs::path(path).parent_path();
+  if (fs::is_directory(path, error)) folder = path;
+  while (!folder.empty() && !fs::is_directory(folder, error)) folder = folder.parent_path();
+  space.folder = folder.empty() ? "." : folder.string();
+  struct statvfs info {};
+  if (::statvfs(space.folder.c_str(), &info) != 0) return space;
+  space.known = true;
+  const std::uint64_t blocks = ::geteuid() == 0 ? info.f_bfree : info.f_bavail;
+  space.free = std::uint64_t(blocks) * info.f_frsize;
+  space.size = std::uint64_t(info.f_blocks) * info.f_frsize;
+  space.read_only = (info.f_flag & ST_RDONLY) != 0;
+  return space;
+}
+
+std::string describe_free_space(const std::string& path) {
+  const FreeSpace space = free_space(path);
+  if (!space.known)
+    return detail::concat("free space on the file system of ", quoted(space.folder), " unknown");
+  return detail::concat(bytes_text(space.free), " free of ", bytes_text(space.size),
+                        " on the file system of ", quoted(space.folder),
+                        space.read_only ? ", mounted read-only" : "");
+}
+
+void throw_write_error(const std::string& op, const std::string& action, const std::string& path,
+                       int error, const std::string& after) {
+  throw WriteError(detail::concat(op, ": cannot ", action, " ", quoted(path), ": ",
+                                  errno_text(error), " (", describe_free_space(path), ")", after));
+}
+
+void write_file_atomically(const std::string& path, const char* data, std::size_t size,
+                           const std::string& op,
+                           const std::function<void(const std::string&)>& check) {
   const std::string temporary = temporary_path(path);
+  const std::string unchanged = "; " + quoted(path) + " is unchanged";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw IoError(
-        detail::concat(op, ": cannot write ", quoted(temporary), ": ", errno_text(errno)));
-  bool open = true;
-  try {
-    write_all(fd, text, temporary, op);
-    if (::fsync(fd) != 0)
-      throw IoError(
-          detail::concat(op, ": cannot sync ", quoted(temporary), ": ", errno_text(errno)));
-    ::close(fd);
-    open = false;
-    if (std::rename(temporary.c_str(), path.c_str()) != 0)
-      throw IoError(detail::concat(op, ": cannot rename ", quoted(temporary), " to ", quoted(path),
-                                   ": ", errno_text(errno)));
-  } catch (...) {
-    if (open) ::close(fd);
+  if (fd < 0) throw_write_error(op, "create", temporary, errno, unchanged);
+  // Any failure: the partial file goes, the file at `path` stays as it was.
+  auto fail = [&](const char* action, int error, bool close_fd) {
+    if (close_fd) ::close(fd);
     std::remove(temporary.c_str());
-    throw;
+    throw_write_error(op, action, temporary, error, "; removed it" + unchanged);
+  };
+  // No check of the free space before: the write itself is the one answer that
+  // counts (blocks, quotas, reserved space, compression all play in).
+  if (!write_all(fd, data, size)) fail(("write " + bytes_text(size) + " to").c_str(), errno, true);
+  if (::fsync(fd) != 0) fail("sync", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (check) {
+    try {
+      check(temporary);
+    } catch (...) {
+      std::remove(temporary.c_str());
+      throw;
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(temporary.c_str());
+    throw IoError(detail::concat(op, ": cannot rename ", quoted(temporary), " to ", quoted(path),
+                                 ": ", errno_text(error)));
   }
   fs::path folder = fs::path(path).parent_path();
   sync_path(folder.empty() ? "." : folder.string(), true, op);
+}
+
+void write_file_atomically(const std::string& path, const std::string& text,
+                           const std::string& op) {
+  write_file_atomically(path, text.data(), text.size(), op);
+}
+
+void append_whole(int fd, const std::string& text, const std::string& path, const std::string& op) {
+  struct stat before {};
+  if (::fstat(fd, &before) != 0) throw_write_error(op, "append to", path, errno);
+  if (write_all(fd, text.data(), text.size())) return;
+  const int error = errno;
+  // Take back what part of the text was written: the file ends where it did.
+  const bool undone = ::ftruncate(fd, before.st_size) == 0;
+  throw_write_error(op, "append to", path, error,
+                    undone ? "; the lines before are intact"
+                           : "; the last line may be torn (it could not be removed)");
 }
 
 std::vector<std::string> remove_stale_temporaries(const std::string& run_dir) {
@@ -179,9 +260,7 @@ std::vector<std::string> remove_stale_temporaries(const std::string& run_dir) {
 RunLock::RunLock(const std::string& run_dir, const std::string& op) {
   const std::string path = lock_path(run_dir);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd_ < 0)
-    throw IoError(
-        detail::concat(op, ": cannot open the lock file ", quoted(path), ": ", errno_text(errno)));
+  if (fd_ < 0) throw_write_error(op, "open the lock file", path, errno);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     const long pid = read_pid(fd_);
@@ -199,8 +278,7 @@ RunLock::RunLock(const std::string& run_dir, const std::string& op) {
     const int error = errno;
     ::close(fd_);
     fd_ = -1;
-    throw IoError(
-        detail::concat(op, ": cannot write the lock file ", quoted(path), ": ", errno_text(error)));
+    throw_write_error(op, "write the lock file", path, error);
   }
 }
 

@@ -102,7 +102,58 @@ std::string read_any_string(hid_t file_type, const Read& read, const std::string
   return out;
 }
 
+// Bob Jenkins' lookup3 hash (hashlittle, byte by byte), HDF5's metadata checksum
+// (H5_checksum_metadata: initial value 0).
+std::uint32_t lookup3(const unsigned char* k, std::size_t length) {
+  auto rot = [](std::uint32_t x, int r) { return (x << r) | (x >> (32 - r)); };
+  auto word = [](const unsigned char* p) {
+    return std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
+           std::uint32_t(p[3]) << 24;
+  };
+  std::uint32_t a, b, c;
+  a = b = c = 0xdeadbeefu + std::uint32_t(length);
+  while (length > 12) {
+    a += word(k);
+    b += word(k + 4);
+    c += word(k + 8);
+    a -= c, a ^= rot(c, 4), c += b;
+    b -= a, b ^= rot(a, 6), a += c;
+    c -= b, c ^= rot(b, 8), b += a;
+    a -= c, a ^= rot(c, 16), c += b;
+    b -= a, b ^= rot(a, 19), a += c;
+    c -= b, c ^= rot(b, 4), b += a;
+    length -= 12;
+    k += 12;
+  }
+  if (length == 0) return c;
+  unsigned char tail[12] = {};
+  std::memcpy(tail, k, length);
+  a += word(tail);
+  b += word(tail + 4);
+  c += word(tail + 8);
+  c ^= b, c -= rot(b, 14);
+  a ^= c, a -= rot(c, 11);
+  b ^= a, b -= rot(a, 25);
+  c ^= b, c -= rot(b, 16);
+  a ^= c, a -= rot(c, 4);
+  b ^= a, b -= rot(a, 14);
+  c ^= b, c -= rot(b, 24);
+  return c;
+}
+
 }  // namespace
+
+void seal_file_image(unsigned char* image, std::size_t size) {
+  // Superblock 2 and 3: signature (8 bytes), version, sizes of offsets and of
+  // lengths, status flags, four addresses, the checksum of all that.
+  static const unsigned char signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (size < 12 || std::memcmp(image, signature, 8) != 0 || (image[8] != 2 && image[8] != 3))
+    return;
+  const std::size_t covered = 12 + 4 * std::size_t(image[9]);
+  if (covered + 4 > size) return;
+  const std::uint32_t sum = lookup3(image, covered);
+  for (int i = 0; i < 4; ++i) image[covered + std::size_t(i)] = (sum >> (8 * i)) & 0xff;
+}
 
 std::string last_error() {
   std::string message;

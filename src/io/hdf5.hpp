@@ -100,6 +100,12 @@ std::string read_string(hid_t location, const char* name, const std::string& con
 void write_floats(hid_t location, const std::string& name, const std::vector<Index>& shape,
                   hid_t memory_type, const void* data, const std::string& context);
 
+// Makes an image from H5Fget_file_image a file HDF5 opens: the call clears the
+// status flags of a version 2 or 3 superblock (written while the file is open)
+// in the copy, but HDF5 1.10 leaves the superblock's checksum as computed with
+// the flags set. Recomputes that checksum; other images are left as they are.
+void seal_file_image(unsigned char* image, std::size_t size);
+
 // Shape and element description of a dataset.
 struct DatasetInfo {
   std::vector<Index> shape;

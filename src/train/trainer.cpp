@@ -152,14 +152,15 @@ class MetricsLog {
       io::write_file_atomically(path, kept, "metrics");
     }
     fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    require<IoError>(fd_ >= 0, "metrics: cannot append to '", path, "': ", std::strerror(errno));
+    if (fd_ < 0) io::throw_write_error("metrics", "open", path, errno);
   }
   ~MetricsLog() { ::close(fd_); }
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   // values: one per column, as text; "" leaves a CSV cell empty / omits a JSON key.
-  // The row goes to the file in one append, whole.
+  // The row goes to the file whole or not at all (a full disk: WriteError, and
+  // the rows before are intact).
   void row(const std::vector<std::string>& values) {
     const auto& names = columns();
     std::ostringstream line;
@@ -178,10 +179,7 @@ class MetricsLog {
       for (std::size_t i = 0; i < names.size(); ++i) line << (i ? "," : "") << values[i];
       line << '\n';
     }
-    const std::string text = line.str();
-    const ssize_t written = ::write(fd_, text.data(), text.size());
-    require<IoError>(written == ssize_t(text.size()), "metrics: cannot append to '", path_,
-                     "': ", written < 0 ? std::strerror(errno) : "short write");
+    io::append_whole(fd_, line.str(), path_, "metrics");
   }
 
  private:
@@ -206,6 +204,37 @@ class MetricsLog {
   std::string path_;
   int fd_ = -1;
 };
+
+// What a failed write into the run folder (a full disk, a read-only file
+// system) leaves behind and how to go on: the newest checkpoint, which the
+// failure did not touch (checkpoints are written aside and renamed), or none.
+std::string after_failed_write(const std::string& run_dir) {
+  std::optional<std::string> latest;
+  try {
+    latest = io::latest_checkpoint(run_dir);
+  } catch (const Error& e) {
+    return detail::concat("; the newest checkpoint is unknown (", e.what(), ")");
+  }
+  const char* fix =
+      "make room on that file system (or make it writable) or move the run folder to another one "
+      "(run.dir)";
+  if (!latest)
+    return detail::concat("; no checkpoint was saved yet: ", fix, ", then start the run again");
+  return detail::concat("; nothing saved before was changed, the newest good checkpoint is \"",
+                        *latest, "\" (step ", io::checkpoint_step(*latest), "): ", fix,
+                        ", then continue the run with --resume");
+}
+
+// Runs `write`, a write into the run folder; a WriteError gains the newest
+// checkpoint and the fix (one line for the CLI's message).
+template <class Write>
+void write_run_folder(const std::string& run_dir, Write&& write) {
+  try {
+    write();
+  } catch (const WriteError& e) {
+    throw WriteError(e.what() + after_failed_write(run_dir));
+  }
+}
 
 std::string number(double value, int precision = 6) {
   std::ostringstream text;
@@ -419,8 +448,13 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   // naming the first one's pid, before it reads or writes anything.
   std::optional<io::RunLock> lock;
   if (leader) {
-    fs::create_directories(config.run_dir);
-    lock.emplace(config.run_dir, "train");
+    write_run_folder(config.run_dir, [&] {
+      std::error_code error;
+      fs::create_directories(config.run_dir, error);
+      if (error)
+        io::throw_write_error("train", "create the run folder", config.run_dir, error.value());
+      lock.emplace(config.run_dir, "train");
+    });
     for (const auto& path : io::remove_stale_temporaries(config.run_dir))
       out << "removed " << path << " (left by a process that was killed while writing it)"
           << std::endl;
@@ -474,11 +508,12 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
           << " steps; raise train.steps to train further\n";
   }
   std::optional<MetricsLog> metrics;
-  if (leader) {
-    io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
-    metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
-                    options.resume ? summary.first_step : -1);
-  }
+  if (leader)
+    write_run_folder(config.run_dir, [&] {
+      io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
+      metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
+                      options.resume ? summary.first_step : -1);
+    });
   // The gradient sum over the processes: one bucket per layer, started by the
   // backward as soon as it has finished that layer (train.overlap_allreduce),
   // the rest when the backward returns.
@@ -527,7 +562,9 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     if (!leader) return;    // the replicas are the same: process 0 writes
     ParameterSet<T> state;  // the workload's memories, if it keeps any
     w.save_state(state);
-    io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
+    write_run_folder(config.run_dir, [&] {
+      io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
+    });
     io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
   };
   auto evaluate = [&](std::int64_t step) {
@@ -541,9 +578,11 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
         << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
         << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
     if (metrics)
-      metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
-                    number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
-                    "", "", ""});
+      write_run_folder(config.run_dir, [&] {
+        metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
+                      number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
+                      "", "", ""});
+      });
     // With exact matches (the encoder-decoder), the target is on whole sequences.
     const double score = e.exact_match >= 0 ? e.exact_match : e.accuracy;
     return tc.target_accuracy > 0 && score >= tc.target_accuracy;
@@ -667,7 +706,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
                                           number(grad_norm),
                                           number(elapsed)};
       for (const auto& peak : phase_peaks()) row.push_back(peak);
-      if (metrics) metrics->row(row);
+      if (metrics) write_run_folder(config.run_dir, [&] { metrics->row(row); });
       window_start = now;
       window_tokens = window_steps = 0;
       window_loss = window_accuracy = 0;

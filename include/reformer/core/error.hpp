@@ -33,6 +33,15 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A file could not be written: the disk is full, the file system is read-only,
+// or the write failed. The message names the path, the system's reason and the
+// free space on that file system; what was saved before is left as it was (the
+// file being written aside is removed, appends are undone).
+class WriteError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 // An allocation would not fit into the memory that is available.
 class MemoryError : public Error {
  public:

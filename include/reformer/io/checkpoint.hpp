@@ -23,11 +23,14 @@
 // the seed, the step and the data position restore every random stream; there is no RNG state to
 // store.
 //
-// Writing is atomic: the file is written as "<path>.tmp.<pid>" in the same
-// directory, flushed, closed and fsync'ed, renamed over <path>, and the directory
-// is fsync'ed. A crash (even SIGKILL) at any moment leaves either the previous
-// file or the new one at <path>, never a torn file, and never touches other
-// checkpoints.
+// Writing is atomic: the file is built in memory (HDF5's core driver), written
+// as "<path>.tmp.<pid>" in the same directory, fsync'ed, renamed over <path>, and
+// the directory is fsync'ed. A crash (even SIGKILL) at any moment leaves either
+// the previous file or the new one at <path>, never a torn file, and never
+// touches other checkpoints. A full disk or a read-only file system is a
+// WriteError naming the path and the free space; the partial file is removed.
+// (HDF5 never writes to the disk itself: in HDF5 1.10 a failed write leaves a
+// file object that crashes the process when the library shuts down.)
 //
 // Loading validates the whole file before it changes anything: format version,
 // the metadata checksum, dtype, the set of parameter names, every shape and, with
@@ -67,8 +70,9 @@ using OptimizerOf = typename NonDeduced<train::Adam<T>>::type;
 // Writes the parameters' values (not their gradients), the optimizer's moments
 // and step count when `optimizer` is not null, and `meta` (its dtype and
 // format_version are ignored: the file gets T's dtype and this build's version).
-// Creates the parent directory if needed. IoError naming the path on failure;
-// a file already at `path` is then unchanged.
+// Creates the parent directory if needed. IoError naming the path on failure
+// (WriteError when the file cannot be written: full disk, read-only file
+// system); a file already at `path` is then unchanged.
 // `state`, when not null, is written under /state (its values only).
 template <class T>
 void save_checkpoint(const std::string& path, const ParameterSet<T>& params,

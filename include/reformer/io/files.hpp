@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,42 @@ void sync_path(const std::string& path, bool directory, const std::string& op);
 // renamed over `path`.
 std::string temporary_path(const std::string& path);
 
-// Writes `text` to temporary_path(path), syncs it, renames it over `path` and
-// syncs the folder: a reader (or a kill) sees the old content or the new, never
-// a mix or an empty file.
+// Free bytes on the file system that holds `path` (the nearest folder of it that
+// exists) for this process (root may use the blocks reserved for it), and its size.
+struct FreeSpace {
+  bool known = false;  // statvfs answered
+  std::uint64_t free = 0, size = 0;
+  bool read_only = false;
+  std::string folder;  // the folder asked
+};
+FreeSpace free_space(const std::string& path);
+// "<free> free of <size> on the file system of "<folder>"" (", mounted
+// read-only" when it is), for messages.
+std::string describe_free_space(const std::string& path);
+
+// Throws WriteError("<op>: cannot <action> "<path>": <strerror(error)> (<free space>)<after>").
+[[noreturn]] void throw_write_error(const std::string& op, const std::string& action,
+                                    const std::string& path, int error,
+                                    const std::string& after = "");
+
+// Writes `size` bytes (`text`) to temporary_path(path), syncs it, renames it over
+// `path` and syncs the folder: a reader (or a kill) sees the old content or the
+// new, never a mix or an empty file. When the file system is full (a write fails
+// part-way) or read-only, or a write fails otherwise, WriteError names the path,
+// the reason and the free space; the temporary file is removed and `path` is
+// unchanged.
+// `check`, when given, reads the written temporary file before it is renamed
+// (and may throw: the temporary file is then removed).
+void write_file_atomically(const std::string& path, const char* data, std::size_t size,
+                           const std::string& op,
+                           const std::function<void(const std::string&)>& check = {});
 void write_file_atomically(const std::string& path, const std::string& text, const std::string& op);
+
+// Appends `text` to `fd`, a file of `path` opened with O_APPEND, whole or not at
+// all: a write that fails part-way (a full disk) is undone by truncating the file
+// to its size before, so no torn line is left behind the lines already there.
+// WriteError as write_file_atomically.
+void append_whole(int fd, const std::string& text, const std::string& path, const std::string& op);
 
 // Removes the "*.tmp.<pid>" files in `run_dir` and `run_dir`/checkpoints whose
 // writing process no longer runs; returns their paths.
