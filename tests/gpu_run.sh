@@ -4,7 +4,8 @@
 #   tests [seconds per binary, default 240] [binaries ...]
 #       runs the test binaries on the CUDA backend, each under the time limit,
 #       one log and one GoogleTest XML report per binary in $OUT (or
-#       gpu-results/), ending with `total: N passed, M failed`;
+#       gpu-results/), ending with `total: N passed, M failed`; exits 1 when
+#       any binary failed (a failed case, a crash or a time-out), else 0;
 #   bench
 #       the GPU benchmarks, in one run: the device's float32 GEMM rate (PyTorch),
 #       our attention layers against PyTorch's fused SDPA layer, the memory
@@ -48,6 +49,7 @@ if [ "$mode" = tests ]; then
     [ "$rc" -eq 0 ] || grep -E '^\[  FAILED  \]|rror|abort|Assertion' "$out/$name.log" | head -n 20
   done
   echo "total: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ] || exit 1
   exit 0
 fi
 

@@ -19,3 +19,16 @@ expect() {  # expect <name> <expected exit code> <text the output must contain> 
     pass "$name"
   fi
 }
+# Whether $bin was built with a sanitizer that makes it many times slower
+# (AddressSanitizer, as -DREFORMER_SANITIZE=ON builds it; ThreadSanitizer;
+# MemorySanitizer): the scripts then skip their wall-clock bounds and keep every
+# functional check. Instrumented code calls the sanitizer's init function, so its
+# name is in the binary (statically or dynamically linked runtime alike).
+# REFORMER_TEST_SANITIZED=1 or 0 overrides the detection.
+sanitized() {
+  case "${REFORMER_TEST_SANITIZED:-}" in
+  1) return 0 ;;
+  0) return 1 ;;
+  esac
+  grep -qaE '__(a|t|m)san_init' "$bin"
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Ctrl-C under mpirun: SIGINT, then (in a second run) SIGTERM, sent to
+# `mpirun --oversubscribe -np 2 reformer train` mid-run. For each signal:
+# mpirun and both processes exit with 130 (each process's own exit code is
+# recorded by a wrapper, record_exit), no process is left, the run folder holds
+# exactly one checkpoint, at the step the run says it stopped after, and
+# `--resume` continues the losses of an uninterrupted run: on two processes
+# exactly (the same metrics rows), on one process within 1e-5 relative (one
+# process sums the batch's losses in another order than two).
+# Open MPI's mpirun (4.1) does not pass SIGINT/SIGTERM on as they are: it sends
+# SIGTERM to every process's group and SIGKILL a moment later (the MCA
+# parameter odls_base_sigkill_timeout), and then exits 1 unless the processes
+# have all exited on their own.
+#   test_mpi_signals.sh <mpirun> <reformer binary>
+set -u
+mpiexec=$1
+bin=$2
+work=$(mktemp -d)
+trap 'kill -9 $(pgrep -f -- "$work/") 2>/dev/null; rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/expect.sh"
+export OMP_NUM_THREADS=1
+
+# The model of test_mpi_kill.sh; no checkpoint but the interrupt's.
+cat >"$work/run.toml" <<TOML
+[run]
+dir = "$work/unused"
+[model]
+vocab = 16
+d_model = 64
+d_ff = 128
+heads = 2
+d_head = 32
+layers = 2
+attention = ["local", "lsh"]
+positions = "axial"
+max_length = 256
+dropout = 0.0
+reversible = true
+[model.lsh]
+chunk = 32
+[model.local]
+chunk = 32
+[data]
+task = "duplication"
+length = 256
+vocab = 16
+[train]
+steps = 100000
+batch = 4
+learning_rate = 0.002
+eval_every = 0
+log_every = 1
+checkpoint_every = 100000
+keep_checkpoints = 100
+allreduce_timeout = 20
+TOML
+
+# record_exit <folder> <program> <args...>: runs the program and writes its exit
+# code to <folder>/rank<R>.rc (mpirun itself reports one code for the job).
+# mpirun signals each process's group, this shell included: the trap keeps the
+# shell waiting for the program instead of ending with the signal.
+cat >"$work/record_exit" <<'SH'
+#!/usr/bin/env bash
+folder=$1
+shift
+trap ':' INT TERM
+"$@"
+rc=$?
+echo "$rc" >"$folder/rank${OMPI_COMM_WORLD_RANK:-unknown}.rc"
+exit "$rc"
+SH
+chmod +x "$work/record_exit"
+
+# The metrics rows of the training steps after <from>, "step,loss".
+train_losses() {  # train_losses <metrics.csv> <from>
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import csv, sys
+with open(sys.argv[1]) as f:
+    for r in csv.DictReader(f):
+        if r["kind"] == "train" and int(r["step"]) > int(sys.argv[2]):
+            print(f'{r["step"]},{r["loss"]}')
+PY
+}
+
+declare -A stopped_at
+for signal in INT TERM; do
+  run=$work/$signal
+  mkdir -p "$work/rc-$signal"
+  # set -m: the launcher gets SIGINT as a terminal's Ctrl-C would deliver it
+  # (a non-interactive shell's background jobs otherwise start with it ignored).
+  set -m
+  "$mpiexec" --oversubscribe -np 2 "$work/record_exit" "$work/rc-$signal" \
+    "$bin" train "$work/run.toml" "run.dir=\"$run\"" >"$work/$signal.log" 2>&1 &
+  launcher=$!
+  set +m
+  for _ in $(seq 1 600); do
+    grep -q "^step 3/" "$work/$signal.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q "^step 3/" "$work/$signal.log" && pass "$signal: running" ||
+    { tail -20 "$work/$signal.log"; fail "$signal: running"; }
+  kill -"$signal" "$launcher"
+  for _ in $(seq 1 600); do
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail "$signal: job_ended_within_60_s"
+    kill -9 "$launcher"
+  fi
+  wait "$launcher"
+  rc=$?
+  [ "$rc" -eq 130 ] && pass "$signal: mpirun_exit_130" ||
+    { grep -v "^step " "$work/$signal.log" | tail -20; fail "$signal: mpirun_exit_130 (exit $rc)"; }
+  for rank in 0 1; do
+    code=$(cat "$work/rc-$signal/rank$rank.rc" 2>/dev/null ||
+      echo "none recorded: the process and its wrapper were killed, e.g. SIGKILL from mpirun")
+    [ "$code" = 130 ] && pass "$signal: process_${rank}_exit_130" ||
+      fail "$signal: process_${rank}_exit_130 (exit $code)"
+  done
+  sleep 0.5
+  left=$(pgrep -f -- "$work/" | tr '\n' ' ')
+  [ -z "$left" ] && pass "$signal: no_process_left" ||
+    { ps -o pid,args -p ${left// /,} 2>/dev/null; fail "$signal: no_process_left ($left)"; }
+
+  # Exactly one checkpoint, at the step the run stopped after.
+  stopped=$(sed -n 's/^interrupted: stopped after step \([0-9]*\),.*/\1/p' "$work/$signal.log")
+  files=$(cd "$run/checkpoints" 2>/dev/null && ls)
+  want=$(printf 'step_%08d.h5' "${stopped:-0}")
+  if [ -n "$stopped" ] && [ "$files" = "$want" ]; then
+    pass "$signal: one_checkpoint_at_the_stopping_step ($want)"
+  else
+    tail -5 "$work/$signal.log"
+    fail "$signal: one_checkpoint_at_the_stopping_step (stopped after '${stopped}', files: $files)"
+    continue
+  fi
+  stopped_at[$signal]=$stopped
+done
+
+# The uninterrupted two-process run, 4 steps past the later stop.
+reference_steps=4
+for stopped in "${stopped_at[@]}"; do
+  [ $((stopped + 4)) -gt $reference_steps ] && reference_steps=$((stopped + 4))
+done
+"$mpiexec" --oversubscribe -np 2 "$bin" train "$work/run.toml" "run.dir=\"$work/reference\"" \
+  train.steps=$reference_steps >"$work/reference.log" 2>&1 &&
+  pass "reference_run ($reference_steps steps)" ||
+  { tail -20 "$work/reference.log"; fail "reference_run"; }
+
+for signal in "${!stopped_at[@]}"; do
+  run=$work/$signal
+  stopped=${stopped_at[$signal]}
+  target=$((stopped + 4))
+
+  # --resume on two processes: the uninterrupted run's rows, exactly.
+  cp -r "$run" "$run-2"
+  "$mpiexec" --oversubscribe -np 2 "$bin" train "$work/run.toml" "run.dir=\"$run-2\"" \
+    train.steps=$target --resume >"$work/$signal-resume2.log" 2>&1 &&
+    grep -q "resumed from" "$work/$signal-resume2.log" && pass "$signal: resume_on_two_processes" ||
+    { tail -20 "$work/$signal-resume2.log"; fail "$signal: resume_on_two_processes"; }
+  resumed=$(train_losses "$run-2/metrics.csv" "$stopped")
+  reference=$(train_losses "$work/reference/metrics.csv" "$stopped" | head -4)
+  if [ -n "$resumed" ] && [ "$resumed" = "$reference" ]; then
+    pass "$signal: two_process_resume_losses_exact ($(echo $resumed))"
+  else
+    echo "resumed:   $(echo $resumed)"
+    echo "reference: $(echo $reference)"
+    fail "$signal: two_process_resume_losses_exact"
+  fi
+
+  # --resume on one process: the same losses to 1e-5 relative.
+  cp -r "$run" "$run-1"
+  expect "$signal: resume_on_one_process" 0 "resumed from" -- train "$work/run.toml" \
+    "run.dir=\"$run-1\"" train.steps=$target --resume
+  /usr/bin/python3 - "$run-1/metrics.csv" "$work/reference/metrics.csv" "$stopped" "$target" <<'PY' &&
+import csv, sys
+def losses(path):
+    with open(path) as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r["kind"] == "train"}
+run, ref, last, target = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+steps = list(range(last + 1, target + 1))
+assert all(s in run and s in ref for s in steps), (steps, sorted(run)[-6:])
+worst = max(abs(run[s] - ref[s]) / ref[s] for s in steps)
+print(f"steps {steps[0]}-{steps[-1]}: worst relative loss difference {worst:.2e}")
+sys.exit(0 if worst < 1e-5 else 1)
+PY
+    pass "$signal: one_process_resume_losses" || fail "$signal: one_process_resume_losses"
+done
+[ "$failures" -eq 0 ]
