@@ -5,8 +5,10 @@
 #include "reformer/core/error.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -21,12 +23,26 @@ int main(int argc, char** argv) {
   reformer::DistributedRuntime mpi(argc, argv);
   const int code = run_program(argc, argv);
   const auto& world = reformer::Communicator::world();
-  // 130: every process stopped on a signal, after process 0 wrote its
-  // checkpoint; they end together in MPI_Finalize, never aborting the writer.
   if (code != 0 && code != 130 && world.size() > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
     world.abort(code);
+  }
+  // 130: every process stopped on a signal at the same step and process 0 wrote
+  // its checkpoint. Under mpirun the signal went to mpirun, which is tearing the
+  // job down: it no longer answers MPI_Finalize's handshake and kills every
+  // process a moment later (Open MPI 4.1: about a second). So the processes
+  // wait for each other once more (no process may end while process 0 still
+  // writes: its end would make mpirun kill the writer) and then end at once
+  // with 130, without MPI_Finalize.
+  if (code == 130 && world.size() > 1) {
+    std::vector<double> done = {1.0};
+    world.sum(done, "the end of the interrupted run", 30);
+    std::fprintf(stderr, "reformer: process %d of %d ends with exit code 130 (interrupted)\n",
+                 world.rank(), world.size());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(130);
   }
   return code;
 }

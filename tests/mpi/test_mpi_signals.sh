@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Ctrl-C under mpirun: SIGINT, then (in a second run) SIGTERM, sent to
 # `mpirun --oversubscribe -np 2 reformer train` mid-run. For each signal:
-# mpirun and both processes exit with 130 (each process's own exit code is
+# both processes exit with 130 (each process's own exit code is
 # recorded by a wrapper, record_exit), no process is left, the run folder holds
 # exactly one checkpoint, at the step the run says it stopped after, and
 # `--resume` continues the losses of an uninterrupted run: on two processes
-# exactly (the same metrics rows), on one process within 1e-5 relative (one
-# process sums the batch's losses in another order than two).
+# exactly (the same metrics rows), on one process within 1e-4 relative (one
+# process sums the batch's losses in another order than two: float sums
+# differ by up to 1.1e-5 measured; a wrong resume differs by percents).
 # Open MPI's mpirun (4.1) does not pass SIGINT/SIGTERM on as they are: it sends
 # SIGTERM to every process's group and SIGKILL a moment later (the MCA
 # parameter odls_base_sigkill_timeout), and then exits 1 unless the processes
@@ -110,13 +111,26 @@ for signal in INT TERM; do
   fi
   wait "$launcher"
   rc=$?
-  [ "$rc" -eq 130 ] && pass "$signal: mpirun_exit_130" ||
-    { grep -v "^step " "$work/$signal.log" | tail -20; fail "$signal: mpirun_exit_130 (exit $rc)"; }
+  # mpirun's own code is Open MPI's: 1 for a job it was told to stop, whatever
+  # the processes returned (130 where a launcher passes the processes' code on).
+  [ "$rc" -eq 1 ] || [ "$rc" -eq 130 ] && pass "$signal: mpirun_exit_1_or_130 ($rc)" ||
+    { grep -v "^step " "$work/$signal.log" | tail -20; fail "$signal: mpirun_exit_1_or_130 (exit $rc)"; }
   for rank in 0 1; do
-    code=$(cat "$work/rc-$signal/rank$rank.rc" 2>/dev/null ||
-      echo "none recorded: the process and its wrapper were killed, e.g. SIGKILL from mpirun")
-    [ "$code" = 130 ] && pass "$signal: process_${rank}_exit_130" ||
+    code=$(cat "$work/rc-$signal/rank$rank.rc" 2>/dev/null)
+    [ -n "$code" ] || code=none
+    # Each process ends with 130 on its own once every process is past the
+    # checkpoint. mpirun kills what is left of a job as soon as one process has
+    # ended, so a process may be killed between that last handshake and its
+    # exit: then its wrapper records nothing, but it has said that it ends.
+    if [ "$code" = 130 ]; then
+      pass "$signal: process_${rank}_exit_130"
+    elif [ "$code" = none ] &&
+      grep -q "^reformer: process $rank of 2 ends with exit code 130" "$work/$signal.log"; then
+      pass "$signal: process_${rank}_exit_130 (killed by mpirun at its exit, after the checkpoint)"
+    else
+      grep -v "^step " "$work/$signal.log" | tail -20
       fail "$signal: process_${rank}_exit_130 (exit $code)"
+    fi
   done
   sleep 0.5
   left=$(pgrep -f -- "$work/" | tr '\n' ' ')
@@ -182,7 +196,7 @@ steps = list(range(last + 1, target + 1))
 assert all(s in run and s in ref for s in steps), (steps, sorted(run)[-6:])
 worst = max(abs(run[s] - ref[s]) / ref[s] for s in steps)
 print(f"steps {steps[0]}-{steps[-1]}: worst relative loss difference {worst:.2e}")
-sys.exit(0 if worst < 1e-5 else 1)
+sys.exit(0 if worst < 1e-4 else 1)
 PY
     pass "$signal: one_process_resume_losses" || fail "$signal: one_process_resume_losses"
 done
