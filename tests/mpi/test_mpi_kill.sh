@@ -12,39 +12,8 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/../cli/expect.sh"
 export OMP_NUM_THREADS=1
 
-cat >"$work/run.toml" <<TOML
-[run]
-dir = "$work/run"
-[model]
-vocab = 16
-d_model = 64
-d_ff = 128
-heads = 2
-d_head = 32
-layers = 2
-attention = ["local", "lsh"]
-positions = "axial"
-max_length = 256
-dropout = 0.0
-reversible = true
-[model.lsh]
-chunk = 32
-[model.local]
-chunk = 32
-[data]
-task = "duplication"
-length = 256
-vocab = 16
-[train]
-steps = 100000
-batch = 4
-learning_rate = 0.002
-eval_every = 0
-log_every = 1
-checkpoint_every = 2
-keep_checkpoints = 100
-allreduce_timeout = 20
-TOML
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_run_config.sh"
+mpi_run_config "$work/run.toml" "$work/run" 2
 
 "$mpiexec" --oversubscribe -np 2 "$bin" train "$work/run.toml" >"$work/mpirun.log" 2>&1 &
 launcher=$!

@@ -22,39 +22,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../cli/expect.sh"
 export OMP_NUM_THREADS=1
 
 # The model of test_mpi_kill.sh; no checkpoint but the interrupt's.
-cat >"$work/run.toml" <<TOML
-[run]
-dir = "$work/unused"
-[model]
-vocab = 16
-d_model = 64
-d_ff = 128
-heads = 2
-d_head = 32
-layers = 2
-attention = ["local", "lsh"]
-positions = "axial"
-max_length = 256
-dropout = 0.0
-reversible = true
-[model.lsh]
-chunk = 32
-[model.local]
-chunk = 32
-[data]
-task = "duplication"
-length = 256
-vocab = 16
-[train]
-steps = 100000
-batch = 4
-learning_rate = 0.002
-eval_every = 0
-log_every = 1
-checkpoint_every = 100000
-keep_checkpoints = 100
-allreduce_timeout = 20
-TOML
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_run_config.sh"
+mpi_run_config "$work/run.toml" "$work/unused" 100000
 
 # record_exit <folder> <program> <args...>: runs the program and writes its exit
 # code to <folder>/rank<R>.rc (mpirun itself reports one code for the job).
