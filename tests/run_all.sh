@@ -69,7 +69,11 @@ fi
 # show, so the resolved native target is hashed into every entry.
 launcher=()
 if command -v ccache >/dev/null; then
-  export CCACHE_DIR=$DEPS/ccache CCACHE_BASEDIR=$root CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
+  # CCACHE_BASEDIR and CCACHE_NOHASHDIR: a fresh clone in another folder hits the
+  # entries of the last one (with debug information, as in the sanitizer build,
+  # ccache would otherwise hash the build folder's path into every entry).
+  export CCACHE_DIR=$DEPS/ccache CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
   mkdir -p "$CCACHE_DIR"
   g++ -march=native -Q --help=target 2>/dev/null >"$CCACHE_DIR/native-target.txt" || true
   export CCACHE_EXTRAFILES=$CCACHE_DIR/native-target.txt
