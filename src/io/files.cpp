@@ -2,6 +2,7 @@
 #include "reformer/io/files.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -67,21 +68,6 @@ bool write_all(int fd, const char* data, std::size_t size) {
     done += std::size_t(n);
   }
   return true;
-}
-
-// "12.5 KiB", "3 bytes".
-std::string bytes_text(std::uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = double(bytes) / 1024;
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
-  return text;
 }
 
 std::string lock_path(const std::string& run_dir) { return (fs::path(run_dir) / ".lock").string(); }
@@ -173,9 +159,9 @@ std::string describe_free_space(const std::string& path) {
   const FreeSpace space = free_space(path);
   if (!space.known)
     return detail::concat("free space on the file system of ", quoted(space.folder), " unknown");
-  return detail::concat(bytes_text(space.free), " free of ", bytes_text(space.size),
-                        " on the file system of ", quoted(space.folder),
-                        space.read_only ? ", mounted read-only" : "");
+  return detail::concat(format_bytes(std::int64_t(space.free)), " free of ",
+                        format_bytes(std::int64_t(space.size)), " on the file system of ",
+                        quoted(space.folder), space.read_only ? ", mounted read-only" : "");
 }
 
 void throw_write_error(const std::string& op, const std::string& action, const std::string& path,
@@ -199,7 +185,8 @@ void write_file_atomically(const std::string& path, const char* data, std::size_
   };
   // No check of the free space before: the write itself is the one answer that
   // counts (blocks, quotas, reserved space, compression all play in).
-  if (!write_all(fd, data, size)) fail(("write " + bytes_text(size) + " to").c_str(), errno, true);
+  if (!write_all(fd, data, size))
+    fail(("write " + format_bytes(std::int64_t(size)) + " to").c_str(), errno, true);
   if (::fsync(fd) != 0) fail("sync", errno, true);
   if (::close(fd) != 0) fail("close", errno, false);
   if (check) {

@@ -44,13 +44,13 @@ mount_fs() {
   mounts+=("$work/$1")
 }
 pages() { echo $((($(stat -c %s "$1") + page - 1) / page)); }
-# As the program writes a size: "0 bytes", "1 byte", "4.0 KiB", "1.5 MiB".
+# As the program writes a size (format_bytes): "0 B", "1023 B", "4.00 KiB", "1.50 MiB".
 bytes_text() {
   awk -v b="$1" 'BEGIN {
-    if (b < 1024) { printf "%d %s", b, (b == 1 ? "byte" : "bytes"); exit }
-    split("KiB MiB GiB TiB PiB", u, " "); v = b / 1024; i = 1
-    while (v >= 1024 && i < 5) { v /= 1024; i++ }
-    printf "%.1f %s", v, u[i] }'
+    if (b < 1024) { printf "%d B", b; exit }
+    split("KiB MiB GiB TiB", u, " "); v = b / 1024; i = 1
+    while (v >= 1024 && i < 4) { v /= 1024; i++ }
+    printf "%.2f %s", v, u[i] }'
 }
 # What the message must say of the file system of folder $1, as it is now.
 free_text() {
