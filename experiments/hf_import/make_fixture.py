@@ -19,7 +19,7 @@ that key must reproduce the logits (tests/hf_import/test_hf_import.cpp).
 expected.h5: tokens [batch, length] int64, logits [batch, length, vocab]
 float64, loss (scalar float64, HF's shifted next-token cross-entropy), and the
 rotations/<layer> (the rotations each LSH layer hashed with, [heads, d_head,
-n_hashes, width]), and the root attributes key_seed, key_stream (uint64: the ReformerCall key),
+n_hashes, width]), and the root attributes key_seed, key_stream (uint64: the ModelCall key),
 transformers_version, torch_version.
 """
 
@@ -153,7 +153,7 @@ FIXTURES = {
     ),
 }
 
-KEY_SEED = 20200113  # the ReformerCall key the C++ test runs with
+KEY_SEED = 20200113  # the ModelCall key the C++ test runs with
 KEY_STREAM = 7
 BATCH = 2
 

@@ -120,7 +120,7 @@ void add_bias(View2<T> logits, View1<T> bias) {
 template <class T>
 void ReformerState<T>::release() {
   batch = length = given_length = 0;
-  call = ReformerCall();
+  call = ModelCall();
   ids = valid = View2<int>();
   input = IdMatrix();
   x1 = x2 = dx1 = dx2 = View3<T>();
@@ -195,7 +195,7 @@ void ReformerLM<T>::init(RandomKey key) {
 }
 
 template <class T>
-layers::BlockCall ReformerLM<T>::block_call(const ReformerCall& call, Index layer,
+layers::BlockCall ReformerLM<T>::block_call(const ModelCall& call, Index layer,
                                             const ReformerState<T>& state) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
           state.valid,
@@ -203,7 +203,7 @@ layers::BlockCall ReformerLM<T>::block_call(const ReformerCall& call, Index laye
 }
 
 template <class T>
-void ReformerLM<T>::check_batch(const char* op, IdMatrix ids, const ReformerCall& call) const {
+void ReformerLM<T>::check_batch(const char* op, IdMatrix ids, const ModelCall& call) const {
   require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
                       shape_string(ids), " but needs at least one sequence of one token");
   config_.padded_length(Index(ids.extent(1)));
@@ -216,7 +216,7 @@ void ReformerLM<T>::check_batch(const char* op, IdMatrix ids, const ReformerCall
 }
 
 template <class T>
-IdMatrix ReformerLM<T>::input_ids(IdMatrix ids, const ReformerCall& call,
+IdMatrix ReformerLM<T>::input_ids(IdMatrix ids, const ModelCall& call,
                                   ReformerState<T>& state) const {
   state.given_length = ids.extent(1);
   if (state.length == Index(ids.extent(1)) && call.valid.extent(0) == 0) {
@@ -240,7 +240,7 @@ void ReformerLM<T>::prepare(ReformerState<T>& state, Index batch, Index length) 
 }
 
 template <class T>
-void ReformerLM<T>::embed(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const {
+void ReformerLM<T>::embed(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const {
   const Index length = ids.extent(1);
   auto e = as_matrix(state.x1);
   // e = Embedding(ids) + Positions, then dropout; both streams start as e.
@@ -271,7 +271,7 @@ void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const 
   // de = dx1 + dx2 (the embedding fed both streams).
   ops::axpby<T>(T(1), as_vector(state.dx2), T(1), as_vector(state.dx1));
   auto de = as_matrix(state.dx1);
-  const ReformerCall& call = state.call;
+  const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(de), config_.dropout,
                              {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
@@ -283,7 +283,7 @@ void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const 
 }
 
 template <class T>
-void ReformerLM<T>::forward(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const {
+void ReformerLM<T>::forward(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const {
   check_batch("ReformerLM::forward", ids, call);
   prepare(state, ids.extent(0), config_.padded_length(ids.extent(1)));
   state.call = call;
@@ -363,7 +363,7 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
 
 template <class T>
 ops::CrossEntropyResult ReformerLM<T>::forward_backward(
-    IdMatrix ids, IdMatrix targets, int ignore_id, const ReformerCall& call,
+    IdMatrix ids, IdMatrix targets, int ignore_id, const ModelCall& call,
     ReformerState<T>& state, const std::function<void(Index)>& after_layer) const {
   const char* op = "ReformerLM::forward_backward";
   require_same_shape(op, "ids", ids, "targets", targets);
@@ -393,7 +393,7 @@ ops::CrossEntropyResult ReformerLM<T>::forward_backward(
 
 template <class T>
 ops::CrossEntropyResult ReformerLM<T>::evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                                const ReformerCall& call,
+                                                const ModelCall& call,
                                                 ReformerState<T>& state) const {
   require_same_shape("ReformerLM::evaluate", "ids", ids, "targets", targets);
   forward(ids, call, state);
@@ -411,7 +411,7 @@ void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
   require<ShapeError>(Index(logits.extent(0)) == batch && Index(logits.extent(1)) == config_.vocab,
                       op, ": logits has shape ", shape_string(logits), " but must be [", batch,
                       ", ", config_.vocab, "]");
-  ReformerCall call;
+  ModelCall call;
   call.key = state.call.key;
   call.training = false;
   call.valid = valid;
@@ -489,7 +489,7 @@ void ReformerLM<T>::start_generation(IdMatrix ids, const std::vector<Index>& len
     for (Index t = 0; t < length; ++t) host_valid(b, t) = t < lengths[std::size_t(b)];
   Kokkos::View<int**, Layout, MemSpace> valid("generation_valid", batch, length);
   Kokkos::deep_copy(valid, host_valid);
-  ReformerCall call;
+  ModelCall call;
   call.key = key;
   call.training = false;
   call.valid = valid;

@@ -152,7 +152,7 @@ layers::DecoderBlockConfig TransformerConfig::decoder_block_config() const {
 
 template <class T>
 void TransformerState<T>::release() {
-  call = ReformerCall();
+  call = ModelCall();
   batch = source_length = target_length = 0;
   source = target = memory = dsource = dtarget = dmemory = View3<T>();
   source2 = target2 = source_top = target_top = dsource2 = dtarget2 = View3<T>();
@@ -262,7 +262,7 @@ void EncoderDecoder<T>::check_batch(const char* op, const Seq2SeqBatch& batch) c
 
 template <class T>
 void EncoderDecoder<T>::embed(const Parameter<T>& table, const Parameter<T>* positions,
-                              IdMatrix ids, Index offset, const ReformerCall& call,
+                              IdMatrix ids, Index offset, const ModelCall& call,
                               std::uint64_t stream, View3<T> out) const {
   const Index length = ids.extent(1);
   auto e = as_matrix(out);
@@ -279,7 +279,7 @@ void EncoderDecoder<T>::embed(const Parameter<T>& table, const Parameter<T>* pos
 
 template <class T>
 void EncoderDecoder<T>::embed_backward(Parameter<T>& table, Parameter<T>* positions, IdMatrix ids,
-                                       const ReformerCall& call, std::uint64_t stream,
+                                       const ModelCall& call, std::uint64_t stream,
                                        View3<T> dout) const {
   const Index length = ids.extent(1);
   auto de = as_matrix(dout);
@@ -334,7 +334,7 @@ void split_top_gradient(View3<T> d1, View3<T>& d2, const char* label) {
 }  // namespace
 
 template <class T>
-void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const ReformerCall& call,
+void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const ModelCall& call,
                                TransformerState<T>& state) const {
   const Index b = source.extent(0), ls = source.extent(1), d = config_.d_model;
   state.batch = b;
@@ -367,7 +367,7 @@ void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const R
 }
 
 template <class T>
-void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ReformerCall& call,
+void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ModelCall& call,
                                TransformerState<T>& state) const {
   const Index b = batch.target_in.extent(0), lt = batch.target_in.extent(1), d = config_.d_model;
   state.target_length = lt;
@@ -459,7 +459,7 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
 
 template <class T>
 ops::CrossEntropyResult EncoderDecoder<T>::forward_backward(const Seq2SeqBatch& batch, int pad_id,
-                                                            const ReformerCall& call,
+                                                            const ModelCall& call,
                                                             TransformerState<T>& state) const {
   check_batch("EncoderDecoder::forward_backward", batch);
   state.call = call;
@@ -517,7 +517,7 @@ ops::CrossEntropyResult EncoderDecoder<T>::forward_backward(const Seq2SeqBatch& 
 
 template <class T>
 ops::CrossEntropyResult EncoderDecoder<T>::evaluate(const Seq2SeqBatch& batch, int pad_id,
-                                                    const ReformerCall& call,
+                                                    const ModelCall& call,
                                                     TransformerState<T>& state) const {
   check_batch("EncoderDecoder::evaluate", batch);
   state.call = call;
@@ -536,7 +536,7 @@ void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
                           Index(out.extent(2)) == config_.target_vocab,
                       op, ": out has shape ", shape_string(out), " but must be [", b, ", ", lt,
                       ", ", config_.target_vocab, "]");
-  const ReformerCall call{{}, false};
+  const ModelCall call{{}, false};
   state.call = call;
   if (encode_source || state.batch != b || state.source_length != Index(batch.source.extent(1)) ||
       !state.memory.data())

@@ -73,7 +73,7 @@ layers::TransformerXLLayerConfig TransformerXLConfig::layer_config() const {
 
 template <class T>
 void TransformerXLState<T>::release() {
-  call = ReformerCall();
+  call = ModelCall();
   batch = length = 0;
   x = out = dx = View3<T>();
   layers.clear();
@@ -114,7 +114,7 @@ void TransformerXL<T>::init(RandomKey key) {
 
 template <class T>
 layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
-    const ReformerCall& call, Index layer, const TransformerXLMemory<T>& memory) const {
+    const ModelCall& call, Index layer, const TransformerXLMemory<T>& memory) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
           call.training,
           memory.mem_len,
@@ -124,7 +124,7 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
 }
 
 template <class T>
-void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
+void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call,
                                TransformerXLMemory<T>& memory, TransformerXLState<T>& state,
                                bool keep_layers) const {
   const char* op = "TransformerXL::forward";
@@ -133,7 +133,7 @@ void TransformerXL<T>::forward(IdMatrix ids, const ReformerCall& call,
                       " but needs at least one sequence of one token");
   require<ConfigError>(call.valid.extent(0) == 0, op,
                        ": a padding mask was given, but a stream of segments has no padding "
-                       "(leave ReformerCall::valid empty)");
+                       "(leave ModelCall::valid empty)");
   require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
                        " but must be >= 0");
   require<ConfigError>(
@@ -217,7 +217,7 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
   const auto result =
       ops::cross_entropy_forward_backward<T>(as_matrix(state.out), weight, out_bias_->value, t,
                                              options, as_matrix(dx), dweight, out_bias_->grad);
-  const ReformerCall& call = state.call;
+  const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(dx), config_.dropout,
                              {call.key.seed, stream_id(call.key.stream, kOutputDropout)}, 0,
@@ -237,7 +237,7 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
 
 template <class T>
 ops::CrossEntropyResult TransformerXL<T>::forward_backward(IdMatrix ids, IdMatrix targets,
-                                                           int ignore_id, const ReformerCall& call,
+                                                           int ignore_id, const ModelCall& call,
                                                            TransformerXLMemory<T>& memory,
                                                            TransformerXLState<T>& state) const {
   {
@@ -264,7 +264,7 @@ ops::CrossEntropyResult TransformerXL<T>::forward_backward(IdMatrix ids, IdMatri
 
 template <class T>
 ops::CrossEntropyResult TransformerXL<T>::evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                                   const ReformerCall& call,
+                                                   const ModelCall& call,
                                                    TransformerXLMemory<T>& memory,
                                                    TransformerXLState<T>& state) const {
   forward(ids, call, memory, state, /*keep_layers=*/false);

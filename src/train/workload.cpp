@@ -41,13 +41,13 @@ class LanguageModel final : public Workload<T> {
       : task_(data::make_task(config.data)), model_(config::lm_config(config), this->params) {}
   void init(RandomKey key) override { model_.init(key); }
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
-                                           const models::ReformerCall& call) override {
+                                           const models::ModelCall& call) override {
     load(data::Split::Train, index, batch);
     return model_.forward_backward(device_.inputs, device_.targets, task_->ignore_id(),
                                    with_mask(call), state_, this->after_layer);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
-                                   const models::ReformerCall& call) override {
+                                   const models::ModelCall& call) override {
     load(split, index, batch);
     return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(), with_mask(call),
                            state_);
@@ -65,7 +65,7 @@ class LanguageModel final : public Workload<T> {
 
  private:
   // The call with the loaded batch's padding mask (tasks whose sequences end early).
-  models::ReformerCall with_mask(models::ReformerCall call) const {
+  models::ModelCall with_mask(models::ModelCall call) const {
     call.valid = device_.valid;
     return call;
   }
@@ -99,12 +99,12 @@ class Seq2Seq final : public Workload<T> {
         model_(seq2seq_model_config(config, *task_), this->params) {}
   void init(RandomKey key) override { model_.init(key); }
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
-                                           const models::ReformerCall& call) override {
+                                           const models::ModelCall& call) override {
     load(data::Split::Train, index, batch);
     return model_.forward_backward(device_batch(), data::PairTask::kPad, call, state_);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
-                                   const models::ReformerCall& call) override {
+                                   const models::ModelCall& call) override {
     load(split, index, batch);
     return model_.evaluate(device_batch(), data::PairTask::kPad, call, state_);
   }
@@ -208,7 +208,7 @@ class SegmentStreams final : public Workload<T> {
   }
 
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
-                                           const models::ReformerCall& call) override {
+                                           const models::ModelCall& call) override {
     require_batch(batch);
     const std::uint64_t segment = index / std::uint64_t(accumulate_);
     const Index part = Index(index % std::uint64_t(accumulate_));
@@ -232,7 +232,7 @@ class SegmentStreams final : public Workload<T> {
   Index target_tokens(std::uint64_t, Index batch) override { return batch * config_.data.length; }
 
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
-                                   const models::ReformerCall& call) override {
+                                   const models::ModelCall& call) override {
     const std::uint64_t count = task_->segments_per_stream(split, batch, eval_length_);
     const std::uint64_t segment = index % count;
     if (config_.eval.recompute) return recompute(split, segment, batch, call);
@@ -340,7 +340,7 @@ class SegmentStreams final : public Workload<T> {
   // before the segment (fewer at the start of a stream) plus the segment,
   // and only the segment's targets count.
   ops::CrossEntropyResult recompute(data::Split split, std::uint64_t segment, Index batch,
-                                    const models::ReformerCall& call) {
+                                    const models::ModelCall& call) {
     const Index length = eval_length_;
     const Index context = Index(std::min<std::uint64_t>(std::uint64_t(eval_memory_.mem_len),
                                                         segment * std::uint64_t(length)));

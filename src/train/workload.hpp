@@ -29,14 +29,14 @@ class Workload {
   // Micro-batch `index` of the training split: the loss, with its gradients
   // accumulated into params.
   virtual ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
-                                                   const models::ReformerCall& call) = 0;
+                                                   const models::ModelCall& call) = 0;
   // Targets that count in the loss of micro-batch `index` of the training
   // split (not padding, not ignored): the trainer weights accumulated
   // micro-batches by these.
   virtual Index target_tokens(std::uint64_t index, Index batch) = 0;
   // Batch `index` of a split, no gradients.
   virtual ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
-                                           const models::ReformerCall& call) = 0;
+                                           const models::ModelCall& call) = 0;
   // Sequences of batch `index` decoded exactly (greedy, the encoder-decoder):
   // {matching, total}; {0, 0} when the model does not decode.
   virtual std::pair<Index, Index> exact_matches(data::Split split, std::uint64_t index,

@@ -32,7 +32,7 @@
 namespace reformer {
 namespace {
 
-using models::ReformerCall;
+using models::ModelCall;
 using models::ReformerConfig;
 using models::ReformerLM;
 using models::ReformerState;
@@ -42,7 +42,7 @@ struct Expected {
   std::vector<int> tokens;     // [batch, length]
   std::vector<double> logits;  // [batch, length, vocab]
   double loss = 0;             // HF's shifted next-token cross-entropy
-  RandomKey key{};             // the ReformerCall key of the injected rotations
+  RandomKey key{};             // the ModelCall key of the injected rotations
 };
 
 // One HDF5 dataset read whole as `type`, with its dimensions.
@@ -172,7 +172,7 @@ Kokkos::View<int**, Layout, MemSpace> device_ids(const std::vector<int>& values,
   return ids;
 }
 
-// The rotations key of layer `layer` under a ReformerCall key, as the model
+// The rotations key of layer `layer` under a ModelCall key, as the model
 // derives it: ReformerLM::block_call (stream kLayers = 2, layer), the block's
 // attention call (kAttention = 1), AttentionLayer::run's sub_key(kRotations = 1).
 // make_fixture.py derives the same.
@@ -224,7 +224,7 @@ void check_logits_and_loss(const std::string& fixture) {
   ASSERT_EQ(m->config.vocab, e.vocab);
 
   const auto ids = device_ids(e.tokens, e.batch, e.length);
-  const ReformerCall call{e.key, /*training=*/false};
+  const ModelCall call{e.key, /*training=*/false};
   ReformerState<double> state;
   m->model->forward(ids, call, state);
   const auto logits = head_logits(*m, state);

@@ -24,7 +24,7 @@ namespace {
 
 using namespace reformer::testing;
 using attention::AttentionKind;
-using models::ReformerCall;
+using models::ModelCall;
 using models::ReformerConfig;
 using models::ReformerGeneration;
 using models::ReformerLM;
@@ -300,7 +300,7 @@ TEST(LmGenerationErrors, BadInputsNameTheValue) {
       [&] { unfixed.model.start_generation(ids, {8}, 16, {}, generation, logits, unfixed.state); },
       {"model.lsh.n_buckets"});
   // A mask of another shape.
-  ReformerCall call{{1, 2}, false};
+  ModelCall call{{1, 2}, false};
   call.valid = IdView("valid", 1, 7);
   expect_error<ShapeError>([&] { lm.model.forward(ids, call, lm.state); },
                            {"mask `valid` has shape [1, 7]", "[1, 8]"});
@@ -316,7 +316,7 @@ TEST(LmPadding, LossCountsOnlyRealTargets) {
   const Index real[2] = {11, 6};
   for (Index b = 0; b < 2; ++b)
     for (Index t = 0; t < 16; ++t) mask(b, t) = t < real[b];
-  ReformerCall call{{2, 3}, false};
+  ModelCall call{{2, 3}, false};
   call.valid = to_device(mask);
   const auto both = lm.model.evaluate(to_device(ids), to_device(targets), -1, call, lm.state);
   EXPECT_EQ(both.tokens, 17);

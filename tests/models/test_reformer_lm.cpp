@@ -13,7 +13,7 @@ namespace {
 
 using namespace reformer::testing;
 using attention::AttentionKind;
-using models::ReformerCall;
+using models::ModelCall;
 using models::ReformerConfig;
 using models::ReformerLM;
 using models::ReformerState;
@@ -59,7 +59,7 @@ struct ModelCase {
   ReformerLM<double> model;
   ReformerState<double> state;
   IdView ids, targets;
-  ReformerCall call{{9, 4}, true};
+  ModelCall call{{9, 4}, true};
   int ignore = 3;
 
   explicit ModelCase(const ReformerConfig& config, Index batch = 2, Index length = 8)

@@ -87,7 +87,7 @@ TEST_P(TransformerKinds, WholeModelGradients) {
   model.init({7, 1});
   models::TransformerState<double> state;
   const Pairs pairs;
-  const models::ReformerCall call{{3, 5}, true};
+  const models::ModelCall call{{3, 5}, true};
   params.zero_grad();
   const auto result = model.forward_backward(pairs.batch(), kPad, call, state);
   EXPECT_EQ(result.tokens, 14);  // the counted targets: 6 + 8
@@ -117,7 +117,7 @@ TEST_P(TransformerKinds, ReversibleWholeModelGradients) {
   model.init({7, 1});
   models::TransformerState<double> state;
   const Pairs pairs;
-  const models::ReformerCall call{{3, 5}, true};
+  const models::ModelCall call{{3, 5}, true};
   auto loss = [&] { return model.evaluate(pairs.batch(), kPad, call, state).loss; };
   const double before = loss();
   for (const auto& layer : state.encoder) {
@@ -186,7 +186,7 @@ TEST(Transformer, SharedAndTiedEmbeddingsGradients) {
   EXPECT_FALSE(params.contains("generator.w"));
   models::TransformerState<double> state;
   const Pairs pairs;
-  const models::ReformerCall call{{4, 4}, true};
+  const models::ModelCall call{{4, 4}, true};
   params.zero_grad();
   model.forward_backward(pairs.batch(), kPad, call, state);
   auto loss = [&] { return model.evaluate(pairs.batch(), kPad, call, state).loss; };

@@ -25,7 +25,7 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-using models::ReformerCall;
+using models::ModelCall;
 using models::TransformerXL;
 using models::TransformerXLConfig;
 using models::TransformerXLMemory;
@@ -244,7 +244,7 @@ TEST(TransformerXL, SegmentRecurrenceEqualsReferenceOnTheConcatenatedContext) {
     TransformerXLMemory<double> memory;
     memory.mem_len = v.mem_len;
     TransformerXLState<double> state;
-    ReformerCall call;
+    ModelCall call;
     call.training = false;
     for (Index s = 0; s < S; ++s) {
       const auto result = model.evaluate(columns(ids, s * L, L), columns(targets, s * L, L), -1,
@@ -269,7 +269,7 @@ TEST(TransformerXL, NoMemoryIsTheModelWithoutRecurrence) {
   model.init({3, 5});
   const auto ids = random_ids(2, 8, config.vocab, 10);
   const auto targets = random_ids(2, 8, config.vocab, 11);
-  ReformerCall call;
+  ModelCall call;
   call.training = false;
   TransformerXLMemory<double> memory;  // mem_len 0
   TransformerXLState<double> state;
@@ -327,12 +327,12 @@ TEST(TransformerXL, GradientsMatchFiniteDifferencesWithMemory) {
     TransformerXLMemory<double> memory;
     memory.mem_len = 3;
     TransformerXLState<double> state;
-    ReformerCall first;
+    ModelCall first;
     first.key = {1, 1};
     model.evaluate(columns(ids, 0, 5), columns(targets, 0, 5), -1, first, memory, state);
     ASSERT_EQ(memory.length(), 3);
     const auto saved = copy_of(memory);
-    ReformerCall call;
+    ModelCall call;
     call.key = {1, 2};
     const auto seg_ids = columns(ids, 5, 5), seg_targets = columns(targets, 5, 5);
     params.zero_grad();
@@ -386,7 +386,7 @@ TEST(TransformerXL, FloatMatchesDouble) {
   TransformerXLState<double> state;
   TransformerXLState<float> fstate;
   for (Index s = 0; s < 2; ++s) {
-    ReformerCall call;
+    ModelCall call;
     call.key = {2, std::uint64_t(s)};
     const auto seg = columns(ids, 5 * s, 5), tgt = columns(targets, 5 * s, 5);
     const double loss = model.forward_backward(seg, tgt, -1, call, memory, state).loss;
@@ -411,7 +411,7 @@ TEST(TransformerXL, ClearErrors) {
   TransformerXLMemory<double> memory;
   memory.mem_len = 3;
   TransformerXLState<double> state;
-  ReformerCall call;
+  ModelCall call;
   const auto ids = random_ids(2, 4, config.vocab, 1);
   model.evaluate(ids, ids, -1, call, memory, state);
   const auto other = random_ids(3, 4, config.vocab, 1);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
@@ -29,23 +30,6 @@
 #include <vector>
 
 namespace reformer::models {
-
-using IdMatrix = Kokkos::View<const int**, Layout, MemSpace>;  // [batch, length]
-
-// Per call: the stream of this step's randomness, whether dropout is on and
-// which tokens are real.
-struct ReformerCall {
-  RandomKey key{};
-  bool training = true;
-  // forward_backward's gradients are those of loss_scale x the mean loss (the
-  // trainer weights accumulated micro-batches by their share of the tokens).
-  double loss_scale = 1.0;
-  // Per-token mask [batch, length] of the ids (nonzero: a token, 0: padding),
-  // or empty: every token is real. Padding is masked as a key in every layer
-  // (LSH sorts it behind the real items, so that it takes no slot from them),
-  // and its targets do not count in the loss.
-  Kokkos::View<const int**, Layout, MemSpace> valid{};
-};
 
 // Activations of one model, owned by the caller; reused across steps (views
 // are reallocated only when the batch shape changes).
@@ -57,7 +41,7 @@ struct ReformerState {
   // padded to `length` and the mask of real tokens (empty otherwise).
   View2<int> ids, valid;
   IdMatrix input;  // the ids the last forward ran on (the caller's or `ids`)
-  ReformerCall call{};
+  ModelCall call{};
   View3<T> x1, x2;                            // the two streams (after forward: the top outputs)
   View3<T> dx1, dx2;                          // their gradients
   std::vector<layers::BlockState<T>> blocks;  // per layer: LSH plan (+ stored activations)
@@ -95,7 +79,7 @@ class ReformerLM {
   // a multiple of the chunk lengths is padded internally (padded_length) and
   // masked; with LSH, set lsh.n_buckets (the trainer sets it from data.length)
   // so that the bucket count does not follow the padded length.
-  void forward(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
+  void forward(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const;
   // Loss of the batch (mean over the counted targets) and its gradients,
   // accumulated into the parameters' gradients. Targets equal to ignore_id do
   // not count (-1: all count). Runs forward, the loss and backward.
@@ -104,13 +88,13 @@ class ReformerLM {
   // first; reversible or stored): a data-parallel run starts summing them
   // over the processes while the layers below recompute.
   ops::CrossEntropyResult forward_backward(
-      IdMatrix ids, IdMatrix targets, int ignore_id, const ReformerCall& call,
-      ReformerState<T>& state, const std::function<void(Index)>& after_layer = {}) const;
+      IdMatrix ids, IdMatrix targets, int ignore_id, const ModelCall& call, ReformerState<T>& state,
+      const std::function<void(Index)>& after_layer = {}) const;
   // Loss and accuracy without gradients (forward with call.training as given).
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                   const ReformerCall& call, ReformerState<T>& state) const;
+                                   const ModelCall& call, ReformerState<T>& state) const;
   // Logits [batch, vocab] of the given position of every sequence, after a
-  // forward pass on ids (dropout off; `valid` as ReformerCall::valid).
+  // forward pass on ids (dropout off; `valid` as ModelCall::valid).
   void logits_at(IdMatrix ids, Index position, View2<T> logits, ReformerState<T>& state,
                  Kokkos::View<const int**, Layout, MemSpace> valid = {}) const;
 
@@ -134,12 +118,12 @@ class ReformerLM {
   Index layers() const { return Index(blocks_.size()); }
 
  private:
-  void check_batch(const char* op, IdMatrix ids, const ReformerCall& call) const;
+  void check_batch(const char* op, IdMatrix ids, const ModelCall& call) const;
   void prepare(ReformerState<T>& state, Index batch, Index length) const;
   // The ids as run: the caller's, or state.ids when padded or masked (which
   // also sets state.valid).
-  IdMatrix input_ids(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
-  void embed(IdMatrix ids, const ReformerCall& call, ReformerState<T>& state) const;
+  IdMatrix input_ids(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const;
+  void embed(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const;
   void embed_backward(IdMatrix ids, ReformerState<T>& state) const;
   // LayerNorm([x1 ; x2]) of the given rows (all rows when `rows` is empty).
   void head_forward(const ReformerState<T>& state,
@@ -154,7 +138,7 @@ class ReformerLM {
   void add_positions(View2<T> x, const std::vector<Index>& positions) const;
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, ReformerState<T>& state,
                                bool gradients) const;
-  layers::BlockCall block_call(const ReformerCall& call, Index layer,
+  layers::BlockCall block_call(const ModelCall& call, Index layer,
                                const ReformerState<T>& state) const;
 
   ReformerConfig config_;

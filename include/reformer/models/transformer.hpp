@@ -32,8 +32,8 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
-#include "reformer/models/reformer_lm.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
 #include <memory>
@@ -80,7 +80,7 @@ struct Seq2SeqBatch {
 
 template <class T>
 struct TransformerState {
-  ReformerCall call{};
+  ModelCall call{};
   Index batch = 0, source_length = 0, target_length = 0;
   View3<T> source, target;          // the streams; after forward: encoder output and decoder top
   View3<T> source2, target2;        // reversible: the second streams
@@ -124,9 +124,8 @@ class EncoderDecoder {
   // Loss (mean over the counted target tokens) and its gradients, accumulated
   // into the parameters' gradients. Targets equal to pad_id do not count.
   ops::CrossEntropyResult forward_backward(const Seq2SeqBatch& batch, int pad_id,
-                                           const ReformerCall& call,
-                                           TransformerState<T>& state) const;
-  ops::CrossEntropyResult evaluate(const Seq2SeqBatch& batch, int pad_id, const ReformerCall& call,
+                                           const ModelCall& call, TransformerState<T>& state) const;
+  ops::CrossEntropyResult evaluate(const Seq2SeqBatch& batch, int pad_id, const ModelCall& call,
                                    TransformerState<T>& state) const;
   // Log-probabilities [batch, Lt, target_vocab] of every position, from the
   // whole target_in (dropout off): what cached decoding must reproduce. With
@@ -162,13 +161,12 @@ class EncoderDecoder {
  private:
   void check_batch(const char* op, const Seq2SeqBatch& batch) const;
   void embed(const Parameter<T>& table, const Parameter<T>* positions, IdMatrix ids, Index offset,
-             const ReformerCall& call, std::uint64_t stream, View3<T> out) const;
+             const ModelCall& call, std::uint64_t stream, View3<T> out) const;
   void embed_backward(Parameter<T>& table, Parameter<T>* positions, IdMatrix ids,
-                      const ReformerCall& call, std::uint64_t stream, View3<T> dout) const;
-  void encode(IdMatrix source, MaskMatrix source_valid, const ReformerCall& call,
+                      const ModelCall& call, std::uint64_t stream, View3<T> dout) const;
+  void encode(IdMatrix source, MaskMatrix source_valid, const ModelCall& call,
               TransformerState<T>& state) const;
-  void decode(const Seq2SeqBatch& batch, const ReformerCall& call,
-              TransformerState<T>& state) const;
+  void decode(const Seq2SeqBatch& batch, const ModelCall& call, TransformerState<T>& state) const;
   ops::CrossEntropyResult loss(const Seq2SeqBatch& batch, int pad_id, TransformerState<T>& state,
                                bool gradients) const;
   // Logits of rows [rows, d] of final-normed hidden states.

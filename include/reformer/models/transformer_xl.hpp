@@ -23,8 +23,10 @@
 // owns. Dropout masks are pure functions of the call's key.
 #pragma once
 
+#include "reformer/layers/blocks.hpp"
 #include "reformer/layers/transformer_xl_layer.hpp"
-#include "reformer/models/reformer_lm.hpp"
+#include "reformer/models/model_call.hpp"
+#include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
 #include <memory>
@@ -77,7 +79,7 @@ struct TransformerXLMemory {
 
 template <class T>
 struct TransformerXLState {
-  ReformerCall call{};
+  ModelCall call{};
   Index batch = 0, length = 0;
   View3<T> x;    // the stream; after forward the top layer's output h_N
   View3<T> out;  // dropout(LayerNorm(h_N)) or dropout(h_N): the loss's input
@@ -101,18 +103,18 @@ class TransformerXL {
   // becomes the new one (see the top of the file). call.valid must be empty.
   // keep_layers = false keeps no layer's activations for a backward pass
   // (one layer state serves all layers: what evaluate does).
-  void forward(IdMatrix ids, const ReformerCall& call, TransformerXLMemory<T>& memory,
+  void forward(IdMatrix ids, const ModelCall& call, TransformerXLMemory<T>& memory,
                TransformerXLState<T>& state, bool keep_layers = true) const;
   // forward, the loss (targets equal to ignore_id do not count; -1: all
   // count) and backward, accumulating the parameters' gradients (those of
   // call.loss_scale x the mean loss). The memory is updated as forward does.
   ops::CrossEntropyResult forward_backward(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                           const ReformerCall& call, TransformerXLMemory<T>& memory,
+                                           const ModelCall& call, TransformerXLMemory<T>& memory,
                                            TransformerXLState<T>& state) const;
   // The loss without gradients; the memory is updated. Activations of one
   // layer at a time.
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
-                                   const ReformerCall& call, TransformerXLMemory<T>& memory,
+                                   const ModelCall& call, TransformerXLMemory<T>& memory,
                                    TransformerXLState<T>& state) const;
   const TransformerXLConfig& config() const { return config_; }
   Index layers() const { return Index(layers_.size()); }
@@ -120,7 +122,7 @@ class TransformerXL {
  private:
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, TransformerXLState<T>& state,
                                bool gradients) const;
-  layers::TransformerXLLayerCall layer_call(const ReformerCall& call, Index layer,
+  layers::TransformerXLLayerCall layer_call(const ModelCall& call, Index layer,
                                             const TransformerXLMemory<T>& memory) const;
 
   TransformerXLConfig config_;
