@@ -13,6 +13,7 @@
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/schedule.hpp"
+#include "train/sampling.hpp"
 #include "train/workload.hpp"
 
 #include <fcntl.h>
@@ -39,7 +40,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // Streams of the run's randomness (all from train.seed).
-enum Stream : std::uint64_t { kInit = 1, kStep = 2, kEval = 3, kSample = 4 };
+enum Stream : std::uint64_t { kInit = 1, kStep = 2, kEval = 3 };  // 4: sampling.cpp
 
 // Keys whose change does not change what a resumed run computes.
 const std::vector<std::string> kResumableKeys = {"train.steps",
@@ -779,45 +780,6 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
   if (batches == 0) batches = workload->batches_in_split(split, run.config.train.batch);
   return evaluate_workload(*workload, split, batches, run.config.train.batch,
                            run.config.train.seed);
-}
-
-// Index of the next token: argmax at temperature 0, else a sample from
-// softmax(logits / temperature) restricted to the top_k largest and to the
-// smallest set of largest whose probability reaches top_p.
-int pick(const std::vector<double>& logits, const GenerateOptions& options, std::uint64_t draw) {
-  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
-  if (options.temperature <= 0) return int(best);
-  std::vector<int> order(logits.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = int(i);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  std::size_t keep =
-      options.top_k > 0 ? std::min<std::size_t>(options.top_k, order.size()) : order.size();
-  std::vector<double> weight(keep);
-  double total = 0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    weight[i] = std::exp((logits[order[i]] - logits[best]) / options.temperature);
-    total += weight[i];
-  }
-  if (options.top_p < 1.0) {
-    double mass = 0;
-    std::size_t nucleus = 0;
-    while (nucleus < keep && mass < options.top_p * total) mass += weight[nucleus++];
-    keep = std::max<std::size_t>(1, nucleus);
-    total = mass > 0 ? mass : weight[0];
-  }
-  double u = random_uniform({options.seed, stream_id(kSample)}, draw) * total;
-  for (std::size_t i = 0; i < keep; ++i) {
-    if (u < weight[i]) return order[i];
-    u -= weight[i];
-  }
-  return order[keep - 1];
-}
-
-// Host copy of logits row b.
-template <class V>
-std::vector<double> row_of(const V& logits, Index b) {
-  return std::vector<double>(logits.data() + b * logits.extent(1),
-                             logits.data() + (b + 1) * logits.extent(1));
 }
 
 template <class T>
