@@ -7,6 +7,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/train/memory_sweep.hpp"
+#include "reformer/train/model_family.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -22,8 +23,8 @@ namespace reformer::cli {
 namespace {
 
 struct MemoryArgs {
-  std::string model = "reformer";  // or "transformer" (the encoder-decoder)
-  std::vector<std::string> variants = train::sweep_variant_names();
+  std::string model = "reformer";     // a model.type name (config/model_type.hpp)
+  std::vector<std::string> variants;  // empty: the family's (ModelFamily::sweep_variants)
   std::vector<std::int64_t> lengths = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
   std::vector<std::int64_t> layers = {2};
   std::vector<std::int64_t> batches = {1};
@@ -98,36 +99,10 @@ std::string default_out() {
 }
 
 int run_memory(const GlobalOptions& global, MemoryArgs args) {
-  models::ReformerConfig base;
-  models::TransformerConfig seq2seq_base;
-  models::TransformerXLConfig xl_base;
-  const bool seq2seq = args.model == "transformer";
-  const bool xl = args.model == "transformer_xl";
-  if (xl && args.variants == train::sweep_variant_names())
-    args.variants = train::sweep_xl_variant_names();
-  // One point of the chosen model: the variant at this depth (the
-  // encoder-decoder: this many encoder and decoder layers) and length.
-  auto run_point = [&](const std::string& variant, std::int64_t layers, Index batch, Index length,
-                       const train::SweepOptions& options) {
-    if (seq2seq) {
-      auto config = seq2seq_base;
-      config.encoder_layers = config.decoder_layers = layers;
-      return train::run_sweep_point(variant, config, batch, length, options);
-    }
-    if (xl) {
-      auto config = xl_base;
-      config.layers = layers;
-      return train::run_sweep_point(variant, config, batch, length, options);
-    }
-    auto config = base;
-    config.layers = layers;
-    return train::run_sweep_point(variant, config, batch, length, options);
-  };
+  std::unique_ptr<train::SweepModel> sweep;
   try {
-    require<ConfigError>(seq2seq || xl || args.model == "reformer", "memory: --model is '",
-                         args.model,
-                         "' but must be reformer (the language model), transformer (the "
-                         "encoder-decoder) or transformer_xl");
+    const auto& family =
+        train::model_family(config::parse_model_type(args.model, "memory: --model"));
     move_overrides(args.variants, args.overrides);
     move_overrides(args.length_words, args.overrides);
     move_overrides(args.layer_words, args.overrides);
@@ -135,16 +110,10 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     args.lengths = integers(args.length_words, "--lengths", args.lengths);
     args.layers = integers(args.layer_words, "--layers", args.layers);
     args.batches = integers(args.batch_words, "--batch", args.batches);
+    if (args.variants.empty()) args.variants = family.sweep_variants();
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
-    if (seq2seq)
-      seq2seq_base = config::parse_transformer_config(train::sweep_base_transformer(),
-                                                      "reformer memory", args.overrides);
-    else if (xl)
-      xl_base = config::parse_xl_config(train::sweep_base_xl(), "reformer memory", args.overrides);
-    else
-      base =
-          config::parse_model_config(train::sweep_base_model(), "reformer memory", args.overrides);
+    sweep = family.sweep(args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
     // Every point's config (variant, depth, length, batch) is checked before any
@@ -165,21 +134,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
       require<ConfigError>(layers > 0, "memory: --layers has ", layers,
                            " but every depth must be positive");
       for (const auto& v : args.variants)
-        for (const auto length : args.lengths) {
-          if (seq2seq) {
-            auto config = seq2seq_base;
-            config.encoder_layers = config.decoder_layers = layers;
-            train::variant_config(v, config, length);
-          } else if (xl) {
-            auto config = xl_base;
-            config.layers = layers;
-            train::variant_config(v, config, length);
-          } else {
-            auto config = base;
-            config.layers = layers;
-            train::variant_config(v, config, length);
-          }
-        }
+        for (const auto length : args.lengths) sweep->check(v, layers, length);
     }
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
@@ -217,7 +172,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           ++index;
           train::SweepPoint p;
           try {
-            p = run_point(variant, layers, batch, length, options);
+            p = sweep->run(variant, layers, batch, length, options);
           } catch (const MemoryError& e) {
             p.variant = variant;
             p.length = length;

@@ -11,6 +11,7 @@
 #include "reformer/core/runtime.hpp"
 #include "reformer/data/pairs.hpp"
 #include "reformer/io/checkpoint.hpp"
+#include "reformer/train/model_family.hpp"
 #include "reformer/train/trainer.hpp"
 
 #include <cctype>
@@ -45,43 +46,6 @@ struct RunArgs {
 int config_error(const std::exception& e) {
   std::fprintf(stderr, "reformer: error: %s\n", e.what());
   return 2;
-}
-
-// How a model's ids are shown and read: bytes (+ data.id_offset) or integers.
-struct TokenText {
-  bool bytes = false;
-  int offset = 0;
-};
-
-// Token ids of a prompt: the bytes of the text for a byte-level model, else
-// integers separated by spaces or commas.
-std::vector<int> prompt_ids(const std::string& text, TokenText units) {
-  std::vector<int> ids;
-  if (units.bytes) {
-    for (unsigned char c : text) ids.push_back(int(c) + units.offset);
-    return ids;
-  }
-  return data::parse_token_ids(text, "generate: --prompt");
-}
-
-std::string show(const std::vector<int>& ids, TokenText units) {
-  std::string text;
-  for (int id : ids) {
-    // Below the offset: a special id, shown as a number.
-    if (units.bytes && id >= units.offset && id < units.offset + 256) {
-      id -= units.offset;
-      text += std::isprint(id) || id == '\n' ? std::string(1, char(id)) : "\\x" + [&] {
-        char hex[3];
-        std::snprintf(hex, sizeof hex, "%02x", id);
-        return std::string(hex);
-      }();
-    } else if (units.bytes) {
-      text += "<" + std::to_string(id) + ">";
-    } else {
-      text += (text.empty() ? "" : " ") + std::to_string(id);
-    }
-  }
-  return text;
 }
 
 int run_train(const GlobalOptions& global, const RunArgs& args) {
@@ -144,28 +108,16 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
 
 int run_generate(const GlobalOptions& global, const RunArgs& args) {
   train::GenerateOptions options;
-  TokenText units;
   try {
+    // A missing run or checkpoint, or a config that no longer parses, exits 2
+    // before anything starts.
     const auto checkpoint = train::resolve_checkpoint(args.target);
     const auto config = config::parse_run_config(io::read_checkpoint_meta(checkpoint).config,
                                                  checkpoint, args.overrides);
     config.validate();
-    units.bytes = config.data.task == data::TaskKind::Bytes;
-    units.offset = int(config.data.id_offset);
-    if (config.model_type == "transformer") {
-      require<ConfigError>(args.prompts.size() <= 1, "generate: ", args.prompts.size(),
-                           " prompts given, but the encoder-decoder decodes one source at a "
-                           "time; give one --prompt");
-      require<ConfigError>(args.prompts.empty() || !args.prompts[0].empty(),
-                           "generate: --prompt is empty");
-      if (!args.prompts.empty()) options.source_text = args.prompts[0];
-    } else {
-      for (const auto& text : args.prompts) {
-        options.prompts.push_back(prompt_ids(text, units));
-        require<ConfigError>(!options.prompts.back().empty(), "generate: --prompt ",
-                             options.prompts.size(), " is empty");
-      }
-    }
+    for (std::size_t i = 0; i < args.prompts.size(); ++i)
+      require<ConfigError>(!args.prompts[i].empty(), "generate: --prompt ", i + 1, " is empty");
+    train::model_family(config).read_prompts(config, args.prompts, options);
     for (const auto id : args.stop) options.stop.push_back(int(id));
   } catch (const ConfigError& e) {
     return config_error(e);
@@ -182,32 +134,7 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
   options.length_penalty = args.length_penalty;
   Runtime runtime({global.threads, -1, true});
   const auto r = train::generate(args.target, args.overrides, options);
-  if (r.seq2seq) {
-    std::printf("source:    %s\n", r.prompt_text.c_str());
-    std::printf("generated: %s\n", r.generated_text.c_str());
-    if (!r.expected.empty()) {
-      std::printf("expected:  %s\n", r.expected_text.c_str());
-      std::printf("%s\n", r.generated == r.expected ? "exact match" : "differs from the target");
-    }
-    return 0;
-  }
-  std::size_t total = 0;
-  for (std::size_t b = 0; b < r.prompts.size(); ++b) {
-    if (r.prompts.size() > 1) std::printf("[%zu]\n", b + 1);
-    std::printf("prompt:    %s\n", show(r.prompts[b], units).c_str());
-    std::printf("generated: %s\n", show(r.generations[b], units).c_str());
-    total += r.generations[b].size();
-  }
-  std::printf("%zu tokens in %.3f s (%.1f tokens/s, %s)\n", total, r.seconds,
-              r.seconds > 0 ? double(total) / r.seconds : 0.0,
-              args.no_cache ? "rerunning the prefix" : "cached");
-  if (!r.expected.empty()) {
-    std::size_t same = 0;
-    for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];
-    std::printf("expected:  %s\n", show(r.expected, units).c_str());
-    std::printf("matches the expected continuation at %zu of %zu positions\n", same,
-                r.expected.size());
-  }
+  std::fputs(r.report.c_str(), stdout);
   return 0;
 }
 

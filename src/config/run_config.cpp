@@ -218,8 +218,12 @@ std::vector<Key> make_keys() {
   k.push_back(string_key("run.dir", REFORMER_FIELD(run_dir)));
   k.push_back(string_key("run.name", REFORMER_FIELD(name)));
 
-  k.push_back(choice_key("model.type", REFORMER_FIELD(model_type),
-                         {"reformer", "transformer", "transformer_xl"}));
+  std::vector<ModelType> model_types;
+  for (std::size_t i = 0; i < model_type_names().size(); ++i) model_types.push_back(ModelType(i));
+  k.push_back(enum_key<ModelType>(
+      "model.type", REFORMER_FIELD(model_type), model_types,
+      [](ModelType t) { return to_string(t); },
+      [](const std::string& name) { return parse_model_type(name, "model.type"); }));
   k.push_back(integer_key("model.vocab", REFORMER_FIELD(model.vocab)));
   k.push_back(integer_key("model.d_model", REFORMER_FIELD(model.d_model)));
   k.push_back(integer_key("model.d_ff", REFORMER_FIELD(model.d_ff)));
@@ -606,63 +610,6 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 
 }  // namespace
 
-models::ReformerConfig lm_config(const RunConfig& config) {
-  models::ReformerConfig m = config.model;
-  if (m.lsh.n_buckets.empty() && m.lsh.chunk > 0 && config.data.length > 0)
-    m.lsh.n_buckets = attention::lsh_bucket_factors(m.lsh, config.data.length);
-  return m;
-}
-
-models::TransformerConfig transformer_config(const RunConfig& config, Index vocab) {
-  models::TransformerConfig t = config.transformer;
-  const auto& m = config.model;
-  if (vocab <= 0)  // before the task is read: a parallel file's byte vocabulary
-    vocab = config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab;
-  t.source_vocab = t.target_vocab = vocab;
-  t.d_model = m.d_model;
-  t.d_ff = m.d_ff;
-  t.heads = m.heads;
-  t.d_head = m.d_head;
-  t.max_length = m.max_length;
-  t.positions = m.positions;
-  t.dropout = m.dropout;
-  t.attention_dropout = m.attention_dropout;
-  t.layer_norm_eps = m.layer_norm_eps;
-  t.label_smoothing = m.label_smoothing;
-  t.ff_chunk = m.ff_chunk;
-  t.loss_chunk = m.loss_chunk;
-  t.lsh = m.lsh;
-  t.local = m.local;
-  return t;
-}
-
-models::TransformerXLConfig xl_config(const RunConfig& config) {
-  models::TransformerXLConfig x;
-  const auto& m = config.model;
-  x.vocab = m.vocab;
-  x.d_model = m.d_model;
-  x.d_ff = m.d_ff;
-  x.heads = m.heads;
-  x.d_head = m.d_head;
-  x.layers = m.layers;
-  x.clamp_len = config.xl.clamp_len;
-  x.same_length = config.xl.same_length;
-  x.pre_norm = config.xl.pre_norm;
-  x.scale_embedding = config.xl.scale_embedding;
-  x.tie_embeddings = m.tie_embeddings;
-  x.ff_activation = m.ff_activation;
-  x.ff_chunk = m.ff_chunk;
-  x.dropout = m.dropout;
-  x.attention_dropout = m.attention_dropout;
-  x.layer_norm_eps = m.layer_norm_eps;
-  x.label_smoothing = m.label_smoothing;
-  x.loss_chunk = m.loss_chunk;
-  return x;
-}
-
-namespace {
-
-// The parts every model type checks the same way.
 void validate_common(const RunConfig& c, const char* op) {
   c.data.validate();
   c.train.validate();
@@ -674,92 +621,34 @@ void validate_common(const RunConfig& c, const char* op) {
                        " but must be at most ", kMaxSeed, " (a TOML integer)");
 }
 
-void validate_xl(const RunConfig& c, const char* op) {
-  require<ConfigError>(c.data.task == data::TaskKind::Bytes, op,
-                       ": model.type is transformer_xl but data.task is ",
-                       data::to_string(c.data.task),
-                       "; Transformer-XL reads a text as streams of segments: data.task = "
-                       "\"bytes\" with data.path");
-  validate_common(c, op);
-  xl_config(c).validate();
-  require<ConfigError>(c.data.vocab <= c.model.vocab, op, ": data.vocab is ", c.data.vocab,
-                       " but model.vocab is ", c.model.vocab,
-                       "; the bytes must fit the embedding (model.vocab >= data.vocab)");
-  require<ConfigError>(c.xl.mem_len >= 0, op, ": model.xl.mem_len is ", c.xl.mem_len,
-                       " but must be >= 0 (0: no recurrence)");
-  require<ConfigError>(c.xl.clamp_len >= 0, op, ": model.xl.clamp_len is ", c.xl.clamp_len,
-                       " but must be >= 0 (0: no clamping)");
+void RunConfig::validate() const { model_section(model_type).validate(*this, "RunConfig"); }
+
+void require_default_eval(const RunConfig& c, const char* op) {
+  const EvalConfig defaults;
   const auto& e = c.eval;
-  require<ConfigError>(e.tgt_len >= 0, op, ": eval.tgt_len is ", e.tgt_len,
-                       " but must be >= 0 (0: data.length)");
-  require<ConfigError>(e.mem_len >= -1, op, ": eval.mem_len is ", e.mem_len,
-                       " but must be >= 0 (0: no recurrence) or -1 (model.xl.mem_len)");
-  require<ConfigError>(e.clamp_len >= -1, op, ": eval.clamp_len is ", e.clamp_len,
-                       " but must be >= 0 (0: no clamping) or -1 (model.xl.clamp_len)");
+  const bool default_eval = e.tgt_len == defaults.tgt_len && e.mem_len == defaults.mem_len &&
+                            e.clamp_len == defaults.clamp_len &&
+                            e.same_length == defaults.same_length &&
+                            e.recompute == defaults.recompute;
+  require<ConfigError>(default_eval, op, ": model.type is ", to_string(c.model_type),
+                       " but [eval] is set; its keys (tgt_len, mem_len, clamp_len, same_length, "
+                       "recompute) apply to model.type = \"transformer_xl\"; remove them");
 }
 
-}  // namespace
+const std::vector<std::string>& model_type_names() {
+  static const std::vector<std::string> names = {"reformer", "transformer", "transformer_xl"};
+  return names;
+}
 
-void RunConfig::validate() const {
-  const char* op = "RunConfig";
-  if (model_type == "transformer_xl") {
-    validate_xl(*this, op);
-    return;
-  }
-  {
-    const EvalConfig defaults;
-    const bool default_eval =
-        eval.tgt_len == defaults.tgt_len && eval.mem_len == defaults.mem_len &&
-        eval.clamp_len == defaults.clamp_len && eval.same_length == defaults.same_length &&
-        eval.recompute == defaults.recompute;
-    require<ConfigError>(default_eval, op, ": model.type is ", model_type,
-                         " but [eval] is set; its keys (tgt_len, mem_len, clamp_len, same_length, "
-                         "recompute) apply to model.type = \"transformer_xl\"; remove them");
-  }
-  if (model_type == "transformer") {
-    require<ConfigError>(data::is_pair_task(data.task), op, ": model.type is transformer but ",
-                         "data.task is ", data::to_string(data.task),
-                         "; the encoder-decoder trains on seq2seq_copy, seq2seq_reverse or "
-                         "parallel");
-    data.validate();
-    train.validate();
-    require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
-    const auto one_rate = [&](const char* key, double rate) {
-      require<ConfigError>(rate == -1.0, op, ": ", key, " is ", rate,
-                           " but the encoder-decoder has one attention dropout for every layer; "
-                           "set model.attention_dropout instead");
-    };
-    one_rate("model.lsh.attention_dropout", model.lsh_attention_dropout);
-    one_rate("model.local.attention_dropout", model.local_attention_dropout);
-    // The task's vocabulary is known once a parallel file is read; data.vocab
-    // stands in for it here.
-    transformer_config(*this).validate();
-    require<ConfigError>(data.length <= model.max_length, op, ": data.length is ", data.length,
-                         " but model.max_length is ", model.max_length,
-                         "; sources and targets must fit the model");
-    return;
-  }
-  require<ConfigError>(model_type == "reformer", op, ": model.type is '", model_type,
-                       "' but must be reformer, transformer or transformer_xl");
-  require<ConfigError>(!data::is_pair_task(data.task), op, ": data.task is ",
-                       data::to_string(data.task),
-                       ", a source/target pair task, but model.type is reformer; set model.type "
-                       "= \"transformer\"");
-  model.validate();
-  data.validate();
-  train.validate();
-  require<ConfigError>(!run_dir.empty(), op, ": run.dir is empty but must name the run folder");
-  try {
-    model.validate_length(data.length);
-  } catch (const ConfigError& e) {
-    const std::string message = e.what();
-    const auto colon = message.find(": ");
-    throw ConfigError(concat(op, ": data.length = ", data.length, " does not fit the model: ",
-                             colon == std::string::npos ? message : message.substr(colon + 2)));
-  }
-  require<ConfigError>(data.vocab <= model.vocab, op, ": data.vocab is ", data.vocab,
-                       " but model.vocab is ", model.vocab,
-                       "; the task's token ids must fit the embedding (model.vocab >= data.vocab)");
+const std::string& to_string(ModelType type) { return model_type_names().at(std::size_t(type)); }
+
+ModelType parse_model_type(const std::string& name, const std::string& what) {
+  const auto& names = model_type_names();
+  const auto found = std::find(names.begin(), names.end(), name);
+  require<ConfigError>(found != names.end(), what, " is '", name, "' but must be ",
+                       choice_list(names),
+                       " (the language model, the encoder-decoder or Transformer-XL)");
+  return ModelType(found - names.begin());
 }
 
 namespace {

@@ -159,7 +159,10 @@ ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<T>& params)
     case PositionKind::None:
       break;
   }
+  // Parameters registered before each layer (and after the last).
+  std::vector<std::size_t> before;
   for (Index i = 0; i < config.layers; ++i) {
+    before.push_back(params.size());
     layers::BlockConfig block;
     block.attention = config.attention_config(i);
     block.feed_forward = {d,
@@ -173,6 +176,10 @@ ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<T>& params)
         std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
   }
   out_gamma_ = &params.add("out.norm.gamma", {2 * d});
+  before.push_back(params.size() - 1);
+  for (std::size_t i = 0; i + 1 < before.size(); ++i)
+    layer_ranges_.push_back(
+        {(params.begin() + before[i])->offset, (params.begin() + before[i + 1])->offset});
   out_beta_ = &params.add("out.norm.beta", {2 * d});
   if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {2 * d, config.vocab});
   out_bias_ = &params.add("out.b", {config.vocab});
@@ -363,8 +370,8 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
 
 template <class T>
 ops::CrossEntropyResult ReformerLM<T>::forward_backward(
-    IdMatrix ids, IdMatrix targets, int ignore_id, const ModelCall& call,
-    ReformerState<T>& state, const std::function<void(Index)>& after_layer) const {
+    IdMatrix ids, IdMatrix targets, int ignore_id, const ModelCall& call, ReformerState<T>& state,
+    const std::function<void(Index)>& after_layer) const {
   const char* op = "ReformerLM::forward_backward";
   require_same_shape(op, "ids", ids, "targets", targets);
   // Memory-tracker phases: the trainer reports each one's peak.

@@ -2,8 +2,13 @@
 
 #include "reformer/core/random.hpp"
 
+#include "reformer/data/tasks.hpp"
+
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 
 namespace reformer::train {
 namespace {
@@ -38,6 +43,63 @@ int pick(const std::vector<double>& logits, const GenerateOptions& options, std:
     u -= weight[i];
   }
   return order[keep - 1];
+}
+
+TokenText token_text(const config::RunConfig& config) {
+  return {config.data.task == data::TaskKind::Bytes, int(config.data.id_offset)};
+}
+
+std::vector<int> prompt_ids(const std::string& text, TokenText units) {
+  std::vector<int> ids;
+  if (units.bytes) {
+    for (unsigned char c : text) ids.push_back(int(c) + units.offset);
+    return ids;
+  }
+  return data::parse_token_ids(text, "generate: --prompt");
+}
+
+std::string show(const std::vector<int>& ids, TokenText units) {
+  std::string text;
+  for (int id : ids) {
+    // Below the offset: a special id, shown as a number.
+    if (units.bytes && id >= units.offset && id < units.offset + 256) {
+      id -= units.offset;
+      text += std::isprint(id) || id == '\n' ? std::string(1, char(id)) : "\\x" + [&] {
+        char hex[3];
+        std::snprintf(hex, sizeof hex, "%02x", id);
+        return std::string(hex);
+      }();
+    } else if (units.bytes) {
+      text += "<" + std::to_string(id) + ">";
+    } else {
+      text += (text.empty() ? "" : " ") + std::to_string(id);
+    }
+  }
+  return text;
+}
+
+std::string token_report(const GenerateResult& r, TokenText units, bool cached) {
+  std::ostringstream out;
+  std::size_t total = 0;
+  for (std::size_t b = 0; b < r.prompts.size(); ++b) {
+    if (r.prompts.size() > 1) out << "[" << b + 1 << "]\n";
+    out << "prompt:    " << show(r.prompts[b], units) << "\n";
+    out << "generated: " << show(r.generations[b], units) << "\n";
+    total += r.generations[b].size();
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "%zu tokens in %.3f s (%.1f tokens/s, %s)\n", total, r.seconds,
+                r.seconds > 0 ? double(total) / r.seconds : 0.0,
+                cached ? "cached" : "rerunning the prefix");
+  out << line;
+  if (!r.expected.empty()) {
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];
+    out << "expected:  " << show(r.expected, units) << "\n";
+    out << "matches the expected continuation at " << same << " of " << r.expected.size()
+        << " positions\n";
+  }
+  return out.str();
 }
 
 }  // namespace reformer::train

@@ -11,9 +11,10 @@
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/train/grad_clip.hpp"
 #include "reformer/train/memory_sweep.hpp"
+#include "reformer/train/model_family.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/schedule.hpp"
-#include "train/sampling.hpp"
+#include "train/memory_check.hpp"
 #include "train/workload.hpp"
 
 #include <fcntl.h>
@@ -247,14 +248,6 @@ std::string number(double value, int precision = 6) {
 std::string mib(std::int64_t bytes) { return number(double(bytes) / (1 << 20), 5); }
 
 template <class T>
-struct Model {
-  ParameterSet<T> params;
-  models::ReformerLM<T> model;
-  models::ReformerState<T> state;
-  explicit Model(const models::ReformerConfig& config) : model(config, params) {}
-};
-
-template <class T>
 EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t batches,
                              std::int64_t batch_size, std::uint64_t seed,
                              const Communicator& comm = Communicator::self(), double timeout = 0) {
@@ -331,76 +324,36 @@ void check_resume_point(const std::string& path, const io::CheckpointMeta& meta,
                    " but its config says train.seed = ", stored.train.seed, fix);
 }
 
-std::string gib(std::int64_t bytes) { return number(double(bytes) / double(1 << 30), 4) + " GiB"; }
-
-// Stops before anything is allocated when the prediction of `reformer memory`
-// for this run does not fit the free memory of the device (MemoryError naming
-// the need, the free memory and the keys to change).
-void require_memory_fits(const config::RunConfig& config, Index batch, bool training,
-                         const char* op) {
-  const Index length = config.data.length;
-  const std::int64_t scalar = config.train.dtype == "double" ? 8 : 4;
-  RunMemory need;
-  if (config.model_type == "transformer") {
-    need = predict_run_memory(config::transformer_config(config), batch, length, scalar, training);
-  } else if (config.model_type == "transformer_xl") {
-    // Training: train.accumulate groups of memories; evaluation: one, at its
-    // own segment and memory lengths (or the recomputed context).
-    const auto& e = config.eval;
-    const Index eval_length = e.tgt_len > 0 ? e.tgt_len : length;
-    const Index eval_mem = e.mem_len >= 0 ? e.mem_len : config.xl.mem_len;
-    XLStepConfig xl{config::xl_config(config), training ? config.xl.mem_len : eval_mem};
-    if (!training && e.recompute) xl.mem_len = 0;
-    Index rows = length;
-    if (!training) rows = e.recompute ? eval_length + eval_mem : eval_length;
-    need = predict_run_memory(xl, batch, rows, scalar, training,
-                              training ? config.train.accumulate : 1);
-  } else {
-    need = predict_run_memory(config.model, batch, length, scalar, training);
-  }
-  const std::int64_t available = available_memory_bytes();
-  if (available < 0) return;  // unknown: nothing to compare with
-  require<MemoryError>(
-      need.total() <= available, op, ": the run needs about ", gib(need.total()), " (",
-      training ? "parameters, gradients and Adam moments " : "parameters ", gib(need.state),
-      " + the ", training ? "training step's" : "forward pass's", " peak ", gib(need.peak),
-      " at batch ", batch, " and length ", length, ", as `reformer memory` predicts) but only ",
-      gib(available), " are free in the ", MemSpace::name(), " memory space",
-      "; lower train.batch or data.length, use LSH, local or exact attention (model.attention), "
-      "reversible layers or a smaller model");
-}
-
-// The flat gradient buffer cut into buckets, each a run of consecutive
-// parameters of one layer ("layers.<i>.") or of none (embedding, positions,
-// head), covering the buffer exactly once; layer_bucket[i] is layer i's (or
-// -1 when its parameters are not one run).
+// The flat gradient buffer cut into buckets: each layer's range (as its
+// model registered it, Workload::layer_gradient_ranges) and the runs between
+// them (embedding, positions, head), covering the buffer exactly once;
+// layer_bucket[i] is layer i's bucket (-1 without per-layer ranges).
 struct Buckets {
   std::vector<std::pair<Index, Index>> ranges;
   std::vector<std::int64_t> layer_bucket;
 };
 
-template <class T>
-Buckets gradient_buckets(const ParameterSet<T>& params, Index layers) {
+Buckets gradient_buckets(const std::vector<std::pair<Index, Index>>& layers, Index total,
+                         Index layer_count) {
   Buckets b;
-  b.layer_bucket.assign(std::size_t(layers), -1);
-  std::vector<std::pair<Index, std::int64_t>> starts;  // (offset, layer or -1)
-  for (const Parameter<T>& p : params) {
-    std::int64_t layer = -1;
-    if (p.name.rfind("layers.", 0) == 0) layer = std::stoll(p.name.substr(7));
-    if (starts.empty() || starts.back().second != layer) starts.push_back({p.offset, layer});
+  b.layer_bucket.assign(std::size_t(layer_count), -1);
+  std::vector<std::size_t> order(layers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return layers[x].first < layers[y].first; });
+  Index at = 0;
+  for (const std::size_t i : order) {
+    const auto [first, end] = layers[i];
+    require<Error>(first >= at && end > first && end <= total, "gradient_buckets: layer ", i,
+                   "'s range [", first, ", ", end, ") overlaps another or leaves the buffer of ",
+                   total);
+    if (first > at) b.ranges.push_back({at, first});
+    if (std::int64_t(i) < std::int64_t(layer_count))
+      b.layer_bucket[i] = std::int64_t(b.ranges.size());
+    b.ranges.push_back({first, end});
+    at = end;
   }
-  std::vector<int> runs(std::size_t(layers), 0);
-  for (std::size_t i = 0; i < starts.size(); ++i) {
-    const Index end = i + 1 < starts.size() ? starts[i + 1].first : Index(params.grads().extent(0));
-    const auto layer = starts[i].second;
-    if (layer >= 0 && layer < layers) {
-      ++runs[std::size_t(layer)];
-      b.layer_bucket[std::size_t(layer)] = std::int64_t(b.ranges.size());
-    }
-    b.ranges.push_back({i == 0 ? 0 : starts[i].first, end});
-  }
-  for (Index i = 0; i < layers; ++i)
-    if (runs[std::size_t(i)] != 1) b.layer_bucket[std::size_t(i)] = -1;
+  if (at < total || b.ranges.empty()) b.ranges.push_back({at, total});
   return b;
 }
 
@@ -518,17 +471,17 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
   // The gradient sum over the processes: one bucket per layer, started by the
   // backward as soon as it has finished that layer (train.overlap_allreduce),
   // the rest when the backward returns.
-  const Buckets buckets = gradient_buckets(w.params, w.layers());
+  const Buckets buckets =
+      gradient_buckets(w.layer_gradient_ranges(), Index(w.params.grads().extent(0)), w.layers());
   GradientAllreduce<T> allreduce(comm, w.params.grads(), buckets.ranges);
   double allreduce_seconds = 0;
   auto& tracker = MemoryTracker::instance();
   tracker.install();
   SignalGuard signals(options.handle_signals);
 
-  const bool stored = config.model_type != "reformer" || !config.model.reversible;
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
-      << w.params.total_elements() << " parameters (" << config.model_type << ", " << w.layers()
-      << " layers, " << (stored ? "stored" : "reversible") << ", " << tc.dtype << ")";
+      << w.params.total_elements() << " parameters (" << model_family(config).summary(config)
+      << ", " << tc.dtype << ")";
   if (ranks > 1)
     out << "; " << ranks << " processes (" << mpi_description() << "), " << tc.batch / ranks
         << " sequences each, gradient sums "
@@ -782,171 +735,6 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
                            run.config.train.seed);
 }
 
-template <class T>
-GenerateResult generate_typed(const Loaded& run, const GenerateOptions& options) {
-  auto task = data::make_task(run.config.data);
-  const auto config = config::lm_config(run.config);
-  const Index length = run.config.data.length, vocab = config.vocab;
-  GenerateResult result;
-  result.prompts = options.prompts;
-  if (result.prompts.empty()) result.prompts.push_back(options.prompt);
-  if (result.prompts.size() == 1 && result.prompts[0].empty()) {
-    const auto batch = task->batch(data::Split::Valid, 0, 1);
-    const Index cut = length / 2 + 1;
-    for (Index t = 0; t < length; ++t)
-      (t < cut ? result.prompts[0] : result.expected).push_back(batch.inputs(0, t));
-  }
-  const Index rows = Index(result.prompts.size());
-  Index longest = 0;
-  for (std::size_t b = 0; b < result.prompts.size(); ++b) {
-    const auto& prompt = result.prompts[b];
-    require<ConfigError>(
-        !prompt.empty() && Index(prompt.size()) < config.max_length, "generate: prompt ", b + 1,
-        " has ", prompt.size(),
-        " tokens but must have between 1 and model.max_length - 1 = ", config.max_length - 1);
-    for (int id : prompt)
-      require<ConfigError>(id >= 0 && id < vocab, "generate: prompt token ", id,
-                           " is outside the vocabulary [0, ", vocab, ")");
-    longest = std::max(longest, Index(prompt.size()));
-  }
-  for (int id : options.stop)
-    require<ConfigError>(id >= 0 && id < vocab, "generate: stop id ", id,
-                         " is outside the vocabulary [0, ", vocab, ")");
-  // Every row gets the same budget of new tokens; the longest prompt and its
-  // budget fit model.max_length.
-  const Index budget =
-      std::min(options.tokens > 0 ? Index(options.tokens) : std::max<Index>(1, length - longest),
-               config.max_length - longest);
-  const Index capacity = longest + budget;
-  require_memory_fits(run.config, rows, false, "generate");
-  Model<T> m(config);
-  io::load_checkpoint<T>(run.checkpoint, m.params, nullptr);
-  result.generations.assign(std::size_t(rows), {});
-  std::vector<bool> done(std::size_t(rows), false);
-  const std::set<int> stop(options.stop.begin(), options.stop.end());
-  // The sequences so far, on the host ([rows, capacity], 0 behind each row).
-  Kokkos::View<int**, Layout, HostSpace> host("generate_ids", rows, capacity);
-  std::vector<Index> lengths;
-  for (Index b = 0; b < rows; ++b) {
-    const auto& prompt = result.prompts[std::size_t(b)];
-    for (std::size_t t = 0; t < prompt.size(); ++t) host(b, Index(t)) = prompt[t];
-    lengths.push_back(Index(prompt.size()));
-  }
-  View2<T> logits("generate_logits", rows, vocab);
-  auto host_logits = Kokkos::create_mirror_view(logits);
-  // Rerunning: one row at a time, its tokens so far (padded to the chunks
-  // inside the model), the logits of its last position.
-  View2<T> row_logits("generate_row_logits", 1, vocab);
-  // Rows [0, rows) and columns [0, n) of `host` on the device (contiguous).
-  auto upload = [&](Index first, Index count, Index n) {
-    Kokkos::View<int**, Layout, HostSpace> part("generate_part", count, n);
-    for (Index b = 0; b < count; ++b)
-      for (Index t = 0; t < n; ++t) part(b, t) = host(first + b, t);
-    Kokkos::View<int**, Layout, MemSpace> ids("generate_part", count, n);
-    Kokkos::deep_copy(ids, part);
-    return ids;
-  };
-  auto rerun = [&](Index b, Index n) {
-    const auto ids = upload(b, 1, n);
-    m.model.logits_at(ids, n - 1, row_logits, m.state);
-    Kokkos::deep_copy(Kokkos::subview(logits, Kokkos::make_pair(b, b + 1), Kokkos::ALL),
-                      row_logits);
-  };
-  const auto start = std::chrono::steady_clock::now();
-  models::ReformerGeneration<T> generation;
-  const RandomKey key{};  // the calls' key: LSH rotations as in logits_at
-  if (options.cache) {
-    m.model.start_generation(upload(0, rows, longest), lengths, capacity, key, generation, logits,
-                             m.state);
-  } else {
-    for (Index b = 0; b < rows; ++b) rerun(b, lengths[std::size_t(b)]);
-  }
-  for (Index step = 0; step < budget; ++step) {
-    Kokkos::deep_copy(host_logits, logits);
-    std::vector<int> tokens(std::size_t(rows), 0);
-    bool any = false;
-    for (Index b = 0; b < rows; ++b) {
-      const Index position = lengths[std::size_t(b)] + step;
-      if (done[std::size_t(b)]) continue;
-      // Row 0 draws as a single prompt always did: one draw per position.
-      const int token =
-          pick(row_of(host_logits, b), options, std::uint64_t(position) + (std::uint64_t(b) << 32));
-      host(b, position) = tokens[std::size_t(b)] = token;
-      result.generations[std::size_t(b)].push_back(token);
-      done[std::size_t(b)] = stop.count(token) > 0;
-      any = any || !done[std::size_t(b)];
-    }
-    if (!any || step + 1 == budget) break;
-    if (options.cache) {
-      m.model.generation_step(tokens, generation, logits);
-    } else {
-      for (Index b = 0; b < rows; ++b)
-        if (!done[std::size_t(b)]) rerun(b, lengths[std::size_t(b)] + step + 1);
-    }
-  }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.prompt = result.prompts[0];
-  result.generated = result.generations[0];
-  if (result.expected.size() > result.generated.size())
-    result.expected.resize(result.generated.size());
-  return result;
-}
-
-// The symbols of a row up to the end id (not included).
-std::vector<int> until_end(const data::HostTokens& t, Index row) {
-  std::vector<int> out;
-  for (Index j = 0; j < Index(t.extent(1)) && t(row, j) != data::PairTask::kEnd; ++j)
-    out.push_back(t(row, j));
-  return out;
-}
-
-// Decoding a source with the encoder-decoder: greedy, or beam search.
-template <class T>
-GenerateResult translate_typed(const Loaded& run, const GenerateOptions& options) {
-  require_memory_fits(run.config, std::max<Index>(1, options.beam), false, "generate");
-  const auto task = data::make_pair_task(data::pair_config(run.config.data));
-  ParameterSet<T> params;
-  models::EncoderDecoder<T> model(seq2seq_model_config(run.config, *task), params);
-  io::load_checkpoint<T>(run.checkpoint, params, nullptr);
-  const Index length = task->length();
-  GenerateResult result;
-  result.seq2seq = true;
-  if (options.source_text.empty()) {
-    const auto pair = task->batch(data::Split::Valid, 0, 1);
-    result.prompt = until_end(pair.source, 0);
-    result.expected = until_end(pair.target_out, 0);
-  } else {
-    result.prompt = task->encode(options.source_text);
-  }
-  require<ConfigError>(!result.prompt.empty() && Index(result.prompt.size()) < length,
-                       "generate: the source has ", result.prompt.size(),
-                       " symbols but must have between 1 and data.length - 1 = ", length - 1);
-  // The source in the pair tasks' layout (w end pad..., its mask), on the device.
-  const auto row = data::pair_row(result.prompt, {}, length);
-  Kokkos::View<int**, Layout, MemSpace> source("generate_source", 1, length);
-  Kokkos::View<int**, Layout, MemSpace> valid("generate_source_valid", 1, length);
-  Kokkos::deep_copy(source, row.source);
-  Kokkos::deep_copy(valid, row.source_valid);
-  const Index limit = options.tokens > 0 ? std::min<Index>(length, options.tokens) : length;
-  std::vector<std::vector<int>> out;
-  if (options.beam != 1) {  // beam_search checks the size
-    models::BeamOptions beam;
-    beam.beam = options.beam;
-    beam.length_penalty = options.length_penalty;
-    out =
-        model.beam_search(source, valid, data::PairTask::kStart, data::PairTask::kEnd, limit, beam);
-  } else {
-    out = model.greedy(source, valid, data::PairTask::kStart, data::PairTask::kEnd, limit);
-  }
-  result.generated = out[0];
-  if (!result.generated.empty() && result.generated.back() == data::PairTask::kEnd)
-    result.generated.pop_back();
-  result.prompt_text = task->decode(result.prompt);
-  result.generated_text = task->decode(result.generated);
-  result.expected_text = task->decode(result.expected);
-  return result;
-}
-
 }  // namespace
 
 TrainSummary run_training(const config::RunConfig& config, const TrainOptions& options) {
@@ -955,19 +743,7 @@ TrainSummary run_training(const config::RunConfig& config, const TrainOptions& o
   return train_typed<float>(config, options);
 }
 
-void check_run_data(const config::RunConfig& config) {
-  if (data::is_pair_task(config.data.task)) {
-    data::make_pair_task(data::pair_config(config.data));
-    return;
-  }
-  const auto task = data::make_task(config.data);
-  if (config.model_type != "transformer_xl") return;
-  const Index eval_length = config.eval.tgt_len > 0 ? config.eval.tgt_len : config.data.length;
-  task->segments_per_stream(data::Split::Train, config.train.batch * config.train.accumulate,
-                            config.data.length);
-  for (const auto split : {data::Split::Valid, data::Split::Test})
-    task->segments_per_stream(split, config.train.batch, eval_length);
-}
+void check_run_data(const config::RunConfig& config) { model_family(config).check_data(config); }
 
 std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
   require<IoError>(fs::exists(run_or_checkpoint), "'", run_or_checkpoint,
@@ -998,16 +774,7 @@ GenerateResult generate(const std::string& run_or_checkpoint,
   require<ConfigError>(options.top_p > 0 && options.top_p <= 1, "generate: top_p is ",
                        options.top_p, " but must be in (0, 1] (1 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
-  require<ConfigError>(run.config.model_type != "transformer_xl",
-                       "generate: the run is a Transformer-XL (model.type = transformer_xl), "
-                       "which trains and evaluates here but has no generation yet; use "
-                       "`reformer eval`");
-  if (run.config.model_type == "transformer") {
-    if (run.config.train.dtype == "double") return translate_typed<double>(run, options);
-    return translate_typed<float>(run, options);
-  }
-  if (run.config.train.dtype == "double") return generate_typed<double>(run, options);
-  return generate_typed<float>(run, options);
+  return model_family(run.config).generate(run.checkpoint, run.config, options);
 }
 
 }  // namespace reformer::train

@@ -1,22 +1,20 @@
 // The one interface between the trainer (train/trainer.cpp) and a model with its
-// data: the Reformer language model on a language-model task, or the
-// encoder-decoder Transformer on a source/target pair task. The trainer, eval,
-// checkpoints and the memory check see only this (private to the library).
+// data, built by the model's family (train/model_family.hpp; each family's
+// workload is in src/train/families/<family>/workload.cpp). The trainer, eval
+// and checkpoints see only this (private to the library).
 #pragma once
 
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/parameter_set.hpp"
-#include "reformer/data/pairs.hpp"
 #include "reformer/data/tasks.hpp"
-#include "reformer/models/reformer_lm.hpp"
-#include "reformer/models/transformer.hpp"
-#include "reformer/models/transformer_xl.hpp"
+#include "reformer/models/model_call.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace reformer::train {
 
@@ -72,6 +70,10 @@ class Workload {
   // layer's parameter gradients (top layer first), for an allreduce to
   // start on them; workloads whose model has no such hook never call it.
   std::function<void(Index)> after_layer;
+  // {first, end} offsets in params' flat gradient buffer of each layer that
+  // after_layer names, in layer order (the model knows where it registered
+  // them); empty when the workload never calls after_layer.
+  virtual std::vector<std::pair<Index, Index>> layer_gradient_ranges() const { return {}; }
 
  protected:
   // {first, count}: this process's rows of a batch of `batch` rows (the
@@ -83,12 +85,19 @@ class Workload {
   int rank_ = 0, ranks_ = 1;
 };
 
-// The workload of a validated config; the task is built (a data file is read) here.
+// The workload of a validated config, built by its family (the task is built,
+// a data file read, here).
 template <class T>
 std::unique_ptr<Workload<T>> make_workload(const config::RunConfig& config);
 
-// The encoder-decoder's config of a run (its vocabulary from the pair task).
-models::TransformerConfig seq2seq_model_config(const config::RunConfig& config,
-                                               const data::PairTask& task);
+namespace workload {
+
+// Entries of a host batch that are not `skip`.
+Index count_other_than(const data::HostTokens& tokens, int skip);
+
+// Rows [first, first + count) of a host batch (a view: rows are contiguous).
+data::HostTokens row_range(const data::HostTokens& tokens, Index first, Index count);
+
+}  // namespace workload
 
 }  // namespace reformer::train

@@ -189,6 +189,34 @@ TEST(ReformerLM, ExactAttentionModelEqualsFullAttentionModel) {
 
 // The same call replays the same dropout masks and LSH rotations; another
 // key draws others; evaluation (training = false) has no dropout at all.
+// The per-layer gradient ranges data parallelism sums while the backward goes
+// on: layer i's range holds exactly the parameters named "layers.<i>.", the
+// ranges are disjoint and in layer order.
+TEST(ReformerLM, LayerRangesHoldExactlyEachLayersParameters) {
+  for (const bool tied : {false, true}) {
+    auto config = tiny_config();
+    config.layers = 3;
+    config.tie_embeddings = tied;
+    ParameterSet<double> params;
+    models::ReformerLM<double> model(config, params);
+    const auto& ranges = model.layer_ranges();
+    ASSERT_EQ(Index(ranges.size()), config.layers);
+    for (std::size_t i = 0; i + 1 < ranges.size(); ++i)
+      EXPECT_LE(ranges[i].second, ranges[i + 1].first);
+    for (const auto& p : params) {
+      const std::string prefix = "layers.";
+      const Index layer =
+          p.name.rfind(prefix, 0) == 0 ? std::stoll(p.name.substr(prefix.size())) : -1;
+      for (Index i = 0; i < config.layers; ++i) {
+        const auto [first, end] = ranges[std::size_t(i)];
+        const bool inside = p.offset >= first && p.offset + p.size() <= end;
+        EXPECT_EQ(inside, layer == i)
+            << p.name << " and layer " << i << " [" << first << ", " << end << ")";
+      }
+    }
+  }
+}
+
 TEST(ReformerLM, RandomnessComesFromTheCallKey) {
   ModelCase c(tiny_config());
   const double first = c.loss();

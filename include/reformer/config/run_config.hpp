@@ -10,6 +10,7 @@
 // that are not written take the defaults of the structs.
 #pragma once
 
+#include "reformer/config/model_type.hpp"
 #include "reformer/data/data_config.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/transformer.hpp"
@@ -50,7 +51,7 @@ struct RunConfig {
   // encoder-decoder, which reads the [model] keys that apply to it and
   // [model.seq2seq]; transformer_config() below) or "transformer_xl" (the
   // [model] keys that apply and [model.xl]; xl_config() below).
-  std::string model_type = "reformer";
+  ModelType model_type = ModelType::ReformerLM;
   models::ReformerConfig model{};           // [model], [model.lsh], [model.local]
   models::TransformerConfig transformer{};  // [model.seq2seq] (the rest from [model])
   XLConfig xl{};                            // [model.xl]
@@ -60,11 +61,20 @@ struct RunConfig {
   std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
   std::string name{};                       // [run] name: default "<config file stem>"
 
-  // Validates each part, then what ties them together: data.length must fit the
-  // model (model.validate_length), data.vocab <= model.vocab, run.dir is set and
-  // seeds fit a TOML integer. ConfigError naming the first bad key.
+  // Validates the run as its family does (config::ModelSection): each part,
+  // then what ties them together (data.length must fit the model, data.vocab
+  // <= model.vocab, the task suits the model), run.dir set, seeds that fit a
+  // TOML integer. ConfigError naming the first bad key.
   void validate() const;
 };
+
+// The checks every family makes (each calls it where its own rules want it):
+// [data] and [train] each valid, run.dir set, seeds that fit a TOML integer.
+void validate_common(const RunConfig& config, const char* op);
+
+// ConfigError unless [eval] keeps its defaults (for the families it does not
+// apply to), naming model.type and the fix.
+void require_default_eval(const RunConfig& config, const char* op);
 
 // The encoder-decoder's config of a run with model.type = "transformer": sizes,
 // positions, dropout, label smoothing, chunks and the LSH and local settings from

@@ -116,6 +116,10 @@ class ReformerLM {
 
   const ReformerConfig& config() const { return config_; }
   Index layers() const { return Index(blocks_.size()); }
+  // {first, end} of layer i's parameters in the set's flat buffers (padding
+  // up to the next parameter included), i in [0, layers()): the gradient
+  // ranges a data-parallel backward sums while the layers below still run.
+  const std::vector<std::pair<Index, Index>>& layer_ranges() const { return layer_ranges_; }
 
  private:
   void check_batch(const char* op, IdMatrix ids, const ModelCall& call) const;
@@ -147,6 +151,7 @@ class ReformerLM {
   Parameter<T>* axial1_ = nullptr;
   Parameter<T>* axial2_ = nullptr;
   std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> blocks_;
+  std::vector<std::pair<Index, Index>> layer_ranges_;
   Parameter<T>* out_gamma_ = nullptr;
   Parameter<T>* out_beta_ = nullptr;
   Parameter<T>* out_weight_ = nullptr;  // null with tied weights

@@ -104,6 +104,9 @@ struct GenerateResult {
   // Encoder-decoder: the same as text (the task's decode), the end id dropped.
   std::string prompt_text, generated_text, expected_text;
   bool seq2seq = false;
+  // What `reformer generate` prints: the prompts and generations in the run's
+  // units, the speed, and how the output compares with the expected one.
+  std::string report;
 };
 
 GenerateResult generate(const std::string& run_or_checkpoint,

@@ -1,0 +1,257 @@
+// The encoder-decoder's memory: its parameters and training step predicted
+// from the shapes, its synthetic step and its `reformer memory` variants.
+#include "reformer/train/memory_sweep.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/random.hpp"
+#include "reformer/core/tile_multiply.hpp"
+#include "reformer/train/synthetic_step.hpp"
+#include "train/sweep_detail.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace reformer::train {
+
+using attention::AttentionKind;
+using sweep::find_variant;
+using sweep::saturated_bytes;
+
+namespace {
+
+// Random pairs: source and target_out ids in [3, vocab), target_in the start
+// symbol (1) and then target_out shifted right.
+void fill_random_pairs(Kokkos::View<int**, Layout, MemSpace> source,
+                       Kokkos::View<int**, Layout, MemSpace> target_in,
+                       Kokkos::View<int**, Layout, MemSpace> target_out, Index source_vocab,
+                       Index target_vocab) {
+  const Index length = source.extent(1);
+  const auto vs = std::uint64_t(source_vocab - 3), vt = std::uint64_t(target_vocab - 3);
+  Kokkos::parallel_for(
+      "synthetic_pairs", range(source.extent(0) * length), KOKKOS_LAMBDA(Index i) {
+        source(i / length, i % length) = 3 + int(random_bits({1, 3}, i) % vs);
+        target_out(i / length, i % length) = 3 + int(random_bits({1, 4}, i) % vt);
+      });
+  Kokkos::parallel_for(
+      "synthetic_target_in", range(source.extent(0) * length), KOKKOS_LAMBDA(Index i) {
+        const Index b = i / length, t = i % length;
+        target_in(b, t) = t == 0 ? 1 : target_out(b, t - 1);
+      });
+}
+
+}  // namespace
+
+template <class T>
+Seq2SeqSyntheticStep<T>::Seq2SeqSyntheticStep(const models::TransformerConfig& config, Index batch,
+                                              Index length)
+    : model_(config, params_),
+      adam_(params_),
+      source_("synthetic_source", batch, length),
+      target_in_("synthetic_target_in", batch, length),
+      target_out_("synthetic_target_out", batch, length),
+      valid_("synthetic_valid", batch, length) {
+  require<ConfigError>(config.source_vocab > 3 && config.target_vocab > 3,
+                       "Seq2SeqSyntheticStep: the vocabularies (", config.source_vocab, ", ",
+                       config.target_vocab, ") must hold ids beyond 0, 1 and 2");
+  model_.init({1, 1});
+  fill_random_pairs(source_, target_in_, target_out_, config.source_vocab, config.target_vocab);
+  Kokkos::deep_copy(valid_, 1);
+  adam_.step(0.0);
+  Kokkos::fence();
+}
+
+template <class T>
+void Seq2SeqSyntheticStep<T>::run(std::uint64_t n) {
+  params_.zero_grad();
+  model_.forward_backward({source_, target_in_, target_out_, valid_, valid_}, 0, {{7, n}, true},
+                          state_);
+  {
+    ScopedMemoryPhase phase("optimizer");
+    adam_.step(1e-4);
+  }
+  Kokkos::fence();
+}
+
+template class Seq2SeqSyntheticStep<float>;
+template class Seq2SeqSyntheticStep<double>;
+
+// The encoder-decoder's variants: attention of the encoder, the decoder and
+// the cross-attention, reversibility and chunking.
+struct Seq2SeqVariant {
+  AttentionKind encoder, decoder, cross;
+  Index n_hashes;  // 0: the base config's
+  bool reversible, chunked;
+};
+
+const std::map<std::string, Seq2SeqVariant>& seq2seq_variants() {
+  using K = AttentionKind;
+  static const std::map<std::string, Seq2SeqVariant> specs = {
+      {"full", {K::Full, K::Full, K::Full, 0, false, false}},
+      {"full-rev", {K::Full, K::Full, K::Full, 0, true, false}},
+      {"lsh-1", {K::Lsh, K::Local, K::Exact, 1, false, false}},
+      {"lsh-2", {K::Lsh, K::Local, K::Exact, 2, false, false}},
+      {"lsh-4", {K::Lsh, K::Local, K::Exact, 4, false, false}},
+      {"lsh-8", {K::Lsh, K::Local, K::Exact, 8, false, false}},
+      {"local", {K::Local, K::Local, K::Exact, 0, false, false}},
+      {"exact", {K::Exact, K::Exact, K::Exact, 0, false, false}},
+      {"exact-rev", {K::Exact, K::Exact, K::Exact, 0, true, false}},
+      {"reformer", {K::Lsh, K::Local, K::Exact, 0, true, true}},
+  };
+  return specs;
+}
+
+models::TransformerConfig variant_config(const std::string& variant, models::TransformerConfig base,
+                                         Index length) {
+  const Seq2SeqVariant& spec = find_variant(seq2seq_variants(), variant);
+  base.encoder_attention = spec.encoder;
+  base.decoder_attention = spec.decoder;
+  base.cross_attention = spec.cross;
+  if (spec.n_hashes > 0) base.lsh.n_hashes = spec.n_hashes;
+  base.reversible = spec.reversible;
+  if (!spec.chunked) {
+    base.ff_chunk = 0;
+    base.loss_chunk = length;
+  }
+  base.max_length = length;
+  base.validate();
+  // The kernels' length rules, named as a run's would be.
+  if (spec.encoder == AttentionKind::Lsh && length > base.lsh.chunk)
+    require<ConfigError>(length % base.lsh.chunk == 0, "memory sweep: length ", length,
+                         " is not a multiple of model.lsh.chunk = ", base.lsh.chunk, " (", variant,
+                         ")");
+  if (spec.encoder == AttentionKind::Local || spec.decoder == AttentionKind::Local)
+    require<ConfigError>(length % base.local.chunk == 0, "memory sweep: length ", length,
+                         " is not a multiple of model.local.chunk = ", base.local.chunk, " (",
+                         variant, ")");
+  return base;
+}
+
+const char* sweep_base_transformer() {
+  return R"([model]
+vocab = 256
+d_model = 256
+d_ff = 1024
+heads = 4
+d_head = 64
+positions = "sinusoidal"
+max_length = 1024
+dropout = 0.0
+ff_chunk = 1024
+loss_chunk = 1024
+[model.lsh]
+chunk = 64
+n_hashes = 2
+[model.local]
+chunk = 128
+[model.seq2seq]
+encoder_layers = 2
+decoder_layers = 2
+)";
+}
+
+SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
+                           Index batch, Index length, const SweepOptions& options) {
+  sweep::check_point(options, batch, length);
+  const auto config = variant_config(variant, base, length);
+  return sweep::run_point<Seq2SeqSyntheticStep>(variant, config, config.encoder_layers, batch,
+                                                length, options);
+}
+
+// Parameters of the encoder-decoder, counted from the config's shapes (as
+// registered by EncoderDecoder, DecoderBlock, ReversibleBlock, AttentionLayer
+// and FeedForward).
+std::int64_t predict_state_bytes(const models::TransformerConfig& c, std::int64_t scalar_bytes) {
+  const double d = c.d_model, inner = double(c.heads) * c.d_head, f = c.d_ff;
+  const double vs = c.source_vocab, vt = c.target_vocab;
+  double count = vs * d + (c.share_embeddings ? 0 : vt * d) + (c.tie_generator ? 0 : d * vt) + vt;
+  if (c.positions == models::PositionKind::Learned) count += 2.0 * double(c.max_length) * d;
+  const double ff = 2 * d + 2 * d * f + f + d;  // LayerNorm, w1, b1, w2, b2
+  const double encoder_projections = c.encoder_attention_config().shares_qk() ? 3 : 4;
+  count += double(c.encoder_layers) * (2 * d + encoder_projections * d * inner + ff);
+  count += double(c.decoder_layers) * (2 * (2 * d + 4 * d * inner) + ff);
+  count += 4 * d;  // the encoder's and the decoder's final LayerNorms
+  // Value, gradient and Adam's two moments.
+  return saturated_bytes(4 * count * double(scalar_bytes));
+}
+
+// The encoder-decoder's step, in the terms of the language model's
+// predict_step_memory below (docs/memory.md): what stays alive between steps
+// (streams, memory, their gradients; per layer the stored sub-layer inputs and
+// attention activations, or for reversible stacks only the LSH plans and one
+// layer's recomputed activations) and the workspace at its deepest nesting.
+// Sources and targets have `length` positions.
+StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, Index length,
+                               std::int64_t scalar_bytes) {
+  const double s = double(scalar_bytes), x = double(batch) * length, d = c.d_model;
+  const double heads = c.heads, inner = heads * c.d_head, f = c.d_ff, v = c.target_vocab;
+  const double scores = double(batch) * heads * double(length) * length;
+  const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
+  const double loss_rows = std::min(double(c.loss_chunk), x);
+  const bool dropout = c.attention_dropout > 0;
+  struct Attention {
+    double state, forward, backward, plan;  // elements (plan: bytes)
+  };
+  // What one attention layer keeps (q, k, v, attended; the logsumexps or full
+  // attention's probabilities), its kernels' forward and backward temporaries,
+  // and its LSH plan.
+  auto attention = [&](AttentionKind kind, bool shared_qk) {
+    const double k_sep = shared_qk ? 0 : 1;
+    const double rounds = kind == AttentionKind::Lsh ? double(c.lsh.n_hashes) : 0;
+    Attention a{x * inner * (3 + k_sep) + (kind == AttentionKind::Full ? scores : x * heads), 0, 0,
+                3 * rounds * x * heads * 4};
+    if (kind == AttentionKind::Lsh) {
+      a.forward = x * heads + rounds * x * (inner + heads);
+      a.backward = 2 * x * heads + x * inner;
+    } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
+      a.backward = x * heads;
+    } else {
+      a.forward = 4 * x * inner + (dropout ? scores : 0);
+      a.backward = 8 * x * inner + scores + (dropout ? scores : 0);
+    }
+    return a;
+  };
+  const auto encoder = attention(c.encoder_attention, c.encoder_attention_config().shares_qk());
+  const auto self = attention(c.decoder_attention, false);
+  const auto cross = attention(c.cross_attention, false);
+  const double ff_forward = ff_rows * (2 * d + f + 2);
+  const double ff_backward = ff_rows * (3 * d + 3 * f + 2);
+  // Streams, memory and their gradients, the memory's statistics (reversible:
+  // second streams, their gradients and the streams' averages).
+  double alive = 6 * x * d + 2 * x + (c.reversible ? 6 * x * d : 0);
+  double plans = double(c.encoder_layers) * encoder.plan;
+  double workspace = 2 * x * d + 2 * x;  // the loss: the normed top and its gradient
+  // Per sub-layer: forward (LayerNorm output, its output, statistics; the
+  // activations too when they are not kept), and backward (the upstream copy
+  // or the recomputed G, then LayerNorm output, statistics, its gradient,
+  // dq, dk, dv, d(attended) and the kernels' temporaries).
+  auto sublayer = [&](const Attention& a, double k_sep) {
+    const double unsaved = c.reversible ? a.state : 0;
+    workspace = std::max(workspace, 2 * x * d + 2 * x + unsaved + a.forward);
+    const double attention_bwd = x * d + x * inner * (3 + k_sep) + a.backward;
+    const double recompute = c.reversible ? std::max(a.forward, attention_bwd) : attention_bwd;
+    workspace = std::max(workspace, x * d + std::max(ff_backward, x * d + 2 * x + recompute));
+  };
+  workspace = std::max(workspace, ff_forward);
+  sublayer(encoder, c.encoder_attention_config().shares_qk() ? 0 : 1);
+  sublayer(self, 1);
+  sublayer(cross, 1);
+  if (c.reversible) {  // one layer's recomputed activations
+    alive += std::max({encoder.state, self.state, cross.state});
+  } else {
+    alive += double(c.encoder_layers) * (2 * x * d + encoder.state);
+    alive += double(c.decoder_layers) * (3 * x * d + self.state + cross.state);
+  }
+  const double bytes = (alive + workspace) * s + plans;
+  StepMemory m;
+  m.forward = m.backward = m.optimizer = saturated_bytes(bytes);
+  m.loss = saturated_bytes(bytes + (loss_rows * v + x) * s);
+  return m;
+}
+
+RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
+                             std::int64_t scalar_bytes, bool training) {
+  return sweep::run_memory(config, batch, length, scalar_bytes, training);
+}
+
+}  // namespace reformer::train

@@ -1,0 +1,22 @@
+// The check before a run allocates anything (private to the library).
+#pragma once
+
+#include "reformer/config/run_config.hpp"
+
+#include <cstdint>
+
+namespace reformer::train {
+
+// Bytes of one value of the run's train.dtype.
+inline std::int64_t scalar_bytes(const config::RunConfig& config) {
+  return config.train.dtype == "double" ? 8 : 4;
+}
+
+// MemoryError naming the need, the free memory and the keys to change when
+// the prediction of `reformer memory` for this run (its family's, at `batch`
+// rows; training: a step, else a forward pass) does not fit the free memory of
+// the device. `op` begins the message ("train", "eval", "generate").
+void require_memory_fits(const config::RunConfig& config, Index batch, bool training,
+                         const char* op);
+
+}  // namespace reformer::train

@@ -1,0 +1,135 @@
+// What the families' memory predictions and `reformer memory` sweeps share
+// (private to the library): measuring a synthetic step per phase, the point
+// with its prediction and budget, a variant's spec, and saturated byte counts.
+#pragma once
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/runtime.hpp"
+#include "reformer/train/memory_sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace reformer::train::sweep {
+
+// Uniform random ids and targets below vocab, keyed by position (a free
+// function: nvcc limits which member functions may hold a device lambda).
+void fill_random_tokens(Kokkos::View<int**, Layout, MemSpace> ids,
+                        Kokkos::View<int**, Layout, MemSpace> targets, Index vocab);
+
+std::int64_t phase_peak(const std::vector<PhaseMemory>& phases, const std::string& name,
+                        const std::string& space, std::int64_t base);
+
+// Bytes of the backend's own allocations in a composition: Kokkos names them
+// "[unlabeled]" (host thread scratch) or "Kokkos::..." (a GPU's team scratch
+// pool, "Kokkos::CudaSpace::TeamScratchMemory", and internal buffers); no View
+// of ours has such a label.
+std::int64_t backend_bytes(const std::vector<LabelBytes>& composition);
+
+void check_point(const SweepOptions& options, Index batch, Index length);
+
+// One point of either model: Step is SyntheticStep<T> or Seq2SeqSyntheticStep<T>.
+template <class Step, class Config>
+SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& options) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  const std::string space = MemSpace::name();
+  const std::int64_t start = tracker.space(space).current_bytes;
+  Step synthetic(config, point.batch, point.length);
+  const std::int64_t before = tracker.space(space).current_bytes;
+  const std::int64_t backend_before = backend_bytes(tracker.live_composition(space));
+  point.state_bytes = before - start - synthetic.id_bytes();
+  // The first step grows the workspace (in pieces until it is consolidated);
+  // the measured step is the second one, as every later step of a training run.
+  tracker.reset_peaks();
+  synthetic.run(0);
+  point.warmup_peak = tracker.space(space).peak_bytes - before;
+  tracker.reset_peaks();
+  tracker.clear_phases();
+  const auto measured_start = std::chrono::steady_clock::now();
+  synthetic.run(1);
+  const double measured_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - measured_start).count();
+  const auto phases = tracker.phases();
+  point.measured = {phase_peak(phases, "forward", space, before),
+                    phase_peak(phases, "loss", space, before),
+                    phase_peak(phases, "backward", space, before),
+                    phase_peak(phases, "optimizer", space, before)};
+  point.composition = tracker.peak_composition(space);
+  // The backend's allocations made during this point and live at its peak.
+  point.backend_bytes =
+      std::max<std::int64_t>(0, backend_bytes(point.composition) - backend_before);
+  std::vector<double> seconds;
+  for (int n = 0; n < options.timed_steps; ++n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    synthetic.run(std::uint64_t(n) + 2);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  // Without timed steps, the measured step's time (the tracker adds a label
+  // lookup per phase, nothing per kernel).
+  point.seconds_per_step = seconds.empty() ? measured_seconds : seconds[seconds.size() / 2];
+  point.ran = true;
+  return point;
+}
+
+// The spec of a variant; ConfigError naming it and the known ones otherwise.
+template <class Spec>
+const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::string& variant) {
+  auto it = specs.find(variant);
+  if (it == specs.end()) {
+    std::string known;
+    for (const auto& name : sweep_variant_names()) known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError("memory sweep: unknown variant '" + variant + "' (expected one of " + known +
+                      ")");
+  }
+  return it->second;
+}
+
+// The point with its predictions, measured unless the prediction exceeds the
+// budget (then skipped with the reason, nothing allocated).
+template <template <class> class Step, class Config>
+SweepPoint run_point(const std::string& variant, const Config& config, Index layers, Index batch,
+                     Index length, const SweepOptions& options) {
+  SweepPoint point;
+  point.variant = variant;
+  point.length = length;
+  point.batch = batch;
+  point.layers = layers;
+  const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
+  point.predicted = predict_step_memory(config, batch, length, scalar);
+  point.predicted_state_bytes = predict_state_bytes(config, scalar);
+  const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
+  const std::int64_t budget =
+      options.budget_bytes >= 0 ? options.budget_bytes : available_memory_bytes();
+  if (budget >= 0 && needed > budget) {
+    point.skipped = "predicted " + format_bytes(needed) + " (step peak + parameters, gradients " +
+                    "and Adam moments) exceeds the budget of " + format_bytes(budget);
+    return point;
+  }
+  return options.dtype == "float" ? measure<Step<float>>(point, config, options)
+                                  : measure<Step<double>>(point, config, options);
+}
+
+// A byte count from a double, capped far below where int64 would overflow.
+inline std::int64_t saturated_bytes(double bytes) { return std::int64_t(std::min(bytes, 9.0e18)); }
+
+// Either model's run: the state (training: parameters, gradients and Adam
+// moments; evaluation: the values alone) and a step's peak (training) or a
+// forward pass's and the loss's.
+template <class Config>
+RunMemory run_memory(const Config& config, Index batch, Index length, std::int64_t scalar_bytes,
+                     bool training) {
+  const StepMemory step = predict_step_memory(config, batch, length, scalar_bytes);
+  const std::int64_t state = predict_state_bytes(config, scalar_bytes);
+  RunMemory memory;
+  memory.state = training ? state : state / 4;
+  memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
+  return memory;
+}
+
+}  // namespace reformer::train::sweep
