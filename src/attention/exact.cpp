@@ -15,6 +15,7 @@
 
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
+#include "attention/online_softmax.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/tile_multiply.hpp"
 
@@ -25,6 +26,7 @@ namespace {
 
 using detail::Scratch2;
 using detail::ScratchInts;
+using detail::zero;
 using Ints1 = Kokkos::View<const int*, Layout, MemSpace>;
 
 // Start of every online-softmax maximum, below every mask constant.
@@ -315,25 +317,50 @@ struct ExactInputs {
   }
 };
 
-// Zeroes a scratch matrix (the padding of a tile stays zero afterwards).
+// The score policy of the forward (online_softmax.hpp) for one team: S^T =
+// K Qs^T of a key tile against the team's queries qt, with the masks of full
+// attention (tiles that need none skip the pass). K and V are read in place
+// where they can be, else loaded into ks and vs.
 template <class T>
-KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, Scratch2<T> m) {
-  const Index cols = m.extent(1);
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index r) {
-    for (Index c = 0; c < cols; ++c) m(r, c) = T(0);
-  });
-}
+struct ExactScores {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr double no_score = kNoScore;
+  const ExactInputs<T>& x;
+  Index b, h, bh, qc;
+  Scratch2<T> qt, ks, vs;
+
+  KOKKOS_INLINE_FUNCTION T weight(T score, T base) const { return softmax_weight(score - base); }
+  KOKKOS_INLINE_FUNCTION const T* scores(const TeamMember& team, Index kc, Scratch2<T> st,
+                                         Index& vld) const {
+    const Index dp = x.dpad;
+    Index kld = dp;
+    const T* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, x.lk, ks, kld);
+    const T* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, x.lk, vs, vld);
+    team.team_barrier();
+    team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
+    team.team_barrier();
+    if (!x.plain_tile(qc, kc)) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                           [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
+      team.team_barrier();
+    }
+    return vp;
+  }
+  KOKKOS_INLINE_FUNCTION T keep(Index i, Index j) const {
+    return i >= x.lq || j >= x.lk ? T(0) : x.drop(bh, i, j);
+  }
+};
 
 // Forward: one team per (batch * head, query tile), heaviest tiles first. The
 // team keeps its queries transposed (Qs^T) and streams key tiles as rows:
 // S^T = K Qs^T, so that only contiguous rows are loaded per key tile. The
-// online softmax runs down the columns of S^T (one per query), vectorised
-// along the row.
+// online softmax (online_softmax.hpp) runs down the columns of S^T (one per
+// query), vectorised along the row.
 template <class T>
 struct ExactForward {
   using Traits = TileTraits<T>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
-  static constexpr Index G = Traits::block_cols;  // queries per column group
   ExactInputs<T> x;
   View4<T> out;
   View3<T> lse;
@@ -343,101 +370,28 @@ struct ExactForward {
     const Index dp = x.dpad;
     return Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
            2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
+           Scratch2<T>::shmem_size(3, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const Index bhs = x.in.heads * out.extent(0), heads = x.in.heads, dh = x.in.d_head;
-    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index dp = x.dpad;
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
     Scratch2<T> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
-        st(scratch, BK, BQ), stats(scratch, 3, BQ);  // stats: max, sum, rescale per query
-    ScratchInts posq(scratch, BQ);
-    zero<T>(team, o);
+        st(scratch, BK, BQ), stats(scratch, 3, BQ);
     if (dh != dp) {
       zero<T>(team, qt);
       zero<T>(team, ks);
       zero<T>(team, vs);
     }
     team.team_barrier();
-    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
-    x.positions(team, qc * BQ, BQ, lq, posq);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-      stats(0, s) = T(kNoScore);
-      stats(1, s) = T(0);
-    });
-    const bool dropout = x.in.dropout.rate > 0.0;
-    const Index tiles = x.key_tiles(b, qc);
-    for (Index kc = 0; kc < tiles; ++kc) {
-      team.team_barrier();
-      Index kld = dp, vld = dp;
-      const T* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, lk, ks, kld);
-      const T* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, lk, vs, vld);
-      team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
-      team.team_barrier();
-      if (!x.plain_tile(qc, kc)) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
-                             [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
-        team.team_barrier();
-      }
-      // Online softmax per query (column), G columns per thread.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
-        T* m = &stats(0, g * G);
-        T* l = &stats(1, g * G);
-        T* alpha = &stats(2, g * G);
-        T m_new[G], sum[G];
-        for (Index s = 0; s < G; ++s) {
-          m_new[s] = m[s];
-          sum[s] = T(0);
-        }
-        for (Index t = 0; t < BK; ++t) {
-          const T* row = &st(t, g * G);
-          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
-        }
-        for (Index t = 0; t < BK; ++t) {
-          T* row = &st(t, g * G);
-          for (Index s = 0; s < G; ++s) {
-            row[s] = softmax_weight(row[s] - m_new[s]);
-            sum[s] += row[s];
-          }
-        }
-        for (Index s = 0; s < G; ++s) {
-          alpha[s] = softmax_weight(m[s] - m_new[s]);
-          l[s] = l[s] * alpha[s] + sum[s];
-          m[s] = m_new[s];
-        }
-        if (dropout)
-          for (Index t = 0; t < BK; ++t) {
-            const Index j = kc * BK + t;
-            T* row = &st(t, g * G);
-            for (Index s = 0; s < G; ++s) {
-              const int i = posq(g * G + s);
-              row[s] *= i < 0 || j >= lk ? T(0) : x.drop(bh, i, j);
-            }
-          }
-      });
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-        const T a = stats(2, s);
-        T* orow = &o(s, 0);
-        for (Index c = 0; c < dp; ++c) orow[c] *= a;
-      });
-      team.team_barrier();
-      // O += P V, P read transposed out of S^T.
-      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
-    }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-      const Index i = qc * BQ + s;
-      if (i >= lq) return;
-      const T sum = stats(1, s), inverse = T(1) / sum;
-      T* dst = &out(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = o(s, c) * inverse;
-      lse(b, i, h) = stats(0, s) + compat::log(sum);
-    });
+    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, x.lq, x.scale, qt);
+    const ExactScores<T> scores{x, b, h, bh, qc, qt, ks, vs};
+    detail::OnlineSoftmax<T>{o, st, stats}.run(team, scores, 0, x.key_tiles(b, qc),
+                                               x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh,
+                                               out, lse);
   }
 };
 

@@ -20,6 +20,7 @@
 
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
+#include "attention/online_softmax.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
@@ -31,6 +32,7 @@ namespace reformer::attention {
 namespace {
 
 using detail::Scratch2;
+using detail::zero;
 
 // Start of every online-softmax maximum and the score of a masked pair; any
 // score below kMasked / 2 has weight 0.
@@ -148,6 +150,22 @@ struct RelativeInputs {
       }
     });
   }
+  // Key tile kc against the query tile at i0 of (b, h): loads its keys and
+  // values as rows (ks, vs) and the rows of r at the tile pair's distances
+  // (rw), then st = K qu^T and bt = Rw qv^T (score (s, t) = st(t, s) +
+  // bt(s - t + BK - 1, s)). No barrier after the products.
+  KOKKOS_INLINE_FUNCTION void key_tile_products(const TeamMember& team, Index b, Index h, Index i0,
+                                                Index kc, Scratch2<T> qut, Scratch2<T> qvt,
+                                                Scratch2<T> ks, Scratch2<T> vs, Scratch2<T> rw,
+                                                Scratch2<T> st, Scratch2<T> bt) const {
+    const Index dp = dpad, j0 = kc * BK, dmin = i0 + memory - j0 - BK + 1;
+    load_rows(team, k, nullptr, b, h, j0, BK, lk, T(1), ks);
+    load_rows(team, v, nullptr, b, h, j0, BK, lk, T(1), vs);
+    load_r(team, h, dmin, W, false, rw);
+    team.team_barrier();
+    team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
+    team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
+  }
   // Per query of the tile at `first`: lse and D = dout . out, as ld(0..1, s).
   template <class L>
   KOKKOS_INLINE_FUNCTION void load_stats(const TeamMember& team, const L& lse, const L& delta,
@@ -160,22 +178,46 @@ struct RelativeInputs {
   }
 };
 
+// The score policy of the forward (online_softmax.hpp) for one team:
+// S^T = K qu^T + shift(Rw qv^T) of a key tile against the team's queries,
+// kMasked where a pair is not allowed.
 template <class T>
-KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, Scratch2<T> m) {
-  const Index cols = m.extent(1);
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index row) {
-    for (Index c = 0; c < cols; ++c) m(row, c) = T(0);
-  });
-}
+struct RelativeScores {
+  using In = RelativeInputs<T>;
+  static constexpr Index BQ = In::BQ, BK = In::BK;
+  static constexpr double no_score = kMasked;
+  const In& x;
+  Index b, h, bh, i0;
+  Scratch2<T> qut, qvt, ks, vs, rw, bt;
+
+  KOKKOS_INLINE_FUNCTION T weight(T score, T base) const { return masked_weight(score, base); }
+  KOKKOS_INLINE_FUNCTION const T* scores(const TeamMember& team, Index kc, Scratch2<T> st,
+                                         Index& vld) const {
+    const Index j0 = kc * BK;
+    x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+      T* row = &st(t, 0);
+      for (Index s = 0; s < BQ; ++s)
+        row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : T(kMasked);
+    });
+    team.team_barrier();
+    vld = x.dpad;
+    return &vs(0, 0);
+  }
+  KOKKOS_INLINE_FUNCTION T keep(Index i, Index j) const {
+    return x.allowed(i, j) ? x.drop(bh, i, j) : T(0);
+  }
+};
 
 // Forward: one team per (batch * head, query tile), heaviest tiles first. The
 // team keeps qu and qv transposed and streams key tiles as rows:
-// S^T = K qu^T + shift(Rw qv^T), online softmax down the columns of S^T.
+// S^T = K qu^T + shift(Rw qv^T), online softmax (online_softmax.hpp) down the
+// columns of S^T.
 template <class T>
 struct RelativeForward {
   using In = RelativeInputs<T>;
   static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
-  static constexpr Index G = TileTraits<T>::block_cols;  // queries per column group
   In x;
   View4<T> out;
   View3<T> lse;
@@ -190,93 +232,20 @@ struct RelativeForward {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index bhs = x.heads * out.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index bhs = x.heads * out.extent(0), dp = x.dpad;
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
     const auto scratch = team.team_scratch(level);
     Scratch2<T> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
         vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ), bt(scratch, W, BQ),
-        stats(scratch, 3, BQ);  // stats: max, sum, rescale per query
-    zero<T>(team, o);
+        stats(scratch, 3, BQ);
     x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
     x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-      stats(0, s) = T(kMasked);
-      stats(1, s) = T(0);
-    });
-    const bool dropout = x.dropout.rate > 0.0;
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
-    for (Index kc = begin; kc < end; ++kc) {
-      const Index j0 = kc * BK, dmin = i0 + x.memory - j0 - BK + 1;
-      team.team_barrier();
-      x.load_rows(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), ks);
-      x.load_rows(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vs);
-      x.load_r(team, h, dmin, W, false, rw);
-      team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
-      team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        T* row = &st(t, 0);
-        for (Index s = 0; s < BQ; ++s)
-          row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : T(kMasked);
-      });
-      team.team_barrier();
-      // Online softmax per query (column), G columns per thread.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
-        T* m = &stats(0, g * G);
-        T* l = &stats(1, g * G);
-        T* alpha = &stats(2, g * G);
-        T m_new[G], sum[G];
-        for (Index s = 0; s < G; ++s) {
-          m_new[s] = m[s];
-          sum[s] = T(0);
-        }
-        for (Index t = 0; t < BK; ++t) {
-          const T* row = &st(t, g * G);
-          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
-        }
-        for (Index t = 0; t < BK; ++t) {
-          T* row = &st(t, g * G);
-          for (Index s = 0; s < G; ++s) {
-            row[s] = masked_weight(row[s], m_new[s]);
-            sum[s] += row[s];
-          }
-        }
-        for (Index s = 0; s < G; ++s) {
-          alpha[s] = masked_weight(m[s], m_new[s]);
-          l[s] = l[s] * alpha[s] + sum[s];
-          m[s] = m_new[s];
-        }
-        if (dropout)
-          for (Index t = 0; t < BK; ++t) {
-            T* row = &st(t, g * G);
-            for (Index s = 0; s < G; ++s) {
-              const Index i = i0 + g * G + s, j = j0 + t;
-              row[s] *= x.allowed(i, j) ? x.drop(bh, i, j) : T(0);
-            }
-          }
-      });
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-        const T a = stats(2, s);
-        T* orow = &o(s, 0);
-        for (Index c = 0; c < dp; ++c) orow[c] *= a;
-      });
-      team.team_barrier();
-      // O += P V, P read transposed out of S^T.
-      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, &vs(0, 0), dp);
-    }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-      const Index i = i0 + s;
-      if (i >= x.lq) return;
-      const T sum = stats(1, s), inverse = T(1) / sum;
-      T* dst = &out(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = o(s, c) * inverse;
-      lse(b, i, h) = stats(0, s) + compat::log(sum);
-    });
+    const RelativeScores<T> scores{x, b, h, bh, i0, qut, qvt, ks, vs, rw, bt};
+    detail::OnlineSoftmax<T>{o, st, stats}.run(team, scores, begin, end, x.dropout.rate > 0.0, b, h,
+                                               i0, x.lq, x.d_head, out, lse);
   }
 };
 
@@ -417,15 +386,10 @@ struct RelativeBackwardQueries {
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
     for (Index kc = begin; kc < end; ++kc) {
-      const Index j0 = kc * BK, dmin = i0 + x.memory - j0 - BK + 1;
+      const Index j0 = kc * BK;
       team.team_barrier();
-      x.load_rows(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), ks);
-      x.load_rows(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vs);
-      x.load_r(team, h, dmin, W, false, rw);
-      team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
+      x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt);
       team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
-      team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
         const Index j = j0 + t;

@@ -1,0 +1,121 @@
+// The tiled online-softmax forward shared by exact and relative attention
+// (internal header; chunked_kernels.hpp plays this part for LSH and local).
+//
+// One team holds a tile of BQ queries and streams the key tiles they see. Per
+// key tile a score policy fills S^T (rows: keys, columns: queries, masked) and
+// hands over the tile's values; the engine folds the tile into every query's
+// running maximum m, sum l and output o (online softmax, as in FlashAttention):
+//   m' = max(m, max_j s_j),  a = e^{m - m'},
+//   l' = a l + sum_j e^{s_j - m'},  o' = a o + sum_j e^{s_j - m'} drop_j v_j,
+// and at the end writes out = o / l and lse = m + log l.
+//
+// A score policy (one per team: it knows the batch entry, head and query tile)
+// gives
+//   static constexpr double no_score   start of every maximum (below every score
+//                                      that counts)
+//   T weight(T score, T base) const    e^{score - base}, 0 for a masked score
+//                                      where the policy's mask constant needs it
+//   const T* scores(team, kc, st, vld) fills st with the masked S^T of key tile
+//                                      kc and returns its value rows (row stride
+//                                      in vld); called after a team barrier, ends
+//                                      with one
+//   T keep(i, j) const                 the dropout factor of query i, key j (only
+//                                      with dropout; 0 for absent pairs)
+#pragma once
+
+#include "reformer/attention/masks.hpp"
+#include "reformer/core/team_scratch.hpp"
+#include "reformer/core/tile_multiply.hpp"
+
+namespace reformer::attention::detail {
+
+// Zeroes a scratch matrix (the padding of a tile stays zero afterwards).
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, ScratchMatrix<T> m) {
+  const Index cols = m.extent(1);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index r) {
+    for (Index c = 0; c < cols; ++c) m(r, c) = T(0);
+  });
+}
+
+// The engine's tiles in the caller's scratch (allocated where the caller's
+// layout puts them): o [BQ, dpad], st [BK, BQ], stats [3, BQ] (per query: the
+// maximum, the sum, the last rescale factor).
+template <class T>
+struct OnlineSoftmax {
+  using Traits = TileTraits<T>;
+  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index G = Traits::block_cols;  // queries per column group
+  ScratchMatrix<T> o, st, stats;
+
+  // Key tiles [begin, end) into the query tile at i0 of (b, h), then
+  // out(b, i, h, :) and lse(b, i, h) for its queries i < lq.
+  template <class Scores, class Out, class Lse>
+  KOKKOS_INLINE_FUNCTION void run(const TeamMember& team, const Scores& scores, Index begin,
+                                  Index end, bool dropout, Index b, Index h, Index i0, Index lq,
+                                  Index d_head, const Out& out, const Lse& lse) const {
+    const Index dp = o.extent(1);
+    zero<T>(team, o);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      stats(0, s) = T(Scores::no_score);
+      stats(1, s) = T(0);
+    });
+    for (Index kc = begin; kc < end; ++kc) {
+      team.team_barrier();
+      Index vld = dp;
+      const T* vp = scores.scores(team, kc, st, vld);
+      // Online softmax per query (column), G columns per thread.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
+        T* m = &stats(0, g * G);
+        T* l = &stats(1, g * G);
+        T* alpha = &stats(2, g * G);
+        T m_new[G], sum[G];
+        for (Index s = 0; s < G; ++s) {
+          m_new[s] = m[s];
+          sum[s] = T(0);
+        }
+        for (Index t = 0; t < BK; ++t) {
+          const T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) m_new[s] = row[s] > m_new[s] ? row[s] : m_new[s];
+        }
+        for (Index t = 0; t < BK; ++t) {
+          T* row = &st(t, g * G);
+          for (Index s = 0; s < G; ++s) {
+            row[s] = scores.weight(row[s], m_new[s]);
+            sum[s] += row[s];
+          }
+        }
+        for (Index s = 0; s < G; ++s) {
+          alpha[s] = scores.weight(m[s], m_new[s]);
+          l[s] = l[s] * alpha[s] + sum[s];
+          m[s] = m_new[s];
+        }
+        if (dropout)
+          for (Index t = 0; t < BK; ++t) {
+            T* row = &st(t, g * G);
+            for (Index s = 0; s < G; ++s) row[s] *= scores.keep(i0 + g * G + s, kc * BK + t);
+          }
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        const T a = stats(2, s);
+        T* orow = &o(s, 0);
+        for (Index c = 0; c < dp; ++c) orow[c] *= a;
+      });
+      team.team_barrier();
+      // O += P V, P read transposed out of S^T.
+      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      const Index i = i0 + s;
+      if (i >= lq) return;
+      const T sum = stats(1, s), inverse = T(1) / sum;
+      auto* dst = &out(b, i, h, 0);
+      for (Index c = 0; c < d_head; ++c) dst[c] = o(s, c) * inverse;
+      lse(b, i, h) = stats(0, s) + compat::log(sum);
+    });
+  }
+};
+
+}  // namespace reformer::attention::detail
