@@ -10,11 +10,11 @@
 // that are not written take the defaults of the structs.
 #pragma once
 
+#include "reformer/config/train_config.hpp"
 #include "reformer/data/data_config.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/transformer.hpp"
 #include "reformer/models/transformer_xl.hpp"
-#include "reformer/train/train_config.hpp"
 
 #include <string>
 #include <vector>
@@ -56,7 +56,7 @@ struct RunConfig {
   XLConfig xl{};                            // [model.xl]
   EvalConfig eval{};                        // [eval] (Transformer-XL only)
   data::DataConfig data{};                  // [data]
-  train::TrainConfig train{};               // [train], [train.adam]
+  TrainConfig train{};                      // [train], [train.adam]
   std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
   std::string name{};                       // [run] name: default "<config file stem>"
 

@@ -8,6 +8,7 @@
 // One fused kernel updates every parameter (the set's contiguous buffers).
 #pragma once
 
+#include "reformer/config/train_config.hpp"
 #include "reformer/core/parameter_set.hpp"
 
 #include <cstdint>
@@ -15,17 +16,9 @@
 
 namespace reformer::train {
 
-struct AdamConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool decoupled_weight_decay = false;  // true = AdamW
-};
-
-// ConfigError naming the value unless betas are in [0, 1), eps > 0 and
-// weight_decay >= 0 (all finite).
-void validate(const AdamConfig& config);
+// The hyper-parameters and their validate() are config's ([train.adam]).
+using config::AdamConfig;
+using config::validate;
 
 template <class T>
 class Adam {
