@@ -9,6 +9,7 @@
 #pragma once
 
 #include "reformer/config/train_config.hpp"
+#include "reformer/core/optimizer_moments.hpp"
 #include "reformer/core/parameter_set.hpp"
 
 #include <cstdint>
@@ -20,8 +21,9 @@ namespace reformer::train {
 using config::AdamConfig;
 using config::validate;
 
+// Its moments and steps are what checkpoints save (core/optimizer_moments.hpp).
 template <class T>
-class Adam {
+class Adam : public OptimizerMoments<T> {
  public:
   // Allocates zero moments for every parameter registered so far; register all
   // parameters before building the optimizer. `params` must outlive it.
@@ -32,17 +34,17 @@ class Adam {
   void step(double learning_rate);
 
   // Number of steps taken; t in the bias correction of the next step is steps() + 1.
-  std::int64_t steps() const { return steps_; }
+  std::int64_t steps() const override { return steps_; }
   // Restores the step count from a checkpoint (>= 0).
-  void set_steps(std::int64_t steps);
+  void set_steps(std::int64_t steps) override;
 
   // The moments m and v of a parameter, by name, for checkpoints (ConfigError
   // naming an unknown name). Writing into them sets the optimizer's state.
   View1<T> first_moment(const std::string& name) const;
   View1<T> second_moment(const std::string& name) const;
   // Every moment, laid out like the set's buffers.
-  View1<T> first_moments() const { return m_; }
-  View1<T> second_moments() const { return v_; }
+  View1<T> first_moments() const override { return m_; }
+  View1<T> second_moments() const override { return v_; }
 
   const AdamConfig& config() const { return config_; }
 
