@@ -3,13 +3,13 @@
 #include "attention/attention_checks.hpp"
 
 #include "reformer/attention/shared_qk.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/softmax.hpp"
-#include "reformer/train/initializers.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -192,7 +192,7 @@ template <class T>
 void AttentionLayer<T>::init(RandomKey key) {
   std::uint64_t i = 0;
   for (auto* p : {w_q_, w_k_, w_v_, w_o_})
-    if (p) train::init_xavier_uniform(*p, {key.seed, stream_id(key.stream, ++i)});
+    if (p) init_xavier_uniform(*p, {key.seed, stream_id(key.stream, ++i)});
 }
 
 template <class T>

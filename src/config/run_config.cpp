@@ -338,10 +338,10 @@ std::vector<Key> make_keys() {
   k.push_back(integer_key("train.accumulate", REFORMER_FIELD(train.accumulate)));
   k.push_back(choice_key("train.optimizer", REFORMER_FIELD(train.optimizer), {"adam", "adamw"}));
   k.push_back(float_key("train.learning_rate", REFORMER_FIELD(train.learning_rate)));
-  k.push_back(enum_key<train::ScheduleKind>(
+  k.push_back(enum_key<ScheduleKind>(
       "train.schedule", REFORMER_FIELD(train.schedule),
-      {train::ScheduleKind::constant, train::ScheduleKind::noam, train::ScheduleKind::warmup_rsqrt},
-      [](train::ScheduleKind s) { return train::to_string(s); }, train::parse_schedule_kind));
+      {ScheduleKind::constant, ScheduleKind::noam, ScheduleKind::warmup_rsqrt},
+      [](ScheduleKind s) { return to_string(s); }, parse_schedule_kind));
   k.push_back(integer_key("train.warmup_steps", REFORMER_FIELD(train.warmup_steps)));
   k.push_back(float_key("train.clip_norm", REFORMER_FIELD(train.clip_norm)));
   k.push_back(integer_key("train.eval_every", REFORMER_FIELD(train.eval_every)));

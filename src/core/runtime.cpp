@@ -6,11 +6,44 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/types.hpp"
-#include "reformer/ops/gemm.hpp"
 
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 namespace reformer {
+namespace {
+
+// The registered setup steps, and whether a Runtime has run them (a step
+// registered later runs at once). Function-local statics: registration runs
+// from other files' static initialisers, in an order C++ does not fix.
+struct RuntimeSetups {
+  std::mutex mutex;
+  std::vector<void (*)()> steps;
+  bool ran = false;
+};
+
+RuntimeSetups& runtime_setups() {
+  static RuntimeSetups setups;
+  return setups;
+}
+
+void run_runtime_setups() {
+  RuntimeSetups& setups = runtime_setups();
+  const std::lock_guard<std::mutex> lock(setups.mutex);
+  for (const auto step : setups.steps) step();
+  setups.ran = true;
+}
+
+}  // namespace
+
+bool register_runtime_setup(void (*setup)()) {
+  RuntimeSetups& setups = runtime_setups();
+  const std::lock_guard<std::mutex> lock(setups.mutex);
+  setups.steps.push_back(setup);
+  if (setups.ran) setup();
+  return true;
+}
 
 Runtime::Runtime(const RuntimeOptions& options) {
   if (!Kokkos::is_initialized()) {
@@ -30,7 +63,7 @@ Runtime::Runtime(const RuntimeOptions& options) {
   // tracker chains to the huge-page hook registered before it.
   advise_huge_pages_for_host_allocations();
   if (options.track_memory) MemoryTracker::instance().install();
-  ops::prepare_host_blas();
+  run_runtime_setups();
 }
 
 Runtime::~Runtime() {

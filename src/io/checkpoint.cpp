@@ -226,8 +226,25 @@ struct FileImage {
 // the one write to disk is ours (write_file_atomically), whose failures are
 // plain errno values. The cost: host memory for one checkpoint, twice while
 // the image is copied out.
+// An optimizer's moments must be laid out like the set's values (ConfigError
+// naming both sizes otherwise).
 template <class T>
-FileImage write_image(const ParameterSet<T>& params, const train::Adam<T>* optimizer,
+View1<T> moments_like(const char* op, const View1<T>& moments, const ParameterSet<T>& params) {
+  require<ConfigError>(moments.extent(0) == params.values().extent(0), op,
+                       ": the optimizer's moments hold ", moments.extent(0),
+                       " elements but the parameter set's values hold ", params.values().extent(0),
+                       "; build the optimizer on this set after registering every parameter");
+  return moments;
+}
+
+// The moments of parameter p in buffers laid out like its set's values.
+template <class T>
+View1<T> moment_of(const View1<T>& moments, const Parameter<T>& p) {
+  return Kokkos::subview(moments, std::make_pair(p.offset, p.offset + p.size()));
+}
+
+template <class T>
+FileImage write_image(const ParameterSet<T>& params, const OptimizerMoments<T>* optimizer,
                       const CheckpointMeta& meta, const ParameterSet<T>* state,
                       const std::string& context) {
   // The image grows in steps of about its expected size (values, moments, state
@@ -272,9 +289,11 @@ FileImage write_image(const ParameterSet<T>& params, const train::Adam<T>* optim
     hdf5::write_attribute(group.get(), "steps", std::int64_t(optimizer->steps()), context);
     const Handle m = hdf5::create_group(group.get(), "m", context);
     const Handle v = hdf5::create_group(group.get(), "v", context);
+    const View1<T> first = moments_like("save_checkpoint", optimizer->first_moments(), params);
+    const View1<T> second = moments_like("save_checkpoint", optimizer->second_moments(), params);
     for (const Parameter<T>& p : params) {
-      write_view(m.get(), p.name, p.shape, optimizer->first_moment(p.name), context);
-      write_view(v.get(), p.name, p.shape, optimizer->second_moment(p.name), context);
+      write_view(m.get(), p.name, p.shape, moment_of(first, p), context);
+      write_view(v.get(), p.name, p.shape, moment_of(second, p), context);
     }
   }
   if (state) {
@@ -349,10 +368,14 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterSet<T>& params,
     require<IoError>(optimizer_steps >= 0, where, ": the optimizer's steps attribute is ",
                      optimizer_steps, " but must be >= 0");
     const std::string fix = "; the optimizer state is incomplete";
+    // ConfigError now, before anything changed, if the optimizer is not params'.
+    const View1<T> first_moments =
+                       moments_like("load_checkpoint", optimizer->first_moments(), params),
+                   second_moments =
+                       moments_like("load_checkpoint", optimizer->second_moments(), params);
     for (const Parameter<T>& p : params) {
-      // ConfigError now, before anything changed, if the optimizer is not params'.
-      first_views.push_back(optimizer->first_moment(p.name));
-      second_views.push_back(optimizer->second_moment(p.name));
+      first_views.push_back(moment_of(first_moments, p));
+      second_views.push_back(moment_of(second_moments, p));
       first.push_back(open_matching<T>(file.get(), "optimizer/m/" + p.name,
                                        "first moment of \"" + p.name + "\"", p.shape, where, fix));
       second.push_back(open_matching<T>(file.get(), "optimizer/v/" + p.name,
@@ -415,12 +438,12 @@ void load_checkpoint_state(const std::string& path, ParameterSet<T>& state) {
   for (Parameter<T>& p : state) copy_to(p.value, data[i++]);
 }
 
-#define REFORMER_INSTANTIATE(T)                                                    \
-  template void save_checkpoint<T>(const std::string&, const ParameterSet<T>&,     \
-                                   const train::Adam<T>*, const CheckpointMeta&,   \
-                                   const ParameterSet<T>*);                        \
-  template CheckpointMeta load_checkpoint<T>(const std::string&, ParameterSet<T>&, \
-                                             train::Adam<T>*);                     \
+#define REFORMER_INSTANTIATE(T)                                                       \
+  template void save_checkpoint<T>(const std::string&, const ParameterSet<T>&,        \
+                                   const OptimizerMoments<T>*, const CheckpointMeta&, \
+                                   const ParameterSet<T>*);                           \
+  template CheckpointMeta load_checkpoint<T>(const std::string&, ParameterSet<T>&,    \
+                                             OptimizerMoments<T>*);                   \
   template void load_checkpoint_state<T>(const std::string&, ParameterSet<T>&);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 

@@ -1,10 +1,10 @@
 #include "reformer/layers/blocks.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/layer_norm.hpp"
-#include "reformer/train/initializers.hpp"
 
 namespace reformer::layers {
 namespace {
@@ -67,8 +67,8 @@ PreNormAttention<T>::PreNormAttention(const std::string& norm_prefix,
 
 template <class T>
 void PreNormAttention<T>::init(RandomKey key) {
-  train::init_constant(*gamma_, 1.0);
-  train::init_constant(*beta_, 0.0);
+  init_constant(*gamma_, 1.0);
+  init_constant(*beta_, 0.0);
   attention_.init(key);
 }
 

@@ -1,12 +1,12 @@
 #include "reformer/layers/feed_forward.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/linear.hpp"
-#include "reformer/train/initializers.hpp"
 
 namespace reformer::layers {
 namespace {
@@ -56,13 +56,13 @@ FeedForward<T>::FeedForward(const std::string& prefix, const FeedForwardConfig& 
 template <class T>
 void FeedForward<T>::init(RandomKey key) {
   if (gamma_) {
-    train::init_constant(*gamma_, 1.0);
-    train::init_constant(*beta_, 0.0);
+    init_constant(*gamma_, 1.0);
+    init_constant(*beta_, 0.0);
   }
-  train::init_xavier_uniform(*w1_, {key.seed, stream_id(key.stream, 1)});
-  train::init_constant(*b1_, 0.0);
-  train::init_xavier_uniform(*w2_, {key.seed, stream_id(key.stream, 2)});
-  train::init_constant(*b2_, 0.0);
+  init_xavier_uniform(*w1_, {key.seed, stream_id(key.stream, 1)});
+  init_constant(*b1_, 0.0);
+  init_xavier_uniform(*w2_, {key.seed, stream_id(key.stream, 2)});
+  init_constant(*b2_, 0.0);
 }
 
 template <class T>

@@ -1,13 +1,13 @@
 #include "reformer/layers/transformer_xl_layer.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
-#include "reformer/train/initializers.hpp"
 
 namespace reformer::layers {
 namespace {
@@ -143,13 +143,13 @@ template <class T>
 void TransformerXLLayer<T>::init(RandomKey key) {
   std::uint64_t i = 0;
   for (auto* p : {w_q_, w_k_, w_v_, w_r_, w_o_})
-    train::init_xavier_uniform(*p, {key.seed, stream_id(key.stream, ++i)});
-  train::init_normal(*bias_u_, 0.02, {key.seed, stream_id(key.stream, ++i)});
-  train::init_normal(*bias_v_, 0.02, {key.seed, stream_id(key.stream, ++i)});
+    init_xavier_uniform(*p, {key.seed, stream_id(key.stream, ++i)});
+  init_normal(*bias_u_, 0.02, {key.seed, stream_id(key.stream, ++i)});
+  init_normal(*bias_v_, 0.02, {key.seed, stream_id(key.stream, ++i)});
   for (auto* p : {attn_gamma_, ff_gamma_})
-    if (p) train::init_constant(*p, 1.0);
+    if (p) init_constant(*p, 1.0);
   for (auto* p : {attn_beta_, ff_beta_})
-    if (p) train::init_constant(*p, 0.0);
+    if (p) init_constant(*p, 0.0);
   feed_forward_.init({key.seed, stream_id(key.stream, ++i)});
 }
 

@@ -1,7 +1,7 @@
 #include "reformer/models/reformer_config.hpp"
 
-#include "config/key_errors.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/key_errors.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -188,14 +188,14 @@ void ReformerConfig::validate() const {
                          list(lsh.n_buckets),
                          " but every bucket count must be even and at least 2 (hashing takes "
                          "the argmax over [xR, -xR])");
-  config::detail::with_key_prefix(kOp, "model.lsh", [&] { lsh.validate(); });
-  config::detail::with_key_prefix(kOp, "model.local", [&] { local.validate(); });
+  detail::with_key_prefix(kOp, "model.lsh", [&] { lsh.validate(); });
+  detail::with_key_prefix(kOp, "model.local", [&] { local.validate(); });
   // Per kind: d_head limits of the fused kernels and the variant's own rules.
   for (const AttentionKind kind :
        {AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact})
     for (Index i = 0; i < layers; ++i)
       if (layer_kind(i) == kind) {
-        config::detail::with_key_prefix(kOp, "model", [&] { attention_config(i).validate(); });
+        detail::with_key_prefix(kOp, "model", [&] { attention_config(i).validate(); });
         break;
       }
 }

@@ -1,6 +1,7 @@
 #include "reformer/models/reformer_lm.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
@@ -8,7 +9,6 @@
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
-#include "reformer/train/initializers.hpp"
 
 #include <string>
 
@@ -190,15 +190,15 @@ void ReformerLM<T>::init(RandomKey key) {
   auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
     return RandomKey{key.seed, stream_id(key.stream, a, b)};
   };
-  train::init_normal(*embedding_, 1.0, sub(kInitEmbedding));
-  if (positions_) train::init_normal(*positions_, 1.0, sub(kInitPositions, 1));
-  if (axial1_) train::init_normal(*axial1_, 1.0, sub(kInitPositions, 2));
-  if (axial2_) train::init_normal(*axial2_, 1.0, sub(kInitPositions, 3));
+  init_normal(*embedding_, 1.0, sub(kInitEmbedding));
+  if (positions_) init_normal(*positions_, 1.0, sub(kInitPositions, 1));
+  if (axial1_) init_normal(*axial1_, 1.0, sub(kInitPositions, 2));
+  if (axial2_) init_normal(*axial2_, 1.0, sub(kInitPositions, 3));
   for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->init(sub(kInitBlocks, i));
-  train::init_constant(*out_gamma_, 1.0);
-  train::init_constant(*out_beta_, 0.0);
-  if (out_weight_) train::init_xavier_uniform(*out_weight_, sub(kInitOutput));
-  train::init_constant(*out_bias_, 0.0);
+  init_constant(*out_gamma_, 1.0);
+  init_constant(*out_beta_, 0.0);
+  if (out_weight_) init_xavier_uniform(*out_weight_, sub(kInitOutput));
+  init_constant(*out_bias_, 0.0);
 }
 
 template <class T>

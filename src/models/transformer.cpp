@@ -3,6 +3,7 @@
 #include "models/transformer_detail.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
@@ -12,7 +13,6 @@
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/softmax.hpp"
-#include "reformer/train/initializers.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -186,21 +186,21 @@ void EncoderDecoder<T>::init(RandomKey key) {
   };
   // Embeddings are scaled by sqrt(d): N(0, 1/d) makes them unit-variance.
   const double std = 1.0 / std::sqrt(double(config_.d_model));
-  train::init_normal(*source_embedding_, std, sub(kInitSource));
+  init_normal(*source_embedding_, std, sub(kInitSource));
   if (target_embedding_ != source_embedding_)
-    train::init_normal(*target_embedding_, std, sub(kInitTarget));
-  if (source_positions_) train::init_normal(*source_positions_, 0.02, sub(kInitSourcePositions));
-  if (target_positions_) train::init_normal(*target_positions_, 0.02, sub(kInitTargetPositions));
+    init_normal(*target_embedding_, std, sub(kInitTarget));
+  if (source_positions_) init_normal(*source_positions_, 0.02, sub(kInitSourcePositions));
+  if (target_positions_) init_normal(*target_positions_, 0.02, sub(kInitTargetPositions));
   for (std::size_t i = 0; i < encoder_.size(); ++i) encoder_[i]->init(sub(kInitEncoder, i));
   for (std::size_t i = 0; i < reversible_encoder_.size(); ++i)
     reversible_encoder_[i]->init(sub(kInitEncoder, i));
   for (std::size_t i = 0; i < decoder_.size(); ++i) decoder_[i]->init(sub(kInitDecoder, i));
-  train::init_constant(*encoder_gamma_, 1.0);
-  train::init_constant(*decoder_gamma_, 1.0);
-  train::init_constant(*encoder_beta_, 0.0);
-  train::init_constant(*decoder_beta_, 0.0);
-  if (generator_weight_) train::init_xavier_uniform(*generator_weight_, sub(kInitGenerator));
-  train::init_constant(*generator_bias_, 0.0);
+  init_constant(*encoder_gamma_, 1.0);
+  init_constant(*decoder_gamma_, 1.0);
+  init_constant(*encoder_beta_, 0.0);
+  init_constant(*decoder_beta_, 0.0);
+  if (generator_weight_) init_xavier_uniform(*generator_weight_, sub(kInitGenerator));
+  init_constant(*generator_bias_, 0.0);
 }
 
 template <class T>

@@ -1,13 +1,13 @@
 #include "reformer/models/transformer_xl.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/layer_norm.hpp"
-#include "reformer/train/initializers.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -102,14 +102,14 @@ void TransformerXL<T>::init(RandomKey key) {
   auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
     return RandomKey{key.seed, stream_id(key.stream, a, b)};
   };
-  train::init_normal(*embedding_, 1.0 / std::sqrt(double(config_.d_model)), sub(kInitEmbedding));
+  init_normal(*embedding_, 1.0 / std::sqrt(double(config_.d_model)), sub(kInitEmbedding));
   for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->init(sub(kInitLayers, i));
   if (out_gamma_) {
-    train::init_constant(*out_gamma_, 1.0);
-    train::init_constant(*out_beta_, 0.0);
+    init_constant(*out_gamma_, 1.0);
+    init_constant(*out_beta_, 0.0);
   }
-  if (out_weight_) train::init_xavier_uniform(*out_weight_, sub(kInitOutput));
-  train::init_constant(*out_bias_, 0.0);
+  if (out_weight_) init_xavier_uniform(*out_weight_, sub(kInitOutput));
+  init_constant(*out_bias_, 0.0);
 }
 
 template <class T>
@@ -124,9 +124,8 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
 }
 
 template <class T>
-void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call,
-                               TransformerXLMemory<T>& memory, TransformerXLState<T>& state,
-                               bool keep_layers) const {
+void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerXLMemory<T>& memory,
+                               TransformerXLState<T>& state, bool keep_layers) const {
   const char* op = "TransformerXL::forward";
   const Index batch = ids.extent(0), length = ids.extent(1), d = config_.d_model;
   require<ShapeError>(batch > 0 && length > 0, op, ": ids has shape ", shape_string(ids),

@@ -2,6 +2,7 @@
 
 #include "ops/tpls/host_blas.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/runtime.hpp"
 #include "reformer/core/shape.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
@@ -28,6 +29,11 @@ ProductShape check_product(const char* op, Index a0, Index a1, Trans ta, Index b
                       ", ", n, "]; every dimension must be positive");
   return {m, n, k};
 }
+
+// Every Runtime makes a host BLAS sequential before the first product
+// (prepare_host_blas). Registered from this file, the only one that calls the
+// BLAS, so that the step is linked whenever a product is.
+[[maybe_unused]] const bool host_blas_registered = register_runtime_setup(&prepare_host_blas);
 
 }  // namespace
 

@@ -43,18 +43,6 @@ void adam_update(View1<T> p, In1<T> grad, View1<T> m, View1<T> v, AdamStep s) {
 
 }  // namespace
 
-void validate(const AdamConfig& c) {
-  const char* op = "AdamConfig";
-  require<ConfigError>(std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1, op, ": beta1 is ",
-                       c.beta1, " but must be in [0, 1)");
-  require<ConfigError>(std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1, op, ": beta2 is ",
-                       c.beta2, " but must be in [0, 1)");
-  require<ConfigError>(std::isfinite(c.eps) && c.eps > 0, op, ": eps is ", c.eps,
-                       " but must be finite and > 0");
-  require<ConfigError>(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op,
-                       ": weight_decay is ", c.weight_decay, " but must be finite and >= 0");
-}
-
 template <class T>
 Adam<T>::Adam(ParameterSet<T>& params, AdamConfig config)
     : params_(params),

@@ -19,26 +19,6 @@ void require_at_least_one(const char* op, const char* what, std::int64_t value) 
 
 }  // namespace
 
-std::string to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::constant:
-      return "constant";
-    case ScheduleKind::noam:
-      return "noam";
-    case ScheduleKind::warmup_rsqrt:
-      return "warmup_rsqrt";
-  }
-  throw Error("to_string: invalid ScheduleKind");
-}
-
-ScheduleKind parse_schedule_kind(const std::string& name) {
-  for (const ScheduleKind kind :
-       {ScheduleKind::constant, ScheduleKind::noam, ScheduleKind::warmup_rsqrt})
-    if (name == to_string(kind)) return kind;
-  throw ConfigError(detail::concat("learning-rate schedule \"", name,
-                                   "\" is unknown; choose constant, noam or warmup_rsqrt"));
-}
-
 LearningRateSchedule LearningRateSchedule::constant(double learning_rate) {
   require_positive("LearningRateSchedule::constant", "learning_rate", learning_rate);
   return {ScheduleKind::constant, learning_rate, 1, 1};

@@ -5,6 +5,7 @@
 //   - every other output must agree within 1e-6 norm-wise relative error.
 #include "reformer/attention/attention_layer.hpp"
 #include "reformer/attention/relative.hpp"
+#include "reformer/core/initializers.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/runtime.hpp"
@@ -18,7 +19,6 @@
 #include "reformer/ops/linear.hpp"
 #include "reformer/ops/softmax.hpp"
 #include "reformer/train/grad_clip.hpp"
-#include "reformer/train/initializers.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "support/fingerprint.hpp"
 
@@ -131,10 +131,10 @@ void build_parameters(ParameterSet<float>& params) {
   params.add("layers.0.attn.w_qk", {4, 32, 8});
   params.add("layers.0.ff.w1", {32, 48});
   params.add("layers.0.ff.b1", {48});
-  train::init_normal(params.get("emb.table"), 0.02, {1234, stream_id(0, 1)});
-  train::init_xavier_uniform(params.get("layers.0.attn.w_qk"), {1234, stream_id(1, 2)});
-  train::init_xavier_uniform(params.get("layers.0.ff.w1"), {1234, stream_id(1, 3)});
-  train::init_normal(params.get("layers.0.ff.b1"), 1.0, {1234, stream_id(1, 4)});
+  init_normal(params.get("emb.table"), 0.02, {1234, stream_id(0, 1)});
+  init_xavier_uniform(params.get("layers.0.attn.w_qk"), {1234, stream_id(1, 2)});
+  init_xavier_uniform(params.get("layers.0.ff.w1"), {1234, stream_id(1, 3)});
+  init_normal(params.get("layers.0.ff.b1"), 1.0, {1234, stream_id(1, 4)});
 }
 
 // Initial weights (bitwise), then Adam / AdamW steps and gradient clipping.

@@ -1,7 +1,7 @@
 // ReformerConfig and TrainConfig on their own (without TOML).
+#include "reformer/config/train_config.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/models/reformer_config.hpp"
-#include "reformer/train/train_config.hpp"
 #include "support/checks.hpp"
 
 #include <gtest/gtest.h>
@@ -14,10 +14,10 @@ namespace reformer {
 namespace {
 
 using attention::AttentionKind;
+using config::TrainConfig;
 using models::PositionKind;
 using models::ReformerConfig;
 using testing::expect_error;
-using train::TrainConfig;
 
 TEST(ReformerConfig, PositionKindNames) {
   for (const auto kind :
@@ -177,7 +177,7 @@ TEST(TrainConfig, ValidateNamesTheField) {
       {with([](TrainConfig& c) { c.learning_rate = 0; }), {"train.learning_rate is 0"}},
       {with([](TrainConfig& c) { c.learning_rate = INFINITY; }), {"train.learning_rate is inf"}},
       {with([](TrainConfig& c) { c.warmup_steps = -1; }), {"train.warmup_steps is -1"}},
-      {with([](TrainConfig& c) { c.schedule = train::ScheduleKind::warmup_rsqrt; }),
+      {with([](TrainConfig& c) { c.schedule = config::ScheduleKind::warmup_rsqrt; }),
        {"train.warmup_steps is 0", "warmup_rsqrt"}},
       {with([](TrainConfig& c) { c.clip_norm = -1; }), {"train.clip_norm is -1"}},
       {with([](TrainConfig& c) { c.eval_every = -1; }), {"train.eval_every is -1"}},
@@ -196,7 +196,7 @@ TEST(TrainConfig, ValidateNamesTheField) {
   EXPECT_NO_THROW(with([](TrainConfig& c) {
                     c.optimizer = "adamw";
                     c.adam.decoupled_weight_decay = true;
-                    c.schedule = train::ScheduleKind::noam;
+                    c.schedule = config::ScheduleKind::noam;
                     c.warmup_steps = 4000;
                     c.target_accuracy = 1;
                   }).validate());

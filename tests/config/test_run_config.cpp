@@ -76,7 +76,7 @@ RunConfig everything_changed() {
   c.train.adam.eps = 1e-9;
   c.train.adam.weight_decay = 0.01;
   c.train.learning_rate = 0.03125;
-  c.train.schedule = train::ScheduleKind::warmup_rsqrt;
+  c.train.schedule = config::ScheduleKind::warmup_rsqrt;
   c.train.warmup_steps = 2000;
   c.train.clip_norm = 0.5;
   c.train.eval_every = 7;
@@ -143,7 +143,7 @@ beta2 = 0.98
   EXPECT_EQ(c.train.optimizer, "adamw");
   EXPECT_TRUE(c.train.adam.decoupled_weight_decay);  // follows the optimizer
   EXPECT_EQ(c.train.learning_rate, 2e-3);
-  EXPECT_EQ(c.train.schedule, train::ScheduleKind::noam);
+  EXPECT_EQ(c.train.schedule, config::ScheduleKind::noam);
   EXPECT_EQ(c.train.adam.beta2, 0.98);
 }
 

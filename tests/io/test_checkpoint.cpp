@@ -1,6 +1,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/io/files.hpp"
+#include "reformer/train/optimizer.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/temp_dir.hpp"
@@ -213,6 +214,32 @@ TEST(CheckpointMismatch, ParameterMissingInTheFile) {
                         {path, "has no parameter \"layers.1.norm.scale\"",
                          "/parameters/layers.1.norm.scale", "[5]", "model config differs"});
   EXPECT_EQ(larger.state(), before);
+}
+
+// The checkpoint takes an optimizer's moments laid out like the parameters'
+// values (core/optimizer_moments.hpp): an optimizer built before the last
+// parameter was registered is a ConfigError naming both sizes, when saving (no
+// file is written) and when loading (nothing changes).
+TEST(CheckpointMismatch, OptimizerBuiltBeforeTheLastParameter) {
+  TempDir dir;
+  Model<float> model(1);
+  model.params.add("head.bias", {7});
+  const std::vector<std::string> parts = {"optimizer's moments hold", "parameter set's values hold",
+                                          "after registering every parameter"};
+  expect_error<ConfigError>(
+      [&] { save_checkpoint(dir.file("late.h5"), model.params, model.adam.get(), sample_meta()); },
+      parts);
+  EXPECT_FALSE(fs::exists(dir.file("late.h5")));
+  const train::Adam<float> full(model.params);
+  save_checkpoint(dir.file("full.h5"), model.params, &full, sample_meta());
+  const auto values = to_host(model.params.values());
+  const auto moments = to_host(model.adam->first_moments());
+  const std::int64_t steps = model.adam->steps();
+  expect_error<ConfigError>(
+      [&] { load_checkpoint(dir.file("full.h5"), model.params, model.adam.get()); }, parts);
+  EXPECT_EQ(to_host(model.params.values()), values);
+  EXPECT_EQ(to_host(model.adam->first_moments()), moments);
+  EXPECT_EQ(model.adam->steps(), steps);
 }
 
 TEST(CheckpointMismatch, ParameterMissingInTheModel) {

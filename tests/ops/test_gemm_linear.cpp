@@ -8,6 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include <dlfcn.h>
+
 namespace reformer {
 namespace {
 
@@ -43,6 +45,21 @@ TEST(Matmul, AllTransposeCombinationsMatchReference) {
                           2.0);
       EXPECT_LT(relative_error(to_host(c), expected), 1e-14) << "ta=" << ta << " tb=" << tb;
     }
+}
+
+// The Runtime makes a pthreads OpenBLAS sequential before the first product
+// (ops registers prepare_host_blas with core/runtime.hpp's setup steps). This
+// case computes no product, and ctest runs each case in its own process, so only
+// the Runtime of tests/test_main.cpp can have done it.
+TEST(Matmul, RuntimeMadeAPthreadsBlasSequential) {
+  using GetInt = int (*)();
+  const auto get_parallel = reinterpret_cast<GetInt>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  const auto get_threads =
+      reinterpret_cast<GetInt>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  // openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP.
+  if (get_parallel == nullptr || get_threads == nullptr || get_parallel() != 1)
+    GTEST_SKIP() << "no pthreads OpenBLAS in this process";
+  EXPECT_EQ(get_threads(), 1);
 }
 
 // Products large enough to be split over the host threads (one block of rows,

@@ -11,11 +11,11 @@
 #pragma once
 
 #include "reformer/config/model_type.hpp"
+#include "reformer/config/train_config.hpp"
 #include "reformer/data/data_config.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/transformer.hpp"
 #include "reformer/models/transformer_xl.hpp"
-#include "reformer/train/train_config.hpp"
 
 #include <string>
 #include <vector>
@@ -57,7 +57,7 @@ struct RunConfig {
   XLConfig xl{};                            // [model.xl]
   EvalConfig eval{};                        // [eval] (Transformer-XL only)
   data::DataConfig data{};                  // [data]
-  train::TrainConfig train{};               // [train], [train.adam]
+  TrainConfig train{};                      // [train], [train.adam]
   std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
   std::string name{};                       // [run] name: default "<config file stem>"
 

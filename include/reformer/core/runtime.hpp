@@ -1,5 +1,6 @@
-// Process-wide setup: Kokkos initialisation, the memory tracker, and a
-// description of the backend the binary was built for.
+// Process-wide setup: Kokkos initialisation, the memory tracker, the setup
+// steps of higher layers, and a description of the backend the binary was
+// built for.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,9 @@ struct RuntimeOptions {
   bool track_memory = true;
 };
 
-// Initialises Kokkos (unless it already is) and installs the memory tracker;
-// finalises Kokkos on destruction if it initialised it. All Views must be gone
-// by then.
+// Initialises Kokkos (unless it already is), installs the memory tracker and
+// runs every registered setup step; finalises Kokkos on destruction if it
+// initialised it. All Views must be gone by then.
 class Runtime {
  public:
   explicit Runtime(const RuntimeOptions& options = {});
@@ -28,6 +29,15 @@ class Runtime {
  private:
   bool owns_kokkos_ = false;
 };
+
+// A setup step of a higher layer that must run once Kokkos is initialised and
+// before that layer's first kernel (ops makes a host BLAS sequential: core
+// cannot call ops). Every Runtime runs the registered steps after it has
+// initialised Kokkos; a step registered after a Runtime was built runs at once.
+// Steps must be idempotent. Layers register from a static initialiser of the
+// source file that holds the code needing the step, so the step is linked
+// whenever that code is (ops/gemm.cpp for the host BLAS).
+bool register_runtime_setup(void (*setup)());
 
 struct BackendInfo {
   std::string kokkos_version;           // "3.4.1"

@@ -39,8 +39,8 @@
 // fails.
 #pragma once
 
+#include "reformer/core/optimizer_moments.hpp"
 #include "reformer/core/parameter_set.hpp"
-#include "reformer/train/optimizer.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -62,17 +62,20 @@ struct CheckpointMeta {
   std::int64_t optimizer_steps = -1;  // read: the optimizer's steps, -1 when saved without one
 };
 
-// The optimizer type of a ParameterSet<T>; the optimizer argument does not take
-// part in deducing T, so `save_checkpoint(path, params, nullptr, meta)` works.
+// The optimizer state of a ParameterSet<T> (train::Adam<T> is one): moments
+// laid out like the set's values() and a step count. The optimizer argument
+// does not take part in deducing T, so `save_checkpoint(path, params, nullptr,
+// meta)` and `save_checkpoint(path, params, &adam, meta)` both work.
 template <class T>
-using OptimizerOf = typename NonDeduced<train::Adam<T>>::type;
+using OptimizerOf = typename NonDeduced<OptimizerMoments<T>>::type;
 
 // Writes the parameters' values (not their gradients), the optimizer's moments
 // and step count when `optimizer` is not null, and `meta` (its dtype and
 // format_version are ignored: the file gets T's dtype and this build's version).
 // Creates the parent directory if needed. IoError naming the path on failure
 // (WriteError when the file cannot be written: full disk, read-only file
-// system); a file already at `path` is then unchanged.
+// system); a file already at `path` is then unchanged. ConfigError, and no
+// file, when the optimizer's moments are not laid out like `params`' values.
 // `state`, when not null, is written under /state (its values only).
 template <class T>
 void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
@@ -80,7 +83,9 @@ void save_checkpoint(const std::string& path, const ParameterSet<T>& params,
                      const typename NonDeduced<ParameterSet<T>>::type* state = nullptr);
 
 // Restores the parameters' values and, when `optimizer` is not null, its
-// moments and step count (the optimizer must have been built on `params`).
+// moments and step count (its moments must be laid out like `params`' values,
+// as those of an optimizer built on `params` after every parameter was
+// registered; ConfigError otherwise).
 // Returns the file's metadata. IoError naming the path and the first mismatch
 // (see above), or when the file is missing, truncated, corrupt or not HDF5.
 template <class T>

@@ -29,7 +29,8 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
 
 // Makes a multithreaded (pthreads) host BLAS run one thread per call: large
 // host products are split over Kokkos' own threads, each calling the BLAS on
-// its block (one pool of threads, not two). Runtime calls it at start, so that
+// its block (one pool of threads, not two). Runtime calls it at start (ops
+// registers it with core/runtime.hpp's register_runtime_setup), so that
 // every product of a process runs the same code path from the first one on
 // (a BLAS made sequential only at the first large product would sum the
 // earlier small ones in another order). Cheap after the first call; does

@@ -8,6 +8,8 @@
 // One fused kernel updates every parameter (the set's contiguous buffers).
 #pragma once
 
+#include "reformer/config/train_config.hpp"
+#include "reformer/core/optimizer_moments.hpp"
 #include "reformer/core/parameter_set.hpp"
 
 #include <cstdint>
@@ -15,20 +17,13 @@
 
 namespace reformer::train {
 
-struct AdamConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;
-  bool decoupled_weight_decay = false;  // true = AdamW
-};
+// The hyper-parameters and their validate() are config's ([train.adam]).
+using config::AdamConfig;
+using config::validate;
 
-// ConfigError naming the value unless betas are in [0, 1), eps > 0 and
-// weight_decay >= 0 (all finite).
-void validate(const AdamConfig& config);
-
+// Its moments and steps are what checkpoints save (core/optimizer_moments.hpp).
 template <class T>
-class Adam {
+class Adam : public OptimizerMoments<T> {
  public:
   // Allocates zero moments for every parameter registered so far; register all
   // parameters before building the optimizer. `params` must outlive it.
@@ -39,17 +34,17 @@ class Adam {
   void step(double learning_rate);
 
   // Number of steps taken; t in the bias correction of the next step is steps() + 1.
-  std::int64_t steps() const { return steps_; }
+  std::int64_t steps() const override { return steps_; }
   // Restores the step count from a checkpoint (>= 0).
-  void set_steps(std::int64_t steps);
+  void set_steps(std::int64_t steps) override;
 
   // The moments m and v of a parameter, by name, for checkpoints (ConfigError
   // naming an unknown name). Writing into them sets the optimizer's state.
   View1<T> first_moment(const std::string& name) const;
   View1<T> second_moment(const std::string& name) const;
   // Every moment, laid out like the set's buffers.
-  View1<T> first_moments() const { return m_; }
-  View1<T> second_moments() const { return v_; }
+  View1<T> first_moments() const override { return m_; }
+  View1<T> second_moments() const override { return v_; }
 
   const AdamConfig& config() const { return config_; }
 

@@ -7,17 +7,17 @@
 //                                   (trax's linear_warmup * rsqrt_decay; peaks at step = warmup)
 #pragma once
 
+#include "reformer/config/train_config.hpp"
+
 #include <cstdint>
 #include <string>
 
 namespace reformer::train {
 
-enum class ScheduleKind { constant, noam, warmup_rsqrt };
-
-// "constant", "noam", "warmup_rsqrt"; parse_schedule_kind throws ConfigError
-// naming an unknown name and listing the known ones.
-std::string to_string(ScheduleKind kind);
-ScheduleKind parse_schedule_kind(const std::string& name);
+// The kinds and their names are config's (train.schedule).
+using config::parse_schedule_kind;
+using config::ScheduleKind;
+using config::to_string;
 
 class LearningRateSchedule {
  public:

@@ -1,5 +1,5 @@
 #include "reformer/core/error.hpp"
-#include "reformer/train/initializers.hpp"
+#include "reformer/core/initializers.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ Moments moments_of(const std::vector<double>& x) {
 TEST(Initializers, NormalHasTheRequestedMoments) {
   ParameterSet<float> params;
   auto& w = params.add("w", {512, 512});
-  train::init_normal(w, 0.02, {7, 1});
+  init_normal(w, 0.02, {7, 1});
   const auto m = moments_of(to_host(w.value));
   const double n = w.size();
   EXPECT_NEAR(m.mean, 0.0, 5 * 0.02 / std::sqrt(n));
@@ -43,7 +43,7 @@ TEST(Initializers, NormalIsTheCounterRngEvaluatedPerElement) {
   ParameterSet<double> params;
   auto& w = params.add("w", {33, 17});
   const RandomKey key{11, stream_id(4, 2)};
-  train::init_normal(w, 0.5, key);
+  init_normal(w, 0.5, key);
   const auto x = to_host(w.value);
   // Within a few ulp, not bitwise: the normals' log and cosine come from the
   // device's math library on GPUs (core/random.hpp: the bits are identical).
@@ -54,7 +54,7 @@ TEST(Initializers, NormalIsTheCounterRngEvaluatedPerElement) {
 TEST(Initializers, XavierUniformRespectsItsBoundAndVariance) {
   ParameterSet<double> params;
   auto& w = params.add("w", {300, 200});
-  train::init_xavier_uniform(w, {3, 9});
+  init_xavier_uniform(w, {3, 9});
   const double limit = std::sqrt(6.0 / (300 + 200));
   const auto m = moments_of(to_host(w.value));
   EXPECT_LE(m.max_abs, limit);
@@ -65,14 +65,14 @@ TEST(Initializers, XavierUniformRespectsItsBoundAndVariance) {
 
 TEST(Initializers, XavierFansByRank) {
   using Fans = std::pair<Index, Index>;
-  EXPECT_EQ(train::xavier_fans({64}), Fans(64, 64));
-  EXPECT_EQ(train::xavier_fans({64, 256}), Fans(64, 256));
-  EXPECT_EQ(train::xavier_fans({8, 64, 16}), Fans(64, 16));
-  EXPECT_THROW(train::xavier_fans({2, 3, 4, 5}), ShapeError);
+  EXPECT_EQ(xavier_fans({64}), Fans(64, 64));
+  EXPECT_EQ(xavier_fans({64, 256}), Fans(64, 256));
+  EXPECT_EQ(xavier_fans({8, 64, 16}), Fans(64, 16));
+  EXPECT_THROW(xavier_fans({2, 3, 4, 5}), ShapeError);
 
   ParameterSet<double> params;
   auto& heads = params.add("heads", {8, 64, 16});
-  train::init_xavier_uniform(heads, {1, 1});
+  init_xavier_uniform(heads, {1, 1});
   const double limit = std::sqrt(6.0 / (64 + 16));
   EXPECT_LE(moments_of(to_host(heads.value)).max_abs, limit);
   EXPECT_GT(moments_of(to_host(heads.value)).max_abs, 0.99 * limit);
@@ -84,10 +84,10 @@ TEST(Initializers, SameKeyGivesIdenticalValuesAndOtherKeysDiffer) {
   auto& b = params.add("b", {64, 32});
   auto& c = params.add("c", {64, 32});
   auto& d = params.add("d", {64, 32});
-  train::init_xavier_uniform(a, {5, 1});
-  train::init_xavier_uniform(b, {5, 1});
-  train::init_xavier_uniform(c, {5, 2});
-  train::init_xavier_uniform(d, {6, 1});
+  init_xavier_uniform(a, {5, 1});
+  init_xavier_uniform(b, {5, 1});
+  init_xavier_uniform(c, {5, 2});
+  init_xavier_uniform(d, {6, 1});
   const auto va = to_host(a.value), vb = to_host(b.value), vc = to_host(c.value),
              vd = to_host(d.value);
   EXPECT_EQ(va, vb);
@@ -103,7 +103,7 @@ TEST(Initializers, SameKeyGivesIdenticalValuesAndOtherKeysDiffer) {
 TEST(Initializers, ConstantFillsEveryElement) {
   ParameterSet<double> params;
   auto& scale = params.add("norm.scale", {3, 5});
-  train::init_constant(scale, 1.25);
+  init_constant(scale, 1.25);
   for (double x : to_host(scale.value)) EXPECT_EQ(x, 1.25);
   for (double x : to_host(scale.grad)) EXPECT_EQ(x, 0.0);
 }
@@ -112,15 +112,15 @@ TEST(Initializers, RejectInvalidArguments) {
   ParameterSet<double> params;
   auto& w = params.add("w", {4});
   try {
-    train::init_normal(w, -0.1, {1, 1});
+    init_normal(w, -0.1, {1, 1});
     FAIL() << "no error for a negative std";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("init_normal: std for w is -0.1"), std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(train::init_normal(w, std::numeric_limits<double>::infinity(), {1, 1}), ConfigError);
-  EXPECT_THROW(train::init_constant(w, std::nan("")), ConfigError);
-  EXPECT_THROW(train::init_xavier_uniform(params.add("t", {2, 2, 2, 2}), {1, 1}), ShapeError);
+  EXPECT_THROW(init_normal(w, std::numeric_limits<double>::infinity(), {1, 1}), ConfigError);
+  EXPECT_THROW(init_constant(w, std::nan("")), ConfigError);
+  EXPECT_THROW(init_xavier_uniform(params.add("t", {2, 2, 2, 2}), {1, 1}), ShapeError);
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
-// Error messages that name config keys (internal to the library).
+// Error messages that name config keys: config and models validate their
+// structs through it.
 #pragma once
 
 #include "reformer/core/error.hpp"
 
 #include <string>
 
-namespace reformer::config::detail {
+namespace reformer::detail {
 
 // Runs a part's validate(); its ConfigError "<Struct>: n_hashes is 0 ..."
 // comes back as "<op>: model.lsh.n_hashes is 0 ..." (prefix "model.lsh"), so
@@ -23,8 +24,8 @@ void with_key_prefix(const char* op, const std::string& prefix, F&& check) {
     const bool names_field =
         !word.empty() &&
         word.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
-    throw ConfigError(reformer::detail::concat(op, ": ", prefix, names_field ? "." : ": ", rest));
+    throw ConfigError(concat(op, ": ", prefix, names_field ? "." : ": ", rest));
   }
 }
 
-}  // namespace reformer::config::detail
+}  // namespace reformer::detail

@@ -1,11 +1,11 @@
-#include "reformer/train/train_config.hpp"
+#include "reformer/config/train_config.hpp"
 
-#include "config/key_errors.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/core/key_errors.hpp"
 
 #include <cmath>
 
-namespace reformer::train {
+namespace reformer::config {
 namespace {
 
 constexpr const char* kOp = "TrainConfig";
@@ -23,6 +23,38 @@ void require_not_negative(const char* key, std::int64_t value, const char* zero_
 
 }  // namespace
 
+void validate(const AdamConfig& c) {
+  const char* op = "AdamConfig";
+  require<ConfigError>(std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1, op, ": beta1 is ",
+                       c.beta1, " but must be in [0, 1)");
+  require<ConfigError>(std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1, op, ": beta2 is ",
+                       c.beta2, " but must be in [0, 1)");
+  require<ConfigError>(std::isfinite(c.eps) && c.eps > 0, op, ": eps is ", c.eps,
+                       " but must be finite and > 0");
+  require<ConfigError>(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op,
+                       ": weight_decay is ", c.weight_decay, " but must be finite and >= 0");
+}
+
+std::string to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::constant:
+      return "constant";
+    case ScheduleKind::noam:
+      return "noam";
+    case ScheduleKind::warmup_rsqrt:
+      return "warmup_rsqrt";
+  }
+  throw Error("to_string: invalid ScheduleKind");
+}
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  for (const ScheduleKind kind :
+       {ScheduleKind::constant, ScheduleKind::noam, ScheduleKind::warmup_rsqrt})
+    if (name == to_string(kind)) return kind;
+  throw ConfigError(reformer::detail::concat(
+      "learning-rate schedule \"", name, "\" is unknown; choose constant, noam or warmup_rsqrt"));
+}
+
 void TrainConfig::validate() const {
   require_positive("train.steps", steps);
   require_positive("train.batch", batch);
@@ -36,7 +68,7 @@ void TrainConfig::validate() const {
                        "; they contradict each other (adamw decouples the weight decay, adam "
                        "does not): set decoupled_weight_decay = ",
                        adamw ? "true" : "false");
-  config::detail::with_key_prefix(kOp, "train.adam", [&] { train::validate(adam); });
+  reformer::detail::with_key_prefix(kOp, "train.adam", [&] { config::validate(adam); });
   require<ConfigError>(std::isfinite(learning_rate) && learning_rate > 0, kOp,
                        ": train.learning_rate is ", learning_rate,
                        " but must be finite and positive");
@@ -74,4 +106,4 @@ void TrainConfig::validate() const {
                        " but must be finite and >= 0 seconds (0: wait forever)");
 }
 
-}  // namespace reformer::train
+}  // namespace reformer::config

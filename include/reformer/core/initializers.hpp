@@ -10,7 +10,7 @@
 
 #include <utility>
 
-namespace reformer::train {
+namespace reformer {
 
 // value_i = std * normal(key, i); std must be finite and >= 0.
 template <class T>
@@ -33,4 +33,4 @@ void init_constant(Parameter<T>& param, double value);
 // ShapeError for other ranks.
 std::pair<Index, Index> xavier_fans(const std::vector<Index>& shape);
 
-}  // namespace reformer::train
+}  // namespace reformer

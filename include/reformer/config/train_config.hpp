@@ -1,14 +1,35 @@
 // How a run trains: optimizer, schedule, batches, evaluation, logging and
-// checkpoints (train/trainer.hpp runs it).
+// checkpoints, the [train] section of a run config (train/trainer.hpp runs it).
+// The schema lives in config so that the run config needs nothing from train;
+// train/optimizer.hpp and train/schedule.hpp use AdamConfig and ScheduleKind
+// from here.
 #pragma once
-
-#include "reformer/train/optimizer.hpp"
-#include "reformer/train/schedule.hpp"
 
 #include <cstdint>
 #include <string>
 
-namespace reformer::train {
+namespace reformer::config {
+
+// Adam's hyper-parameters ([train.adam]; train/optimizer.hpp has the update).
+struct AdamConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;  // true = AdamW
+};
+
+// ConfigError naming the value unless betas are in [0, 1), eps > 0 and
+// weight_decay >= 0 (all finite).
+void validate(const AdamConfig& config);
+
+// The learning-rate schedules of train/schedule.hpp.
+enum class ScheduleKind { constant, noam, warmup_rsqrt };
+
+// "constant", "noam", "warmup_rsqrt"; parse_schedule_kind throws ConfigError
+// naming an unknown name and listing the known ones.
+std::string to_string(ScheduleKind kind);
+ScheduleKind parse_schedule_kind(const std::string& name);
 
 struct TrainConfig {
   std::int64_t steps = 1000;  // optimizer steps
@@ -42,4 +63,4 @@ struct TrainConfig {
   void validate() const;
 };
 
-}  // namespace reformer::train
+}  // namespace reformer::config

@@ -1,11 +1,11 @@
-#include "reformer/train/initializers.hpp"
+#include "reformer/core/initializers.hpp"
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 
 #include <cmath>
 
-namespace reformer::train {
+namespace reformer {
 namespace {
 
 // value_i = scale * normal(key, i)
@@ -61,4 +61,4 @@ void init_constant(Parameter<T>& param, double value) {
   template void init_constant<T>(Parameter<T>&, double);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
-}  // namespace reformer::train
+}  // namespace reformer
