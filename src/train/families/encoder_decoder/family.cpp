@@ -2,6 +2,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/data/pairs.hpp"
+#include "train/families/model_keys.hpp"
 #include "train/families/sweep_model.hpp"
 #include "train/memory_check.hpp"
 
@@ -18,18 +19,9 @@ models::TransformerConfig transformer_config(const RunConfig& config, Index voca
   if (vocab <= 0)  // before the task is read: a parallel file's byte vocabulary
     vocab = config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab;
   t.source_vocab = t.target_vocab = vocab;
-  t.d_model = m.d_model;
-  t.d_ff = m.d_ff;
-  t.heads = m.heads;
-  t.d_head = m.d_head;
+  copy_shared_model_keys(m, t);
   t.max_length = m.max_length;
   t.positions = m.positions;
-  t.dropout = m.dropout;
-  t.attention_dropout = m.attention_dropout;
-  t.layer_norm_eps = m.layer_norm_eps;
-  t.label_smoothing = m.label_smoothing;
-  t.ff_chunk = m.ff_chunk;
-  t.loss_chunk = m.loss_chunk;
   t.lsh = m.lsh;
   t.local = m.local;
   return t;

@@ -2,6 +2,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/data/tasks.hpp"
+#include "train/families/model_keys.hpp"
 #include "train/families/sweep_model.hpp"
 #include "train/memory_check.hpp"
 #include "train/sampling.hpp"
@@ -17,10 +18,7 @@ models::TransformerXLConfig xl_config(const RunConfig& config) {
   models::TransformerXLConfig x;
   const auto& m = config.model;
   x.vocab = m.vocab;
-  x.d_model = m.d_model;
-  x.d_ff = m.d_ff;
-  x.heads = m.heads;
-  x.d_head = m.d_head;
+  copy_shared_model_keys(m, x);
   x.layers = m.layers;
   x.clamp_len = config.xl.clamp_len;
   x.same_length = config.xl.same_length;
@@ -28,12 +26,6 @@ models::TransformerXLConfig xl_config(const RunConfig& config) {
   x.scale_embedding = config.xl.scale_embedding;
   x.tie_embeddings = m.tie_embeddings;
   x.ff_activation = m.ff_activation;
-  x.ff_chunk = m.ff_chunk;
-  x.dropout = m.dropout;
-  x.attention_dropout = m.attention_dropout;
-  x.layer_norm_eps = m.layer_norm_eps;
-  x.label_smoothing = m.label_smoothing;
-  x.loss_chunk = m.loss_chunk;
   return x;
 }
 
