@@ -13,6 +13,7 @@
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/schedule.hpp"
+#include "train/families/transformer_xl/generate.hpp"
 #include "train/sampling.hpp"
 #include "train/workload.hpp"
 
@@ -998,10 +999,11 @@ GenerateResult generate(const std::string& run_or_checkpoint,
   require<ConfigError>(options.top_p > 0 && options.top_p <= 1, "generate: top_p is ",
                        options.top_p, " but must be in (0, 1] (1 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
-  require<ConfigError>(run.config.model_type != "transformer_xl",
-                       "generate: the run is a Transformer-XL (model.type = transformer_xl), "
-                       "which trains and evaluates here but has no generation yet; use "
-                       "`reformer eval`");
+  if (run.config.model_type == "transformer_xl") {
+    if (run.config.train.dtype == "double")
+      return generate_transformer_xl<double>(run.checkpoint, run.config, options);
+    return generate_transformer_xl<float>(run.checkpoint, run.config, options);
+  }
   if (run.config.model_type == "transformer") {
     if (run.config.train.dtype == "double") return translate_typed<double>(run, options);
     return translate_typed<float>(run, options);
