@@ -49,6 +49,16 @@ void row_at(In3<T> x, Index position, View2<T> out) {
       KOKKOS_LAMBDA(Index b, Index f) { out(b, f) = x(b, position, f); });
 }
 
+// logits(b, v) += bias(v). (A free function: nvcc takes no device lambda
+// in a private member function.)
+template <class T>
+void add_bias(View2<T> logits, In1<T> bias) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "txl_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+}
+
 // out(b, t) = ids(b, first + t).
 void id_columns(IdMatrix ids, Index first, Kokkos::View<int**, Layout, MemSpace> out) {
   using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
@@ -333,11 +343,7 @@ void TransformerXL<T>::project(View2<T> hidden, bool normed, View2<T> logits,
     ops::matmul<T>(h, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
   else
     ops::matmul<T>(h, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
-  const auto bias = out_bias_->value;
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  Kokkos::parallel_for(
-      "txl_logit_bias", Policy2({0, 0}, {rows, Index(logits.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+  add_bias<T>(logits, out_bias_->value);
 }
 
 template <class T>
