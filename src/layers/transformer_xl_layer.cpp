@@ -63,6 +63,26 @@ void add_to_segment_rows(In3<T> s, View3<T> c) {
       KOKKOS_LAMBDA(Index b, Index i, Index f) { c(b, memory + i, f) += s(b, i, f); });
 }
 
+// dst(b, first + i, :) = src(b, i, :).
+template <class T>
+void put_rows(In3<T> src, View3<T> dst, Index first) {
+  const Index batch = src.extent(0), rows = src.extent(1), width = src.extent(2);
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_put_rows", Policy3({0, 0, 0}, {batch, rows, width}),
+      KOKKOS_LAMBDA(Index b, Index i, Index f) { dst(b, first + i, f) = src(b, i, f); });
+}
+
+// dst(b, i, :) = src(b, i, :) for the dst's rows (a prefix of src's).
+template <class T>
+void first_rows(In3<T> src, View3<T> dst) {
+  const Index batch = dst.extent(0), rows = dst.extent(1), width = dst.extent(2);
+  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "txl_first_rows", Policy3({0, 0, 0}, {batch, rows, width}),
+      KOKKOS_LAMBDA(Index b, Index i, Index f) { dst(b, i, f) = src(b, i, f); });
+}
+
 template <class T>
 View4<T> heads_of(const View2<T>& m, Index batch, Index length, Index heads, Index d_head) {
   return View4<T>(m.data(), batch, length, heads, d_head);
@@ -168,14 +188,7 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
                         " and memory ", shape_string(memory), "; their batch sizes must be equal");
   }
   const Index keys = mem + length;
-  attention::RelativeAttentionConfig relative = config_.relative;
-  if (call.clamp_len >= 0) relative.clamp_len = call.clamp_len;
-  if (call.same_length >= 0) relative.same_length = call.same_length == 1;
-  if (call.mem_len >= 0) {
-    relative.mem_len = call.mem_len;
-    if (call.mem_len == 0) relative.same_length = false;
-  }
-  relative.validate();
+  const auto relative = relative_config(call);
   const Index positions = attention::relative_attention_positions(mem, length, relative);
   state.saved = false;
   state.relative = relative;
@@ -223,13 +236,46 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
       bias_v_->matrix(), relative, dropout, heads_of(attended, batch, length, h, dh), lse,
       workspace);
 
+  auto ff_input = ensure_view(state.ff_input, "txl_ff_input", batch, length, d);
+  View3<T> residual, ff_residual;
+  if (config_.pre_norm) {
+    state.residual = state.ff_residual = View3<T>();
+  } else {
+    residual = ensure_view(state.residual, "txl_residual", batch, length, d);
+    ff_residual = ensure_view(state.ff_residual, "txl_ff_residual", batch, length, d);
+  }
+  attention_output(x, attended, call, ff_input, residual, ff_residual, workspace);
+  state.saved = true;
+}
+
+template <class T>
+attention::RelativeAttentionConfig TransformerXLLayer<T>::relative_config(
+    const TransformerXLLayerCall& call) const {
+  attention::RelativeAttentionConfig relative = config_.relative;
+  if (call.clamp_len >= 0) relative.clamp_len = call.clamp_len;
+  if (call.same_length >= 0) relative.same_length = call.same_length == 1;
+  if (call.mem_len >= 0) {
+    relative.mem_len = call.mem_len;
+    if (call.mem_len == 0) relative.same_length = false;
+  }
+  relative.validate();
+  return relative;
+}
+
+template <class T>
+void TransformerXLLayer<T>::attention_output(View3<T> x, View2<T> attended,
+                                             const TransformerXLLayerCall& call, View3<T> ff_input,
+                                             View3<T> residual, View3<T> ff_residual,
+                                             Workspace& workspace) const {
+  const Index d = config_.d_model, batch = x.extent(0), length = x.extent(1);
+  const T eps = T(config_.layer_norm_eps);
+  Workspace::Frame frame(workspace);
   // Output projection, its dropout and the residual.
   auto o = frame.take<View3<T>>(batch, length, d);
   ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, as_matrix(o));
   const double rate = call.training ? config_.dropout : 0.0;
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(o), rate, sub_key(call.key, kOutputDropout), 0, as_vector(o));
-  auto ff_input = ensure_view(state.ff_input, "txl_ff_input", batch, length, d);
   if (config_.pre_norm) {
     // y = x + o; out = y + FF(y).
     Kokkos::deep_copy(ff_input, x);
@@ -237,23 +283,125 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
     Kokkos::deep_copy(x, ff_input);
     feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call), workspace,
                           T(1));
-    state.residual = state.ff_residual = View3<T>();
   } else {
     // y = LN_attn(x + o); out = LN_ff(y + FF(y)).
-    auto residual = ensure_view(state.residual, "txl_residual", batch, length, d);
     Kokkos::deep_copy(residual, x);
     ops::axpby<T>(T(1), as_vector(o), T(1), as_vector(residual));
     auto mean = frame.take<View1<T>>(batch * length), rstd = frame.take<View1<T>>(batch * length);
     ops::layer_norm_forward<T>(as_matrix(residual), attn_gamma_->value, attn_beta_->value, eps,
                                as_matrix(ff_input), mean, rstd);
-    auto ff_residual = ensure_view(state.ff_residual, "txl_ff_residual", batch, length, d);
     Kokkos::deep_copy(ff_residual, ff_input);
     feed_forward_.forward(as_matrix(ff_input), as_matrix(ff_residual), feed_forward_call(call),
                           workspace, T(1));
     ops::layer_norm_forward<T>(as_matrix(ff_residual), ff_gamma_->value, ff_beta_->value, eps,
                                as_matrix(x), mean, rstd);
   }
-  state.saved = true;
+}
+
+template <class T>
+void TransformerXLLayer<T>::start_segment(In3<T> memory, Index batch, Index length,
+                                          const TransformerXLLayerCall& call,
+                                          TransformerXLLayerCache<T>& cache,
+                                          Workspace& workspace) const {
+  const char* op = "TransformerXLLayer::start_segment";
+  const Index d = config_.d_model, inner = config_.heads * config_.d_head;
+  require<ConfigError>(!call.training, op,
+                       ": cached decoding runs without dropout; set the call's training to false");
+  require<ShapeError>(batch > 0 && length > 0, op, ": a segment of ", length, " positions for ",
+                      batch, " rows; both must be positive");
+  const Index mem = memory.extent(0) == 0 ? 0 : Index(memory.extent(1));
+  if (mem > 0) {
+    require_extent(op, "memory", memory, 2, d);
+    require<ShapeError>(Index(memory.extent(0)) == batch, op, ": memory has shape ",
+                        shape_string(memory), " but the batch has ", batch, " rows");
+  }
+  const Index keys = mem + length;
+  cache.relative = relative_config(call);
+  cache.batch = batch;
+  cache.memory = mem;
+  cache.length = length;
+  cache.filled = 0;
+  auto context = ensure_view(cache.context, "txl_cache_context", batch, keys, d);
+  auto k = ensure_view(cache.k, "txl_cache_k", batch, keys, inner);
+  auto v = ensure_view(cache.v, "txl_cache_v", batch, keys, inner);
+  const Index positions = attention::relative_attention_positions(mem, length, cache.relative);
+  auto rk = ensure_view(cache.rk, "txl_cache_rk", positions, inner);
+  Workspace::Frame frame(workspace);
+  auto encoding = frame.take<View2<T>>(positions, d);
+  distance_encoding(call, encoding);
+  ops::matmul<T>(encoding, Trans::No, w_r_->matrix(), Trans::No, rk);
+  if (mem == 0) return;
+  // The memory rows of c, and their keys and values.
+  put_rows<T>(memory, context, 0);
+  View3<T> a = frame.take<View3<T>>(batch, mem, d);
+  if (config_.pre_norm) {
+    auto mean = frame.take<View1<T>>(batch * mem), rstd = frame.take<View1<T>>(batch * mem);
+    ops::layer_norm_forward<T>(as_matrix(memory), attn_gamma_->value, attn_beta_->value,
+                               T(config_.layer_norm_eps), as_matrix(a), mean, rstd);
+  } else {
+    Kokkos::deep_copy(a, memory);
+  }
+  auto projected = frame.take<View3<T>>(batch, mem, inner);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_k_->matrix(), Trans::No, as_matrix(projected));
+  put_rows<T>(projected, k, 0);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, as_matrix(projected));
+  put_rows<T>(projected, v, 0);
+}
+
+template <class T>
+void TransformerXLLayer<T>::step(View3<T> x, TransformerXLLayerCache<T>& cache,
+                                 Workspace& workspace) const {
+  const char* op = "TransformerXLLayer::step";
+  const Index d = config_.d_model, h = config_.heads, dh = config_.d_head, inner = h * dh;
+  require<ConfigError>(cache.batch > 0, op,
+                       ": the cache holds no segment; call start_segment first");
+  require_extent(op, "x", x, 2, d);
+  require_nonempty(op, "x", x);
+  const Index batch = x.extent(0), n = x.extent(1);
+  require<ShapeError>(batch == cache.batch && cache.filled + n <= cache.length, op,
+                      ": x has shape ", shape_string(x), " but the segment holds ", cache.batch,
+                      " rows and ", cache.length - cache.filled, " more positions (", cache.filled,
+                      " of ", cache.length, " fed)");
+  const Index first = cache.memory + cache.filled, keys = first + n;
+  Workspace::Frame frame(workspace);
+  // The new rows of c, of the attention's input a, and their projections.
+  put_rows<T>(x, cache.context, first);
+  View3<T> a = x;
+  if (config_.pre_norm) {
+    a = frame.take<View3<T>>(batch, n, d);
+    auto mean = frame.take<View1<T>>(batch * n), rstd = frame.take<View1<T>>(batch * n);
+    ops::layer_norm_forward<T>(as_matrix(x), attn_gamma_->value, attn_beta_->value,
+                               T(config_.layer_norm_eps), as_matrix(a), mean, rstd);
+  }
+  auto q = frame.take<View2<T>>(batch * n, inner);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_q_->matrix(), Trans::No, q);
+  auto projected = frame.take<View3<T>>(batch, n, inner);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_k_->matrix(), Trans::No, as_matrix(projected));
+  put_rows<T>(projected, cache.k, first);
+  ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, as_matrix(projected));
+  put_rows<T>(projected, cache.v, first);
+  // The queries over the keys so far, contiguous [batch, keys, inner].
+  auto k = frame.take<View3<T>>(batch, keys, inner), v = frame.take<View3<T>>(batch, keys, inner);
+  first_rows<T>(cache.k, k);
+  first_rows<T>(cache.v, v);
+  const Index positions = cache.rk.extent(0);
+  auto attended = frame.take<View2<T>>(batch * n, inner);
+  auto lse = frame.take<View3<T>>(batch, n, h);
+  attention::relative_attention_forward<T>(
+      heads_of(q, batch, n, h, dh), View4<T>(k.data(), batch, keys, h, dh),
+      View4<T>(v.data(), batch, keys, h, dh), View3<T>(cache.rk.data(), positions, h, dh),
+      bias_u_->matrix(), bias_v_->matrix(), cache.relative, attention::AttentionDropout{},
+      heads_of(attended, batch, n, h, dh), lse, workspace);
+  auto ff_input = frame.take<View3<T>>(batch, n, d);
+  View3<T> residual, ff_residual;
+  if (!config_.pre_norm) {
+    residual = frame.take<View3<T>>(batch, n, d);
+    ff_residual = frame.take<View3<T>>(batch, n, d);
+  }
+  TransformerXLLayerCall call;
+  call.training = false;
+  attention_output(x, attended, call, ff_input, residual, ff_residual, workspace);
+  cache.filled += n;
 }
 
 template <class T>

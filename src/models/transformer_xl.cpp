@@ -7,6 +7,7 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
+#include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 
 #include <algorithm>
@@ -39,7 +40,57 @@ void last_rows(In3<T> c, View3<T> out) {
       KOKKOS_LAMBDA(Index b, Index j, Index f) { out(b, j, f) = c(b, skip + j, f); });
 }
 
+// out(b, :) = x(b, position, :).
+template <class T>
+void row_at(In3<T> x, Index position, View2<T> out) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "txl_row_at", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index f) { out(b, f) = x(b, position, f); });
+}
+
+// logits(b, v) += bias(v). (A free function: nvcc takes no device lambda
+// in a private member function.)
+template <class T>
+void add_bias(View2<T> logits, In1<T> bias) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "txl_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
+}
+
+// out(b, t) = ids(b, first + t).
+void id_columns(IdMatrix ids, Index first, Kokkos::View<int**, Layout, MemSpace> out) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "txl_id_columns", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index t) { out(b, t) = ids(b, first + t); });
+}
+
 }  // namespace
+
+template <class T>
+TransformerXLMemory<T> TransformerXLMemory<T>::copy() const {
+  TransformerXLMemory<T> out;
+  out.mem_len = mem_len;
+  out.clamp_len = clamp_len;
+  out.same_length = same_length;
+  for (const auto& h : hidden) {
+    View3<T> c(Kokkos::view_alloc(Kokkos::WithoutInitializing, "txl_memory"), h.extent(0),
+               h.extent(1), h.extent(2));
+    Kokkos::deep_copy(c, h);
+    out.hidden.push_back(c);
+  }
+  return out;
+}
+
+template <class T>
+void TransformerXLGeneration<T>::release() {
+  batch = segment_length = filled = 0;
+  memory = TransformerXLMemory<T>();
+  layers.clear();
+  workspace.release();
+}
 
 void TransformerXLConfig::validate() const {
   const char* op = "TransformerXLConfig";
@@ -124,6 +175,24 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
 }
 
 template <class T>
+void TransformerXL<T>::check_memory(const char* op, const TransformerXLMemory<T>& memory,
+                                    Index batch) const {
+  require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
+                       " but must be >= 0");
+  require<ConfigError>(
+      memory.clamp_len >= -1 && memory.same_length >= -1 && memory.same_length <= 1, op,
+      ": the memory's clamp_len is ", memory.clamp_len, " and same_length ", memory.same_length,
+      "; clamp_len must be >= 0 (-1: the model's) and same_length 0, 1 or -1 "
+      "(the model's)");
+  if (memory.length() > 0)
+    require<ShapeError>(
+        memory.hidden.size() == layers_.size() && Index(memory.hidden[0].extent(0)) == batch, op,
+        ": the memory holds ", memory.hidden.size(), " layers of shape ",
+        shape_string(memory.hidden[0]), " but the model has ", layers_.size(),
+        " layers and the batch ", batch, " rows; reset() it for a new stream");
+}
+
+template <class T>
 void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerXLMemory<T>& memory,
                                TransformerXLState<T>& state, bool keep_layers) const {
   const char* op = "TransformerXL::forward";
@@ -133,20 +202,8 @@ void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerX
   require<ConfigError>(call.valid.extent(0) == 0, op,
                        ": a padding mask was given, but a stream of segments has no padding "
                        "(leave ModelCall::valid empty)");
-  require<ConfigError>(memory.mem_len >= 0, op, ": the memory's mem_len is ", memory.mem_len,
-                       " but must be >= 0");
-  require<ConfigError>(
-      memory.clamp_len >= -1 && memory.same_length >= -1 && memory.same_length <= 1, op,
-      ": the memory's clamp_len is ", memory.clamp_len, " and same_length ", memory.same_length,
-      "; clamp_len must be >= 0 (-1: the model's) and same_length 0, 1 or -1 "
-      "(the model's)");
+  check_memory(op, memory, batch);
   ops::require_ids_in_range(op, "ids", ids_of(ids), config_.vocab);
-  if (memory.length() > 0)
-    require<ShapeError>(
-        memory.hidden.size() == layers_.size() && Index(memory.hidden[0].extent(0)) == batch, op,
-        ": the memory holds ", memory.hidden.size(), " layers of shape ",
-        shape_string(memory.hidden[0]), " but the model has ", layers_.size(),
-        " layers and the batch ", batch, " rows; reset() it for a new stream");
   state.call = call;
   state.batch = batch;
   state.length = length;
@@ -270,6 +327,112 @@ ops::CrossEntropyResult TransformerXL<T>::evaluate(IdMatrix ids, IdMatrix target
   return loss(targets, ignore_id, state, /*gradients=*/false);
 }
 
+template <class T>
+void TransformerXL<T>::project(View2<T> hidden, bool normed, View2<T> logits,
+                               Workspace& workspace) const {
+  const Index rows = hidden.extent(0), d = config_.d_model;
+  Workspace::Frame frame(workspace);
+  View2<T> h = hidden;
+  if (out_gamma_ && !normed) {
+    h = frame.take<View2<T>>(rows, d);
+    auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+    ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value,
+                               T(config_.layer_norm_eps), h, mean, rstd);
+  }
+  if (config_.tie_embeddings)
+    ops::matmul<T>(h, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
+  else
+    ops::matmul<T>(h, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
+  add_bias<T>(logits, out_bias_->value);
+}
+
+template <class T>
+void TransformerXL<T>::logits_at(TransformerXLState<T>& state, Index position,
+                                 View2<T> logits) const {
+  const char* op = "TransformerXL::logits_at";
+  require<ShapeError>(position >= 0 && position < state.length, op, ": position ", position,
+                      " is outside the segment of ", state.length,
+                      " positions the last forward ran");
+  require<ShapeError>(
+      Index(logits.extent(0)) == state.batch && Index(logits.extent(1)) == config_.vocab, op,
+      ": logits has shape ", shape_string(logits), " but must be [", state.batch, ", ",
+      config_.vocab, "]");
+  Workspace::Frame frame(state.workspace);
+  auto hidden = frame.take<View2<T>>(state.batch, config_.d_model);
+  row_at<T>(state.out, position, hidden);
+  project(hidden, /*normed=*/true, logits, state.workspace);
+}
+
+template <class T>
+void TransformerXL<T>::start_generation(Index batch, Index segment_length,
+                                        const TransformerXLMemory<T>& memory,
+                                        TransformerXLGeneration<T>& generation) const {
+  const char* op = "TransformerXL::start_generation";
+  require<ConfigError>(batch > 0 && segment_length > 0, op, ": batch is ", batch,
+                       " and segment_length ", segment_length, "; both must be positive");
+  check_memory(op, memory, batch);
+  generation.batch = batch;
+  generation.segment_length = segment_length;
+  generation.filled = 0;
+  generation.memory = memory.copy();
+  generation.layers.resize(layers_.size());
+}
+
+template <class T>
+void TransformerXL<T>::generation_step(IdMatrix ids, TransformerXLGeneration<T>& generation,
+                                       View2<T> logits) const {
+  const char* op = "TransformerXL::generation_step";
+  auto& g = generation;
+  const Index batch = g.batch, d = config_.d_model, length = g.segment_length;
+  require<ConfigError>(batch > 0 && g.layers.size() == layers_.size(), op,
+                       ": the generation has not started; call start_generation first");
+  require<ShapeError>(Index(ids.extent(0)) == batch && ids.extent(1) > 0, op, ": ids has shape ",
+                      shape_string(ids), " but must be [", batch, ", n >= 1]");
+  require<ShapeError>(Index(logits.extent(0)) == batch && Index(logits.extent(1)) == config_.vocab,
+                      op, ": logits has shape ", shape_string(logits), " but must be [", batch,
+                      ", ", config_.vocab, "]");
+  ops::require_ids_in_range(op, "ids", ids_of(ids), config_.vocab);
+  ModelCall call;
+  call.training = false;
+  const Index n = ids.extent(1);
+  for (Index done = 0; done < n;) {
+    if (g.filled == 0)  // a new segment over the current memory
+      for (std::size_t i = 0; i < layers_.size(); ++i)
+        layers_[i]->start_segment(g.memory.length() > 0 ? In3<T>(g.memory.hidden[i]) : In3<T>(),
+                                  batch, length, layer_call(call, Index(i), g.memory), g.layers[i],
+                                  g.workspace);
+    const Index chunk = std::min(n - done, length - g.filled);
+    Workspace::Frame frame(g.workspace);
+    auto part = frame.take<Kokkos::View<int**, Layout, MemSpace>>(batch, chunk);
+    id_columns(ids, done, part);
+    auto x = frame.take<View3<T>>(batch, chunk, d);
+    ops::token_embedding_forward<T>(embedding_->matrix(), ids_of(part), config_.scale_embedding,
+                                    as_matrix(x));
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->step(x, g.layers[i], g.workspace);
+    g.filled += chunk;
+    done += chunk;
+    if (done == n) {
+      auto hidden = frame.take<View2<T>>(batch, d);
+      row_at<T>(x, chunk - 1, hidden);
+      project(hidden, /*normed=*/false, logits, g.workspace);
+    }
+    if (g.filled < length) continue;
+    // The segment is full: the memory rolls as forward rolls it.
+    const Index kept = std::min(g.memory.mem_len, g.memory.length() + length);
+    if (kept == 0) {
+      g.memory.hidden.clear();
+    } else {
+      g.memory.hidden.resize(layers_.size());
+      for (std::size_t i = 0; i < layers_.size(); ++i)
+        last_rows<T>(g.layers[i].context,
+                     ensure_view(g.memory.hidden[i], "txl_memory", batch, kept, d));
+    }
+    g.filled = 0;
+  }
+}
+
+template struct TransformerXLGeneration<float>;
+template struct TransformerXLGeneration<double>;
 template struct TransformerXLMemory<float>;
 template struct TransformerXLMemory<double>;
 template struct TransformerXLState<float>;

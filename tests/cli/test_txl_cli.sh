@@ -2,7 +2,8 @@
 # Transformer-XL through the `reformer` program: train on a text file, resume,
 # evaluate a whole split with the training's memory, without one, with a
 # longer one and by recomputing the context, `reformer memory` for its
-# variants, and bad input named by value and rule.
+# variants, `reformer generate` (cached equals rerunning), and bad input named
+# by value and rule.
 set -u
 bin=$1
 work=$(mktemp -d)
@@ -54,8 +55,21 @@ expect memory_variants 0 "xl-mem4x" -- memory --model transformer_xl --lengths 6
   --out "$work/memory" model.d_model=32 model.d_ff=64 model.heads=2 model.d_head=16
 grep -q "^xl,64,2,1,ran" "$work/memory/sweep.csv" && pass "memory_csv" || fail "memory_csv"
 
+# Generation through segments of 16 with the memory: cached and rerunning
+# the segment give the same tokens (greedy), across segment boundaries.
+expect generate 0 "cached)" -- generate "$work/run" --prompt "in the beginning" --tokens 40
+cached=$("$bin" generate "$work/run" --prompt "in the beginning" --tokens 40 2>&1 | grep '^generated:')
+rerun=$("$bin" generate "$work/run" --prompt "in the beginning" --tokens 40 --no-cache 2>&1 |
+  grep '^generated:')
+[ -n "$cached" ] && [ "$cached" = "$rerun" ] && pass "generate_cache_equals_rerun" ||
+  fail "generate_cache_equals_rerun: '$cached' vs '$rerun'"
+expect generate_default_prompt 0 "matches the expected continuation" -- generate "$work/run"
+expect generate_sampled 0 "generated:" -- generate "$work/run" --prompt "the model" \
+  --prompt "its memory" --tokens 20 --temperature 0.8 --top-k 10 --seed 3 eval.tgt_len=8
+
 # Bad input: each names the value and the rule.
-expect generate_refused 1 "Transformer-XL" -- generate "$work/run"
+expect generate_bad_stop 1 "stop id 300 is outside the vocabulary [0, 256)" -- generate \
+  "$work/run" --stop 300
 expect synthetic_task 2 "data.task is copy" -- train "$work/xl.toml" "run.dir=\"$work/x\"" \
   'data.task="copy"' data.vocab=10
 expect negative_memory 2 "eval.mem_len is -3" -- eval "$work/run" eval.mem_len=-3

@@ -97,6 +97,22 @@ struct TransformerXLLayerState {
   void release() { *this = TransformerXLLayerState(); }
 };
 
+// Cached decoding of one segment (TransformerXLLayer::start_segment / step),
+// owned by the caller: the rows of c = [m; x] fed so far, their keys and
+// values, and R W_r for every distance the segment can need. A step on the
+// segment's next n positions computes those n rows only and equals forward's
+// rows on the segment so far (no dropout: evaluation).
+template <class T>
+struct TransformerXLLayerCache {
+  attention::RelativeAttentionConfig relative{};  // as run (the call's settings)
+  Index batch = 0, memory = 0, length = 0;        // M, the segment's capacity S
+  Index filled = 0;                               // segment positions fed so far
+  View3<T> context;  // [batch, M + S, d_model], the first M + filled rows set
+  View3<T> k, v;     // [batch, M + S, heads * d_head], likewise
+  View2<T> rk;       // R W_r, [P(M, S), heads * d_head]
+  void release() { *this = TransformerXLLayerCache(); }
+};
+
 template <class T>
 class TransformerXLLayer {
  public:
@@ -111,9 +127,28 @@ class TransformerXLLayer {
   // dout -> dx in place (the segment's gradient; none for the memory);
   // parameter gradients are accumulated.
   void backward(View3<T> dx, const TransformerXLLayerState<T>& state, Workspace& workspace) const;
+  // Cached decoding. start_segment begins a segment of up to `length`
+  // positions over memory [batch, M, d_model] (M may be 0): the memory's keys,
+  // values and R W_r are computed once (call.training must be false). step
+  // feeds x [batch, n, d_model], the segment's next n positions, and writes
+  // their outputs in place: forward's last n rows on the segment so far, in
+  // O(n (M + filled + n)) attention work instead of a rerun.
+  void start_segment(In3<T> memory, Index batch, Index length, const TransformerXLLayerCall& call,
+                     TransformerXLLayerCache<T>& cache, Workspace& workspace) const;
+  void step(View3<T> x, TransformerXLLayerCache<T>& cache, Workspace& workspace) const;
   const TransformerXLLayerConfig& config() const { return config_; }
 
  private:
+  // The attention's settings for a call (the call's overrides of the config).
+  attention::RelativeAttentionConfig relative_config(const TransformerXLLayerCall& call) const;
+  // From the attention's output [batch * L, heads * d_head] to the layer's
+  // output x [batch, L, d_model] (x holds the layer's input on entry): the
+  // output projection, its dropout, the residual and the feed-forward.
+  // ff_input receives y; residual and ff_residual (post-LN only) the inputs
+  // of the two LayerNorms.
+  void attention_output(View3<T> x, View2<T> attended, const TransformerXLLayerCall& call,
+                        View3<T> ff_input, View3<T> residual, View3<T> ff_residual,
+                        Workspace& workspace) const;
   // R of `positions` rows with the call's position dropout.
   void distance_encoding(const TransformerXLLayerCall& call, View2<T> out) const;
   TransformerXLLayerConfig config_;

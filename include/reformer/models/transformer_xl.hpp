@@ -75,6 +75,21 @@ struct TransformerXLMemory {
   Index length() const { return hidden.empty() ? 0 : Index(hidden[0].extent(1)); }
   // Forgets the positions (a new text); mem_len stays.
   void reset() { hidden.clear(); }
+  // A deep copy (the same settings, hidden states in new buffers).
+  TransformerXLMemory copy() const;
+};
+
+// Cached decoding (TransformerXL::start_generation / generation_step), owned
+// by the caller: the memory of the current segment and, per layer, the rows
+// of the segment fed so far with their keys and values.
+template <class T>
+struct TransformerXLGeneration {
+  Index batch = 0, segment_length = 0;
+  Index filled = 0;               // positions of the current segment fed so far
+  TransformerXLMemory<T> memory;  // the current segment's memory (rolled as forward does)
+  std::vector<layers::TransformerXLLayerCache<T>> layers;
+  Workspace workspace{"transformer_xl_generation"};
+  void release();
 };
 
 template <class T>
@@ -116,10 +131,33 @@ class TransformerXL {
   ops::CrossEntropyResult evaluate(IdMatrix ids, IdMatrix targets, int ignore_id,
                                    const ModelCall& call, TransformerXLMemory<T>& memory,
                                    TransformerXLState<T>& state) const;
+  // Logits [batch, vocab] of the given position of every row after forward
+  // (the loss's input projected: out W + b, or out E^T + b when tied).
+  void logits_at(TransformerXLState<T>& state, Index position, View2<T> logits) const;
+
+  // Cached generation, segment by segment as evaluation reads a stream.
+  // start_generation begins `batch` rows over a copy of `memory` (its
+  // mem_len, clamp_len and same_length; empty for a new text) with segments
+  // of segment_length positions. generation_step feeds ids [batch, n] (n >= 1,
+  // e.g. a prompt, then one token at a time) and writes the logits [batch,
+  // vocab] of the last one. Each position attends to the memory and to the
+  // positions of its segment so far through the cached keys and values (no
+  // rerun of the context); when a segment fills up, the memory becomes the
+  // last mem_len rows of [memory; segment] per layer, as forward leaves it,
+  // and a new segment starts. The logits equal forward's (dropout off) on the
+  // current segment's ids so far over the segment's memory, at the last one.
+  void start_generation(Index batch, Index segment_length, const TransformerXLMemory<T>& memory,
+                        TransformerXLGeneration<T>& generation) const;
+  void generation_step(IdMatrix ids, TransformerXLGeneration<T>& generation, View2<T> logits) const;
+
   const TransformerXLConfig& config() const { return config_; }
   Index layers() const { return Index(layers_.size()); }
 
  private:
+  // logits [n, vocab] of the rows hidden [n, d_model] of h_N (LayerNorm'd
+  // here when pre-LN, unless `normed`).
+  void project(View2<T> hidden, bool normed, View2<T> logits, Workspace& workspace) const;
+  void check_memory(const char* op, const TransformerXLMemory<T>& memory, Index batch) const;
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, TransformerXLState<T>& state,
                                bool gradients) const;
   layers::TransformerXLLayerCall layer_call(const ModelCall& call, Index layer,

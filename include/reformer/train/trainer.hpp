@@ -75,7 +75,7 @@ struct GenerateOptions {
   std::vector<int> prompt;  // token ids; empty: the task's first validation sequence cut
                             // after its first half (the copy to reproduce follows)
   // Language model: several prompts of any lengths, decoded as one batch
-  // (overrides `prompt`).
+  // (overrides `prompt`); Transformer-XL: one batch per prompt length.
   std::vector<std::vector<int>> prompts;
   // New tokens per prompt; 0: up to data.length (at most model.max_length in all).
   std::int64_t tokens = 0;
@@ -85,6 +85,7 @@ struct GenerateOptions {
   std::vector<int> stop;     // language model: a row ends after generating one of these ids
   // Language model: decode with key/value caches (one position per layer and
   // token); false reruns the model on each row's whole prefix for every token.
+  // Transformer-XL: false reruns the current segment over its memory.
   bool cache = true;
   std::uint64_t seed = 1;
   // Encoder-decoder: the source as text (the task's units; the synthetic tasks:
