@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #if defined(REFORMER_HAVE_MPI)
@@ -194,6 +195,36 @@ std::string Communicator::broadcast(const std::string& text, int root) const {
   return text;
 #endif
 }
+
+template <class T>
+std::vector<T> Communicator::gather(const std::vector<T>& mine, const char* what,
+                                    double timeout_seconds, int root) const {
+  if (size_ == 1) return mine;
+  // The counts first: every process learns whether they agree.
+  std::vector<double> counts(std::size_t(size_), 0.0);
+  counts[std::size_t(rank_)] = double(mine.size());
+  sum(counts, what, timeout_seconds);
+  for (int r = 1; r < size_; ++r)
+    require<ShapeError>(counts[std::size_t(r)] == counts[0], what, ": process ", r, " holds ",
+                        counts[std::size_t(r)], " values but process 0 holds ", counts[0],
+                        "; every process must give as many");
+  require<ShapeError>(mine.size() <= std::size_t(std::numeric_limits<int>::max()), what, ": ",
+                      mine.size(), " values per process, more than one MPI call passes (",
+                      std::numeric_limits<int>::max(), ")");
+  std::vector<T> all(rank_ == root ? mine.size() * std::size_t(size_) : 0);
+#if defined(REFORMER_HAVE_MPI)
+  std::vector<MPI_Request> request(1);
+  MPI_Igather(mine.data(), int(mine.size()), mpi_type<T>(), all.data(), int(mine.size()),
+              mpi_type<T>(), root, impl_->comm, request.data());
+  wait_all(request, *this, what, timeout_seconds);
+#endif
+  return all;
+}
+
+template std::vector<float> Communicator::gather(const std::vector<float>&, const char*, double,
+                                                 int) const;
+template std::vector<double> Communicator::gather(const std::vector<double>&, const char*, double,
+                                                  int) const;
 
 void Communicator::abort(int code) const {
 #if defined(REFORMER_HAVE_MPI)

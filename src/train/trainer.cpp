@@ -304,7 +304,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
 
   const auto workload = make_workload<T>(config);
   Workload<T>& w = *workload;
-  w.shard(comm.rank(), ranks);
+  w.shard(comm);
   w.init({tc.seed, stream_id(kInit)});
   AdamConfig adam_config = tc.adam;
   adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
@@ -373,9 +373,9 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
     meta.config = resolved;
     const auto path = io::checkpoint_file(config.run_dir, step);
     summary.checkpoint = path;
+    ParameterSet<T> state;  // the workload's memories, if it keeps any (every
+    w.save_state(state);    // process takes part: they are gathered onto process 0)
     if (!leader) return;    // the replicas are the same: process 0 writes
-    ParameterSet<T> state;  // the workload's memories, if it keeps any
-    w.save_state(state);
     write_run_folder(config.run_dir, [&] {
       io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
     });

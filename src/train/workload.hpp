@@ -5,6 +5,7 @@
 #pragma once
 
 #include "reformer/config/run_config.hpp"
+#include "reformer/core/distributed.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/data/tasks.hpp"
 #include "reformer/models/model_call.hpp"
@@ -51,7 +52,9 @@ class Workload {
   // State a resumed run needs besides the parameters and the data position
   // (Transformer-XL's memories, which were computed with earlier parameters
   // and cannot be rebuilt): written into `state` for a checkpoint, read back
-  // from one. Nothing for the other workloads.
+  // from one. Nothing for the other workloads. Every process calls
+  // save_state; the state of all rows lands on process 0 (which writes), and
+  // load_state takes this process's rows of it.
   virtual void save_state(ParameterSet<T>& state) const { (void)state; }
   virtual void load_state(const std::string& checkpoint, std::uint64_t data_position) {
     (void)checkpoint;
@@ -62,9 +65,10 @@ class Workload {
   // of the rows of every batch, training and evaluation alike (rows_of), and
   // the trainer sums losses, counts and gradients over the processes. A
   // workload that cannot split its batches throws a ConfigError.
-  virtual void shard(int rank, int ranks) {
-    rank_ = rank;
-    ranks_ = ranks;
+  virtual void shard(const Communicator& comm) {
+    comm_ = &comm;
+    rank_ = comm.rank();
+    ranks_ = comm.size();
   }
   // When set, called by forward_backward after the backward has finished a
   // layer's parameter gradients (top layer first), for an allreduce to
@@ -82,7 +86,12 @@ class Workload {
     const Index count = batch / Index(ranks_);
     return {Index(rank_) * count, count};
   }
+  // The processes (workloads whose state spans them: Transformer-XL's memories).
+  const Communicator& comm() const { return *comm_; }
   int rank_ = 0, ranks_ = 1;
+
+ private:
+  const Communicator* comm_ = &Communicator::self();
 };
 
 // The workload of a validated config, built by its family (the task is built,

@@ -188,5 +188,28 @@ TEST(DataParallel, GradientBucketsAreSummedOnce) {
   }
 }
 
+// Gathering onto one process (Transformer-XL's memories for a checkpoint):
+// every process's values in rank order on the root, nothing elsewhere, one
+// process alone gets its own; counts that differ are named on every process.
+TEST(DataParallel, GatherCollectsEveryProcessInRankOrder) {
+  const int r = world().rank();
+  const std::vector<float> mine = {float(10 * r), float(10 * r + 1), float(10 * r + 2)};
+  for (const int root : {0, 1}) {
+    const auto all = world().gather(mine, "the test's gather", 60, root);
+    if (r == root)
+      EXPECT_EQ(all, (std::vector<float>{0, 1, 2, 10, 11, 12}));
+    else
+      EXPECT_TRUE(all.empty());
+  }
+  EXPECT_EQ(Communicator::self().gather(std::vector<double>{1.5, 2.5}, "alone"),
+            (std::vector<double>{1.5, 2.5}));
+  expect_error<ShapeError>(
+      [&] {
+        world().gather(std::vector<double>(std::size_t(2 + r), 1.0), "the uneven gather", 60);
+      },
+      {"the uneven gather", "process 1 holds 3 values", "process 0 holds 2"});
+  barrier();
+}
+
 }  // namespace
 }  // namespace reformer

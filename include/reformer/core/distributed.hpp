@@ -58,6 +58,13 @@ class Communicator {
   void sum(std::vector<double>& values, const char* what, double timeout_seconds = 0) const;
   // Process `root`'s `text` on every process.
   std::string broadcast(const std::string& text, int root = 0) const;
+  // Every process's `mine` (as many values on each), one after the other in
+  // rank order, on process `root`; empty on the others. Waits as sum() does;
+  // a ShapeError naming `what` on every process when the counts differ.
+  // Instantiated for float and double.
+  template <class T>
+  std::vector<T> gather(const std::vector<T>& mine, const char* what, double timeout_seconds = 0,
+                        int root = 0) const;
   // Ends the whole run with `code` from any process (MPI_Abort); exit()
   // without MPI.
   [[noreturn]] void abort(int code) const;

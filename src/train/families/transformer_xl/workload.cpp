@@ -21,6 +21,8 @@ using workload::row_range;
 // own memories (the reference's batch_chunk), so that an optimizer step
 // covers one segment of every stream. Evaluation runs train.batch streams of
 // the split with memories of its own; batch i = 0 starts them afresh.
+// Over N processes each takes its rows (rows_of) of every such batch and keeps
+// the memories of those rows only; checkpoints gather every row's memories.
 template <class T>
 class SegmentStreams final : public Workload<T> {
  public:
@@ -44,11 +46,14 @@ class SegmentStreams final : public Workload<T> {
       task_->segments_per_stream(split, config.train.batch, eval_length_);
   }
   void init(RandomKey key) override { model_.init(key); }
-  void shard(int rank, int ranks) override {
-    require<ConfigError>(ranks == 1, "transformer_xl: ", ranks,
-                         " processes, but Transformer-XL trains in one process (its streams "
-                         "and memories are not split over processes yet); run it without mpirun");
-    Workload<T>::shard(rank, ranks);
+  void shard(const Communicator& comm) override {
+    const Index batch = config_.train.batch;
+    require<ConfigError>(batch % comm.size() == 0, "transformer_xl: train.batch is ", batch,
+                         " streams but the run has ", comm.size(),
+                         " processes; each process carries its own streams and their memories, "
+                         "so train.batch must be a multiple of the processes, e.g. ",
+                         (batch / comm.size() + 1) * comm.size());
+    Workload<T>::shard(comm);
   }
 
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
@@ -64,16 +69,27 @@ class SegmentStreams final : public Workload<T> {
         task_->segments_per_stream(data::Split::Train, streams_, config_.data.length);
     if (index != expected_ || segment % count == 0) memory.reset();
     expected_ = index + 1;
-    load(task_->segments(data::Split::Train, segment, part * batch, batch, streams_,
+    const auto [first, rows] = this->rows_of(batch);
+    load(task_->segments(data::Split::Train, segment, part * batch + first, rows, streams_,
                          config_.data.length));
     const auto result =
         model_.forward_backward(device_.inputs, device_.targets, -1, call, memory, state_);
     // A segment whose loss is not finite (the trainer skips it or stops) may
-    // have left non-finite values in the memory: its streams start afresh.
-    if (!std::isfinite(result.loss)) memory.reset();
+    // have left non-finite values in the memory: its streams start afresh,
+    // on every process when any process's rows are not finite (as one
+    // process with every row would), so that all keep memories of one length.
+    double bad = std::isfinite(result.loss) ? 0.0 : 1.0;
+    if (this->ranks_ > 1) {
+      std::vector<double> sum = {bad};
+      this->comm().sum(sum, "the segment's finiteness", config_.train.allreduce_timeout);
+      bad = sum[0];
+    }
+    if (bad > 0) memory.reset();
     return result;
   }
-  Index target_tokens(std::uint64_t, Index batch) override { return batch * config_.data.length; }
+  Index target_tokens(std::uint64_t, Index batch) override {
+    return this->rows_of(batch).second * config_.data.length;
+  }
 
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                    const models::ModelCall& call) override {
@@ -83,7 +99,8 @@ class SegmentStreams final : public Workload<T> {
     if (segment == 0 || index != eval_expected_ || split != eval_split_) eval_memory_.reset();
     eval_expected_ = index + 1;
     eval_split_ = split;
-    load(task_->segments(split, segment, 0, batch, batch, eval_length_));
+    const auto [first, rows] = this->rows_of(batch);
+    load(task_->segments(split, segment, first, rows, batch, eval_length_));
     return model_.evaluate(device_.inputs, device_.targets, -1, call, eval_memory_, state_);
   }
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
@@ -104,14 +121,27 @@ class SegmentStreams final : public Workload<T> {
   Index sequence_tokens() const override { return config_.data.length; }
   Index layers() const override { return model_.layers(); }
 
-  // The memories as "memory.<j>.<layer>" [batch, M, d_model]; none while empty.
+  // The memories as "memory.<j>.<layer>" [train.batch, M, d_model], every
+  // process's rows in rank order (gathered onto process 0); none while empty.
   void save_state(ParameterSet<T>& state) const override {
     for (std::size_t j = 0; j < memories_.size(); ++j)
       for (std::size_t l = 0; l < memories_[j].hidden.size(); ++l) {
         const auto& h = memories_[j].hidden[l];
-        auto& p = state.add(state_name(j, l),
-                            {Index(h.extent(0)), Index(h.extent(1)), Index(h.extent(2))});
-        Kokkos::deep_copy(p.value, View1<T>(h.data(), h.size()));
+        const Index rows = Index(h.extent(0)), length = Index(h.extent(1));
+        const Index d = Index(h.extent(2));
+        const View1<T> flat(h.data(), h.size());
+        if (this->ranks_ == 1) {
+          Kokkos::deep_copy(state.add(state_name(j, l), {rows, length, d}).value, flat);
+          continue;
+        }
+        const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), flat);
+        const auto all = this->comm().gather(std::vector<T>(host.data(), host.data() + host.size()),
+                                             "the Transformer-XL memories for a checkpoint",
+                                             config_.train.allreduce_timeout);
+        if (all.empty()) continue;  // not process 0
+        auto& p = state.add(state_name(j, l), {rows * this->ranks_, length, d});
+        Kokkos::deep_copy(p.value,
+                          Kokkos::View<const T*, Layout, HostSpace>(all.data(), all.size()));
       }
   }
   void load_state(const std::string& checkpoint, std::uint64_t data_position) override {
@@ -151,14 +181,20 @@ class SegmentStreams final : public Workload<T> {
                          " have; the checkpoint is damaged");
     }
     io::load_checkpoint_state<T>(checkpoint, state);
+    // This process's rows of every memory (contiguous: rows come first).
+    const auto [first, rows] = this->rows_of(batch);
     for (std::size_t j = 0; j < memories_.size(); ++j) {
       memories_[j].reset();
       if (lengths[j] == 0) continue;
       memories_[j].hidden.resize(std::size_t(model_.layers()));
+      const Index per_row = lengths[j] * d;
       for (std::size_t l = 0; l < memories_[j].hidden.size(); ++l) {
         auto& h = memories_[j].hidden[l];
-        h = View3<T>("txl_memory", batch, lengths[j], d);
-        Kokkos::deep_copy(View1<T>(h.data(), h.size()), state.get(state_name(j, l)).value);
+        h = View3<T>("txl_memory", rows, lengths[j], d);
+        Kokkos::deep_copy(
+            View1<T>(h.data(), h.size()),
+            Kokkos::subview(state.get(state_name(j, l)).value,
+                            std::make_pair(first * per_row, (first + rows) * per_row)));
       }
     }
     expected_ = data_position;
@@ -189,14 +225,15 @@ class SegmentStreams final : public Workload<T> {
     const Index context = Index(std::min<std::uint64_t>(std::uint64_t(eval_memory_.mem_len),
                                                         segment * std::uint64_t(length)));
     const Index before = (context + length - 1) / length;  // earlier segments to read
-    data::Batch joined{data::HostTokens("recompute_inputs", batch, context + length),
-                       data::HostTokens("recompute_targets", batch, context + length),
+    const auto [first, rows] = this->rows_of(batch);
+    data::Batch joined{data::HostTokens("recompute_inputs", rows, context + length),
+                       data::HostTokens("recompute_targets", rows, context + length),
                        {}};
     for (Index k = 0; k <= before; ++k) {
       const auto part =
-          task_->segments(split, segment - std::uint64_t(before - k), 0, batch, batch, length);
+          task_->segments(split, segment - std::uint64_t(before - k), first, rows, batch, length);
       const Index start = context - (before - k) * length;  // may be negative
-      for (Index b = 0; b < batch; ++b)
+      for (Index b = 0; b < rows; ++b)
         for (Index t = std::max<Index>(0, -start); t < length; ++t) {
           joined.inputs(b, start + t) = part.inputs(b, t);
           joined.targets(b, start + t) = start + t < context ? -1 : part.targets(b, t);
