@@ -2,6 +2,7 @@
 // HDF5) exercised end to end.
 #include "cli/commands.hpp"
 
+#include "reformer/core/cpu_target.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
@@ -31,6 +32,9 @@ int run_info(const GlobalOptions& global) {
   std::printf("  memory space       %s\n", info.default_memory_space.c_str());
   std::printf("  device             %s\n", info.device.c_str());
   std::printf("  host vector unit   %s\n", info.cpu_target.c_str());
+  std::printf("  host bf16 dot      %s\n", CpuTarget::bf16_dot_product
+                                               ? CpuTarget::bf16_dot_name
+                                               : "none (bf16 converted to float in registers)");
   std::printf("  HDF5               %u.%u.%u\n", h5_major, h5_minor, h5_release);
   std::printf("  MPI                %s\n", mpi_description().c_str());
 

@@ -1,7 +1,8 @@
 // The vector unit the host code is compiled for, read from the compiler's
 // target macros. This is the one file that names an instruction set: the
 // register-blocked tile products (core/tile_multiply.hpp) size their blocks
-// from it, and the benchmarks print it beside every figure.
+// from it, the benchmarks print it beside every figure, and `reformer info`
+// says whether it has bf16 dot-product instructions.
 //
 //   target                      vector bytes   vector registers
 //   AVX-512 (x86-64-v4)         64             32
@@ -53,6 +54,18 @@ struct CpuTarget {
   static constexpr int vector_bytes = 0;
   static constexpr int vector_registers = 0;
   static constexpr const char* name = "generic";
+#endif
+
+  // bf16 dot products in the vector unit: AVX-512 BF16 (Zen 4, Xeon from Cooper
+  // Lake) has vdpbf16ps, which multiplies pairs of bf16 and adds them into float32
+  // lanes. Kernels that load bf16 (core/bfloat16.hpp) use it where true and
+  // convert to float in registers elsewhere. Independent of the tile override.
+#if defined(__AVX512BF16__)
+  static constexpr bool bf16_dot_product = true;
+  static constexpr const char* bf16_dot_name = "AVX-512 BF16";
+#else
+  static constexpr bool bf16_dot_product = false;
+  static constexpr const char* bf16_dot_name = "none";
 #endif
 
   // Shape of a register block of C in team_multiply: rows x vectors, so that
