@@ -139,6 +139,130 @@ struct SortPass {
   }
 };
 
+// Cached LSH decoding (lsh_attention_step): one team per (batch, head).
+//  1. Every round's n = t + 1 cached buckets are counting-sorted stably, team
+//     parallel: slice s of the positions counts its buckets in counts(bh, k, s),
+//     an exclusive team scan in (bucket, slice) order gives every slice its
+//     first rank per bucket, and each slice places its positions in order; the
+//     result is the serial stable sort's, whatever the number of slices.
+//  2. Per round the query's window (its chunk and `reach` chunks before it in
+//     the cycle of rounds) is scored, threads over keys and lanes over d_head,
+//     and reduced to lse_r = log sum_j exp(s_j).
+//  3. out = sum_r sum_j exp(s_j - LSE) v_j, LSE = logsumexp_r lse_r: one softmax
+//     over the union of the windows, threads over blocks of d_head.
+// A team of one thread runs the serial algorithm in the same order.
+template <class T>
+struct StepKernel {
+  Kokkos::View<const T***, Layout, MemSpace> q, keys, values;
+  Kokkos::View<const int***, Layout, MemSpace> buckets;
+  Kokkos::View<const Index*, Layout, MemSpace> positions;
+  View3<T> out, scores;          // scores [bh, rounds, window], then the softmax weights
+  IntView3 perm, counts, slots;  // counts [bh, bins, slices]
+  IntView2 ranks;                // the query's rank in every round's order
+  Index heads, dh, rounds, bins, slices, chunk, n_before;
+
+  KOKKOS_INLINE_FUNCTION void sort(const TeamMember& team, Index bh, Index t, Index n) const {
+    const Index size = (n + slices - 1) / slices;
+    int* c = &counts(bh, 0, 0);
+    for (Index r = 0; r < rounds; ++r) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, slices), [&](Index s) {
+        for (Index k = 0; k < bins; ++k) c[k * slices + s] = 0;
+        const Index end = (s + 1) * size < n ? (s + 1) * size : n;
+        for (Index j = s * size; j < end; ++j) c[buckets(bh, r, j) * slices + s] += 1;
+      });
+      team.team_barrier();
+      Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, bins * slices),
+                            [&](Index k, int& partial, const bool final) {
+                              const int m = c[k];
+                              if (final) c[k] = partial;
+                              partial += m;
+                            });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, slices), [&](Index s) {
+        const Index end = (s + 1) * size < n ? (s + 1) * size : n;
+        for (Index j = s * size; j < end; ++j) {
+          const int rank = c[buckets(bh, r, j) * slices + s]++;
+          perm(bh, r, rank) = int(j);
+          if (j == t) ranks(bh, r) = rank;
+        }
+      });
+      team.team_barrier();
+    }
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
+    const Index t = positions(b), n = t + 1;
+    // The chunk of this sequence's forward pass: one chunk when n <= chunk.
+    const Index c = n <= chunk ? n : chunk, rc = (n + c - 1) / c, cycle = rounds * rc;
+    const Index reach = rc == 1 ? 0 : (n_before < cycle - 1 ? n_before : cycle - 1);
+    sort(team, bh, t, n);
+    const T* qv = &q(b, h, 0);
+    T lse[kMaxHashes];
+    Index width[kMaxHashes];
+    for (Index r = 0; r < rounds; ++r) {
+      const Index vq = r * rc + ranks(bh, r) / c;
+      Index w = 0;
+      for (Index back = 0; back <= reach; ++back) {
+        Index v = vq - back;
+        if (v < 0) v += cycle;
+        const Index kr = v / rc, first = v % rc * c, count = n - first < c ? n - first : c;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, count), [&](Index i) {
+          const Index j = perm(bh, kr, first + i);
+          const T* kv = &keys(b, j, h * dh);
+          T dot = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, dh), [&](Index d, T& acc) { acc += qv[d] * kv[d]; },
+              dot);
+          Kokkos::single(Kokkos::PerThread(team), [&] {
+            scores(bh, r, w + i) = j == t ? T(MaskValues<T>::self) : dot;
+            slots(bh, r, w + i) = int(j);
+          });
+        });
+        w += count;
+      }
+      team.team_barrier();
+      T m = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, w),
+          [&](Index i, T& mx) { mx = compat::fmax(mx, scores(bh, r, i)); }, Kokkos::Max<T>(m));
+      T sum = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, w),
+          [&](Index i, T& acc) { acc += softmax_weight(scores(bh, r, i) - m); }, sum);
+      lse[r] = m + compat::log(sum);
+      width[r] = w;
+    }
+    T m = lse[0];
+    for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse[r]);
+    T total = 0;
+    for (Index r = 0; r < rounds; ++r) total += compat::exp(lse[r] - m);
+    const T big = m + compat::log(total);
+    team.team_barrier();  // every thread has its sums before the scores become weights
+    for (Index r = 0; r < rounds; ++r)
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width[r]), [&](Index i) {
+        Kokkos::single(Kokkos::PerThread(team),
+                       [&] { scores(bh, r, i) = softmax_weight(scores(bh, r, i) - big); });
+      });
+    team.team_barrier();
+    // Threads over blocks of d_head, each accumulating the windows in order.
+    const Index threads = team.team_size(), parts = threads < dh ? threads : dh;
+    const Index part = (dh + parts - 1) / parts;
+    T* o = &out(b, h, 0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, parts), [&](Index p) {
+      const Index d0 = p * part, d1 = d0 + part < dh ? d0 + part : dh;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d0, d1), [&](Index d) { o[d] = 0; });
+      for (Index r = 0; r < rounds; ++r)
+        for (Index i = 0; i < width[r]; ++i) {
+          const T weight = scores(bh, r, i);
+          const T* vv = &values(b, slots(bh, r, i), h * dh);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d0, d1),
+                               [&](Index d) { o[d] += weight * vv[d]; });
+        }
+    });
+  }
+};
+
 void check_plan(const char* op, const LshPlan& plan, Index batch, Index length, Index heads,
                 Index rounds) {
   require<ConfigError>(!plan.empty(), op, ": the LSH plan is empty; build it with lsh_build_plan");
@@ -394,7 +518,8 @@ template <class T>
 void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                         Kokkos::View<const int***, Layout, MemSpace> buckets,
                         Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
-                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace) {
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices) {
   const char* op = "lsh_attention_step";
   config.validate();
   require<ConfigError>(!config.n_buckets.empty(), op,
@@ -418,88 +543,34 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
   require<ShapeError>(max_position >= 0 && max_position < capacity, op, ": position ", max_position,
                       " is outside the cache of ", capacity, " positions");
   require_same_shape(op, "q", q, "out", out);
+  require<ConfigError>(sort_slices >= 0, op, ": sort_slices is ", sort_slices,
+                       " but must be >= 0 (0: one per team thread)");
   const Index n_buckets = lsh_bucket_count(config, capacity), bins = n_buckets + 1;
   const Index chunk = config.chunk, n_before = config.n_before;
   const Index window = (n_before + 1) * chunk, n_max = max_position + 1;
   Workspace::Frame frame(workspace);
-  auto perm = frame.take<IntView3>(batch * heads, rounds, n_max);
-  auto counts = frame.take<IntView2>(batch * heads, bins);
-  auto scores = frame.take<View3<T>>(batch * heads, rounds, window);
-  auto slots = frame.take<IntView3>(batch * heads, rounds, window);
-  auto lse = frame.take<View2<T>>(batch * heads, rounds);
-  Kokkos::parallel_for(
-      "lsh_attention_step", range(batch * heads), KOKKOS_LAMBDA(Index bh) {
-        const Index b = bh / heads, h = bh % heads, t = positions(b), n = t + 1;
-        // The chunk of this sequence's forward pass: one chunk when n <= chunk.
-        const Index c = n <= chunk ? n : chunk, rc = (n + c - 1) / c, cycle = rounds * rc;
-        const Index reach = rc == 1 ? 0 : (n_before < cycle - 1 ? n_before : cycle - 1);
-        // Stable counting sort of every round's buckets: perm(bh, r, rank) = position.
-        int query_rank[kMaxHashes];
-        for (Index r = 0; r < rounds; ++r) {
-          for (Index k = 0; k < bins; ++k) counts(bh, k) = 0;
-          for (Index j = 0; j < n; ++j) counts(bh, buckets(bh, r, j)) += 1;
-          int start = 0;
-          for (Index k = 0; k < bins; ++k) {
-            const int m = counts(bh, k);
-            counts(bh, k) = start;
-            start += m;
-          }
-          for (Index j = 0; j < n; ++j) {
-            const int rank = counts(bh, buckets(bh, r, j))++;
-            perm(bh, r, rank) = int(j);
-            if (j == t) query_rank[r] = rank;
-          }
-        }
-        const T* qv = &q(b, h, 0);
-        // Per round: the window's scores (its chunk and `reach` chunks before it
-        // in the cycle of rounds), logsumexp and output.
-        T* o = &out(b, h, 0);
-        for (Index d = 0; d < dh; ++d) o[d] = 0;
-        for (Index r = 0; r < rounds; ++r) {
-          const Index vq = r * rc + query_rank[r] / c;
-          Index w = 0;
-          for (Index back = 0; back <= reach; ++back) {
-            Index v = vq - back;
-            if (v < 0) v += cycle;
-            const Index kr = v / rc, first = v % rc * c;
-            for (Index i = 0; i < c && first + i < n; ++i) {
-              const Index j = perm(bh, kr, first + i);
-              const T* kv = &keys(b, j, h * dh);
-              T dot = 0;
-              for (Index d = 0; d < dh; ++d) dot += qv[d] * kv[d];
-              scores(bh, r, w) = j == t ? T(MaskValues<T>::self) : dot;
-              slots(bh, r, w) = int(j);
-              ++w;
-            }
-          }
-          T m = scores(bh, r, 0);
-          for (Index i = 1; i < w; ++i) m = compat::fmax(m, scores(bh, r, i));
-          T sum = 0;
-          for (Index i = 0; i < w; ++i) sum += softmax_weight(scores(bh, r, i) - m);
-          lse(bh, r) = m + compat::log(sum);
-          if (w < window) slots(bh, r, w) = -1;  // the end of the round's slots
-        }
-        // Rounds combined: out = sum_r exp(lse_r - LSE) o_r, o_r the round's
-        // softmax-weighted values: one softmax over the union of the windows.
-        T m = lse(bh, 0);
-        for (Index r = 1; r < rounds; ++r) m = compat::fmax(m, lse(bh, r));
-        T total = 0;
-        for (Index r = 0; r < rounds; ++r) total += compat::exp(lse(bh, r) - m);
-        const T big = m + compat::log(total);
-        for (Index r = 0; r < rounds; ++r)
-          for (Index i = 0; i < window && slots(bh, r, i) >= 0; ++i) {
-            const T p = softmax_weight(scores(bh, r, i) - big);
-            const T* vv = &values(b, slots(bh, r, i), h * dh);
-            for (Index d = 0; d < dh; ++d) o[d] += p * vv[d];
-          }
-      });
+  StepKernel<T> kernel{q,  keys, values, buckets, positions, out,  {}, {},    {},
+                       {}, {},   heads,  dh,      rounds,    bins, 1,  chunk, n_before};
+  // A team per (batch, head); the sort takes one slice of positions per thread,
+  // slices of at least 64 positions.
+  const int threads = Kokkos::TeamPolicy<ExecSpace>(batch * heads, Kokkos::AUTO)
+                          .team_size_recommended(kernel, Kokkos::ParallelForTag());
+  kernel.slices =
+      sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, n_max / 64));
+  kernel.scores = frame.take<View3<T>>(batch * heads, rounds, window);
+  kernel.perm = frame.take<IntView3>(batch * heads, rounds, n_max);
+  kernel.counts = frame.take<IntView3>(batch * heads, bins, kernel.slices);
+  kernel.slots = frame.take<IntView3>(batch * heads, rounds, window);
+  kernel.ranks = frame.take<IntView2>(batch * heads, rounds);
+  Kokkos::parallel_for("lsh_attention_step", Kokkos::TeamPolicy<ExecSpace>(batch * heads, threads),
+                       kernel);
 }
 
 #define REFORMER_INSTANTIATE(T)                                                                   \
   template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                     \
                                       Kokkos::View<const int***, Layout, MemSpace>,               \
                                       Kokkos::View<const Index*, Layout, MemSpace>, Index,        \
-                                      const LshAttentionConfig&, View3<T>, Workspace&);           \
+                                      const LshAttentionConfig&, View3<T>, Workspace&, Index);    \
   template void lsh_random_rotations<T>(RandomKey, View4<T>);                                     \
   template void lsh_build_plan<T>(In4<T>, In4<T>, const LshAttentionConfig&, const MaskOptions&,  \
                                   LshPlan&, Workspace&);                                          \

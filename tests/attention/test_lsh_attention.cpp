@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
+#include <vector>
 
 namespace reformer {
 namespace {
@@ -432,6 +435,125 @@ TEST(LshAttention, ParallelSortMatchesStableSortOnLongSequences) {
       ASSERT_EQ(perm(bh, s), order[s] % length) << "item " << s;
       ASSERT_EQ(undo(bh, order[s]), s);
     }
+  }
+}
+
+// The serial cached step (before issue 31) written plainly on the host: per
+// round a stable counting sort of the n = t + 1 cached buckets, the query's
+// window (its chunk and n_before chunks before it in the cycle of rounds) and
+// one softmax over the union of the rounds' windows.
+std::vector<double> reference_step(const std::vector<double>& q, const std::vector<double>& k,
+                                   const std::vector<double>& v, const std::vector<int>& buckets,
+                                   const std::vector<Index>& positions, Index heads, Index dh,
+                                   Index capacity, Index bins, const LshAttentionConfig& cfg) {
+  const Index batch = Index(positions.size()), R = cfg.n_hashes;
+  std::vector<double> out(batch * heads * dh, 0.0);
+  for (Index b = 0; b < batch; ++b)
+    for (Index h = 0; h < heads; ++h) {
+      const Index bh = b * heads + h, t = positions[b], n = t + 1;
+      const Index c = std::min(n, cfg.chunk), rc = (n + c - 1) / c, cycle = R * rc;
+      const Index reach = rc == 1 ? 0 : std::min(cfg.n_before, cycle - 1);
+      std::vector<std::vector<Index>> perm(R, std::vector<Index>(n));
+      std::vector<Index> query_rank(R);
+      for (Index r = 0; r < R; ++r) {
+        std::vector<Index> start(bins + 1, 0);
+        for (Index j = 0; j < n; ++j) ++start[buckets[(bh * R + r) * capacity + j] + 1];
+        for (Index x = 0; x < bins; ++x) start[x + 1] += start[x];
+        for (Index j = 0; j < n; ++j) {
+          const Index rank = start[buckets[(bh * R + r) * capacity + j]]++;
+          perm[r][rank] = j;
+          if (j == t) query_rank[r] = rank;
+        }
+      }
+      std::vector<std::vector<std::pair<Index, double>>> win(R);
+      std::vector<double> lse(R);
+      for (Index r = 0; r < R; ++r) {
+        const Index vq = r * rc + query_rank[r] / c;
+        for (Index back = 0; back <= reach; ++back) {
+          const Index u = (vq - back + cycle) % cycle, kr = u / rc, first = u % rc * c;
+          for (Index i = 0; i < c && first + i < n; ++i) {
+            const Index j = perm[kr][first + i];
+            double dot = 0;
+            for (Index d = 0; d < dh; ++d)
+              dot += q[bh * dh + d] * k[(b * capacity + j) * heads * dh + h * dh + d];
+            win[r].push_back({j, j == t ? -1e5 : dot});
+          }
+        }
+        double m = -1e300, sum = 0;
+        for (auto& e : win[r]) m = std::max(m, e.second);
+        for (auto& e : win[r]) sum += std::exp(e.second - m);
+        lse[r] = m + std::log(sum);
+      }
+      const double m = *std::max_element(lse.begin(), lse.end());
+      double total = 0;
+      for (double x : lse) total += std::exp(x - m);
+      const double big = m + std::log(total);
+      for (Index r = 0; r < R; ++r)
+        for (auto& e : win[r])
+          for (Index d = 0; d < dh; ++d)
+            out[bh * dh + d] +=
+                std::exp(e.second - big) * v[(b * capacity + e.first) * heads * dh + h * dh + d];
+    }
+  return out;
+}
+
+// The team-parallel cached step equals the serial algorithm on long caches:
+// many slices of positions, several rounds, many buckets of which some are
+// empty, padding buckets, queries in the middle of a chunk, look-back across
+// rounds; the order, hence the output, is the same for any number of slices.
+TEST(LshAttention, StepSortMatchesSerialReferenceOnLongCaches) {
+  const Index batch = 2, heads = 3, dh = 8, capacity = 5000, rounds = 3;
+  LshAttentionConfig config;
+  config.chunk = 32;
+  config.n_hashes = rounds;
+  config.n_before = 2;
+  config.n_buckets = {16, 8};
+  const Index bins = attention::lsh_bucket_count(config, capacity) + 1;  // 129
+  const std::vector<Index> positions = {4700, 1234 + 17};                // t % 32 = 28 and 19
+  View3<double> q("q", batch, heads, dh), k("k", batch, capacity, heads * dh),
+      v("v", batch, capacity, heads * dh);
+  fill_uniform(q, 31);
+  fill_uniform(k, 32);
+  fill_uniform(v, 33);
+  // Buckets drawn from 0..127 skipping every multiple of 3 (empty buckets), with
+  // 1 in 50 the padding bucket 128.
+  std::vector<int> host_buckets(batch * heads * rounds * capacity);
+  for (std::size_t i = 0; i < host_buckets.size(); ++i) {
+    const double u = random_uniform({34, 1}, i);
+    int x = int(u * 128);
+    if (x % 3 == 0) x = (x + 1) % 128;
+    host_buckets[i] = random_uniform({35, 1}, i) < 0.02 ? int(bins - 1) : x;
+  }
+  Kokkos::View<int***, Layout, MemSpace> buckets("buckets", batch * heads, rounds, capacity);
+  Kokkos::deep_copy(buckets, Kokkos::View<const int***, Layout, HostSpace>(
+                                 host_buckets.data(), batch * heads, rounds, capacity));
+  Kokkos::View<Index*, Layout, MemSpace> pos("pos", batch);
+  Kokkos::deep_copy(pos, Kokkos::View<const Index*, Layout, HostSpace>(positions.data(), batch));
+  const auto host = [](const auto& view) {
+    auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), view);
+    return std::vector<double>(h.data(), h.data() + h.size());
+  };
+  const auto want = reference_step(host(q), host(k), host(v), host_buckets, positions, heads, dh,
+                                   capacity, bins, config);
+  Workspace workspace;
+  std::vector<double> first;
+  for (const Index slices : {Index(0), Index(1), Index(7), Index(64)}) {
+    SCOPED_TRACE("sort_slices " + std::to_string(slices));
+    View3<double> out("out", batch, heads, dh);
+    attention::lsh_attention_step<double>(q, k, v, buckets, pos, positions[0], config, out,
+                                          workspace, slices);
+    const auto got = host(out);
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_LT(worst, 1e-12);
+    EXPECT_GT(scale, 1e-3);  // the outputs are not all zero
+    if (first.empty())
+      first = got;
+    else
+      EXPECT_EQ(got, first);  // the same order, hence the same sums
   }
 }
 

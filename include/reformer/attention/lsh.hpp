@@ -112,11 +112,14 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
 // counting-sorted again (O(t + n_buckets)), the query's chunk found and its
 // window gathered: a step costs O(t) per head, never a forward. Needs
 // n_buckets fixed (config.n_buckets) and no duplicate_correction.
-// out [batch, heads, d_head].
+// out [batch, heads, d_head]. One team per (batch, head); the sort cuts the
+// positions into sort_slices contiguous slices (0: one per team thread, at
+// least 64 positions each), with the same result for any number.
 template <class T>
 void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                         Kokkos::View<const int***, Layout, MemSpace> buckets,
                         Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
-                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace);
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices = 0);
 
 }  // namespace reformer::attention
