@@ -15,6 +15,14 @@
 //   BM_LmGenerate/cached:0/L: rerunning the model on the prefix (L - 16 + t
 //     tokens) for each of the 16 tokens.
 // Counter: tokens_per_s.
+//
+// One cached LSH step alone (attention::lsh_attention_step, issue 31): the
+// query at position L - 1 over a cache of L positions, float, 4 heads of 64,
+// chunk 64, 2 rounds, 2L/64 buckets, random buckets, keys and values.
+//   BM_LshStep/L:L
+#include "reformer/attention/lsh.hpp"
+#include "reformer/core/random.hpp"
+#include "reformer/core/workspace.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer.hpp"
 
@@ -150,6 +158,43 @@ BENCHMARK(BM_LmGenerate)
     ->Args({0, 65536})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+void BM_LshStep(benchmark::State& bench) {
+  const Index length = bench.range(0), heads = 4, dh = 64;
+  attention::LshAttentionConfig config;
+  config.chunk = 64;
+  config.n_hashes = 2;
+  config.n_buckets = attention::lsh_bucket_factors(config, length);
+  const int n_buckets = int(attention::lsh_bucket_count(config, length));
+  View3<float> q("q", 1, heads, dh), keys("keys", 1, length, heads * dh),
+      values("values", 1, length, heads * dh), out("out", 1, heads, dh);
+  Kokkos::View<int***, Layout, MemSpace> buckets("buckets", heads, config.n_hashes, length);
+  const auto fill = [](auto view, std::uint64_t seed) {
+    auto flat = Kokkos::View<float*, Layout, MemSpace>(view.data(), view.size());
+    Kokkos::parallel_for(
+        "bench_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+          flat(i) = float(random_normal({seed, 1}, i));
+        });
+  };
+  fill(q, 1);
+  fill(keys, 2);
+  fill(values, 3);
+  auto flat = Kokkos::View<int*, Layout, MemSpace>(buckets.data(), buckets.size());
+  Kokkos::parallel_for(
+      "bench_buckets", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = int(random_uniform({4, 1}, i) * n_buckets) % n_buckets;
+      });
+  Kokkos::View<Index*, Layout, MemSpace> positions("positions", 1);
+  Kokkos::deep_copy(positions, length - 1);
+  Workspace workspace;
+  for (auto _ : bench) {
+    attention::lsh_attention_step<float>(q, keys, values, buckets, positions, length - 1, config,
+                                         out, workspace);
+    Kokkos::fence();
+  }
+}
+
+BENCHMARK(BM_LshStep)->ArgName("L")->Arg(4096)->Arg(65536)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace reformer

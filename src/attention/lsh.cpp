@@ -161,30 +161,36 @@ struct StepKernel {
   IntView2 ranks;                // the query's rank in every round's order
   Index heads, dh, rounds, bins, slices, chunk, n_before;
 
+  // Raw pointers and local copies keep the loops' bounds and strides in
+  // registers (an int store could alias a view's int fields).
   KOKKOS_INLINE_FUNCTION void sort(const TeamMember& team, Index bh, Index t, Index n) const {
-    const Index size = (n + slices - 1) / slices;
+    const Index m = slices, nb = bins, size = (n + m - 1) / m;
     int* c = &counts(bh, 0, 0);
     for (Index r = 0; r < rounds; ++r) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, slices), [&](Index s) {
-        for (Index k = 0; k < bins; ++k) c[k * slices + s] = 0;
-        const Index end = (s + 1) * size < n ? (s + 1) * size : n;
-        for (Index j = s * size; j < end; ++j) c[buckets(bh, r, j) * slices + s] += 1;
+      const int* bucket = &buckets(bh, r, 0);
+      int* order = &perm(bh, r, 0);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](Index s) {
+        int* cs = c + s;
+        const Index begin = s * size, end = begin + size < n ? begin + size : n;
+        for (Index k = 0; k < nb; ++k) cs[k * m] = 0;
+        for (Index j = begin; j < end; ++j) cs[bucket[j] * m] += 1;
       });
       team.team_barrier();
-      Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, bins * slices),
+      Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, nb * m),
                             [&](Index k, int& partial, const bool final) {
-                              const int m = c[k];
+                              const int count = c[k];
                               if (final) c[k] = partial;
-                              partial += m;
+                              partial += count;
                             });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, slices), [&](Index s) {
-        const Index end = (s + 1) * size < n ? (s + 1) * size : n;
-        for (Index j = s * size; j < end; ++j) {
-          const int rank = c[buckets(bh, r, j) * slices + s]++;
-          perm(bh, r, rank) = int(j);
-          if (j == t) ranks(bh, r) = rank;
-        }
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](Index s) {
+        int* cs = c + s;
+        const Index begin = s * size, end = begin + size < n ? begin + size : n;
+        // The query's rank is its bucket's next slot when its turn comes.
+        const Index mid = begin <= t && t < end ? t : end;
+        for (Index j = begin; j < mid; ++j) order[cs[bucket[j] * m]++] = int(j);
+        if (mid < end) ranks(bh, r) = cs[bucket[t] * m];
+        for (Index j = mid; j < end; ++j) order[cs[bucket[j] * m]++] = int(j);
       });
       team.team_barrier();
     }
