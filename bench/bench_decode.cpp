@@ -21,6 +21,7 @@
 // chunk 64, 2 rounds, 2L/64 buckets, random buckets, keys and values.
 //   BM_LshStep/L:L
 #include "reformer/attention/lsh.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/workspace.hpp"
 #include "reformer/models/reformer_lm.hpp"
@@ -195,6 +196,54 @@ void BM_LshStep(benchmark::State& bench) {
 }
 
 BENCHMARK(BM_LshStep)->ArgName("L")->Arg(4096)->Arg(65536)->Unit(benchmark::kMicrosecond);
+
+// Issue 31, item 3: our kernel launches per cached generation step (one token
+// for every row) of a small LM (generation_config at max_length 128), prompts
+// of 8 tokens, 64 steps; by rows and position kind (0 axial, 1 learned,
+// 2 sinusoidal). Kokkos' copies, fills and View initialisation not counted.
+void BM_LmGenerateLaunches(benchmark::State& bench) {
+  const Index rows = bench.range(0), prompt = 8, steps = 64, length = 128, vocab = 256;
+  const models::PositionKind kinds[] = {models::PositionKind::Axial, models::PositionKind::Learned,
+                                        models::PositionKind::Sinusoidal};
+  auto config = generation_config(length);
+  config.positions = kinds[bench.range(1)];
+  ParameterSet<float> params;
+  models::ReformerLM<float> model(config, params);
+  model.init({1, 1});
+  models::ReformerState<float> state;
+  Kokkos::View<int**, Layout, MemSpace> ids("ids", rows, prompt);
+  Kokkos::parallel_for(
+      "bench_ids", range(rows * prompt),
+      KOKKOS_LAMBDA(Index i) { ids(i / prompt, i % prompt) = int((i * 37) % vocab); });
+  View2<float> logits("logits", rows, vocab);
+  auto& tracker = MemoryTracker::instance();
+  tracker.install();
+  double per_token = 0;
+  for (auto _ : bench) {
+    models::ReformerGeneration<float> generation;
+    model.start_generation(ids, std::vector<Index>(std::size_t(rows), prompt), prompt + steps, {},
+                           generation, logits, state);
+    Kokkos::fence();
+    const std::int64_t before = tracker.launches().ours();
+    for (Index t = 0; t < steps; ++t)
+      model.generation_step(std::vector<int>(std::size_t(rows), int(t % vocab)), generation,
+                            logits);
+    Kokkos::fence();
+    per_token = double(tracker.launches().ours() - before) / double(steps);
+  }
+  bench.counters["launches_per_token"] = per_token;
+  bench.counters["tokens_per_s"] =
+      benchmark::Counter(double(steps * rows), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_LmGenerateLaunches)
+    ->ArgNames({"rows", "positions"})
+    ->Args({1, 0})
+    ->Args({8, 0})
+    ->Args({8, 1})
+    ->Args({8, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace reformer

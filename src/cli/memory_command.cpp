@@ -148,7 +148,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
          "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
          "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"
          "predicted_optimizer_MiB,predicted_peak_MiB,warmup_peak_MiB,state_MiB,predicted_state_MiB,"
-         "backend_MiB,note\n";
+         "backend_MiB,launches_per_step,note\n";
   std::ostringstream json;
   json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"model\": \""
        << args.model << "\",\n \"points\": [";
@@ -160,8 +160,9 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
   const std::size_t total = args.variants.size() * args.lengths.size() * args.layers.size() *
                             (args.tokens ? 1 : args.batches.size());
   std::size_t index = 0;
-  std::printf("%-9s %7s %6s %5s %9s %10s %10s %8s  %s\n", "variant", "length", "layers", "batch",
-              "s/step", "peak MiB", "predicted", "ratio", "state MiB (params+grads+Adam)");
+  std::printf("%-9s %7s %6s %5s %9s %10s %10s %8s  %s  %s\n", "variant", "length", "layers",
+              "batch", "s/step", "peak MiB", "predicted", "ratio", "state MiB (params+grads+Adam)",
+              "launches/step");
   bool first = true;
   std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
   for (const auto& variant : args.variants)
@@ -182,10 +183,11 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           }
           const double peak = mib(p.measured.peak()), predicted = mib(p.predicted.peak());
           if (p.ran)
-            std::printf("%-9s %7lld %6lld %5lld %9.3f %10.1f %10.1f %8.2f  %.1f   [%zu/%zu]\n",
-                        variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-                        p.seconds_per_step, peak, predicted, predicted > 0 ? peak / predicted : 0.0,
-                        mib(p.state_bytes), index, total);
+            std::printf(
+                "%-9s %7lld %6lld %5lld %9.3f %10.1f %10.1f %8.2f  %.1f  %lld   [%zu/%zu]\n",
+                variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                p.seconds_per_step, peak, predicted, predicted > 0 ? peak / predicted : 0.0,
+                mib(p.state_bytes), (long long)p.launches_per_step, index, total);
           else
             std::printf("%-9s %7lld %6lld %5lld   skipped: %s   [%zu/%zu]\n", variant.c_str(),
                         (long long)length, (long long)layers, (long long)batch, p.skipped.c_str(),
@@ -201,16 +203,16 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           const double tokens_per_s =
               p.ran && p.seconds_per_step > 0 ? double(batch * length) / p.seconds_per_step : 0;
           char row[1024];
-          std::snprintf(row, sizeof row,
-                        "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                        "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,",
-                        variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-                        p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
-                        mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
-                        mib(p.measured.optimizer), peak, mib(p.predicted.forward),
-                        mib(p.predicted.loss), mib(p.predicted.backward),
-                        mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
-                        mib(p.state_bytes), mib(p.predicted_state_bytes), mib(p.backend_bytes));
+          std::snprintf(
+              row, sizeof row,
+              "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+              "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%lld,",
+              variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+              p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s, mib(p.measured.forward),
+              mib(p.measured.loss), mib(p.measured.backward), mib(p.measured.optimizer), peak,
+              mib(p.predicted.forward), mib(p.predicted.loss), mib(p.predicted.backward),
+              mib(p.predicted.optimizer), predicted, mib(p.warmup_peak), mib(p.state_bytes),
+              mib(p.predicted_state_bytes), mib(p.backend_bytes), (long long)p.launches_per_step);
           csv << row << csv_quoted(p.skipped) << '\n';
           csv.flush();
           json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
@@ -229,6 +231,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                << ", \"state_MiB\": " << mib(p.state_bytes)
                << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
                << ", \"backend_MiB\": " << mib(p.backend_bytes)
+               << ", \"launches_per_step\": " << p.launches_per_step
                << ", \"skipped\": " << json_quoted(p.skipped) << "}";
           first = false;
           // Rewritten after every point: a sweep stopped midway keeps what ran.

@@ -446,23 +446,21 @@ void ReformerLM<T>::project(View2<T> hidden, View2<T> logits, Workspace& workspa
 }
 
 template <class T>
-void ReformerLM<T>::add_positions(View2<T> x, const std::vector<Index>& positions) const {
-  for (std::size_t b = 0; b < positions.size(); ++b) {
-    const auto row = Kokkos::subview(x, Kokkos::make_pair(Index(b), Index(b) + 1), Kokkos::ALL);
-    const Index p = positions[b];
-    switch (config_.positions) {
-      case PositionKind::Learned:
-        ops::learned_positions_forward<T>(row, positions_->matrix(), 1, p, row);
-        break;
-      case PositionKind::Axial:
-        ops::axial_positions_forward<T>(row, axial1_->matrix(), axial2_->matrix(), 1, p, row);
-        break;
-      case PositionKind::Sinusoidal:
-        ops::sinusoidal_positions_forward<T>(row, 1, p, row);
-        break;
-      case PositionKind::None:
-        break;
-    }
+void ReformerLM<T>::add_positions(View2<T> x, In1<Index> positions, Index end) const {
+  // One launch for all rows (issue 31: no host loop of launches per row).
+  switch (config_.positions) {
+    case PositionKind::Learned:
+      ops::learned_positions_forward_at<T>(x, positions_->matrix(), positions, end, x);
+      break;
+    case PositionKind::Axial:
+      ops::axial_positions_forward_at<T>(x, axial1_->matrix(), axial2_->matrix(), positions, end,
+                                         x);
+      break;
+    case PositionKind::Sinusoidal:
+      ops::sinusoidal_positions_forward_at<T>(x, positions, end, x);
+      break;
+    case PositionKind::None:
+      break;
   }
 }
 
@@ -563,7 +561,7 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   // The token's embedding and position, in both streams, then every layer on
   // this one position, then the head.
   ops::token_embedding_forward<T>(embedding_->matrix(), ids, false, generation.x1);
-  add_positions(generation.x1, generation.next);
+  add_positions(generation.x1, generation.positions, last + 1);
   Kokkos::deep_copy(generation.x2, generation.x1);
   for (std::size_t i = 0; i < blocks_.size(); ++i)
     blocks_[i]->step(generation.x1, generation.x2, generation.caches[i], generation.positions, last,

@@ -4,6 +4,7 @@
 #include "reformer/core/shape.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -174,6 +175,69 @@ void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offse
       KOKKOS_LAMBDA(Index r, Index j) { y(r, j) = x(r, j) + table(offset + r % length, j); });
 }
 
+// Checks of the per-row forms: y like x, one position per row, end > 0.
+template <class T>
+void check_rows_at(const char* op, In2<T> x, In1<Index> positions, Index end, View2<T> y) {
+  require_nonempty(op, "x", x);
+  require_same_shape(op, "x", x, "y", y);
+  require_extent(op, "positions", positions, 0, Index(x.extent(0)));
+  require<ConfigError>(end > 0, op, ": end is ", end, " but must be positive");
+}
+
+template <class T>
+void sinusoidal_positions_forward_at(In2<T> x, In1<Index> positions, Index end, View2<T> y) {
+  const char* op = "sinusoidal_positions_forward_at";
+  check_rows_at<T>(op, x, positions, end, y);
+  const Index rows = x.extent(0), d = x.extent(1);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // As sinusoidal_positions_forward with p = positions[r].
+  Kokkos::parallel_for(
+      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+        const Index p = positions(r);
+        if (p < 0 || p >= end) {
+          y(r, j) = nan;
+          return;
+        }
+        const double angle =
+            static_cast<double>(p) / compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
+        y(r, j) = x(r, j) + static_cast<T>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
+      });
+}
+
+template <class T>
+void learned_positions_forward_at(In2<T> x, In2<T> table, In1<Index> positions, Index end,
+                                  View2<T> y) {
+  const char* op = "learned_positions_forward_at";
+  check_rows_at<T>(op, x, positions, end, y);
+  const Index rows = x.extent(0), d = x.extent(1);
+  require_extent(op, "table", table, 1, d);
+  check_capacity(op, end, 0, table.extent(0), "the table's max_len");
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // y[r, j] = x[r, j] + table[positions[r], j]
+  Kokkos::parallel_for(
+      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+        const Index p = positions(r);
+        y(r, j) = p < 0 || p >= end ? nan : x(r, j) + table(p, j);
+      });
+}
+
+template <class T>
+void axial_positions_forward_at(In2<T> x, In2<T> e1, In2<T> e2, In1<Index> positions, Index end,
+                                View2<T> y) {
+  const char* op = "axial_positions_forward_at";
+  check_rows_at<T>(op, x, positions, end, y);
+  const Index rows = x.extent(0), d = x.extent(1);
+  check_axial(op, "e1", e1, "e2", e2, d, end, 0);
+  const Index n2 = e2.extent(0), d1 = e1.extent(1);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // y[r, j] = x[r, j] + (j < d1 ? e1[p / n2, j] : e2[p mod n2, j - d1]), p = positions[r]
+  Kokkos::parallel_for(
+      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+        const Index p = positions(r);
+        y(r, j) = p < 0 || p >= end ? nan : x(r, j) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1));
+      });
+}
+
 template <class T>
 void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<T> dtable) {
   const char* op = "learned_positions_backward";
@@ -236,14 +300,17 @@ void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<T> de
       });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                             \
-  template void token_embedding_forward<T>(In2<T>, In1<int>, bool, View2<T>);               \
-  template void token_embedding_backward<T>(In1<int>, In2<T>, bool, View2<T>);              \
-  template void sinusoidal_positions_forward<T>(In2<T>, Index, Index, View2<T>);            \
-  template void learned_positions_forward<T>(In2<T>, In2<T>, Index, Index, View2<T>);       \
-  template void learned_positions_backward<T>(In2<T>, Index, Index, View2<T>);              \
-  template void axial_positions_forward<T>(In2<T>, In2<T>, In2<T>, Index, Index, View2<T>); \
-  template void axial_positions_backward<T>(In2<T>, Index, Index, View2<T>, View2<T>);
+#define REFORMER_INSTANTIATE(T)                                                               \
+  template void token_embedding_forward<T>(In2<T>, In1<int>, bool, View2<T>);                 \
+  template void token_embedding_backward<T>(In1<int>, In2<T>, bool, View2<T>);                \
+  template void sinusoidal_positions_forward<T>(In2<T>, Index, Index, View2<T>);              \
+  template void learned_positions_forward<T>(In2<T>, In2<T>, Index, Index, View2<T>);         \
+  template void learned_positions_backward<T>(In2<T>, Index, Index, View2<T>);                \
+  template void axial_positions_forward<T>(In2<T>, In2<T>, In2<T>, Index, Index, View2<T>);   \
+  template void axial_positions_backward<T>(In2<T>, Index, Index, View2<T>, View2<T>);        \
+  template void sinusoidal_positions_forward_at<T>(In2<T>, In1<Index>, Index, View2<T>);      \
+  template void learned_positions_forward_at<T>(In2<T>, In2<T>, In1<Index>, Index, View2<T>); \
+  template void axial_positions_forward_at<T>(In2<T>, In2<T>, In2<T>, In1<Index>, Index, View2<T>);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

@@ -92,6 +92,11 @@ std::string token_report(const GenerateResult& r, TokenText units, bool cached) 
                 r.seconds > 0 ? double(total) / r.seconds : 0.0,
                 cached ? "cached" : "rerunning the prefix");
   out << line;
+  if (r.launches_per_token > 0) {
+    std::snprintf(line, sizeof line, "%.1f kernel launches per generation step (%zu rows)\n",
+                  r.launches_per_token, r.prompts.size());
+    out << line;
+  }
   if (!r.expected.empty()) {
     std::size_t same = 0;
     for (std::size_t i = 0; i < r.expected.size(); ++i) same += r.expected[i] == r.generated[i];

@@ -50,10 +50,12 @@ SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& o
   point.warmup_peak = tracker.space(space).peak_bytes - before;
   tracker.reset_peaks();
   tracker.clear_phases();
+  tracker.reset_launches();
   const auto measured_start = std::chrono::steady_clock::now();
   synthetic.run(1);
   const double measured_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - measured_start).count();
+  point.launches_per_step = tracker.launches().ours();
   const auto phases = tracker.phases();
   point.measured = {phase_peak(phases, "forward", space, before),
                     phase_peak(phases, "loss", space, before),

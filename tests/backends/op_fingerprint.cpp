@@ -88,6 +88,19 @@ void run_embeddings(Fingerprint& out) {
   ops::axial_positions_backward<float>(dy, length, offset, de1, de2);
   out.add("axial_positions_backward.de1", de1, Rule::Close);
   out.add("axial_positions_backward.de2", de2, Rule::Close);
+
+  // Per-row positions (cached decoding): row r at (7 r) mod 32, below end = 32.
+  const Index end = 32;
+  Kokkos::View<Index*, Layout, MemSpace> positions("positions", rows);
+  Kokkos::parallel_for(
+      "fingerprint_positions", range(rows),
+      KOKKOS_LAMBDA(Index r) { positions(r) = (7 * r) % 32; });
+  ops::sinusoidal_positions_forward_at<float>(x, positions, end, y);
+  out.add("sinusoidal_positions_forward_at", y, Rule::Close);
+  ops::learned_positions_forward_at<float>(x, learned, positions, end, y);
+  out.add("learned_positions_forward_at", y, Rule::Close);
+  ops::axial_positions_forward_at<float>(x, e1, e2, positions, end, y);
+  out.add("axial_positions_forward_at", y, Rule::Close);
 }
 
 // Chunked, label-smoothed cross-entropy with a pad id; 3 full chunks and a partial one.

@@ -34,7 +34,7 @@ rows=$(grep -c '^lsh-2,256,2,1,ran\|^exact,256,2,1,ran' "$out/sweep.csv")
 [ "$rows" -eq 2 ] && pass memory_csv || fail "memory_csv: $rows rows ran in $out/sweep.csv"
 # The JSON parses, and the plot script's tables read the CSV's columns.
 if command -v python3 >/dev/null; then
-  python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"]; assert len(p) == 2 and all(x["ran"] and x["measured_MiB"]["backward"] > 0 for x in p), p' \
+  python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"]; assert len(p) == 2 and all(x["ran"] and x["measured_MiB"]["backward"] > 0 and x["launches_per_step"] > 0 for x in p), p' \
     "$out/sweep.json" && pass memory_json || fail "memory_json: $out/sweep.json"
   table=$(python3 "$(dirname "${BASH_SOURCE[0]}")/../../experiments/plot_memory.py" --markdown \
     --lengths "$out" 2>&1)

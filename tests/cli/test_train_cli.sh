@@ -76,6 +76,7 @@ expect eval_more_hashes 0 "accuracy" -- eval "$work/run" model.lsh.n_hashes=4 --
 expect generate 0 "generated:" -- generate "$work/run" --tokens 4
 expect generate_prompt 0 "prompt:    0 1 2" -- generate "$work/run" --prompt "0 1 2" --tokens 3
 expect generate_batch 0 "[2]" -- generate "$work/run" --prompt "0 1 2" --prompt "3 4" --tokens 3
+expect generate_launches 0 "kernel launches per generation step (2 rows)" -- generate "$work/run" --prompt "0 1 2" --prompt "3 4" --tokens 3
 expect generate_cached 0 "tokens/s, cached" -- generate "$work/run" --prompt "0 1 2" --tokens 3
 expect generate_rerun 0 "rerunning the prefix" -- generate "$work/run" --prompt "0 1 2" --tokens 3 --no-cache
 expect generate_top_p 0 "generated:" -- generate "$work/run" --tokens 3 --temperature 1 --top-p 0.9 --stop 1

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace reformer {
 namespace {
 
@@ -112,6 +114,110 @@ TEST(MemoryTracker, UninstallStopsCountingAndReinstallResumes) {
   }
   // Releasing memory allocated while uninstalled changes nothing.
   EXPECT_EQ(tracker.space(kSpace).current_bytes, before);
+  EXPECT_TRUE(tracker.installed());
+}
+
+// Kernels in free functions (nvcc accepts no device lambda in a TEST body).
+void add_one(View1<double> a, const char* label) {
+  Kokkos::parallel_for(
+      label, range(a.extent(0)), KOKKOS_LAMBDA(Index k) { a(k) += 1.0; });
+}
+double sum_of(View1<double> a, const char* label) {
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      label, range(a.extent(0)), KOKKOS_LAMBDA(Index k, double& s) { s += a(k); }, sum);
+  return sum;
+}
+void exclusive_scan(View1<double> a) {
+  Kokkos::parallel_scan(
+      "launch_test_scan", range(a.extent(0)), KOKKOS_LAMBDA(Index k, double& s, bool final) {
+        const double v = a(k);
+        if (final) a(k) = s;
+        s += v;
+      });
+}
+
+// Launch counting: a kernel run N times is N launches; a reduce and a scan are
+// counted by pattern; Kokkos' copies, fills and View initialisation are not ours.
+TEST(LaunchCounter, CountsEachLaunchByPattern) {
+  auto& tracker = MemoryTracker::instance();
+  View1<double> a("launch_a", 100);  // initialisation: internal, not ours
+  tracker.reset_launches();
+  EXPECT_EQ(tracker.launches().ours(), 0);
+  const int n = 7;
+  for (int i = 0; i < n; ++i) add_one(a, "launch_test_for");
+  const double sum = sum_of(a, "launch_test_reduce");
+  exclusive_scan(a);
+  EXPECT_DOUBLE_EQ(sum, 100.0 * n);
+  LaunchCounts counts = tracker.launches();
+  EXPECT_EQ(counts.parallel_for, n);
+  EXPECT_EQ(counts.parallel_reduce, 1);
+  EXPECT_EQ(counts.parallel_scan, 1);
+  EXPECT_EQ(counts.ours(), n + 2);
+  // Copies, fills and new Views are Kokkos' own.
+  View1<double> b("launch_b", 100);
+  Kokkos::deep_copy(b, a);
+  Kokkos::deep_copy(b, 2.0);
+  counts = tracker.launches();
+  EXPECT_EQ(counts.ours(), n + 2);
+  EXPECT_GE(counts.internal, 1);
+  tracker.reset_launches();
+  counts = tracker.launches();
+  EXPECT_EQ(counts.ours(), 0);
+  EXPECT_EQ(counts.internal, 0);
+}
+
+TEST(LaunchCounter, PhasesCountTheirLaunches) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.clear_phases();
+  View1<double> a("launch_phase", 10);
+  {
+    ScopedMemoryPhase outer("launch_outer");
+    add_one(a, "launch_phase_for");
+    tracker.reset_launches();  // does not disturb the phases' counts
+    {
+      ScopedMemoryPhase inner("launch_inner");
+      for (int i = 0; i < 3; ++i) add_one(a, "launch_phase_for");
+    }
+  }
+  std::map<std::string, std::int64_t> launches;
+  for (const auto& row : tracker.phases())
+    if (row.space == kSpace) launches[row.phase] = row.launches;
+  EXPECT_EQ(launches["launch_inner"], 3);
+  EXPECT_EQ(launches["launch_outer"], 4);
+  EXPECT_EQ(tracker.launches().ours(), 3);
+}
+
+// A callback registered before install() (an external Kokkos tool) keeps being
+// called, and uninstall() gives it back its place.
+std::int64_t previous_for_calls = 0;
+std::int64_t previous_reduce_calls = 0;
+void previous_for(const char*, std::uint32_t, std::uint64_t*) { ++previous_for_calls; }
+void previous_reduce(const char*, std::uint32_t, std::uint64_t*) { ++previous_reduce_calls; }
+
+TEST(LaunchCounter, ChainsThePreviousCallbacks) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.uninstall();
+  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(&previous_for);
+  Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(&previous_reduce);
+  tracker.install();
+  tracker.reset_launches();
+  View1<double> a("launch_chain", 10);
+  previous_for_calls = previous_reduce_calls = 0;
+  for (int i = 0; i < 2; ++i) add_one(a, "launch_chain_for");
+  EXPECT_DOUBLE_EQ(sum_of(a, "launch_chain_reduce"), 20.0);
+  EXPECT_EQ(tracker.launches().parallel_for, 2);
+  EXPECT_EQ(tracker.launches().parallel_reduce, 1);
+  EXPECT_EQ(previous_for_calls, 2);
+  EXPECT_EQ(previous_reduce_calls, 1);
+  tracker.uninstall();
+  previous_for_calls = 0;
+  add_one(a, "launch_chain_for");
+  EXPECT_EQ(previous_for_calls, 1);
+  EXPECT_EQ(tracker.launches().parallel_for, 2);  // no longer counting
+  Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr);
+  Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(nullptr);
+  tracker.install();
   EXPECT_TRUE(tracker.installed());
 }
 

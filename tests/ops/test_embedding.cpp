@@ -251,5 +251,105 @@ TEST(AxialPositionalEmbedding, RejectsBadWidthsAndLengths) {
       {"axial_positions_backward", "offset + length = 3 + 10 = 13", "n1 * n2 = 3 * 4 = 12"});
 }
 
+// ---------------------------------------------------------------- per-row positions
+
+// The per-row forms (cached decoding) against a plain reference: one call of
+// the length-1 op per row at its own offset, for every kind, float and double.
+template <class T>
+struct RowsAtCase {
+  Index rows = 5, d = 6, n1 = 3, n2 = 4, d1 = 2;
+  std::vector<Index> position_values{3, 0, 11, 3, 7};  // all below end = 12
+  Index end = 12;
+  View1<Index> positions{"positions", std::size_t(rows)};
+  View2<T> x{"x", std::size_t(rows), std::size_t(d)}, table{"table", 12, std::size_t(d)};
+  View2<T> e1{"e1", std::size_t(n1), std::size_t(d1)};
+  View2<T> e2{"e2", std::size_t(n2), std::size_t(d - d1)};
+
+  RowsAtCase() {
+    auto host = Kokkos::create_mirror_view(positions);
+    for (Index r = 0; r < rows; ++r) host(r) = position_values[std::size_t(r)];
+    Kokkos::deep_copy(positions, host);
+    fill_uniform(x, 1);
+    fill_uniform(table, 2);
+    fill_uniform(e1, 3);
+    fill_uniform(e2, 4);
+  }
+  // kind 0 learned, 1 axial, 2 sinusoidal; in place on a copy of x.
+  std::vector<double> per_row(int kind) const {
+    View2<T> y("per_row", rows, d);
+    Kokkos::deep_copy(y, x);
+    for (Index r = 0; r < rows; ++r) {
+      const auto row = Kokkos::subview(y, Kokkos::make_pair(r, r + 1), Kokkos::ALL);
+      const Index p = position_values[std::size_t(r)];
+      if (kind == 0) ops::learned_positions_forward<T>(row, table, 1, p, row);
+      if (kind == 1) ops::axial_positions_forward<T>(row, e1, e2, 1, p, row);
+      if (kind == 2) ops::sinusoidal_positions_forward<T>(row, 1, p, row);
+    }
+    return to_host(y);
+  }
+  std::vector<double> at(int kind, bool in_place) const {
+    View2<T> y("at", rows, d);
+    View2<T> in = x;
+    if (in_place) {
+      Kokkos::deep_copy(y, x);
+      in = y;
+    }
+    if (kind == 0) ops::learned_positions_forward_at<T>(in, table, positions, end, y);
+    if (kind == 1) ops::axial_positions_forward_at<T>(in, e1, e2, positions, end, y);
+    if (kind == 2) ops::sinusoidal_positions_forward_at<T>(in, positions, end, y);
+    return to_host(y);
+  }
+};
+
+template <class T>
+class PositionsAt : public ::testing::Test {};
+using PositionScalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(PositionsAt, PositionScalars);
+
+TYPED_TEST(PositionsAt, MatchPerRowCallsForEveryKind) {
+  RowsAtCase<TypeParam> c;
+  for (int kind = 0; kind < 3; ++kind) {
+    const auto expected = c.per_row(kind);
+    EXPECT_EQ(c.at(kind, false), expected) << "kind " << kind;
+    EXPECT_EQ(c.at(kind, true), expected) << "kind " << kind << " in place";
+    EXPECT_NE(c.at(kind, false), to_host(c.x)) << "kind " << kind << " added nothing";
+  }
+}
+
+TYPED_TEST(PositionsAt, RowsOutsideEndGetNaN) {
+  RowsAtCase<TypeParam> c;
+  c.end = 8;  // position 11 (row 2) lies past it
+  for (int kind = 0; kind < 3; ++kind) {
+    const auto y = c.at(kind, false), expected = c.per_row(kind);
+    for (Index r = 0; r < c.rows; ++r)
+      for (Index j = 0; j < c.d; ++j) {
+        const double v = y[std::size_t(r * c.d + j)];
+        if (r == 2)
+          EXPECT_TRUE(std::isnan(v)) << "kind " << kind;
+        else
+          EXPECT_EQ(v, expected[std::size_t(r * c.d + j)]) << "kind " << kind;
+      }
+  }
+}
+
+TYPED_TEST(PositionsAt, RejectBadShapesAndTablesTooShort) {
+  using T = TypeParam;
+  RowsAtCase<T> c;
+  View2<T> y("y", c.rows, c.d);
+  View1<Index> short_positions("positions", 3);
+  expect_error<ShapeError>(
+      [&] { ops::learned_positions_forward_at<T>(c.x, c.table, short_positions, c.end, y); },
+      {"learned_positions_forward_at", "positions", "5"});
+  expect_error<ConfigError>(
+      [&] { ops::learned_positions_forward_at<T>(c.x, c.table, c.positions, 13, y); },
+      {"learned_positions_forward_at", "13", "max_len = 12"});
+  expect_error<ConfigError>(
+      [&] { ops::axial_positions_forward_at<T>(c.x, c.e1, c.e2, c.positions, 13, y); },
+      {"axial_positions_forward_at", "n1 * n2 = 3 * 4 = 12"});
+  expect_error<ConfigError>(
+      [&] { ops::sinusoidal_positions_forward_at<T>(c.x, c.positions, 0, y); },
+      {"sinusoidal_positions_forward_at", "end is 0"});
+}
+
 }  // namespace
 }  // namespace reformer

@@ -6,8 +6,19 @@
 // so an experiment can report "forward", "backward" and "optimizer" separately.
 // Vendor library workspaces (cuBLAS, rocBLAS) do not go through Kokkos and are
 // therefore not counted.
+//
+// The same install() also counts kernel launches through the Kokkos Tools
+// begin_parallel_for / _reduce / _scan hooks (they fire on every backend, the
+// host ones included). A launch is ours unless Kokkos made it to move or fill
+// memory: deep_copy's copies and fills ("Kokkos::ViewCopy-*",
+// "Kokkos::ViewFill-*", "Kokkos::Impl::host_space_deepcopy_*") and View
+// initialisation and destruction ("Kokkos::View::initialization [...]") are
+// counted apart, as internal. Kokkos' sorts and Kokkos Kernels' kernels are
+// ours; vendor BLAS calls (cuBLAS, host BLAS) are not Kokkos launches and are
+// not seen.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -23,6 +34,15 @@ struct SpaceMemory {
   std::int64_t allocations = 0;  // allocation events since install(), ever rising
 };
 
+// Kernel launches counted since install() or the last reset_launches().
+struct LaunchCounts {
+  std::int64_t parallel_for = 0;  // ours, by pattern
+  std::int64_t parallel_reduce = 0;
+  std::int64_t parallel_scan = 0;
+  std::int64_t internal = 0;  // Kokkos' copies, fills and View (de)initialisation
+  std::int64_t ours() const { return parallel_for + parallel_reduce + parallel_scan; }
+};
+
 // What one closed (or still open) phase saw in one memory space.
 struct PhaseMemory {
   std::string phase;
@@ -30,6 +50,7 @@ struct PhaseMemory {
   std::int64_t start_bytes = 0;  // current bytes when the phase began
   std::int64_t peak_bytes = 0;   // highest current bytes while it was open
   std::int64_t end_bytes = 0;    // current bytes when it ended
+  std::int64_t launches = 0;     // our kernel launches while it was open (every space's row)
 };
 
 // Bytes of the live allocations that share a label (a View's label, e.g.
@@ -73,12 +94,19 @@ class MemoryTracker {
   std::vector<PhaseMemory> phases() const;
   void clear_phases();
 
+  // Kernel launches since install() or the last reset_launches() (see the top
+  // of this file for what is counted).
+  LaunchCounts launches() const;
+  void reset_launches();
+
   // Human-readable table of spaces and phases.
   std::string report() const;
 
   // Entry points for the Kokkos callbacks (public for the C-style trampolines).
   void on_allocate(const char* space, const char* label, const void* ptr, std::uint64_t bytes);
   void on_deallocate(const char* space, const void* ptr, std::uint64_t bytes);
+  enum class Pattern { For, Reduce, Scan };
+  void on_launch(Pattern pattern, const char* label);
 
  private:
   MemoryTracker() = default;
@@ -86,6 +114,7 @@ class MemoryTracker {
   struct OpenPhase {
     std::string name;
     std::map<std::string, PhaseMemory> per_space;
+    std::int64_t launches_at_begin = 0;
   };
 
   mutable std::mutex mutex_;
@@ -101,6 +130,9 @@ class MemoryTracker {
   std::vector<LabelBytes> composition(const std::string& space) const;  // live now, unlocked
   std::vector<OpenPhase> open_;
   std::vector<PhaseMemory> closed_;
+  // Launch counters: atomics, so a launch costs no lock.
+  std::atomic<std::int64_t> launch_for_{0}, launch_reduce_{0}, launch_scan_{0}, launch_internal_{0};
+  std::atomic<std::int64_t> launch_ever_{0};  // ours, never reset: the phases' clock
 };
 
 // Opens a phase for the lifetime of the object.

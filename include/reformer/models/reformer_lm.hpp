@@ -138,8 +138,9 @@ class ReformerLM {
                      View2<T> scratch) const;
   // logits [n, vocab] of the LayerNorm'd hidden rows [n, 2 d_model].
   void project(View2<T> hidden, View2<T> logits, Workspace& workspace) const;
-  // x [batch, d_model] += the position encoding of position positions[b] of row b.
-  void add_positions(View2<T> x, const std::vector<Index>& positions) const;
+  // x [batch, d_model] += the position encoding of position positions[b] of row
+  // b (positions on the device, all below end), in one launch.
+  void add_positions(View2<T> x, In1<Index> positions, Index end) const;
   ops::CrossEntropyResult loss(IdMatrix targets, int ignore_id, ReformerState<T>& state,
                                bool gradients) const;
   layers::BlockCall block_call(const ModelCall& call, Index layer,

@@ -44,6 +44,20 @@ void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T>
 template <class T>
 void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offset, View2<T> y);
 
+// Per-row forms for cached decoding (one new token for every sequence): row r of
+// x [rows, d] is at position positions[r] (positions [rows], on the device), in
+// one launch for all rows. `end` is one past the largest position (the caller
+// knows it) and is checked against the table; a row whose position lies
+// outside [0, end) gets NaN instead of a read outside the table. y may be x.
+template <class T>
+void sinusoidal_positions_forward_at(In2<T> x, In1<Index> positions, Index end, View2<T> y);
+template <class T>
+void learned_positions_forward_at(In2<T> x, In2<T> table, In1<Index> positions, Index end,
+                                  View2<T> y);
+template <class T>
+void axial_positions_forward_at(In2<T> x, In2<T> e1, In2<T> e2, In1<Index> positions, Index end,
+                                View2<T> y);
+
 // dtable[offset + p, :] += sum over the sequences b of dy[b * length + p, :].
 template <class T>
 void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<T> dtable);

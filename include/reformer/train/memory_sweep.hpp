@@ -125,6 +125,9 @@ struct SweepPoint {
   // kernels' level-1 tiles). The prediction models the model's allocations,
   // measured.peak() - backend_bytes.
   std::int64_t backend_bytes = 0;
+  // Our kernel launches in the measured step (MemoryTracker::launches().ours():
+  // Kokkos' copies, fills and View initialisation not counted).
+  std::int64_t launches_per_step = 0;
 };
 
 struct SweepOptions {

@@ -102,6 +102,9 @@ struct GenerateResult {
   // Language model: every row's prompt and generated ids (stop id included).
   std::vector<std::vector<int>> prompts, generations;
   double seconds = 0;  // the language model's decoding loop, prompts included
+  // Cached language-model decoding: our kernel launches per generation step
+  // (one token for every row; MemoryTracker::launches()), 0 when not measured.
+  double launches_per_token = 0;
   // Encoder-decoder: the same as text (the task's decode), the end id dropped.
   std::string prompt_text, generated_text, expected_text;
   bool seq2seq = false;

@@ -1,6 +1,7 @@
 #include "train/families/reformer_lm/reformer_lm.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/data/tasks.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/models/reformer_lm.hpp"
@@ -97,6 +98,7 @@ GenerateResult generate_lm(const std::string& checkpoint, const config::RunConfi
   } else {
     for (Index b = 0; b < rows; ++b) rerun(b, lengths[std::size_t(b)]);
   }
+  std::int64_t step_launches = 0, steps = 0;
   for (Index step = 0; step < budget; ++step) {
     Kokkos::deep_copy(host_logits, logits);
     std::vector<int> tokens(std::size_t(rows), 0);
@@ -114,13 +116,17 @@ GenerateResult generate_lm(const std::string& checkpoint, const config::RunConfi
     }
     if (!any || step + 1 == budget) break;
     if (options.cache) {
+      const std::int64_t before = MemoryTracker::instance().launches().ours();
       m.model->generation_step(tokens, generation, logits);
+      step_launches += MemoryTracker::instance().launches().ours() - before;
+      ++steps;
     } else {
       for (Index b = 0; b < rows; ++b)
         if (!done[std::size_t(b)]) rerun(b, lengths[std::size_t(b)] + step + 1);
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (steps > 0) result.launches_per_token = double(step_launches) / double(steps);
   result.prompt = result.prompts[0];
   result.generated = result.generations[0];
   if (result.expected.size() > result.generated.size())
