@@ -1,6 +1,7 @@
 // Data-parallel training (issue 21), run by `mpirun --oversubscribe -np 2`
 // (tests/CMakeLists.txt): every process runs every test; the single-process
 // references run on process 0 alone (Communicator::self()).
+#include "mpi/mpi_test_support.hpp"
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
@@ -24,31 +25,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-
-const Communicator& world() { return Communicator::world(); }
-
-// Waits for every process (a sum of nothing much).
-void barrier() {
-  std::vector<double> one = {1.0};
-  world().sum(one, "the test's barrier", 120);
-}
-
-// A folder every process sees: process 0's temporary folder.
-struct SharedDir {
-  TempDir mine;
-  std::string path = world().broadcast(mine.path());
-};
-
-std::ostringstream quiet;
-
-train::TrainOptions options_for(const Communicator& comm, bool resume = false) {
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
-  options.comm = &comm;
-  options.resume = resume;
-  return options;
-}
 
 // A reversible LM with local and LSH layers (the LSH rotations are shared by
 // the rows, so splitting the rows over processes computes the same function;

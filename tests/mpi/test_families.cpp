@@ -4,6 +4,7 @@
 // process with the whole batch gives (the language model's tests are in
 // test_data_parallel.cpp). The single-process references run on process 0
 // alone (Communicator::self()). No dropout: its masks are drawn per process.
+#include "mpi/mpi_test_support.hpp"
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
@@ -31,30 +32,6 @@ namespace reformer {
 namespace {
 
 using namespace reformer::testing;
-
-const Communicator& world() { return Communicator::world(); }
-
-void barrier() {
-  std::vector<double> one = {1.0};
-  world().sum(one, "the test's barrier", 120);
-}
-
-// A folder every process sees: process 0's temporary folder.
-struct SharedDir {
-  TempDir mine;
-  std::string path = world().broadcast(mine.path());
-};
-
-std::ostringstream quiet;
-
-train::TrainOptions options_for(const Communicator& comm, bool resume = false) {
-  train::TrainOptions options;
-  options.out = &quiet;
-  options.handle_signals = false;
-  options.comm = &comm;
-  options.resume = resume;
-  return options;
-}
 
 // The encoder-decoder on the reverse task (support/run_configs.hpp), 4 pairs
 // per micro-batch, 2 micro-batches a step, an evaluation every 5 steps.
