@@ -1,6 +1,7 @@
 #include "reformer/core/bfloat16.hpp"
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/precision.hpp"
 
 namespace reformer {
 
@@ -21,5 +22,18 @@ void convert(In1<bf16> from, View1<float> to) {
       "convert_bf16_to_float", range(to.extent(0)),
       KOKKOS_LAMBDA(Index i) { to(i) = static_cast<float>(from(i)); });
 }
+
+Precision parse_precision(const std::string& name) {
+  if (name == "float32") return Precision::Float32;
+  if (name == "bf16") return Precision::BF16;
+  throw ConfigError("precision: unknown precision '" + name +
+                    "' (expected \"float32\" or \"bf16\")");
+}
+
+const char* to_string(Precision precision) {
+  return precision == Precision::BF16 ? "bf16" : "float32";
+}
+
+int activation_bytes(Precision precision) { return precision == Precision::BF16 ? 2 : 4; }
 
 }  // namespace reformer

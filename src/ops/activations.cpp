@@ -13,22 +13,27 @@ Activation parse_activation(const std::string& name) {
 
 template <class T>
 void activation_forward(Activation kind, In1<T> x, View1<T> y) {
+  using C = compute_t<T>;
   require_same_shape("activation_forward", "x", x, "y", y);
   const Index n = x.extent(0);
   if (kind == Activation::ReLU) {
     Kokkos::parallel_for(
-        "relu_forward", range(n), KOKKOS_LAMBDA(Index i) { y(i) = x(i) > T(0) ? x(i) : T(0); });
+        "relu_forward", range(n), KOKKOS_LAMBDA(Index i) {
+          const C v = load(x(i));
+          y(i) = store<T>(v > C(0) ? v : C(0));
+        });
   } else {
     Kokkos::parallel_for(
         "gelu_forward", range(n), KOKKOS_LAMBDA(Index i) {
-          const T v = x(i);
-          y(i) = T(0.5) * v * (T(1) + compat::erf(v * T(0.70710678118654752440)));
+          const C v = load(x(i));
+          y(i) = store<T>(C(0.5) * v * (C(1) + compat::erf(v * C(0.70710678118654752440))));
         });
   }
 }
 
 template <class T>
 void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
+  using C = compute_t<T>;
   require_same_shape("activation_backward", "x", x, "dy", dy);
   require_same_shape("activation_backward", "x", x, "dx", dx);
   const Index n = x.extent(0);
@@ -40,17 +45,17 @@ void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
     T* pdx = dx.data();
     Kokkos::parallel_for(
         "relu_backward", range(n), KOKKOS_LAMBDA(Index i) {
-          const T g = pdy[i];
-          pdx[i] = px[i] > T(0) ? g : T(0);
+          const C g = load(pdy[i]);
+          pdx[i] = store<T>(load(px[i]) > C(0) ? g : C(0));
         });
   } else {
     // d/dx [x Phi(x)] = Phi(x) + x phi(x)
     Kokkos::parallel_for(
         "gelu_backward", range(n), KOKKOS_LAMBDA(Index i) {
-          const T v = x(i);
-          const T cdf = T(0.5) * (T(1) + compat::erf(v * T(0.70710678118654752440)));
-          const T pdf = T(0.39894228040143267794) * compat::exp(T(-0.5) * v * v);
-          dx(i) = dy(i) * (cdf + v * pdf);
+          const C v = load(x(i));
+          const C cdf = C(0.5) * (C(1) + compat::erf(v * C(0.70710678118654752440)));
+          const C pdf = C(0.39894228040143267794) * compat::exp(C(-0.5) * v * v);
+          dx(i) = store<T>(load(dy(i)) * (cdf + v * pdf));
         });
   }
 }
@@ -58,6 +63,6 @@ void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
 #define REFORMER_INSTANTIATE(T)                                      \
   template void activation_forward<T>(Activation, In1<T>, View1<T>); \
   template void activation_backward<T>(Activation, In1<T>, In1<T>, View1<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

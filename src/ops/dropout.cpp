@@ -11,10 +11,11 @@ void apply_mask(const char* op, In1<T> in, double rate, RandomKey key, Index off
   require<ConfigError>(rate >= 0.0 && rate < 1.0, op, ": rate is ", rate, " but must be in [0, 1)");
   require<ConfigError>(offset >= 0, op, ": offset is ", offset, " but must be >= 0");
   require_same_shape(op, "input", in, "output", out);
-  const T scale = T(1.0 / (1.0 - rate));
+  using C = compute_t<T>;
+  const C scale = C(1.0 / (1.0 - rate));
   Kokkos::parallel_for(
       op, range(in.extent(0)), KOKKOS_LAMBDA(Index i) {
-        out(i) = dropout_keeps(key, offset + i, rate) ? in(i)*scale : T(0);
+        out(i) = store<T>(dropout_keeps(key, offset + i, rate) ? load(in(i)) * scale : C(0));
       });
 }
 
@@ -33,6 +34,6 @@ void dropout_backward(In1<T> dy, double rate, RandomKey key, Index offset, View1
 #define REFORMER_INSTANTIATE(T)                                                 \
   template void dropout_forward<T>(In1<T>, double, RandomKey, Index, View1<T>); \
   template void dropout_backward<T>(In1<T>, double, RandomKey, Index, View1<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

@@ -106,43 +106,48 @@ void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index 
 }
 
 template <class T>
-void token_embedding_forward(In2<T> table, In1<int> ids, bool scale_by_sqrt_d, View2<T> y) {
+void token_embedding_forward(In2<param_t<T>> table, In1<int> ids, bool scale_by_sqrt_d,
+                             View2<T> y) {
+  using C = compute_t<T>;
   const char* op = "token_embedding_forward";
   require_nonempty(op, "table", table);
   const Index vocab = table.extent(0), d = table.extent(1), n = ids.extent(0);
   require_extent(op, "y", y, 0, n);
   require_extent(op, "y", y, 1, d);
   require_ids_in_range(op, "ids", ids, vocab);
-  const T scale = scale_by_sqrt_d ? static_cast<T>(std::sqrt(double(d))) : T(1);
+  const C scale = scale_by_sqrt_d ? static_cast<C>(std::sqrt(double(d))) : C(1);
   // y[i, j] = s * table[ids[i], j]
   Kokkos::parallel_for(
       "token_embedding_forward", Policy2({0, 0}, {n, d}),
-      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = scale * table(ids(i), j); });
+      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = store<T>(scale * table(ids(i), j)); });
 }
 
 template <class T>
-void token_embedding_backward(In1<int> ids, In2<T> dy, bool scale_by_sqrt_d, View2<T> dtable) {
+void token_embedding_backward(In1<int> ids, In2<T> dy, bool scale_by_sqrt_d,
+                              View2<param_t<T>> dtable) {
+  using C = compute_t<T>;
   const char* op = "token_embedding_backward";
   require_nonempty(op, "dtable", dtable);
   const Index vocab = dtable.extent(0), d = dtable.extent(1), n = ids.extent(0);
   require_extent(op, "dy", dy, 0, n);
   require_extent(op, "dy", dy, 1, d);
   require_ids_in_range(op, "ids", ids, vocab);
-  const T scale = scale_by_sqrt_d ? static_cast<T>(std::sqrt(double(d))) : T(1);
+  const C scale = scale_by_sqrt_d ? static_cast<C>(std::sqrt(double(d))) : C(1);
   const auto order = positions_sorted_by_id(ids, vocab);
   // The first sorted entry of each id sums its run: dtable[v, j] += s * sum dy[i, j].
   Kokkos::parallel_for(
       "token_embedding_backward", Policy2({0, 0}, {n, d}), KOKKOS_LAMBDA(Index s, Index j) {
         const int v = ids(order(s));
         if (s > 0 && ids(order(s - 1)) == v) return;
-        T sum = 0;
-        for (Index t = s; t < n && ids(order(t)) == v; ++t) sum += dy(order(t), j);
+        C sum = 0;
+        for (Index t = s; t < n && ids(order(t)) == v; ++t) sum += load(dy(order(t), j));
         dtable(v, j) += scale * sum;
       });
 }
 
 template <class T>
 void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T> y) {
+  using C = compute_t<T>;
   const char* op = "sinusoidal_positions_forward";
   check_positions(op, "x", x, length, offset);
   require_same_shape(op, "x", x, "y", y);
@@ -156,13 +161,15 @@ void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T>
       op, Policy2({0, 0}, {length, d}), KOKKOS_LAMBDA(Index p, Index j) {
         const double angle = static_cast<double>(offset + p) /
                              compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
-        const T value = static_cast<T>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
-        for (Index s = 0; s < sequences; ++s) y(s * length + p, j) = x(s * length + p, j) + value;
+        const C value = static_cast<C>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
+        for (Index s = 0; s < sequences; ++s)
+          y(s * length + p, j) = store<T>(load(x(s * length + p, j)) + value);
       });
 }
 
 template <class T>
-void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offset, View2<T> y) {
+void learned_positions_forward(In2<T> x, In2<param_t<T>> table, Index length, Index offset,
+                               View2<T> y) {
   const char* op = "learned_positions_forward";
   check_positions(op, "x", x, length, offset);
   require_same_shape(op, "x", x, "y", y);
@@ -171,8 +178,9 @@ void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offse
   check_capacity(op, length, offset, table.extent(0), "the table's max_len");
   // y[r, j] = x[r, j] + table[offset + r mod length, j]
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}),
-      KOKKOS_LAMBDA(Index r, Index j) { y(r, j) = x(r, j) + table(offset + r % length, j); });
+      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+        y(r, j) = store<T>(load(x(r, j)) + table(offset + r % length, j));
+      });
 }
 
 // Checks of the per-row forms: y like x, one position per row, end > 0.
@@ -186,60 +194,67 @@ void check_rows_at(const char* op, In2<T> x, In1<Index> positions, Index end, Vi
 
 template <class T>
 void sinusoidal_positions_forward_at(In2<T> x, In1<Index> positions, Index end, View2<T> y) {
+  using C = compute_t<T>;
   const char* op = "sinusoidal_positions_forward_at";
   check_rows_at<T>(op, x, positions, end, y);
   const Index rows = x.extent(0), d = x.extent(1);
-  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const C nan = std::numeric_limits<C>::quiet_NaN();
   // As sinusoidal_positions_forward with p = positions[r].
   Kokkos::parallel_for(
       op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
         if (p < 0 || p >= end) {
-          y(r, j) = nan;
+          y(r, j) = store<T>(nan);
           return;
         }
         const double angle =
             static_cast<double>(p) / compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
-        y(r, j) = x(r, j) + static_cast<T>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
+        y(r, j) = store<T>(load(x(r, j)) +
+                           static_cast<C>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle)));
       });
 }
 
 template <class T>
-void learned_positions_forward_at(In2<T> x, In2<T> table, In1<Index> positions, Index end,
+void learned_positions_forward_at(In2<T> x, In2<param_t<T>> table, In1<Index> positions, Index end,
                                   View2<T> y) {
+  using C = compute_t<T>;
   const char* op = "learned_positions_forward_at";
   check_rows_at<T>(op, x, positions, end, y);
   const Index rows = x.extent(0), d = x.extent(1);
   require_extent(op, "table", table, 1, d);
   check_capacity(op, end, 0, table.extent(0), "the table's max_len");
-  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const C nan = std::numeric_limits<C>::quiet_NaN();
   // y[r, j] = x[r, j] + table[positions[r], j]
   Kokkos::parallel_for(
       op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
-        y(r, j) = p < 0 || p >= end ? nan : x(r, j) + table(p, j);
+        y(r, j) = store<T>(p < 0 || p >= end ? nan : load(x(r, j)) + table(p, j));
       });
 }
 
 template <class T>
-void axial_positions_forward_at(In2<T> x, In2<T> e1, In2<T> e2, In1<Index> positions, Index end,
-                                View2<T> y) {
+void axial_positions_forward_at(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2,
+                                In1<Index> positions, Index end, View2<T> y) {
+  using C = compute_t<T>;
   const char* op = "axial_positions_forward_at";
   check_rows_at<T>(op, x, positions, end, y);
   const Index rows = x.extent(0), d = x.extent(1);
   check_axial(op, "e1", e1, "e2", e2, d, end, 0);
   const Index n2 = e2.extent(0), d1 = e1.extent(1);
-  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const C nan = std::numeric_limits<C>::quiet_NaN();
   // y[r, j] = x[r, j] + (j < d1 ? e1[p / n2, j] : e2[p mod n2, j - d1]), p = positions[r]
   Kokkos::parallel_for(
       op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
-        y(r, j) = p < 0 || p >= end ? nan : x(r, j) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1));
+        y(r, j) = store<T>(p < 0 || p >= end
+                               ? nan
+                               : load(x(r, j)) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1)));
       });
 }
 
 template <class T>
-void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<T> dtable) {
+void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<param_t<T>> dtable) {
+  using C = compute_t<T>;
   const char* op = "learned_positions_backward";
   check_positions(op, "dy", dy, length, offset);
   const Index rows = dy.extent(0), d = dy.extent(1);
@@ -248,15 +263,15 @@ void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<T> 
   // dtable[offset + p, j] += sum_b dy[b * length + p, j]: one thread per (p, j).
   Kokkos::parallel_for(
       op, Policy2({0, 0}, {length, d}), KOKKOS_LAMBDA(Index p, Index j) {
-        T sum = 0;
-        for (Index r = p; r < rows; r += length) sum += dy(r, j);
+        C sum = 0;
+        for (Index r = p; r < rows; r += length) sum += load(dy(r, j));
         dtable(offset + p, j) += sum;
       });
 }
 
 template <class T>
-void axial_positions_forward(In2<T> x, In2<T> e1, In2<T> e2, Index length, Index offset,
-                             View2<T> y) {
+void axial_positions_forward(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2, Index length,
+                             Index offset, View2<T> y) {
   const char* op = "axial_positions_forward";
   check_positions(op, "x", x, length, offset);
   require_same_shape(op, "x", x, "y", y);
@@ -267,12 +282,14 @@ void axial_positions_forward(In2<T> x, In2<T> e1, In2<T> e2, Index length, Index
   Kokkos::parallel_for(
       op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = offset + r % length;
-        y(r, j) = x(r, j) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1));
+        y(r, j) = store<T>(load(x(r, j)) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1)));
       });
 }
 
 template <class T>
-void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<T> de1, View2<T> de2) {
+void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<param_t<T>> de1,
+                              View2<param_t<T>> de2) {
+  using C = compute_t<T>;
   const char* op = "axial_positions_backward";
   check_positions(op, "dy", dy, length, offset);
   const Index rows = dy.extent(0);
@@ -284,33 +301,37 @@ void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<T> de
       "axial_positions_backward_e1", Policy2({0, 0}, {n1, d1}), KOKKOS_LAMBDA(Index a, Index j) {
         const Index lo = a * n2 > offset ? a * n2 : offset;
         const Index hi = (a + 1) * n2 < end ? (a + 1) * n2 : end;
-        T sum = 0;
+        C sum = 0;
         for (Index p = lo; p < hi; ++p)
-          for (Index r = p - offset; r < rows; r += length) sum += dy(r, j);
+          for (Index r = p - offset; r < rows; r += length) sum += load(dy(r, j));
         de1(a, j) += sum;
       });
   // de2[c, j] += sum of dy[r, d1 + j] over rows r at positions p = a n2 + c.
   Kokkos::parallel_for(
       "axial_positions_backward_e2", Policy2({0, 0}, {n2, d2}), KOKKOS_LAMBDA(Index c, Index j) {
-        T sum = 0;
+        C sum = 0;
         for (Index p = c; p < end; p += n2)
           if (p >= offset)
-            for (Index r = p - offset; r < rows; r += length) sum += dy(r, d1 + j);
+            for (Index r = p - offset; r < rows; r += length) sum += load(dy(r, d1 + j));
         de2(c, j) += sum;
       });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                               \
-  template void token_embedding_forward<T>(In2<T>, In1<int>, bool, View2<T>);                 \
-  template void token_embedding_backward<T>(In1<int>, In2<T>, bool, View2<T>);                \
-  template void sinusoidal_positions_forward<T>(In2<T>, Index, Index, View2<T>);              \
-  template void learned_positions_forward<T>(In2<T>, In2<T>, Index, Index, View2<T>);         \
-  template void learned_positions_backward<T>(In2<T>, Index, Index, View2<T>);                \
-  template void axial_positions_forward<T>(In2<T>, In2<T>, In2<T>, Index, Index, View2<T>);   \
-  template void axial_positions_backward<T>(In2<T>, Index, Index, View2<T>, View2<T>);        \
-  template void sinusoidal_positions_forward_at<T>(In2<T>, In1<Index>, Index, View2<T>);      \
-  template void learned_positions_forward_at<T>(In2<T>, In2<T>, In1<Index>, Index, View2<T>); \
-  template void axial_positions_forward_at<T>(In2<T>, In2<T>, In2<T>, In1<Index>, Index, View2<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                                                    \
+  template void token_embedding_forward<T>(In2<param_t<T>>, In1<int>, bool, View2<T>);             \
+  template void token_embedding_backward<T>(In1<int>, In2<T>, bool, View2<param_t<T>>);            \
+  template void sinusoidal_positions_forward<T>(In2<T>, Index, Index, View2<T>);                   \
+  template void learned_positions_forward<T>(In2<T>, In2<param_t<T>>, Index, Index, View2<T>);     \
+  template void learned_positions_backward<T>(In2<T>, Index, Index, View2<param_t<T>>);            \
+  template void axial_positions_forward<T>(In2<T>, In2<param_t<T>>, In2<param_t<T>>, Index, Index, \
+                                           View2<T>);                                              \
+  template void axial_positions_backward<T>(In2<T>, Index, Index, View2<param_t<T>>,               \
+                                            View2<param_t<T>>);                                    \
+  template void sinusoidal_positions_forward_at<T>(In2<T>, In1<Index>, Index, View2<T>);           \
+  template void learned_positions_forward_at<T>(In2<T>, In2<param_t<T>>, In1<Index>, Index,        \
+                                                View2<T>);                                         \
+  template void axial_positions_forward_at<T>(In2<T>, In2<param_t<T>>, In2<param_t<T>>,            \
+                                              In1<Index>, Index, View2<T>);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

@@ -11,8 +11,8 @@ namespace {
 using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
 using Member = TeamPolicy::member_type;
 
-template <class T>
-void check_parameters(const char* op, Index d, const In1<T>& gamma, const In1<T>& beta) {
+template <class P>
+void check_parameters(const char* op, Index d, const In1<P>& gamma, const In1<P>& beta) {
   require_extent(op, "gamma", gamma, 0, d);
   require_extent(op, "beta", beta, 0, d);
 }
@@ -20,16 +20,18 @@ void check_parameters(const char* op, Index d, const In1<T>& gamma, const In1<T>
 }  // namespace
 
 template <class T>
-void layer_norm_forward(In2<T> x, In1<T> gamma, In1<T> beta, T eps, View2<T> y, View1<T> mean,
-                        View1<T> rstd) {
+void layer_norm_forward(In2<T> x, In1<param_t<T>> gamma, In1<param_t<T>> beta, compute_t<T> eps,
+                        View2<T> y, View1<compute_t<T>> mean, View1<compute_t<T>> rstd) {
+  using C = compute_t<T>;
+  using P = param_t<T>;
   const char* op = "layer_norm_forward";
   require_nonempty(op, "x", x);
   const Index n = x.extent(0), d = x.extent(1);
-  check_parameters<T>(op, d, gamma, beta);
+  check_parameters<P>(op, d, gamma, beta);
   require_same_shape(op, "x", x, "y", y);
   require_extent(op, "mean", mean, 0, n);
   require_extent(op, "rstd", rstd, 0, n);
-  require<ConfigError>(eps > T(0), op, ": eps is ", eps, " but must be positive");
+  require<ConfigError>(eps > C(0), op, ": eps is ", eps, " but must be positive");
   if constexpr (kHostMemory) {
     // One thread per row, loops over the row that vectorise (a team per row
     // costs more than the row itself at small widths). In place (y = x) is fine.
@@ -37,11 +39,11 @@ void layer_norm_forward(In2<T> x, In1<T> gamma, In1<T> beta, T eps, View2<T> y, 
         "layer_norm_forward", range(n), KOKKOS_LAMBDA(Index i) {
           const T* xi = &x(i, 0);
           T* yi = &y(i, 0);
-          const T* g = gamma.data();
-          const T* b = beta.data();
-          const T mu = sum_values(xi, d) / T(d);
-          const T r = T(1) / compat::sqrt(sum_squared_differences(xi, mu, d) / T(d) + eps);
-          for (Index j = 0; j < d; ++j) yi[j] = (xi[j] - mu) * r * g[j] + b[j];
+          const P* g = gamma.data();
+          const P* b = beta.data();
+          const C mu = sum_values(xi, d) / C(d);
+          const C r = C(1) / compat::sqrt(sum_squared_differences(xi, mu, d) / C(d) + eps);
+          for (Index j = 0; j < d; ++j) yi[j] = store<T>((load(xi[j]) - mu) * r * g[j] + b[j]);
           mean(i) = mu;
           rstd(i) = r;
         });
@@ -51,21 +53,22 @@ void layer_norm_forward(In2<T> x, In1<T> gamma, In1<T> beta, T eps, View2<T> y, 
   Kokkos::parallel_for(
       "layer_norm_forward", TeamPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const Index i = team.league_rank();
-        T sum = 0;
+        C sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](Index j, T& acc) { acc += x(i, j); }, sum);
-        const T mu = sum / d;
-        T sq = 0;
+            Kokkos::TeamThreadRange(team, d), [&](Index j, C& acc) { acc += load(x(i, j)); }, sum);
+        const C mu = sum / d;
+        C sq = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
-            [&](Index j, T& acc) {
-              const T c = x(i, j) - mu;
+            [&](Index j, C& acc) {
+              const C c = load(x(i, j)) - mu;
               acc += c * c;
             },
             sq);
-        const T r = T(1) / compat::sqrt(sq / d + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d),
-                             [&](Index j) { y(i, j) = (x(i, j) - mu) * r * gamma(j) + beta(j); });
+        const C r = C(1) / compat::sqrt(sq / d + eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
+          y(i, j) = store<T>((load(x(i, j)) - mu) * r * gamma(j) + beta(j));
+        });
         Kokkos::single(Kokkos::PerTeam(team), [&] {
           mean(i) = mu;
           rstd(i) = r;
@@ -74,8 +77,11 @@ void layer_norm_forward(In2<T> x, In1<T> gamma, In1<T> beta, T eps, View2<T> y, 
 }
 
 template <class T>
-void layer_norm_backward(In2<T> x, In1<T> gamma, In1<T> mean, In1<T> rstd, In2<T> dy, View2<T> dx,
-                         View1<T> dgamma, View1<T> dbeta) {
+void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean,
+                         In1<compute_t<T>> rstd, In2<T> dy, View2<T> dx, View1<param_t<T>> dgamma,
+                         View1<param_t<T>> dbeta) {
+  using C = compute_t<T>;
+  using P = param_t<T>;
   const char* op = "layer_norm_backward";
   const Index n = x.extent(0), d = x.extent(1);
   require_extent(op, "gamma", gamma, 0, d);
@@ -86,51 +92,58 @@ void layer_norm_backward(In2<T> x, In1<T> gamma, In1<T> mean, In1<T> rstd, In2<T
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
   if constexpr (kHostMemory) {
-    // One thread per row (see the forward pass); dx holds dy * gamma first.
+    // One thread per row (see the forward pass). dx may be dy: each element of
+    // dy is read before the same element of dx is written.
     Kokkos::parallel_for(
         "layer_norm_backward_input", range(n), KOKKOS_LAMBDA(Index i) {
           const T* xi = &x(i, 0);
           const T* dyi = &dy(i, 0);
-          const T* g = gamma.data();
+          const P* g = gamma.data();
           T* dxi = &dx(i, 0);
-          const T mu = mean(i), r = rstd(i);
-          for (Index j = 0; j < d; ++j) dxi[j] = dyi[j] * g[j];
-          const T mean_g = sum_values(dxi, d) / T(d);
-          const T mean_gx = r * (dot_values(dxi, xi, d) / T(d) - mu * mean_g);
-          for (Index j = 0; j < d; ++j) dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
+          const C mu = mean(i), r = rstd(i);
+          const C mean_g = dot_values(dyi, g, d) / C(d);
+          const C mean_gx = r * (dot_values(dyi, g, xi, d) / C(d) - mu * mean_g);
+          for (Index j = 0; j < d; ++j)
+            dxi[j] =
+                store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
         });
   } else {
     Kokkos::parallel_for(
         "layer_norm_backward_input", TeamPolicy(n, Kokkos::AUTO),
         KOKKOS_LAMBDA(const Member& team) {
           const Index i = team.league_rank();
-          const T mu = mean(i), r = rstd(i);
-          T sum_g = 0, sum_gx = 0;
+          const C mu = mean(i), r = rstd(i);
+          C sum_g = 0, sum_gx = 0;
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, d),
-              [&](Index j, T& acc) { acc += dy(i, j) * gamma(j); }, sum_g);
+              [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j); }, sum_g);
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, d),
-              [&](Index j, T& acc) { acc += dy(i, j) * gamma(j) * (x(i, j) - mu) * r; }, sum_gx);
-          const T mean_g = sum_g / d, mean_gx = sum_gx / d;
+              [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * r; },
+              sum_gx);
+          const C mean_g = sum_g / d, mean_gx = sum_gx / d;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
-            const T xhat = (x(i, j) - mu) * r;
-            dx(i, j) = r * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
+            const C xhat = (load(x(i, j)) - mu) * r;
+            dx(i, j) = store<T>(r * (load(dy(i, j)) * gamma(j) - mean_g - xhat * mean_gx));
           });
         });
   }
   // Parameter gradients: sums over all rows, split across the threads of a team.
-  detail::add_column_sums<T>(
-      "layer_norm_backward_dgamma", n, dgamma,
-      KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j) * (x(i, j) - mean(i)) * rstd(i); });
-  detail::add_column_sums<T>(
-      "layer_norm_backward_dbeta", n, dbeta, KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j); });
+  detail::add_column_sums<P>(
+      "layer_norm_backward_dgamma", n, dgamma, KOKKOS_LAMBDA(Index i, Index j) {
+        return load(dy(i, j)) * (load(x(i, j)) - mean(i)) * rstd(i);
+      });
+  detail::add_column_sums<P>(
+      "layer_norm_backward_dbeta", n, dbeta,
+      KOKKOS_LAMBDA(Index i, Index j) { return load(dy(i, j)); });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                    \
-  template void layer_norm_forward<T>(In2<T>, In1<T>, In1<T>, T, View2<T>, View1<T>, View1<T>);    \
-  template void layer_norm_backward<T>(In2<T>, In1<T>, In1<T>, In1<T>, In2<T>, View2<T>, View1<T>, \
-                                       View1<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                                                \
+  template void layer_norm_forward<T>(In2<T>, In1<param_t<T>>, In1<param_t<T>>, compute_t<T>,  \
+                                      View2<T>, View1<compute_t<T>>, View1<compute_t<T>>);     \
+  template void layer_norm_backward<T>(In2<T>, In1<param_t<T>>, In1<compute_t<T>>,             \
+                                       In1<compute_t<T>>, In2<T>, View2<T>, View1<param_t<T>>, \
+                                       View1<param_t<T>>);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

@@ -8,35 +8,47 @@
 namespace reformer::ops {
 
 template <class T>
-void linear_forward(In2<T> x, In2<T> weight, In1<T> bias, View2<T> y) {
+void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View2<T> y) {
   const Index n = x.extent(0), out = weight.extent(1);
   if (bias.extent(0) > 0) require_extent("linear_forward", "bias", bias, 0, out);
-  matmul<T>(x, Trans::No, weight, Trans::No, y);
-  if (bias.extent(0) == 0) return;
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  Kokkos::parallel_for(
-      "linear_bias", Policy({0, 0}, {n, out}),
-      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) += bias(j); });
+  if constexpr (is_reduced_precision<T>) {
+    // The bias is added in float32 before the one rounding of y.
+    mixed_matmul<T, float, T>(x, Trans::No, weight, Trans::No, y, 1.0f, 0.0f, bias);
+    return;
+  } else {
+    matmul<T>(x, Trans::No, weight, Trans::No, y);
+    if (bias.extent(0) == 0) return;
+    using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+    Kokkos::parallel_for(
+        "linear_bias", Policy({0, 0}, {n, out}),
+        KOKKOS_LAMBDA(Index i, Index j) { y(i, j) += bias(j); });
+  }
 }
 
 template <class T>
-void linear_backward(In2<T> x, In2<T> weight, In2<T> dy, View2<T> dx, View2<T> dweight,
-                     View1<T> dbias) {
+void linear_backward(In2<T> x, In2<param_t<T>> weight, In2<T> dy, View2<T> dx,
+                     View2<param_t<T>> dweight, View1<param_t<T>> dbias) {
   const Index n = x.extent(0), out = weight.extent(1);
   require_extent("linear_backward", "dy", dy, 0, n);
   require_extent("linear_backward", "dy", dy, 1, out);
   require_same_shape("linear_backward", "weight", weight, "dweight", dweight);
-  if (dx.extent(0) > 0) matmul<T>(dy, Trans::No, weight, Trans::Yes, dx);
-  matmul<T>(x, Trans::Yes, dy, Trans::No, dweight, T(1), T(1));
+  if constexpr (is_reduced_precision<T>) {
+    if (dx.extent(0) > 0) mixed_matmul<T, float, T>(dy, Trans::No, weight, Trans::Yes, dx);
+    mixed_matmul<T, T, float>(x, Trans::Yes, dy, Trans::No, dweight, 1.0f, 1.0f);
+  } else {
+    if (dx.extent(0) > 0) matmul<T>(dy, Trans::No, weight, Trans::Yes, dx);
+    matmul<T>(x, Trans::Yes, dy, Trans::No, dweight, T(1), T(1));
+  }
   if (dbias.extent(0) == 0) return;
   require_extent("linear_backward", "dbias", dbias, 0, out);
-  detail::add_column_sums<T>(
-      "linear_bias_grad", n, dbias, KOKKOS_LAMBDA(Index i, Index j) { return dy(i, j); });
+  detail::add_column_sums<param_t<T>>(
+      "linear_bias_grad", n, dbias, KOKKOS_LAMBDA(Index i, Index j) { return load(dy(i, j)); });
 }
 
-#define REFORMER_INSTANTIATE(T)                                      \
-  template void linear_forward<T>(In2<T>, In2<T>, In1<T>, View2<T>); \
-  template void linear_backward<T>(In2<T>, In2<T>, In2<T>, View2<T>, View2<T>, View1<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                                                  \
+  template void linear_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, View2<T>);           \
+  template void linear_backward<T>(In2<T>, In2<param_t<T>>, In2<T>, View2<T>, View2<param_t<T>>, \
+                                   View1<param_t<T>>);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

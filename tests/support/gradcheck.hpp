@@ -5,6 +5,7 @@
 // numerical one from central differences (L(x + h) - L(x - h)) / 2h in double.
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/core/types.hpp"
@@ -22,7 +23,7 @@ void fill_uniform(const V& v, std::uint64_t seed, double lo = -1.0, double hi = 
   using T = typename V::non_const_value_type;
   Kokkos::parallel_for(
       "fill_uniform", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
-        flat(i) = static_cast<T>(lo + (hi - lo) * random_uniform({seed, 777}, i));
+        flat(i) = store<T>(compute_t<T>(lo + (hi - lo) * random_uniform({seed, 777}, i)));
       });
 }
 
@@ -33,7 +34,9 @@ std::vector<double> to_host(const V& v) {
   Kokkos::View<T*, Layout, MemSpace> flat("to_host", v.size());
   Kokkos::deep_copy(flat, as_vector(v));
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), flat);
-  return std::vector<double>(host.data(), host.data() + host.size());
+  std::vector<double> out(host.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = double(load(host(i)));
+  return out;
 }
 
 // sum_i a_i * b_i over two same-sized Views (any rank).
@@ -44,7 +47,8 @@ double dot(const A& a, const B& b) {
   double sum = 0;
   Kokkos::parallel_reduce(
       "dot", range(fa.extent(0)),
-      KOKKOS_LAMBDA(Index i, double& acc) { acc += double(fa(i)) * double(fb(i)); }, sum);
+      KOKKOS_LAMBDA(Index i, double& acc) { acc += double(load(fa(i))) * double(load(fb(i))); },
+      sum);
   return sum;
 }
 

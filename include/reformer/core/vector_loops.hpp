@@ -3,8 +3,12 @@
 // results where a single running sum or maximum would serialise the loop
 // (floating-point addition is not associative, so the compiler may not
 // reorder it on its own). Used inside the fused attention kernels.
+//
+// The reductions read any storage type and sum in its compute type
+// (core/precision.hpp): a bf16 row is summed in float32.
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
 namespace reformer {
@@ -37,40 +41,57 @@ KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, co
 // sum of x[0, n) with eight partial sums (vectorises; a single running sum
 // does not, because floating-point addition is not associative).
 template <class T>
-KOKKOS_INLINE_FUNCTION T sum_values(const T* x, Index n) {
-  T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+KOKKOS_INLINE_FUNCTION compute_t<T> sum_values(const T* x, Index n) {
+  using C = compute_t<T>;
+  C part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   Index t = 0;
   for (; t + 8 <= n; t += 8)
-    for (int u = 0; u < 8; ++u) part[u] += x[t + u];
-  T total = 0;
+    for (int u = 0; u < 8; ++u) part[u] += load(x[t + u]);
+  C total = 0;
   for (int u = 0; u < 8; ++u) total += part[u];
-  for (; t < n; ++t) total += x[t];
+  for (; t < n; ++t) total += load(x[t]);
   return total;
 }
 
-// sum of x[t] * y[t] over [0, n), eight partial sums.
-template <class T>
-KOKKOS_INLINE_FUNCTION T dot_values(const T* x, const T* y, Index n) {
-  T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// sum of x[t] * y[t] over [0, n), eight partial sums; with z, of
+// (x[t] * y[t]) * z[t].
+template <class X, class Y>
+KOKKOS_INLINE_FUNCTION compute_t<X> dot_values(const X* x, const Y* y, Index n) {
+  using C = compute_t<X>;
+  C part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   Index t = 0;
   for (; t + 8 <= n; t += 8)
-    for (int u = 0; u < 8; ++u) part[u] += x[t + u] * y[t + u];
-  T total = 0;
+    for (int u = 0; u < 8; ++u) part[u] += load(x[t + u]) * load(y[t + u]);
+  C total = 0;
   for (int u = 0; u < 8; ++u) total += part[u];
-  for (; t < n; ++t) total += x[t] * y[t];
+  for (; t < n; ++t) total += load(x[t]) * load(y[t]);
+  return total;
+}
+
+template <class X, class Y, class Z>
+KOKKOS_INLINE_FUNCTION compute_t<X> dot_values(const X* x, const Y* y, const Z* z, Index n) {
+  using C = compute_t<X>;
+  C part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Index t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int u = 0; u < 8; ++u) part[u] += load(x[t + u]) * load(y[t + u]) * load(z[t + u]);
+  C total = 0;
+  for (int u = 0; u < 8; ++u) total += part[u];
+  for (; t < n; ++t) total += load(x[t]) * load(y[t]) * load(z[t]);
   return total;
 }
 
 // sum of (x[t] - c)^2 over [0, n), eight partial sums.
 template <class T>
-KOKKOS_INLINE_FUNCTION T sum_squared_differences(const T* x, T c, Index n) {
-  T part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+KOKKOS_INLINE_FUNCTION compute_t<T> sum_squared_differences(const T* x, compute_t<T> c, Index n) {
+  using C = compute_t<T>;
+  C part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   Index t = 0;
   for (; t + 8 <= n; t += 8)
-    for (int u = 0; u < 8; ++u) part[u] += (x[t + u] - c) * (x[t + u] - c);
-  T total = 0;
+    for (int u = 0; u < 8; ++u) part[u] += (load(x[t + u]) - c) * (load(x[t + u]) - c);
+  C total = 0;
   for (int u = 0; u < 8; ++u) total += part[u];
-  for (; t < n; ++t) total += (x[t] - c) * (x[t] - c);
+  for (; t < n; ++t) total += (load(x[t]) - c) * (load(x[t]) - c);
   return total;
 }
 

@@ -11,6 +11,7 @@
 // tables have a backward.
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
 namespace reformer::ops {
@@ -23,14 +24,15 @@ void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index 
 // y[i, :] = s * table[ids[i], :] for table [vocab, d], ids [n], y [n, d], with
 // s = sqrt(d) if scale_by_sqrt_d (Vaswani et al. 2017) and s = 1 otherwise.
 template <class T>
-void token_embedding_forward(In2<T> table, In1<int> ids, bool scale_by_sqrt_d, View2<T> y);
+void token_embedding_forward(In2<param_t<T>> table, In1<int> ids, bool scale_by_sqrt_d, View2<T> y);
 
 // dtable[v, :] += s * sum_{i : ids[i] = v} dy[i, :].
 // Deterministic without atomics: positions are stably sorted by id (a radix sort
 // on 8-bit digits) and every (v, feature) sums its rows in increasing position
 // order, so the result is bitwise the same on every backend and thread count.
 template <class T>
-void token_embedding_backward(In1<int> ids, In2<T> dy, bool scale_by_sqrt_d, View2<T> dtable);
+void token_embedding_backward(In1<int> ids, In2<T> dy, bool scale_by_sqrt_d,
+                              View2<param_t<T>> dtable);
 
 // Sinusoidal encoding (Vaswani et al. 2017), no parameters; for position p and
 // feature pair (2i, 2i + 1):
@@ -42,7 +44,8 @@ void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T>
 // Learned absolute positions: pe(p) = table[p] for table [max_len, d];
 // requires offset + length <= max_len.
 template <class T>
-void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offset, View2<T> y);
+void learned_positions_forward(In2<T> x, In2<param_t<T>> table, Index length, Index offset,
+                               View2<T> y);
 
 // Per-row forms for cached decoding (one new token for every sequence): row r of
 // x [rows, d] is at position positions[r] (positions [rows], on the device), in
@@ -52,27 +55,28 @@ void learned_positions_forward(In2<T> x, In2<T> table, Index length, Index offse
 template <class T>
 void sinusoidal_positions_forward_at(In2<T> x, In1<Index> positions, Index end, View2<T> y);
 template <class T>
-void learned_positions_forward_at(In2<T> x, In2<T> table, In1<Index> positions, Index end,
+void learned_positions_forward_at(In2<T> x, In2<param_t<T>> table, In1<Index> positions, Index end,
                                   View2<T> y);
 template <class T>
-void axial_positions_forward_at(In2<T> x, In2<T> e1, In2<T> e2, In1<Index> positions, Index end,
-                                View2<T> y);
+void axial_positions_forward_at(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2,
+                                In1<Index> positions, Index end, View2<T> y);
 
 // dtable[offset + p, :] += sum over the sequences b of dy[b * length + p, :].
 template <class T>
-void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<T> dtable);
+void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<param_t<T>> dtable);
 
 // Axial positions (Reformer): tables e1 [n1, d1] and e2 [n2, d2] with d1 + d2 = d
 // encode up to n1 * n2 positions with (n1 d1 + n2 d2) parameters:
 //   pe(p) = [e1[p / n2] ; e2[p mod n2]]   (concatenated along the features).
 // Requires offset + length <= n1 * n2.
 template <class T>
-void axial_positions_forward(In2<T> x, In2<T> e1, In2<T> e2, Index length, Index offset,
-                             View2<T> y);
+void axial_positions_forward(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2, Index length,
+                             Index offset, View2<T> y);
 
 // de1[a, :] += sum of dy[r, :d1] over the rows r whose position p has p / n2 = a;
 // de2[c, :] += sum of dy[r, d1:] over the rows r whose position p has p mod n2 = c.
 template <class T>
-void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<T> de1, View2<T> de2);
+void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<param_t<T>> de1,
+                              View2<param_t<T>> de2);
 
 }  // namespace reformer::ops

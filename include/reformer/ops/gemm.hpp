@@ -27,6 +27,19 @@ template <class T>
 void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha = T(1),
                     T beta = T(0), Structure structure = Structure::Dense);
 
+// Mixed precision (issue 34): C = alpha op(A) op(B) + beta C (+ bias(j) on
+// every row when bias is given) with A, B and C each float or bf16, every
+// product and sum in float32, and one rounding per element of a bf16 C.
+// bf16 operands are widened a panel of rows at a time (at most about 4 MiB of
+// float32 each) and the panels go through matmul<float>, the host BLAS or the
+// device's; so a product that is not memory-bound runs at the float rate, and
+// the scratch does not grow with the sequence. Panels follow the rows of C
+// when A is not transposed, and the inner dimension when A is transposed and
+// B is not (the weight gradients X^T dY); other shapes widen whole operands.
+template <class TA, class TB, class TC>
+void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c,
+                  float alpha = 1.0f, float beta = 0.0f, In1<float> bias = In1<float>());
+
 // Makes a multithreaded (pthreads) host BLAS run one thread per call: large
 // host products are split over Kokkos' own threads, each calling the BLAS on
 // its block (one pool of threads, not two). Runtime calls it at start (ops

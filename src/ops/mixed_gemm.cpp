@@ -1,0 +1,136 @@
+// mixed_matmul (ops/gemm.hpp): bf16 operands widened a panel at a time, the
+// panels multiplied by matmul<float>, a bf16 result rounded once.
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/shape.hpp"
+#include "reformer/ops/gemm.hpp"
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
+namespace reformer::ops {
+namespace {
+
+// Elements of one widened panel (4 MiB of float32).
+constexpr Index kPanelElements = Index(1) << 20;
+
+template <class T>
+constexpr bool is_float = std::is_same<T, float>::value;
+
+// Rows [begin, end) of `from` in float32: a view of them when they are float
+// already, otherwise widened into `scratch` (reallocated when too small).
+template <class T>
+In2<float> float_rows(In2<T> from, Index begin, Index end, View2<float>& scratch) {
+  const auto rows = Kokkos::subview(from, std::make_pair(begin, end), Kokkos::ALL);
+  if constexpr (is_float<T>) {
+    return rows;
+  } else {
+    const Index n = end - begin, d = from.extent(1);
+    if (Index(scratch.extent(0)) < n || Index(scratch.extent(1)) != d)
+      scratch =
+          View2<float>(Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), n, d);
+    const auto out = Kokkos::subview(scratch, std::make_pair(Index(0), n), Kokkos::ALL);
+    Kokkos::parallel_for(
+        "mixed_matmul_widen", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, d}),
+        KOKKOS_LAMBDA(Index i, Index j) { out(i, j) = load(rows(i, j)); });
+    return out;
+  }
+}
+
+// c(r, j) = round(f(r, j) + bias(j)) for the rows of a float panel f written
+// into rows [begin, begin + f.extent(0)) of c (bias may be empty; c may be f).
+template <class TC>
+void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
+  const Index n = f.extent(0), d = f.extent(1);
+  const bool has_bias = bias.extent(0) > 0;
+  if (is_float<TC> && !has_bias) return;
+  Kokkos::parallel_for(
+      "mixed_matmul_finish", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, d}),
+      KOKKOS_LAMBDA(Index i, Index j) {
+        c(begin + i, j) = store<TC>(f(i, j) + (has_bias ? bias(j) : 0.0f));
+      });
+}
+
+// Rows [begin, end) of C as a float panel to compute into: C itself when it
+// is float, otherwise `scratch`, widened from C only when beta reads it.
+template <class TC>
+View2<float> float_output(View2<TC> c, Index begin, Index end, float beta, View2<float>& scratch) {
+  if constexpr (is_float<TC>) {
+    return Kokkos::subview(c, std::make_pair(begin, end), Kokkos::ALL);
+  } else {
+    const Index n = end - begin, d = c.extent(1);
+    if (beta != 0.0f) {
+      const In2<float> widened = float_rows<TC>(c, begin, end, scratch);
+      return View2<float>(const_cast<float*>(widened.data()), n, d);
+    }
+    if (Index(scratch.extent(0)) < n || Index(scratch.extent(1)) != d)
+      scratch =
+          View2<float>(Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), n, d);
+    return View2<float>(scratch.data(), n, d);
+  }
+}
+
+}  // namespace
+
+template <class TA, class TB, class TC>
+void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, float alpha,
+                  float beta, In1<float> bias) {
+  const char* op = "mixed_matmul";
+  const Index m = c.extent(0), n = c.extent(1);
+  const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
+  if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, n);
+  const Index a_rows = trans_a == Trans::No ? a.extent(0) : a.extent(1);
+  const Index b_inner = trans_b == Trans::No ? b.extent(0) : b.extent(1);
+  const Index b_cols = trans_b == Trans::No ? b.extent(1) : b.extent(0);
+  require<ShapeError>(a_rows == m && b_inner == k && b_cols == n && m > 0 && n > 0 && k > 0, op,
+                      ": op(A) is [", a_rows, ", ", k, "], op(B) is [", b_inner, ", ", b_cols,
+                      "] and C is ", shape_string(c),
+                      "; C = op(A) op(B) needs [m, k] x [k, n] = [m, n], every dimension positive");
+  View2<float> scratch_a, scratch_b, scratch_c;
+  if (trans_a == Trans::No) {
+    // Panels of C's rows: B widened once, A and C a panel at a time.
+    const In2<float> bf = float_rows<TB>(b, 0, b.extent(0), scratch_b);
+    const Index panel = std::max<Index>(64, kPanelElements / std::max<Index>(k + n, 1));
+    for (Index r0 = 0; r0 < m; r0 += panel) {
+      const Index r1 = std::min(m, r0 + panel);
+      const In2<float> af = float_rows<TA>(a, r0, r1, scratch_a);
+      const View2<float> cf = float_output<TC>(c, r0, r1, beta, scratch_c);
+      matmul<float>(af, Trans::No, bf, trans_b, cf, alpha, beta);
+      finish_rows<TC>(cf, bias, c, r0);
+    }
+    return;
+  }
+  // op(A) = A^T: the product sums over A's rows. With B not transposed, B's rows
+  // are the same index: panels of it, summed into one float C.
+  const View2<float> cf = float_output<TC>(c, 0, m, beta, scratch_c);
+  if (trans_b == Trans::No) {
+    const Index panel =
+        std::max<Index>(64, kPanelElements / std::max<Index>(Index(a.extent(1)) + n, 1));
+    for (Index p0 = 0; p0 < k; p0 += panel) {
+      const Index p1 = std::min(k, p0 + panel);
+      const In2<float> af = float_rows<TA>(a, p0, p1, scratch_a);
+      const In2<float> bf = float_rows<TB>(b, p0, p1, scratch_b);
+      matmul<float>(af, Trans::Yes, bf, Trans::No, cf, alpha, p0 == 0 ? beta : 1.0f);
+    }
+  } else {
+    const In2<float> af = float_rows<TA>(a, 0, a.extent(0), scratch_a);
+    const In2<float> bf = float_rows<TB>(b, 0, b.extent(0), scratch_b);
+    matmul<float>(af, Trans::Yes, bf, Trans::Yes, cf, alpha, beta);
+  }
+  finish_rows<TC>(cf, bias, c, 0);
+}
+
+#define REFORMER_INSTANTIATE_MIXED(TA, TB, TC)                                                    \
+  template void mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, float, \
+                                         In1<float>);
+REFORMER_INSTANTIATE_MIXED(bf16, float, bf16)
+REFORMER_INSTANTIATE_MIXED(bf16, float, float)
+REFORMER_INSTANTIATE_MIXED(bf16, bf16, float)
+REFORMER_INSTANTIATE_MIXED(bf16, bf16, bf16)
+REFORMER_INSTANTIATE_MIXED(float, bf16, float)
+REFORMER_INSTANTIATE_MIXED(float, bf16, bf16)
+REFORMER_INSTANTIATE_MIXED(float, float, bf16)
+REFORMER_INSTANTIATE_MIXED(float, float, float)
+
+}  // namespace reformer::ops
