@@ -20,6 +20,12 @@
 // Chunks are launched round by round and in colours whose windows do not
 // overlap, so no two threads ever add into the same row: no atomics, and the
 // same sums in the same order for every backend and thread count.
+//
+// Mixed precision (core/precision.hpp): q, k, v, the outputs and the gradients
+// are T (bf16 or float) in memory; the scratch tiles, every score, softmax and
+// product, the logsumexps and D are compute_t<T> (float32). A bf16 gradient
+// row gets one rounding per launch that adds into it (a key is in at most
+// (n_before + 1) * rounds windows).
 #pragma once
 
 #include "reformer/attention/masks.hpp"
@@ -53,6 +59,7 @@ struct ChunkWindow {
 // Inputs of the chunked kernels. Q, K, V are [batch, length, heads, d_head].
 template <class T>
 struct ChunkedInputs {
+  using C = compute_t<T>;
   Kokkos::View<const T****, Layout, MemSpace> q, k, v;
   // perm(bh, s): original position of sorted item s. Empty: identity.
   Kokkos::View<const int**, Layout, MemSpace> perm;
@@ -60,8 +67,8 @@ struct ChunkedInputs {
   // the duplicate-attention correction; empty otherwise.
   Kokkos::View<const int**, Layout, MemSpace> undo;
   // Per-key scale [batch, length, heads] (LSH key normalisation). Empty: key_scale_constant.
-  Kokkos::View<const T***, Layout, MemSpace> key_scale;
-  T key_scale_constant = T(1);
+  Kokkos::View<const C***, Layout, MemSpace> key_scale;
+  C key_scale_constant = C(1);
   Kokkos::View<const int**, Layout, MemSpace> key_valid;  // [batch, length] or empty
   bool causal = false;
   bool self_mask = false;             // LSH: own position gets MaskValues::self
@@ -76,7 +83,7 @@ struct ChunkedInputs {
   KOKKOS_INLINE_FUNCTION Index position(Index bh, Index s) const {
     return perm.extent(0) ? Index(perm(bh, s)) : s;
   }
-  KOKKOS_INLINE_FUNCTION T scale_of(Index b, Index pos, Index h) const {
+  KOKKOS_INLINE_FUNCTION C scale_of(Index b, Index pos, Index h) const {
     return key_scale.extent(0) ? key_scale(b, pos, h) : key_scale_constant;
   }
   // LSH with padding: the number of real (unpadded) items of each batch row in
@@ -137,14 +144,14 @@ struct ChunkedInputs {
   // Applies the masks to the scaled dot product of query position pq and key
   // position pk. `constant` is set when the score was replaced by a mask
   // value, through which no gradient flows.
-  KOKKOS_INLINE_FUNCTION T mask_score(Index b, Index bh, Index pq, Index pk, T dot,
+  KOKKOS_INLINE_FUNCTION C mask_score(Index b, Index bh, Index pq, Index pk, C dot,
                                       bool& constant) const {
     constant = true;
-    if (self_mask && pq == pk) return T(MaskValues<T>::self);
+    if (self_mask && pq == pk) return C(MaskValues<C>::self);
     if ((causal && pk > pq) || (key_valid.extent(0) && key_valid(b, pk) == 0))
-      return T(MaskValues<T>::masked);
+      return C(MaskValues<C>::masked);
     constant = false;
-    if (duplicate_correction) dot -= compat::log(T(shared_windows(bh, pq, pk)));
+    if (duplicate_correction) dot -= compat::log(C(shared_windows(bh, pq, pk)));
     return dot;
   }
   // Masks a row of dot products with the window's keys (posk[t] < 0: absent
@@ -153,28 +160,28 @@ struct ChunkedInputs {
   // duplicate correction the loop has no branches and vectorises.
   template <bool kGradMask>
   KOKKOS_INLINE_FUNCTION void mask_row(Index b, Index bh, Index pq, const int* posk, Index w,
-                                       T* row, T* grad_mask) const {
+                                       C* row, C* grad_mask) const {
     if (!duplicate_correction && key_valid.extent(0) == 0) {
-      const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+      const C self_value = C(MaskValues<C>::self), masked_value = C(MaskValues<C>::masked);
       for (Index t = 0; t < w; ++t) {
         const Index pk = posk[t];
         const bool absent = pk < 0, self = self_mask && pk == pq, future = causal && pk > pq;
-        row[t] = absent ? T(-1e30) : self ? self_value : future ? masked_value : row[t];
-        if (kGradMask) grad_mask[t] = absent || self || future ? T(0) : T(1);
+        row[t] = absent ? C(-1e30) : self ? self_value : future ? masked_value : row[t];
+        if (kGradMask) grad_mask[t] = absent || self || future ? C(0) : C(1);
       }
       return;
     }
     for (Index t = 0; t < w; ++t) {
       bool constant = true;
-      row[t] = posk[t] < 0 ? T(-1e30) : mask_score(b, bh, pq, posk[t], row[t], constant);
-      if (kGradMask) grad_mask[t] = constant ? T(0) : T(1);
+      row[t] = posk[t] < 0 ? C(-1e30) : mask_score(b, bh, pq, posk[t], row[t], constant);
+      if (kGradMask) grad_mask[t] = constant ? C(0) : C(1);
     }
   }
-  KOKKOS_INLINE_FUNCTION T drop_factor(Index bh, Index s, Index slot) const {
-    if (dropout.rate == 0.0) return T(1);
+  KOKKOS_INLINE_FUNCTION C drop_factor(Index bh, Index s, Index slot) const {
+    if (dropout.rate == 0.0) return C(1);
     const std::uint64_t index = (std::uint64_t(bh) * window.items + s) * window.slots() + slot;
-    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? T(1.0 / (1.0 - dropout.rate))
-                                                                : T(0);
+    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? C(1.0 / (1.0 - dropout.rate))
+                                                                : C(0);
   }
 };
 
@@ -205,15 +212,16 @@ template <class T>
 struct ChunkTiles {
   Index c = 0, w = 0, d = 0;
   KOKKOS_INLINE_FUNCTION ChunkTiles(const ChunkWindow& window, Index d_head) {
-    constexpr Index cols = TileTraits<T>::block_cols;
+    constexpr Index cols = TileTraits<compute_t<T>>::block_cols;
     c = window.chunk;
     w = (window.slots() + cols - 1) / cols * cols;
-    d = TileTraits<T>::pad_columns(d_head);
+    d = TileTraits<compute_t<T>>::pad_columns(d_head);
   }
 };
 
-// Gathers rows [0, n) of a tile: row r is factor * the d values at source(r,
-// factor) (nullptr: a zero row), then zeros up to d_pad columns; written as
+// Gathers rows [0, n) of a tile of C (the compute type): row r is factor * the
+// d values at source(r, factor) (nullptr: a zero row; any storage type, loaded
+// into C), then zeros up to d_pad columns; written as
 // rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
 // The transposed copy takes 8 rows at a time, so that each column of the
 // group is one contiguous run of 8 stores instead of 8 stores n apart.
@@ -221,9 +229,10 @@ template <class T, class Source>
 KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
                                         Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
   constexpr Index G = 8;
+  using From = std::remove_reference_t<decltype(*source(Index(0), std::declval<T&>()))>;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (n + G - 1) / G), [&](Index group) {
     const Index first = group * G, count = first + G <= n ? G : n - first;
-    const T* from[G];
+    From* from[G];
     T factor[G];
     for (Index u = 0; u < G; ++u) {
       factor[u] = T(1);
@@ -233,14 +242,14 @@ KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d
       for (Index u = 0; u < count; ++u) {
         T* to = &rows(first + u, 0);
         if (from[u])
-          for (Index c = 0; c < d; ++c) to[c] = from[u][c] * factor[u];
+          for (Index c = 0; c < d; ++c) to[c] = load(from[u][c]) * factor[u];
         else
           for (Index c = 0; c < d; ++c) to[c] = T(0);
         for (Index c = d; c < d_pad; ++c) to[c] = T(0);
       }
     if (cols.extent(0)) {
       // Absent rows read a zero row with factor 0 (no branch in the loop).
-      const T zeros[1] = {T(0)};
+      From zeros[1] = {store<std::remove_const_t<From>>(0)};
       Index step[G];
       for (Index u = 0; u < G; ++u) {
         step[u] = from[u] ? 1 : 0;
@@ -251,7 +260,7 @@ KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d
       }
       for (Index c = 0; c < d; ++c) {
         T* to = &cols(c, first);
-        for (Index u = 0; u < count; ++u) to[u] = from[u][c * step[u]] * factor[u];
+        for (Index u = 0; u < count; ++u) to[u] = load(from[u][c * step[u]]) * factor[u];
       }
       for (Index c = d; c < d_pad; ++c)
         for (Index u = 0; u < count; ++u) cols(c, first + u) = T(0);
@@ -277,36 +286,39 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
     posk(t) = item < 0 ? -1 : int(in.position(bh, item));
   });
   team.team_barrier();
-  gather_rows<T>(
+  gather_rows<compute_t<T>>(
       team, tile.c, dh, tile.d,
-      [&](Index i, T&) { return posq(i) < 0 ? nullptr : &in.q(b, posq(i), h, 0); }, q_rows, Rows());
-  gather_rows<T>(
+      [&](Index i, compute_t<T>&) { return posq(i) < 0 ? nullptr : &in.q(b, posq(i), h, 0); },
+      q_rows, Rows());
+  gather_rows<compute_t<T>>(
       team, tile.w, dh, tile.d,
-      [&](Index t, T& factor) {
+      [&](Index t, compute_t<T>& factor) {
         if (posk(t) < 0) return static_cast<const T*>(nullptr);
         factor = in.scale_of(b, posk(t), h);
         return &in.k(b, posk(t), h, 0);
       },
       k_rows, k_cols);
-  gather_rows<T>(
+  gather_rows<compute_t<T>>(
       team, tile.w, dh, tile.d,
-      [&](Index t, T&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); }, v_rows, v_cols);
+      [&](Index t, compute_t<T>&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
+      v_rows, v_cols);
   team.team_barrier();
 }
 
 // Forward (one team per query chunk): out and lse of every query item.
 template <class T>
 struct ChunkedForward {
+  using C = compute_t<T>;
   ChunkedInputs<T> in;
   ItemView<T> out;
-  ItemScalars<T> lse;
-  int level = 0;  // scratch level, from scratch_bytes()
+  ItemScalars<C> lse;  // compute precision
+  int level = 0;       // scratch level, from scratch_bytes()
 
   size_t scratch_bytes() const {
     const ChunkTiles<T> tile(in.window, in.d_head);
-    return Scratch2<T>::shmem_size(tile.c, tile.d) + Scratch2<T>::shmem_size(tile.d, tile.w) +
-           Scratch2<T>::shmem_size(tile.w, tile.d) + Scratch2<T>::shmem_size(tile.c, tile.w) +
-           ScratchVector<T>::shmem_size(tile.c) + ScratchInts::shmem_size(tile.c) +
+    return Scratch2<C>::shmem_size(tile.c, tile.d) + Scratch2<C>::shmem_size(tile.d, tile.w) +
+           Scratch2<C>::shmem_size(tile.w, tile.d) + Scratch2<C>::shmem_size(tile.c, tile.w) +
+           ScratchVector<C>::shmem_size(tile.c) + ScratchInts::shmem_size(tile.c) +
            ScratchInts::shmem_size(tile.w);
   }
 
@@ -317,27 +329,27 @@ struct ChunkedForward {
     const Index qc = team.league_rank() % n_chunks, bh = team.league_rank() / n_chunks;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, tile.c, tile.d), kt(scratch, tile.d, tile.w),
+    Scratch2<C> qs(scratch, tile.c, tile.d), kt(scratch, tile.d, tile.w),
         vs(scratch, tile.w, tile.d), s(scratch, tile.c, tile.w);
-    ScratchVector<T> inverse_sum(scratch, tile.c);
+    ScratchVector<C> inverse_sum(scratch, tile.c);
     ScratchInts posq(scratch, tile.c), posk(scratch, tile.w);
-    Scratch2<T> none;
+    Scratch2<C> none;
     load_window<T>(team, in, tile, bh, qc, posq, posk, qs, none, kt, vs, none);
     // S = Q K^T
     team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,
                          &kt(0, 0), tile.w);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-      T* row = &s(i, 0);
+      C* row = &s(i, 0);
       const Index pq = posq(i), item = qc * c + i;
       in.template mask_row<false>(b, bh, pq, &posk(0), tile.w, row, nullptr);
       // Online softmax of the window: o = sum_t exp(s_t - m) drop_t v_t / sum_t exp(s_t - m).
-      const T m = max_values(row, tile.w);
+      const C m = max_values(row, tile.w);
       for (Index t = 0; t < tile.w; ++t) row[t] = softmax_weight(row[t] - m);
-      const T sum = sum_values(row, tile.w);
+      const C sum = sum_values(row, tile.w);
       if (in.dropout.rate > 0.0)
         for (Index t = 0; t < w; ++t) row[t] *= in.drop_factor(bh, item, t);
-      inverse_sum(i) = T(1) / sum;
+      inverse_sum(i) = C(1) / sum;
       lse(b, item, h) = m + compat::log(sum);
     });
     team.team_barrier();
@@ -347,9 +359,9 @@ struct ChunkedForward {
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* o = &out(b, qc * c + i, h, 0);
-      const T* from = &qs(i, 0);
-      const T inverse = inverse_sum(i);
-      for (Index d = 0; d < dh; ++d) o[d] = from[d] * inverse;
+      const C* from = &qs(i, 0);
+      const C inverse = inverse_sum(i);
+      for (Index d = 0; d < dh; ++d) o[d] = store<T>(from[d] * inverse);
     });
   }
 };
@@ -363,9 +375,10 @@ struct ChunkedForward {
 // which the team adds one window chunk at a time.
 template <class T>
 struct ChunkedBackward {
+  using C = compute_t<T>;
   ChunkedInputs<T> in;
   // Per position: LSE_i, D_i [batch, length, heads]; dout, dq, dk, dv [batch, length, heads, d].
-  ItemScalars<const T> lse, delta;
+  ItemScalars<const C> lse, delta;  // compute precision
   ItemView<const T> dout;
   ItemView<T> dq, dk_scaled, dv;
   Index first_chunk = 0, chunk_stride = 1, chunks = 0;  // the query chunks of this launch
@@ -373,9 +386,9 @@ struct ChunkedBackward {
 
   size_t scratch_bytes() const {
     const ChunkTiles<T> tile(in.window, in.d_head);
-    return 2 * Scratch2<T>::shmem_size(tile.c, tile.d) +
-           2 * Scratch2<T>::shmem_size(tile.d, tile.w) + Scratch2<T>::shmem_size(tile.w, tile.d) +
-           3 * Scratch2<T>::shmem_size(tile.c, tile.w) + ScratchInts::shmem_size(tile.c) +
+    return 2 * Scratch2<C>::shmem_size(tile.c, tile.d) +
+           2 * Scratch2<C>::shmem_size(tile.d, tile.w) + Scratch2<C>::shmem_size(tile.w, tile.d) +
+           3 * Scratch2<C>::shmem_size(tile.c, tile.w) + ScratchInts::shmem_size(tile.c) +
            ScratchInts::shmem_size(tile.w);
   }
 
@@ -385,16 +398,16 @@ struct ChunkedBackward {
     const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
     const Index bh = team.league_rank() / chunks, b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qs(scratch, tile.c, tile.d), dos(scratch, tile.c, tile.d),
+    Scratch2<C> qs(scratch, tile.c, tile.d), dos(scratch, tile.c, tile.d),
         kt(scratch, tile.d, tile.w), vt(scratch, tile.d, tile.w), ks(scratch, tile.w, tile.d),
         s(scratch, tile.c, tile.w), dp(scratch, tile.c, tile.w),
         grad_masks(scratch, tile.c, tile.w);
     ScratchInts posq(scratch, tile.c), posk(scratch, tile.w);
-    Scratch2<T> none;
+    Scratch2<C> none;
     load_window<T>(team, in, tile, bh, qc, posq, posk, qs, ks, kt, none, vt);
-    gather_rows<T>(
+    gather_rows<C>(
         team, tile.c, dh, tile.d,
-        [&](Index i, T&) { return posq(i) < 0 ? nullptr : &dout(b, posq(i), h, 0); }, dos, none);
+        [&](Index i, C&) { return posq(i) < 0 ? nullptr : &dout(b, posq(i), h, 0); }, dos, none);
     team.team_barrier();
     // S = Q K^T, dP = dout V^T.
     team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,
@@ -404,22 +417,22 @@ struct ChunkedBackward {
     team.team_barrier();
     // Rows are queries: s <- dropout(P), dp <- dscore.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
-      T* row = &s(i, 0);
-      T* drow = &dp(i, 0);
+      C* row = &s(i, 0);
+      C* drow = &dp(i, 0);
       const Index pq = posq(i), item = qc * c + i;
-      const T l = lse(b, pq, h), base = delta(b, pq, h);
-      T* grad_mask = &grad_masks(i, 0);
+      const C l = lse(b, pq, h), base = delta(b, pq, h);
+      C* grad_mask = &grad_masks(i, 0);
       in.template mask_row<true>(b, bh, pq, &posk(0), tile.w, row, grad_mask);
       if (in.dropout.rate == 0.0) {
         for (Index t = 0; t < tile.w; ++t) {
-          const T p = softmax_weight(row[t] - l);
+          const C p = softmax_weight(row[t] - l);
           drow[t] = p * grad_mask[t] * (drow[t] - base);
           row[t] = p;
         }
       } else {
         for (Index t = 0; t < tile.w; ++t) {
-          const T p = softmax_weight(row[t] - l);
-          const T drop = t < in.window.slots() ? in.drop_factor(bh, item, t) : T(0);
+          const C p = softmax_weight(row[t] - l);
+          const C drop = t < in.window.slots() ? in.drop_factor(bh, item, t) : C(0);
           drow[t] = p * grad_mask[t] * (drop * drow[t] - base);
           row[t] = p * drop;
         }
@@ -427,20 +440,20 @@ struct ChunkedBackward {
     });
     team.team_barrier();
     // dQ = dS K into K^T's tile, dK = dS^T Q into V^T's tile (both read no more).
-    Scratch2<T> dqs(kt.data(), tile.c, tile.d), dks(vt.data(), tile.w, tile.d);
+    Scratch2<C> dqs(kt.data(), tile.c, tile.d), dks(vt.data(), tile.w, tile.d);
     team_multiply<false>(team, tile.c, tile.d, tile.w, dqs.data(), tile.d, &dp(0, 0), tile.w, 1,
                          &ks(0, 0), tile.d);
     team_multiply<false>(team, tile.w, tile.d, tile.c, dks.data(), tile.d, &dp(0, 0), 1, tile.w,
                          &qs(0, 0), tile.d);
     team.team_barrier();
     // dV = dropout(P)^T dout into K's tile; dq rows added by position.
-    Scratch2<T> dvs(ks.data(), tile.w, tile.d);
+    Scratch2<C> dvs(ks.data(), tile.w, tile.d);
     team_multiply<false>(team, tile.w, tile.d, tile.c, dvs.data(), tile.d, &s(0, 0), 1, tile.w,
                          &dos(0, 0), tile.d);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](Index i) {
       T* to = &dq(b, posq(i), h, 0);
-      const T* from = &dqs(i, 0);
-      for (Index d = 0; d < dh; ++d) to[d] += from[d];
+      const C* from = &dqs(i, 0);
+      for (Index d = 0; d < dh; ++d) to[d] = store<T>(load(to[d]) + from[d]);
     });
     // Columns are keys: one chunk of the window at a time (with several
     // rounds, a window can hold the same position twice, once per round).
@@ -453,8 +466,8 @@ struct ChunkedBackward {
         T* to_k = &dk_scaled(b, pk, h, 0);
         T* to_v = &dv(b, pk, h, 0);
         for (Index d = 0; d < dh; ++d) {
-          to_k[d] += dks(t, d);
-          to_v[d] += dvs(t, d);
+          to_k[d] = store<T>(load(to_k[d]) + dks(t, d));
+          to_v[d] = store<T>(load(to_v[d]) + dvs(t, d));
         }
       });
     }
@@ -472,15 +485,16 @@ void run_forward_chunks(const char* label, ChunkedForward<T> kernel, Index batch
 
 // delta = dout . out per (batch, position, head).
 template <class T>
-void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<T> out) {
+void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<compute_t<T>> out) {
+  using C = compute_t<T>;
   const Index n = a.extent(0) * a.extent(1) * a.extent(2), dh = a.extent(3);
   auto fa = Kokkos::View<const T**, Layout, MemSpace>(a.data(), n, dh);
   auto fb = Kokkos::View<const T**, Layout, MemSpace>(b.data(), n, dh);
-  auto fo = Kokkos::View<T*, Layout, MemSpace>(out.data(), n);
+  auto fo = Kokkos::View<C*, Layout, MemSpace>(out.data(), n);
   Kokkos::parallel_for(
       "attention_item_dot", range(n), KOKKOS_LAMBDA(Index i) {
-        T sum = 0;
-        for (Index d = 0; d < dh; ++d) sum += fa(i, d) * fb(i, d);
+        C sum = 0;
+        for (Index d = 0; d < dh; ++d) sum += load(fa(i, d)) * load(fb(i, d));
         fo(i) = sum;
       });
 }
@@ -491,12 +505,12 @@ void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<T> out) {
 // n_before + 1 colours (chunk index mod n_before + 1), whose windows do not
 // overlap.
 template <class T>
-void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const T> lse,
-                      ItemScalars<const T> delta, ItemView<const T> dout, ItemView<T> dq,
+void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>> lse,
+                      ItemScalars<const compute_t<T>> delta, ItemView<const T> dout, ItemView<T> dq,
                       ItemView<T> dk_scaled, ItemView<T> dv) {
-  Kokkos::deep_copy(dq, T(0));
-  Kokkos::deep_copy(dk_scaled, T(0));
-  Kokkos::deep_copy(dv, T(0));
+  Kokkos::deep_copy(dq, store<T>(0));
+  Kokkos::deep_copy(dk_scaled, store<T>(0));
+  Kokkos::deep_copy(dv, store<T>(0));
   const Index batch = dout.extent(0), per_round = in.window.n_chunks / in.rounds;
   const Index colours = in.window.n_before + 1;
   const Index boundary = in.window.wrap ? std::min(in.window.n_before, per_round) : 0;

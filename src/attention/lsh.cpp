@@ -35,8 +35,10 @@ void check_length(const char* op, const LshAttentionConfig& config, Index length
 // projection loop runs over contiguous rotation columns so that it vectorises.
 template <class T>
 struct HashKernel {
+  using C = compute_t<T>;
   static constexpr Index kRows = 32;
-  Kokkos::View<const T****, Layout, MemSpace> qk, rot;
+  Kokkos::View<const T****, Layout, MemSpace> qk;
+  Kokkos::View<const C****, Layout, MemSpace> rot;
   Kokkos::View<const int**, Layout, MemSpace> key_valid;
   IntView2 buckets;
   Index length, heads, rounds, d_head, width, factors, b1, b2;
@@ -44,7 +46,7 @@ struct HashKernel {
 
   Index row_blocks() const { return (length + kRows - 1) / kRows; }
   size_t scratch_bytes() const {
-    return ScratchMatrix<T>::shmem_size(d_head, width) + ScratchMatrix<T>::shmem_size(kRows, width);
+    return ScratchMatrix<C>::shmem_size(d_head, width) + ScratchMatrix<C>::shmem_size(kRows, width);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -52,7 +54,7 @@ struct HashKernel {
     const Index block = team.league_rank() % blocks, r = team.league_rank() / blocks % rounds;
     const Index bh = team.league_rank() / (blocks * rounds), b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    ScratchMatrix<T> rt(scratch, d_head, width), proj(scratch, kRows, width);
+    ScratchMatrix<C> rt(scratch, d_head, width), proj(scratch, kRows, width);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
       for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
     });
@@ -64,13 +66,13 @@ struct HashKernel {
         buckets(bh, r * length + i) = int(b1 * b2);
         return;
       }
-      T* p = &proj(row, 0);
+      C* p = &proj(row, 0);
       for (Index c = 0; c < width; ++c) p[c] = 0;
       accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
       Index combined = 0, stride = 1, column = 0;
       for (Index f = 0; f < factors; ++f) {
         const Index nb = f == 0 ? b1 : b2, half = nb / 2;
-        T best = p[column];
+        C best = p[column];
         Index arg = 0;
         for (Index c = 0; c < half; ++c) {
           if (p[column + c] > best) best = p[column + c], arg = c;
@@ -281,7 +283,8 @@ void check_plan(const char* op, const LshPlan& plan, Index batch, Index length, 
 }
 
 template <class T>
-detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshPlan& plan, In3<T> key_scale,
+detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshPlan& plan,
+                                        In3<compute_t<T>> key_scale,
                                         const LshAttentionConfig& config,
                                         const AttentionCall& call) {
   const Index length = qk.extent(1), rounds = config.n_hashes;
@@ -368,7 +371,7 @@ void lsh_random_rotations(RandomKey key, View4<T> rotations) {
 }
 
 template <class T>
-void lsh_build_plan(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
+void lsh_build_plan(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
                     const MaskOptions& masks, LshPlan& plan, Workspace& workspace) {
   const char* op = "lsh_build_plan";
   require_nonempty(op, "qk", qk);
@@ -451,7 +454,8 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
 template <class T>
 void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
                            const LshAttentionConfig& config, const AttentionCall& call,
-                           View4<T> out, View3<T> lse, Workspace& workspace) {
+                           View4<T> out, View3<compute_t<T>> lse, Workspace& workspace) {
+  using C = compute_t<T>;
   const char* op = "lsh_attention_forward";
   check_call<T>(op, qk, v, plan, config, call);
   require_same_shape(op, "qk", qk, "out", out);
@@ -459,9 +463,9 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
   const Index dh = qk.extent(3), rounds = config.n_hashes, items = rounds * length;
   detail::check_lse(op, lse, qk);
   Workspace::Frame frame(workspace);
-  auto key_scale = frame.take<View3<T>>(batch, length, heads);
+  auto key_scale = frame.take<View3<C>>(batch, length, heads);
   auto out_sorted = frame.take<View4<T>>(batch, items, heads, dh);
-  auto lse_sorted = frame.take<View3<T>>(batch, items, heads);
+  auto lse_sorted = frame.take<View3<C>>(batch, items, heads);
   shared_key_scale<T>(qk, key_scale);
   const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
   detail::run_forward_chunks("lsh_attention_chunks",
@@ -473,30 +477,37 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
       "lsh_combine_rounds", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const Index bh = b * heads + h;
-        T m = lse_sorted(b, undo(bh, i), h);
+        C m = lse_sorted(b, undo(bh, i), h);
         for (Index r = 1; r < rounds; ++r)
           m = compat::fmax(m, lse_sorted(b, undo(bh, r * length + i), h));
-        T total = 0;
+        C total = 0;
         for (Index r = 0; r < rounds; ++r)
           total += compat::exp(lse_sorted(b, undo(bh, r * length + i), h) - m);
         // Weights relative to the largest round, so that rounds with equal
         // logsumexps get exactly equal weights whatever their magnitude.
-        const T inverse = T(1) / total;
-        T* o = &out(b, i, h, 0);
-        for (Index d = 0; d < dh; ++d) o[d] = 0;
+        // Each output element is summed over the rounds in registers and
+        // rounded once.
+        const C inverse = C(1) / total;
+        C w[kMaxHashes];
+        const T* os[kMaxHashes];
         for (Index r = 0; r < rounds; ++r) {
           const Index s = undo(bh, r * length + i);
-          const T w = compat::exp(lse_sorted(b, s, h) - m) * inverse;
-          const T* os = &out_sorted(b, s, h, 0);
-          for (Index d = 0; d < dh; ++d) o[d] += w * os[d];
+          w[r] = compat::exp(lse_sorted(b, s, h) - m) * inverse;
+          os[r] = &out_sorted(b, s, h, 0);
+        }
+        T* o = &out(b, i, h, 0);
+        for (Index d = 0; d < dh; ++d) {
+          C sum = 0;
+          for (Index r = 0; r < rounds; ++r) sum += w[r] * load(os[r][d]);
+          o[d] = store<T>(sum);
         }
         lse(b, i, h) = m + compat::log(total);
       });
 }
 
 template <class T>
-void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out, In3<T> lse,
-                            In4<T> dout, const LshAttentionConfig& config,
+void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out,
+                            In3<compute_t<T>> lse, In4<T> dout, const LshAttentionConfig& config,
                             const AttentionCall& call, View4<T> dqk, View4<T> dv,
                             Workspace& workspace) {
   const char* op = "lsh_attention_backward";
@@ -509,8 +520,8 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
   const Index dh = qk.extent(3);
   detail::check_lse(op, lse, qk);
   Workspace::Frame frame(workspace);
-  auto key_scale = frame.take<View3<T>>(batch, length, heads);
-  auto delta = frame.take<View3<T>>(batch, length, heads);
+  auto key_scale = frame.take<View3<compute_t<T>>>(batch, length, heads);
+  auto delta = frame.take<View3<compute_t<T>>>(batch, length, heads);
   auto dk = frame.take<View4<T>>(batch, length, heads, dh);
   shared_key_scale<T>(qk, key_scale);
   detail::item_dot<T>(dout, out, delta);
@@ -572,20 +583,23 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                        kernel);
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                   \
-  template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                     \
-                                      Kokkos::View<const int***, Layout, MemSpace>,               \
-                                      Kokkos::View<const Index*, Layout, MemSpace>, Index,        \
-                                      const LshAttentionConfig&, View3<T>, Workspace&, Index);    \
-  template void lsh_random_rotations<T>(RandomKey, View4<T>);                                     \
-  template void lsh_build_plan<T>(In4<T>, In4<T>, const LshAttentionConfig&, const MaskOptions&,  \
-                                  LshPlan&, Workspace&);                                          \
-  template void lsh_attention_forward<T>(In4<T>, In4<T>, const LshPlan&,                          \
-                                         const LshAttentionConfig&, const AttentionCall&,         \
-                                         View4<T>, View3<T>, Workspace&);                         \
-  template void lsh_attention_backward<T>(In4<T>, In4<T>, const LshPlan&, In4<T>, In3<T>, In4<T>, \
-                                          const LshAttentionConfig&, const AttentionCall&,        \
-                                          View4<T>, View4<T>, Workspace&);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE_STEP(T)                                                           \
+  template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                  \
+                                      Kokkos::View<const int***, Layout, MemSpace>,            \
+                                      Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
+                                      const LshAttentionConfig&, View3<T>, Workspace&, Index); \
+  template void lsh_random_rotations<T>(RandomKey, View4<T>);
+REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE_STEP)
+
+#define REFORMER_INSTANTIATE(T)                                                                 \
+  template void lsh_build_plan<T>(In4<T>, In4<compute_t<T>>, const LshAttentionConfig&,         \
+                                  const MaskOptions&, LshPlan&, Workspace&);                    \
+  template void lsh_attention_forward<T>(In4<T>, In4<T>, const LshPlan&,                        \
+                                         const LshAttentionConfig&, const AttentionCall&,       \
+                                         View4<T>, View3<compute_t<T>>, Workspace&);            \
+  template void lsh_attention_backward<T>(In4<T>, In4<T>, const LshPlan&, In4<T>,               \
+                                          In3<compute_t<T>>, In4<T>, const LshAttentionConfig&, \
+                                          const AttentionCall&, View4<T>, View4<T>, Workspace&);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

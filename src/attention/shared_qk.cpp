@@ -9,30 +9,33 @@ constexpr double kNormEps = 1e-6;
 }  // namespace
 
 template <class T>
-void shared_key_scale(In4<T> qk, View3<T> scale) {
+void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale) {
+  using C = compute_t<T>;
   const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
   Kokkos::parallel_for(
       "shared_key_scale", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        T sq = 0;
-        for (Index d = 0; d < dh; ++d) sq += qk(b, i, h, d) * qk(b, i, h, d);
-        scale(b, i, h) = T(1) / compat::sqrt(sq / dh + T(kNormEps)) / compat::sqrt(T(dh));
+        C sq = 0;
+        for (Index d = 0; d < dh; ++d) sq += load(qk(b, i, h, d)) * load(qk(b, i, h, d));
+        scale(b, i, h) = C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
       });
 }
 
 template <class T>
-void shared_keys(In4<T> qk, In3<T> scale, View4<T> k) {
+void shared_keys(In4<T> qk, In3<compute_t<T>> scale, View4<T> k) {
+  using C = compute_t<T>;
   const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
   Kokkos::parallel_for(
       "shared_keys", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        const T s = scale(b, i, h);
-        for (Index d = 0; d < dh; ++d) k(b, i, h, d) = qk(b, i, h, d) * s;
+        const C s = scale(b, i, h);
+        for (Index d = 0; d < dh; ++d) k(b, i, h, d) = store<T>(load(qk(b, i, h, d)) * s);
       });
 }
 
 template <class T>
-void shared_keys_backward(In4<T> qk, In3<T> scale, In4<T> dk, View4<T> dqk) {
+void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T> dqk) {
+  using C = compute_t<T>;
   const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
   Kokkos::parallel_for(
       "shared_keys_backward", range(Index(qk.extent(0)) * length * heads),
@@ -40,19 +43,20 @@ void shared_keys_backward(In4<T> qk, In3<T> scale, In4<T> dk, View4<T> dqk) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const T* gk = &dk(b, i, h, 0);
         const T* x = &qk(b, i, h, 0);
-        T gk_dot_x = 0;
-        for (Index d = 0; d < dh; ++d) gk_dot_x += gk[d] * x[d];
-        const T s = scale(b, i, h), a = s * compat::sqrt(T(dh));
-        const T c = a * a * gk_dot_x / T(dh);
+        C gk_dot_x = 0;
+        for (Index d = 0; d < dh; ++d) gk_dot_x += load(gk[d]) * load(x[d]);
+        const C s = scale(b, i, h), a = s * compat::sqrt(C(dh));
+        const C c = a * a * gk_dot_x / C(dh);
         T* g = &dqk(b, i, h, 0);
-        for (Index d = 0; d < dh; ++d) g[d] += s * (gk[d] - x[d] * c);
+        for (Index d = 0; d < dh; ++d)
+          g[d] = store<T>(load(g[d]) + s * (load(gk[d]) - load(x[d]) * c));
       });
 }
 
-#define REFORMER_INSTANTIATE(T)                           \
-  template void shared_key_scale<T>(In4<T>, View3<T>);    \
-  template void shared_keys<T>(In4<T>, In3<T>, View4<T>); \
-  template void shared_keys_backward<T>(In4<T>, In3<T>, In4<T>, View4<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                      \
+  template void shared_key_scale<T>(In4<T>, View3<compute_t<T>>);    \
+  template void shared_keys<T>(In4<T>, In3<compute_t<T>>, View4<T>); \
+  template void shared_keys_backward<T>(In4<T>, In3<compute_t<T>>, In4<T>, View4<T>);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

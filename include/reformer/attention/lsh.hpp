@@ -19,10 +19,14 @@
 // plan (O(n_hashes * L) integers) only the output and one logsumexp per
 // position are kept.
 //
-// Tensors are [batch, length, heads, d_head].
+// Tensors are [batch, length, heads, d_head]. With bf16 tensors (issue 34) the
+// rotations, logsumexps and key scales are float32 and every score, softmax
+// and product is computed in float32 (chunked_kernels.hpp); cached decoding
+// (lsh_attention_step) runs in float or double only.
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/workspace.hpp"
 
 #include <vector>
@@ -80,7 +84,7 @@ struct LshPlan {
 // Hashes qk with the rotations and sorts: fills `plan` (reallocated only when
 // the shape changes). key_valid in `masks` sends padding to the extra bucket.
 template <class T>
-void lsh_build_plan(In4<T> qk, In4<T> rotations, const LshAttentionConfig& config,
+void lsh_build_plan(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
                     const MaskOptions& masks, LshPlan& plan, Workspace& workspace);
 
 // Sorts the plan's buckets (filled, with its shape fields and n_buckets set)
@@ -93,13 +97,13 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace);
 template <class T>
 void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
                            const LshAttentionConfig& config, const AttentionCall& call,
-                           View4<T> out, View3<T> lse, Workspace& workspace);
+                           View4<T> out, View3<compute_t<T>> lse, Workspace& workspace);
 
 // Gradients of qk and v (overwritten) from the forward's plan, out and lse.
 // Buckets are constants.
 template <class T>
-void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out, In3<T> lse,
-                            In4<T> dout, const LshAttentionConfig& config,
+void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out,
+                            In3<compute_t<T>> lse, In4<T> dout, const LshAttentionConfig& config,
                             const AttentionCall& call, View4<T> dqk, View4<T> dv,
                             Workspace& workspace);
 

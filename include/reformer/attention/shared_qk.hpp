@@ -4,24 +4,26 @@
 // so that q_i . k_j = sqrt(d_head) cos(q_i, q_j) |q_i| / sqrt(d_head) needs no
 // further score scale. LSH attention and full attention with shared q/k use
 // the same keys, so that weights trained with one can be evaluated with the other.
-// Tensors are [batch, length, heads, d_head]; scales [batch, length, heads].
+// Tensors are [batch, length, heads, d_head]; scales [batch, length, heads], in
+// compute precision (float32 for bf16 tensors: core/precision.hpp).
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
 namespace reformer::attention {
 
 // scale(b, i, h) = a_i / sqrt(d_head), the factor that turns q_i into k_i.
 template <class T>
-void shared_key_scale(In4<T> qk, View3<T> scale);
+void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale);
 
 // k = qk * scale (k may not alias qk).
 template <class T>
-void shared_keys(In4<T> qk, In3<T> scale, View4<T> k);
+void shared_keys(In4<T> qk, In3<compute_t<T>> scale, View4<T> k);
 
 // Backward of the normalisation: dqk += dk_i * d k_i / d q_i,
 //   dq_i += s_i (dk_i - q_i a_i^2 mean_d(dk_i * q_i)),   s_i = a_i / sqrt(d_head).
 template <class T>
-void shared_keys_backward(In4<T> qk, In3<T> scale, In4<T> dk, View4<T> dqk);
+void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T> dqk);
 
 }  // namespace reformer::attention

@@ -16,15 +16,16 @@ namespace reformer {
 // y[0, n) += sum_j coef[j * coef_stride] * x[j * x_stride + (0, n)] for j < count.
 // Eight source rows per pass: eight multiply-adds per load and store of y,
 // which keeps the vectorised loop from being bound by loads and stores.
-template <class T>
-KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, const T* coef,
+// The coefficients may be stored in another type (bf16): they are loaded into T.
+template <class T, class K>
+KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, const K* coef,
                                             Index coef_stride, Index count, Index n) {
   Index j = 0;
   for (; j + 8 <= count; j += 8) {
     T a[8];
     const T* xs[8];
     for (int u = 0; u < 8; ++u) {
-      a[u] = coef[(j + u) * coef_stride];
+      a[u] = T(load(coef[(j + u) * coef_stride]));
       xs[u] = x + (j + u) * x_stride;
     }
     for (Index t = 0; t < n; ++t)
@@ -32,7 +33,7 @@ KOKKOS_INLINE_FUNCTION void accumulate_rows(T* y, const T* x, Index x_stride, co
               a[4] * xs[4][t] + a[5] * xs[5][t] + a[6] * xs[6][t] + a[7] * xs[7][t];
   }
   for (; j < count; ++j) {
-    const T a = coef[j * coef_stride];
+    const T a = T(load(coef[j * coef_stride]));
     const T* xj = x + j * x_stride;
     for (Index t = 0; t < n; ++t) y[t] += a * xj[t];
   }
