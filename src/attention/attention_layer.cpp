@@ -177,7 +177,7 @@ void AttentionState<T>::use_plan_of(const AttentionState& other) {
 
 template <class T>
 AttentionLayer<T>::AttentionLayer(const std::string& prefix, const AttentionLayerConfig& config,
-                                  ParameterSet<T>& params)
+                                  ParameterSet<param_t<T>>& params)
     : config_(config) {
   config_.validate();
   const bool shared = config_.shares_qk();
@@ -208,6 +208,8 @@ double AttentionLayer<T>::output_rate(const AttentionLayerCall& call) const {
 template <class T>
 void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state,
                             Workspace& workspace, Save save, bool reuse_plan) const {
+  using C = compute_t<T>;
+  using P = param_t<T>;
   const Index batch = x.extent(0), lq = x.extent(1), lk = memory.extent(1);
   const Index h = config_.heads, d = config_.d_head, inner = h * d;
   const bool keep = save == Save::All;
@@ -224,9 +226,9 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   if (!w_k_) state.k = View2<T>();
   const auto xr = as_rows<T>(x);
   const auto mr = as_rows<T>(memory);
-  ops::matmul<T>(xr, Trans::No, w_q_->matrix(), Trans::No, q);
-  if (w_k_) ops::matmul<T>(mr, Trans::No, w_k_->matrix(), Trans::No, k);
-  ops::matmul<T>(mr, Trans::No, w_v_->matrix(), Trans::No, v);
+  ops::product<T, P, T>(xr, Trans::No, w_q_->matrix(), Trans::No, q);
+  if (w_k_) ops::product<T, P, T>(mr, Trans::No, w_k_->matrix(), Trans::No, k);
+  ops::product<T, P, T>(mr, Trans::No, w_v_->matrix(), Trans::No, v);
   const auto qh = per_head(q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
   const auto vh = per_head(v, batch, lk, h, d), out = per_head(attended, batch, lq, h, d);
   const AttentionCall call{
@@ -234,16 +236,28 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
   auto lse = [&] {
     return keep ? ensure_view(state.lse, "attention_lse", batch, lq, h)
-                : frame.take<View3<T>>(batch, lq, h);
+                : frame.take<View3<C>>(batch, lq, h);
   };
   // Full and exact attention with shared q/k score against the normalised queries.
   View4<T> keys = kh;
   if (!w_k_ && (config_.kind == AttentionKind::Full || config_.kind == AttentionKind::Exact)) {
-    auto scale = frame.take<View3<T>>(batch, lq, h);
+    auto scale = frame.take<View3<C>>(batch, lq, h);
     keys = frame.take<View4<T>>(batch, lq, h, d);
     shared_key_scale<T>(qh, scale);
     shared_keys<T>(qh, scale, keys);
   }
+  if constexpr (is_reduced_precision<T>) {
+    require_precision_supported("AttentionLayer::forward");
+    // Only LSH below: the other kinds' kernels are float and double only.
+    if (!reuse_plan) {
+      Workspace::Frame rotation_frame(workspace);
+      auto rotations = rotation_frame.take<View4<C>>(h, d, config_.lsh.n_hashes,
+                                                     lsh_rotation_width(config_.lsh, lq));
+      lsh_random_rotations<C>(sub_key(state.call.key, kRotations), rotations);
+      lsh_build_plan<T>(qh, rotations, config_.lsh, call.masks, state.plan, workspace);
+    }
+    lsh_attention_forward<T>(qh, vh, state.plan, config_.lsh, call, out, lse(), workspace);
+  } else {
   switch (config_.kind) {
     case AttentionKind::Full: {
       FullAttentionSaved<T> temporary;
@@ -273,9 +287,10 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
       exact_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out, lse(), workspace);
       break;
   }
+  }
   // Output projection and its dropout.
   auto yr = as_rows<T>(y);
-  ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, yr);
+  ops::product<T, P, T>(attended, Trans::No, w_o_->matrix(), Trans::No, yr);
   if (output_rate(state.call) > 0)
     ops::dropout_forward<T>(as_vector(yr), output_rate(state.call),
                             sub_key(state.call.key, kOutputDropout), 0, as_vector(yr));
@@ -333,6 +348,7 @@ void AttentionLayer<T>::forward_cross(In3<T> x, In3<T> memory, View3<T> y,
 template <class T>
 void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T> dy, View2<T> dq,
                                            View2<T> dk, View2<T> dv, Workspace& workspace) const {
+  using P = param_t<T>;
   const Index batch = state.batch, lq = state.length_q, lk = state.length_k;
   const Index h = config_.heads, d = config_.d_head, inner = h * d;
   Workspace::Frame frame(workspace);
@@ -345,8 +361,8 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
     dy_rows = dropped;
   }
   auto dattended = frame.take<View2<T>>(batch * lq, inner);
-  ops::matmul<T>(dy_rows, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
-  ops::matmul<T>(state.attended, Trans::Yes, dy_rows, Trans::No, w_o_->grad_matrix(), T(1), T(1));
+  ops::product<T, P, T>(dy_rows, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
+  ops::product<T, T, P>(state.attended, Trans::Yes, dy_rows, Trans::No, w_o_->grad_matrix(), 1, 1);
   // The attention itself.
   const View2<T> k = state.k.data() ? state.k : state.q;
   const auto qh = per_head(state.q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
@@ -357,6 +373,12 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   const AttentionCall call{
       {config_.causal && !state.cross, state.call.key_valid},
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
+  if constexpr (is_reduced_precision<T>) {
+    require_precision_supported("AttentionLayer::backward");
+    lsh_attention_backward<T>(qh, vh, state.plan, out, state.lse, dout, config_.lsh, call, gq, gv,
+                              workspace);
+    return;
+  } else {
   switch (config_.kind) {
     case AttentionKind::Full:
     case AttentionKind::Exact: {
@@ -396,11 +418,13 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
                                   per_head(dk, batch, lk, h, d), gv, workspace);
       break;
   }
+  }
 }
 
 template <class T>
 void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
-                                 Workspace& workspace, T beta) const {
+                                 Workspace& workspace, compute_t<T> beta) const {
+  using P = param_t<T>;
   const char* op = "AttentionLayer::backward";
   require<ConfigError>(state.saved && !state.cross, op,
                        ": the state holds no self-attention forward pass; run forward with "
@@ -420,20 +444,20 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Attenti
   // Projections: dx = beta dx + dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
   const auto xr = as_rows<T>(x);
   auto dxr = as_rows<T>(dx);
-  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, dxr, T(1), beta);
-  ops::matmul<T>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
+  ops::product<T, P, T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, dxr, 1, beta);
+  ops::product<T, T, P>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), 1, 1);
   if (w_k_) {
-    ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dxr, T(1), T(1));
-    ops::matmul<T>(xr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
+    ops::product<T, P, T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dxr, 1, 1);
+    ops::product<T, T, P>(xr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), 1, 1);
   }
-  ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dxr, T(1), T(1));
-  ops::matmul<T>(xr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
+  ops::product<T, P, T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dxr, 1, 1);
+  ops::product<T, T, P>(xr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), 1, 1);
 }
 
 template <class T>
 void AttentionLayer<T>::backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx,
                                        View3<T> dmemory, const AttentionState<T>& state,
-                                       Workspace& workspace, T beta) const {
+                                       Workspace& workspace, compute_t<T> beta) const {
   const char* op = "AttentionLayer::backward_cross";
   require<ConfigError>(state.saved && state.cross, op,
                        ": the state holds no cross-attention forward pass; run forward_cross "
@@ -642,11 +666,30 @@ void AttentionLayer<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) co
   ops::matmul<T>(as_rows<T>(memory), Trans::No, w_v_->matrix(), Trans::No, as_rows<T>(v));
 }
 
+template <class T>
+void AttentionLayer<T>::require_precision_supported(const char* op) const {
+  require<ConfigError>(!is_reduced_precision<T> || config_.kind == AttentionKind::Lsh, op,
+                       ": train.precision = \"bf16\" trains LSH attention layers only, but this "
+                       "layer is ", to_string(config_.kind),
+                       "; set model.attention to [\"lsh\"] or train.precision = \"float32\"");
+}
+
 template struct AttentionCache<float>;
 template struct AttentionCache<double>;
 template struct AttentionState<float>;
 template struct AttentionState<double>;
+template struct AttentionState<bf16>;
 template class AttentionLayer<float>;
 template class AttentionLayer<double>;
+// bf16: the training calls only (see the header).
+template AttentionLayer<bf16>::AttentionLayer(const std::string&, const AttentionLayerConfig&,
+                                              ParameterSet<float>&);
+template void AttentionLayer<bf16>::init(RandomKey);
+template void AttentionLayer<bf16>::forward(In3<bf16>, View3<bf16>, const AttentionLayerCall&,
+                                            AttentionState<bf16>&, Workspace&, Save) const;
+template void AttentionLayer<bf16>::recompute(In3<bf16>, View3<bf16>, AttentionState<bf16>&,
+                                              Workspace&) const;
+template void AttentionLayer<bf16>::backward(In3<bf16>, In3<bf16>, View3<bf16>,
+                                             const AttentionState<bf16>&, Workspace&, float) const;
 
 }  // namespace reformer::attention

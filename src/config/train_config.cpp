@@ -101,6 +101,12 @@ void TrainConfig::validate() const {
                        " but must be in [0, 1] (0: off)");
   require<ConfigError>(dtype == "float" || dtype == "double", kOp, ": train.dtype is \"", dtype,
                        "\" but must be float or double");
+  require<ConfigError>(precision == "float32" || precision == "bf16", kOp,
+                       ": train.precision is \"", precision, "\" but must be float32 or bf16");
+  require<ConfigError>(precision == "float32" || dtype == "float", kOp,
+                       ": train.precision = \"bf16\" keeps float32 master weights and needs "
+                       "train.dtype = \"float\", not \"",
+                       dtype, "\"; use train.dtype = \"double\" with train.precision = \"float32\"");
   require<ConfigError>(std::isfinite(allreduce_timeout) && allreduce_timeout >= 0, kOp,
                        ": train.allreduce_timeout is ", allreduce_timeout,
                        " but must be finite and >= 0 seconds (0: wait forever)");

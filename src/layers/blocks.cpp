@@ -59,7 +59,7 @@ template <class T>
 PreNormAttention<T>::PreNormAttention(const std::string& norm_prefix,
                                       const std::string& attention_prefix,
                                       const attention::AttentionLayerConfig& config,
-                                      double layer_norm_eps, ParameterSet<T>& params)
+                                      double layer_norm_eps, ParameterSet<param_t<T>>& params)
     : eps_(layer_norm_eps),
       gamma_(&params.add(norm_prefix + ".gamma", {config.d_model})),
       beta_(&params.add(norm_prefix + ".beta", {config.d_model})),
@@ -73,8 +73,8 @@ void PreNormAttention<T>::init(RandomKey key) {
 }
 
 template <class T>
-void PreNormAttention<T>::norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const {
-  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, T(eps_), as_matrix(normed),
+void PreNormAttention<T>::norm(In3<T> x, View3<T> normed, View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const {
+  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, compute_t<T>(eps_), as_matrix(normed),
                              mean, rstd);
 }
 
@@ -86,29 +86,29 @@ void PreNormAttention<T>::forward(In3<T> x, View3<T> y, const AttentionLayerCall
   const Index rows = x.extent(0) * x.extent(1);
   auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
   auto f = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   norm(x, normed, mean, rstd);
   if (memory.data())
     attention_.forward_cross(normed, memory, f, call, state, workspace, save);
   else
     attention_.forward(normed, f, call, state, workspace, save);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
+  ops::axpby<T>(1, as_vector(f), 1, as_vector(y));
 }
 
 template <class T>
-void PreNormAttention<T>::backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy,
+void PreNormAttention<T>::backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean, In1<compute_t<T>> rstd, In3<T> dy,
                                    View3<T> dx, const AttentionState<T>& state,
                                    Workspace& workspace, In3<T> memory, View3<T> dmemory) const {
   Workspace::Frame frame(workspace);
   auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
   if (memory.data())
-    attention_.backward_cross(normed, memory, dy, dnormed, dmemory, state, workspace, T(0));
+    attention_.backward_cross(normed, memory, dy, dnormed, dmemory, state, workspace, 0);
   else
     attention_.backward(normed, dy, dnormed, state, workspace);
   // The LayerNorm's input gradient goes to `normed` (no longer needed), then into dx.
   ops::layer_norm_backward<T>(as_matrix(x), gamma_->value, mean, rstd, as_matrix(dnormed),
                               as_matrix(normed), gamma_->grad, beta_->grad);
-  ops::axpby<T>(T(1), as_vector(normed), T(1), as_vector(dx));
+  ops::axpby<T>(1, as_vector(normed), 1, as_vector(dx));
 }
 
 template <class T>
@@ -117,7 +117,7 @@ void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Atten
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0) * x.extent(1);
   auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   norm(x, normed, mean, rstd);
   backward(x, normed, mean, rstd, dy, dx, state, workspace, memory, dmemory);
 }
@@ -130,10 +130,10 @@ void PreNormAttention<T>::residual_step(In2<T> x, View2<T> y, Workspace& workspa
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0), d = x.extent(1);
   auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
-  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, T(eps_), normed, mean, rstd);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
+  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, compute_t<T>(eps_), normed, mean, rstd);
   attend(normed, f);
-  ops::axpby<T>(T(1), as_vector(f), T(1), as_vector(y));
+  ops::axpby<T>(1, as_vector(f), 1, as_vector(y));
 }
 
 template <class T>
@@ -151,7 +151,7 @@ void PreNormAttention<T>::start_cache(In3<T> x, const AttentionLayerCall& call, 
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0) * x.extent(1);
   auto normed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   norm(x, normed, mean, rstd);
   attention_.start_cache(normed, call, capacity, cache, workspace);
 }
@@ -176,7 +176,7 @@ void PreNormAttention<T>::step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
 
 template <class T>
 ReversibleBlock<T>::ReversibleBlock(const std::string& prefix, const BlockConfig& config,
-                                    ParameterSet<T>& params)
+                                    ParameterSet<param_t<T>>& params)
     : config_((config.validate(), config)),
       f_(prefix + ".attn_norm", prefix + ".attn", config.attention, config.layer_norm_eps, params),
       feed_forward_(prefix + ".ff", config.feed_forward, params) {}
@@ -199,7 +199,7 @@ void ReversibleBlock<T>::forward(View3<T> x1, View3<T> x2, const BlockCall& call
   if (state.stored) keep_copy<T>(state.f_input, x2, "block_f_input");
   f_.forward(x2, x1, attention_call(call), state.attention, workspace, save);
   if (state.stored) keep_copy<T>(state.g_input, x1, "block_g_input");
-  feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call), workspace, T(1));
+  feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call), workspace, 1);
 }
 
 template <class T>
@@ -215,17 +215,17 @@ void ReversibleBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> 
   auto g = like(y1, frame);
   // G: dy1 += dG/dy1^T dy2 and g = G(y1), from one recomputation; x2 = y2 - G(y1).
   feed_forward_.backward(as_matrix(y1), as_matrix(dy2), as_matrix(dy1),
-                         feed_forward_call(state.call), workspace, T(1), as_matrix(g));
-  ops::axpby<T>(T(-1), as_vector(g), T(1), as_vector(y2));
+                         feed_forward_call(state.call), workspace, 1, as_matrix(g));
+  ops::axpby<T>(-1, as_vector(g), 1, as_vector(y2));
   // F: recompute Attention(LayerNorm(x2)) with the saved plan and dropout
   // stream; x1 = y1 - F(x2); dx2 = dy2 + dF/dx2^T dy1.
   auto normed = g;  // G(y1) is no longer needed
   auto f = like(y1, frame);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   f_.norm(y2, normed, mean, rstd);
   scratch.use_plan_of(state.attention);
   f_.attention().recompute(normed, f, scratch, workspace);
-  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y1));
+  ops::axpby<T>(-1, as_vector(f), 1, as_vector(y1));
   f_.backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
 }
 
@@ -238,13 +238,13 @@ void ReversibleBlock<T>::backward_stored(View3<T> dy1, View3<T> dy2, const Block
   require_same_shape(op, "dy1", dy1, "dy2", dy2);
   require_same_shape(op, "stored input", state.f_input, "dy1", dy1);
   feed_forward_.backward(as_matrix(state.g_input), as_matrix(dy2), as_matrix(dy1),
-                         feed_forward_call(state.call), workspace, T(1));
+                         feed_forward_call(state.call), workspace, 1);
   f_.backward(state.f_input, dy1, dy2, state.attention, workspace);
 }
 
 template <class T>
 ResidualBlock<T>::ResidualBlock(const std::string& prefix, const BlockConfig& config,
-                                ParameterSet<T>& params)
+                                ParameterSet<param_t<T>>& params)
     : block_(prefix, config, params) {}
 
 template <class T>
@@ -263,7 +263,7 @@ void ResidualBlock<T>::forward(View3<T> x, const BlockCall& call, BlockState<T>&
   block_.f_.forward(state.f_input, x, attention_call(call), state.attention, workspace, Save::All);
   keep_copy<T>(state.g_input, x, "block_g_input");
   block_.feed_forward_.forward(as_matrix(state.g_input), as_matrix(x), feed_forward_call(call),
-                               workspace, T(1));
+                               workspace, 1);
 }
 
 template <class T>
@@ -277,7 +277,7 @@ void ResidualBlock<T>::backward(View3<T> dz, const BlockState<T>& state,
   // dy = dz + dG/dy^T dz, then dx = dy + dF/dx^T dy.
   Kokkos::deep_copy(upstream, dz);
   block_.feed_forward_.backward(as_matrix(state.g_input), as_matrix(upstream), as_matrix(dz),
-                                feed_forward_call(state.call), workspace, T(1));
+                                feed_forward_call(state.call), workspace, 1);
   Kokkos::deep_copy(upstream, dz);
   block_.f_.backward(state.f_input, upstream, dz, state.attention, workspace);
 }
@@ -331,7 +331,7 @@ FeedForwardCall decoder_feed_forward_call(const DecoderBlockCall& call) {
 
 template <class T>
 DecoderBlock<T>::DecoderBlock(const std::string& prefix, const DecoderBlockConfig& config,
-                              ParameterSet<T>& params)
+                              ParameterSet<param_t<T>>& params)
     : config_((config.validate(), config)),
       self_(prefix + ".self_norm", prefix + ".self", config.self_attention, config.layer_norm_eps,
             params),
@@ -366,7 +366,7 @@ void DecoderBlock<T>::forward(View3<T> x, In3<T> memory, const DecoderBlockCall&
                  Save::All, memory);
   keep_copy<T>(state.ff_input, x, "decoder_ff_input");
   feed_forward_.forward(as_matrix(state.ff_input), as_matrix(x), decoder_feed_forward_call(call),
-                        workspace, T(1));
+                        workspace, 1);
 }
 
 template <class T>
@@ -382,7 +382,7 @@ void DecoderBlock<T>::backward(View3<T> dx, In3<T> memory, View3<T> dmemory,
   // dx = dy + dSelf/dx^T dy.
   Kokkos::deep_copy(upstream, dx);
   feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx),
-                         decoder_feed_forward_call(state.call), workspace, T(1));
+                         decoder_feed_forward_call(state.call), workspace, 1);
   Kokkos::deep_copy(upstream, dx);
   cross_.backward(state.cross_input, upstream, dx, state.cross, workspace, memory, dmemory);
   Kokkos::deep_copy(upstream, dx);
@@ -413,7 +413,7 @@ void DecoderBlock<T>::forward_reversible(View3<T> x1, View3<T> x2, In3<T> memory
   cross_.forward(x1, x2, decoder_attention_call(call, true), state.cross, workspace, Save::PlanOnly,
                  memory);
   feed_forward_.forward(as_matrix(x2), as_matrix(x1), decoder_feed_forward_call(call), workspace,
-                        T(1));
+                         1);
 }
 
 template <class T>
@@ -431,23 +431,23 @@ void DecoderBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> dy1
   auto g = like(y1, frame);
   // G: dy2 += dG/dy2^T dy1 and g = G(y2), one recomputation; a = y1 - G(y2).
   feed_forward_.backward(as_matrix(y2), as_matrix(dy1), as_matrix(dy2),
-                         decoder_feed_forward_call(state.call), workspace, T(1), as_matrix(g));
-  ops::axpby<T>(T(-1), as_vector(g), T(1), as_vector(y1));
+                         decoder_feed_forward_call(state.call), workspace, 1, as_matrix(g));
+  ops::axpby<T>(-1, as_vector(g), 1, as_vector(y1));
   // Cross: recomputed at a with the saved call (masks, dropout stream);
   // x2 = y2 - Cross(LN(a), m); da += dCross/da^T dy2; dmemory accumulates.
   auto normed = g;  // G(y2) is no longer needed
   auto f = like(y1, frame);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   cross_.norm(y1, normed, mean, rstd);
   cross_.attention().forward_cross(normed, memory, f, state.cross.call, scratch, workspace,
                                    Save::All);
-  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y2));
+  ops::axpby<T>(-1, as_vector(f), 1, as_vector(y2));
   cross_.backward(y1, normed, mean, rstd, dy2, dy1, scratch, workspace, memory, dmemory);
   // Self: recomputed at x2; x1 = a - Self(LN(x2)); dx2 += dSelf/dx2^T da.
   self_.norm(y2, normed, mean, rstd);
   scratch.use_plan_of(state.self);
   self_.attention().recompute(normed, f, scratch, workspace);
-  ops::axpby<T>(T(-1), as_vector(f), T(1), as_vector(y1));
+  ops::axpby<T>(-1, as_vector(f), 1, as_vector(y1));
   self_.backward(y2, normed, mean, rstd, dy1, dy2, scratch, workspace);
 }
 
@@ -465,7 +465,7 @@ void DecoderBlock<T>::step(View2<T> x1, View2<T> x2, View3<T> k_cache, View3<T> 
     g_input = frame.take<View2<T>>(x2.extent(0), x2.extent(1));
     Kokkos::deep_copy(g_input, x2);
   }
-  feed_forward_.forward(g_input, x1, {{}, false}, workspace, T(1));
+  feed_forward_.forward(g_input, x1, {{}, false}, workspace, 1);
 }
 
 template <class T>
@@ -481,7 +481,7 @@ void ReversibleBlock<T>::step(View2<T> x1, View2<T> x2, attention::AttentionCach
                               Index max_position, Workspace& workspace) const {
   // y1 = x1 + F(x2), y2 = x2 + G(y1), one row per sequence.
   f_.step(x2, x1, cache, positions, max_position, workspace);
-  feed_forward_.forward(x1, x2, {{}, false}, workspace, T(1));
+  feed_forward_.forward(x1, x2, {{}, false}, workspace, 1);
 }
 
 template struct DecoderBlockState<float>;
@@ -496,5 +496,22 @@ template class ReversibleBlock<float>;
 template class ReversibleBlock<double>;
 template class ResidualBlock<float>;
 template class ResidualBlock<double>;
+// bf16 activations (issue 34): the training calls of the blocks the Reformer
+// LM stacks.
+template struct BlockState<bf16>;
+template PreNormAttention<bf16>::PreNormAttention(const std::string&, const std::string&,
+                                                  const attention::AttentionLayerConfig&, double,
+                                                  ParameterSet<float>&);
+template void PreNormAttention<bf16>::init(RandomKey);
+template ReversibleBlock<bf16>::ReversibleBlock(const std::string&, const BlockConfig&,
+                                                ParameterSet<float>&);
+template void ReversibleBlock<bf16>::init(RandomKey);
+template void ReversibleBlock<bf16>::forward(View3<bf16>, View3<bf16>, const BlockCall&,
+                                             BlockState<bf16>&, Workspace&, Save) const;
+template void ReversibleBlock<bf16>::backward_reversible(View3<bf16>, View3<bf16>, View3<bf16>,
+                                                         View3<bf16>, const BlockState<bf16>&,
+                                                         AttentionState<bf16>&, Workspace&) const;
+template void ReversibleBlock<bf16>::backward_stored(View3<bf16>, View3<bf16>,
+                                                     const BlockState<bf16>&, Workspace&) const;
 
 }  // namespace reformer::layers

@@ -59,7 +59,7 @@ void fold_halves(View2<T> h, View2<T> folded) {
   const Index d = folded.extent(1);
   Kokkos::parallel_for(
       "reformer_fold_halves", Policy2({0, 0}, {Index(folded.extent(0)), d}),
-      KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = h(r, j) + h(r, j + d); });
+      KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = store<T>(load(h(r, j)) + load(h(r, j + d))); });
 }
 
 // The fold's gradient: both halves receive dfolded.
@@ -140,7 +140,7 @@ void ReformerGeneration<T>::release() {
 }
 
 template <class T>
-ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<T>& params) : config_(config) {
+ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params) : config_(config) {
   config_.validate();
   const Index d = config.d_model;
   embedding_ = &params.add("embed.table", {config.vocab, d});
@@ -276,7 +276,7 @@ template <class T>
 void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const {
   const Index length = ids.extent(1);
   // de = dx1 + dx2 (the embedding fed both streams).
-  ops::axpby<T>(T(1), as_vector(state.dx2), T(1), as_vector(state.dx1));
+  ops::axpby<T>(1, as_vector(state.dx2), 1, as_vector(state.dx1));
   auto de = as_matrix(state.dx1);
   const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
@@ -303,15 +303,15 @@ void ReformerLM<T>::forward(IdMatrix ids, const ModelCall& call, ReformerState<T
 
 template <class T>
 void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, View2<T> hidden,
-                                 View1<T> mean, View1<T> rstd) const {
+                                 View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const {
   // hidden = [y1 ; y2] of the selected rows, then LayerNorm over 2 d_model in place.
   concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), rows, hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(config_.layer_norm_eps),
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, compute_t<T>(config_.layer_norm_eps),
                              hidden, mean, rstd);
 }
 
 template <class T>
-void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<T> mean, In1<T> rstd,
+void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean, In1<compute_t<T>> rstd,
                                   View2<T> scratch) const {
   const Index n = scratch.extent(0);
   // The LayerNorm's input [y1 ; y2] is rebuilt in `scratch`.
@@ -329,7 +329,7 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   const Index rows = state.batch * state.length, d = config_.d_model;
   Workspace::Frame frame(state.workspace);
   auto hidden = frame.take<View2<T>>(rows, 2 * d);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   head_forward(state, RowList(), hidden, mean, rstd);
   ops::CrossEntropyOptions options;
   options.pad_id = ignore_id;
@@ -427,7 +427,7 @@ void ReformerLM<T>::logits_at(IdMatrix ids, Index position, View2<T> logits,
   auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
   position_rows(rows, state.length, position);
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
-  auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+  auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
   head_forward(state, rows, hidden, mean, rstd);
   project(hidden, logits, state.workspace);
 }
@@ -517,7 +517,7 @@ void ReformerLM<T>::start_generation(IdMatrix ids, const std::vector<Index>& len
     auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
     Kokkos::deep_copy(rows, host_rows);
     auto hidden = frame.take<View2<T>>(batch, 2 * d);
-    auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+    auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
     head_forward(state, rows, hidden, mean, rstd);
     project(hidden, logits, state.workspace);
   }
@@ -567,9 +567,9 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
     blocks_[i]->step(generation.x1, generation.x2, generation.caches[i], generation.positions, last,
                      generation.workspace);
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
-  auto mean = frame.take<View1<T>>(batch), rstd = frame.take<View1<T>>(batch);
+  auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
   concat_streams<T>(generation.x1, generation.x2, RowList(), hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, T(config_.layer_norm_eps),
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, compute_t<T>(config_.layer_norm_eps),
                              hidden, mean, rstd);
   project(hidden, logits, generation.workspace);
   for (auto& p : generation.next) ++p;
@@ -579,7 +579,19 @@ template struct ReformerGeneration<float>;
 template struct ReformerGeneration<double>;
 template struct ReformerState<float>;
 template struct ReformerState<double>;
+template struct ReformerState<bf16>;
 template class ReformerLM<float>;
 template class ReformerLM<double>;
+// bf16 activations (train.precision = "bf16"): the training calls only; a bf16
+// run evaluates and decodes with ReformerLM<float> on the same float32 weights.
+template ReformerLM<bf16>::ReformerLM(const ReformerConfig&, ParameterSet<float>&);
+template void ReformerLM<bf16>::init(RandomKey);
+template void ReformerLM<bf16>::forward(IdMatrix, const ModelCall&, ReformerState<bf16>&) const;
+template ops::CrossEntropyResult ReformerLM<bf16>::forward_backward(
+    IdMatrix, IdMatrix, int, const ModelCall&, ReformerState<bf16>&,
+    const std::function<void(Index)>&) const;
+template ops::CrossEntropyResult ReformerLM<bf16>::evaluate(IdMatrix, IdMatrix, int,
+                                                            const ModelCall&,
+                                                            ReformerState<bf16>&) const;
 
 }  // namespace reformer::models

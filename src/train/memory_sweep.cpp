@@ -45,6 +45,13 @@ void check_point(const SweepOptions& options, Index batch, Index length) {
   require<ConfigError>(options.dtype == "float" || options.dtype == "double",
                        "memory sweep: dtype is '", options.dtype,
                        "' but must be \"float\" or \"double\"");
+  require<ConfigError>(options.precision == "float32" || options.precision == "bf16",
+                       "memory sweep: precision is '", options.precision,
+                       "' but must be \"float32\" or \"bf16\"");
+  require<ConfigError>(options.precision == "float32" || options.dtype == "float",
+                       "memory sweep: precision bf16 keeps float32 parameters and needs dtype "
+                       "float, not '",
+                       options.dtype, "'");
   require<ConfigError>(batch > 0 && length > 0, "memory sweep: batch ", batch, " and length ",
                        length, " must be positive");
 }

@@ -7,11 +7,13 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/train/memory_sweep.hpp"
+#include "reformer/train/synthetic_step.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace reformer::train::sweep {
@@ -92,6 +94,12 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
   return it->second;
 }
 
+// Synthetic steps that run bf16 activations (SyntheticStep: the Reformer LM).
+template <template <class> class Step>
+struct StepHasBf16 : std::false_type {};
+template <>
+struct StepHasBf16<SyntheticStep> : std::true_type {};
+
 // The point with its predictions, measured unless the prediction exceeds the
 // budget (then skipped with the reason, nothing allocated).
 template <template <class> class Step, class Config>
@@ -103,7 +111,11 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
   point.batch = batch;
   point.layers = layers;
   const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
-  point.predicted = predict_step_memory(config, batch, length, scalar);
+  const bool bf16 = options.precision == "bf16";
+  if constexpr (StepHasBf16<Step>::value)
+    point.predicted = predict_step_memory(config, batch, length, scalar, bf16 ? 2 : scalar);
+  else
+    point.predicted = predict_step_memory(config, batch, length, scalar);
   point.predicted_state_bytes = predict_state_bytes(config, scalar);
   const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
   const std::int64_t budget =
@@ -113,6 +125,10 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
                     "and Adam moments) exceeds the budget of " + format_bytes(budget);
     return point;
   }
+  if constexpr (StepHasBf16<Step>::value)
+    if (bf16) return measure<Step<bf16>>(point, config, options);
+  require<ConfigError>(!bf16, "reformer memory: --precision bf16 measures the Reformer LM only "
+                              "(its variants); leave --precision at float32 for this model");
   return options.dtype == "float" ? measure<Step<float>>(point, config, options)
                                   : measure<Step<double>>(point, config, options);
 }

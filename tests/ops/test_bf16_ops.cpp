@@ -30,8 +30,8 @@ double float_slack(Index k) { return 4.0 * double(k) / 16777216.0; }
 
 // Every combination of bf16 and float operands and results, both transposes,
 // beta 0 and 1, and a bias: each element is the float32 product rounded once.
-// Shapes span several panels (mixed_matmul widens at most 2^20 elements at a
-// time: 1024 rows of k + n = 1024).
+// Shapes span several panels (mixed_matmul widens at most 2^18 elements at a
+// time: 256 rows of k + n = 1024).
 TEST(MixedMatmul, EveryTypeAndTransposeIsTheRoundedFloatProduct) {
   const Index m = 2500, n = 512, k = 512;
   for (bool ta : {false, true})

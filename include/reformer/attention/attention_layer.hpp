@@ -13,6 +13,12 @@
 // owns, reuses across steps and can drop; temporaries come from a Workspace the
 // caller passes (one can serve a whole model). After one warm-up step, forward +
 // backward of every variant allocate nothing.
+//
+// T is the activations' type (core/precision.hpp); the projections are
+// param_t<T>. AttentionLayer<bf16> (bf16 training, issue 34) trains LSH layers:
+// forward, recompute and backward; the other kinds, cross-attention and the
+// decoding calls are float and double only (a bf16 run decodes with its
+// float32 weights).
 #pragma once
 
 #include "reformer/attention/exact.hpp"
@@ -73,7 +79,7 @@ struct AttentionState {
   bool cross = false;
   bool saved = false;            // activations below hold a forward pass
   View2<T> q, k, v, attended;    // [rows, heads * d_head]; k empty when q and k are shared
-  View3<T> lse;                  // LSH, local and exact: [batch, length_q, heads]
+  View3<compute_t<T>> lse;       // LSH, local and exact: [batch, length_q, heads]
   FullAttentionSaved<T> full{};  // full: probabilities
   LshPlan plan{};                // LSH: buckets and sort of the last forward
 
@@ -108,7 +114,7 @@ class AttentionLayer {
  public:
   // Registers the projections in `params` under `prefix`; validates the config.
   AttentionLayer(const std::string& prefix, const AttentionLayerConfig& config,
-                 ParameterSet<T>& params);
+                 ParameterSet<param_t<T>>& params);
 
   // Xavier-uniform projections from the counter RNG.
   void init(RandomKey key);
@@ -125,7 +131,7 @@ class AttentionLayer {
   // dx = beta * dx + dL/dx (beta = 1 adds into a residual or reversible
   // stream); the projections' gradients are accumulated.
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const AttentionState<T>& state,
-                Workspace& workspace, T beta = T(0)) const;
+                Workspace& workspace, compute_t<T> beta = 0) const;
 
   // Cross-attention (full or exact attention with separate q and k): queries from x
   // [batch, Lq, d_model], keys and values from memory [batch, Lk, d_model]; no
@@ -135,7 +141,8 @@ class AttentionLayer {
   void forward_cross(In3<T> x, In3<T> memory, View3<T> y, const AttentionLayerCall& call,
                      AttentionState<T>& state, Workspace& workspace, Save save = Save::All) const;
   void backward_cross(In3<T> x, In3<T> memory, In3<T> dy, View3<T> dx, View3<T> dmemory,
-                      const AttentionState<T>& state, Workspace& workspace, T beta = T(0)) const;
+                      const AttentionState<T>& state, Workspace& workspace,
+                      compute_t<T> beta = 0) const;
 
   // Decoding with caches, one position per sequence, no dropout.
   // start_cache: sizes `cache` for `capacity` positions and fills positions
@@ -167,6 +174,8 @@ class AttentionLayer {
 
  private:
   void require_cacheable(const char* op) const;
+  // ConfigError for a kind that bf16 activations cannot run (LSH only).
+  void require_precision_supported(const char* op) const;
   // Keys (normalised when shared) and values of rows x [n, d_model] into
   // k and v [n, heads * d_head]; q gets the queries when it is not empty.
   void project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v, Workspace& workspace) const;
@@ -178,10 +187,10 @@ class AttentionLayer {
                           View2<T> dv, Workspace& workspace) const;
 
   AttentionLayerConfig config_;
-  Parameter<T>* w_q_ = nullptr;  // or w_qk
-  Parameter<T>* w_k_ = nullptr;  // null when q and k are shared
-  Parameter<T>* w_v_ = nullptr;
-  Parameter<T>* w_o_ = nullptr;
+  Parameter<param_t<T>>* w_q_ = nullptr;  // or w_qk
+  Parameter<param_t<T>>* w_k_ = nullptr;  // null when q and k are shared
+  Parameter<param_t<T>>* w_v_ = nullptr;
+  Parameter<param_t<T>>* w_o_ = nullptr;
 };
 
 }  // namespace reformer::attention

@@ -54,6 +54,10 @@ struct TrainConfig {
   double target_accuracy = 0.0;        // stop once evaluation accuracy reaches it; 0: off
   std::uint64_t seed = 1;              // parameters, dropout and LSH streams
   std::string dtype = "float";         // "float" or "double"
+  // Activations: "float32", or "bf16" (bf16 activations and saved tensors,
+  // float32 master weights, gradients and Adam; core/precision.hpp). bf16
+  // needs dtype "float".
+  std::string precision = "float32";
   // Data-parallel runs (mpirun): start each layer's gradient sum as soon as
   // the backward has finished the layer (false: one sum after the backward),
   // and how long a process waits for the others before the run stops.

@@ -58,11 +58,11 @@ class PreNormAttention {
  public:
   PreNormAttention(const std::string& norm_prefix, const std::string& attention_prefix,
                    const attention::AttentionLayerConfig& config, double layer_norm_eps,
-                   ParameterSet<T>& params);
+                   ParameterSet<param_t<T>>& params);
   // Unit gain, zero shift; the attention's projections from `key`.
   void init(RandomKey key);
   // normed = LayerNorm(x) with its statistics.
-  void norm(In3<T> x, View3<T> normed, View1<T> mean, View1<T> rstd) const;
+  void norm(In3<T> x, View3<T> normed, View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const;
   // y += F(x) (memory empty) or F(x, memory), saving into `state` as `save` says.
   void forward(In3<T> x, View3<T> y, const attention::AttentionLayerCall& call,
                attention::AttentionState<T>& state, Workspace& workspace, attention::Save save,
@@ -70,7 +70,7 @@ class PreNormAttention {
   // dx += dF/dx^T dy (and, for cross-attention, dmemory += dF/dm^T dy) for the
   // state filled by a forward pass on x. The first form takes LayerNorm(x) and
   // its statistics from norm() (and clobbers `normed`); the second computes them.
-  void backward(In3<T> x, View3<T> normed, In1<T> mean, In1<T> rstd, In3<T> dy, View3<T> dx,
+  void backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean, In1<compute_t<T>> rstd, In3<T> dy, View3<T> dx,
                 const attention::AttentionState<T>& state, Workspace& workspace,
                 In3<T> memory = In3<T>(), View3<T> dmemory = View3<T>()) const;
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
@@ -98,8 +98,8 @@ class PreNormAttention {
   template <class Attend>
   void residual_step(In2<T> x, View2<T> y, Workspace& workspace, const Attend& attend) const;
   double eps_;
-  Parameter<T>* gamma_ = nullptr;
-  Parameter<T>* beta_ = nullptr;
+  Parameter<param_t<T>>* gamma_ = nullptr;
+  Parameter<param_t<T>>* beta_ = nullptr;
   attention::AttentionLayer<T> attention_;
 };
 
@@ -116,7 +116,7 @@ struct BlockState {
 template <class T>
 class ReversibleBlock {
  public:
-  ReversibleBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<T>& params);
+  ReversibleBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<param_t<T>>& params);
   void init(RandomKey key);
   // [x1, x2] -> [y1, y2] in place. save = PlanOnly keeps only the call and the
   // LSH plan (for backward_reversible); save = All also copies F's and G's
@@ -156,7 +156,7 @@ class ReversibleBlock {
 template <class T>
 class ResidualBlock {
  public:
-  ResidualBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<T>& params);
+  ResidualBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<param_t<T>>& params);
   void init(RandomKey key);
   // x -> z = y + G(y), y = x + F(x), in place; saves F's and G's inputs.
   void forward(View3<T> x, const BlockCall& call, BlockState<T>& state, Workspace& workspace) const;
@@ -215,7 +215,7 @@ template <class T>
 class DecoderBlock {
  public:
   DecoderBlock(const std::string& prefix, const DecoderBlockConfig& config,
-               ParameterSet<T>& params);
+               ParameterSet<param_t<T>>& params);
   void init(RandomKey key);
   // x -> out in place; memory is read only. Saves what backward needs.
   void forward(View3<T> x, In3<T> memory, const DecoderBlockCall& call, DecoderBlockState<T>& state,

@@ -70,7 +70,7 @@ template <class T>
 class ReformerLM {
  public:
   // Registers every parameter in `params`; ConfigError for a bad config.
-  ReformerLM(const ReformerConfig& config, ParameterSet<T>& params);
+  ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params);
   // Embeddings N(0, 1), projections Xavier-uniform, LayerNorm gains 1, biases 0.
   void init(RandomKey key);
 
@@ -132,9 +132,9 @@ class ReformerLM {
   // LayerNorm([x1 ; x2]) of the given rows (all rows when `rows` is empty).
   void head_forward(const ReformerState<T>& state,
                     Kokkos::View<const Index*, Layout, MemSpace> rows, View2<T> hidden,
-                    View1<T> mean, View1<T> rstd) const;
+                    View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const;
   // dhidden -> dx1, dx2 (overwritten); `scratch` [rows, 2 d_model] is clobbered.
-  void head_backward(ReformerState<T>& state, In2<T> dhidden, In1<T> mean, In1<T> rstd,
+  void head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean, In1<compute_t<T>> rstd,
                      View2<T> scratch) const;
   // logits [n, vocab] of the LayerNorm'd hidden rows [n, 2 d_model].
   void project(View2<T> hidden, View2<T> logits, Workspace& workspace) const;
@@ -147,16 +147,16 @@ class ReformerLM {
                                const ReformerState<T>& state) const;
 
   ReformerConfig config_;
-  Parameter<T>* embedding_ = nullptr;
-  Parameter<T>* positions_ = nullptr;  // learned
-  Parameter<T>* axial1_ = nullptr;
-  Parameter<T>* axial2_ = nullptr;
+  Parameter<param_t<T>>* embedding_ = nullptr;
+  Parameter<param_t<T>>* positions_ = nullptr;  // learned
+  Parameter<param_t<T>>* axial1_ = nullptr;
+  Parameter<param_t<T>>* axial2_ = nullptr;
   std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> blocks_;
   std::vector<std::pair<Index, Index>> layer_ranges_;
-  Parameter<T>* out_gamma_ = nullptr;
-  Parameter<T>* out_beta_ = nullptr;
-  Parameter<T>* out_weight_ = nullptr;  // null with tied weights
-  Parameter<T>* out_bias_ = nullptr;
+  Parameter<param_t<T>>* out_gamma_ = nullptr;
+  Parameter<param_t<T>>* out_beta_ = nullptr;
+  Parameter<param_t<T>>* out_weight_ = nullptr;  // null with tied weights
+  Parameter<param_t<T>>* out_bias_ = nullptr;
 };
 
 }  // namespace reformer::models

@@ -3,7 +3,10 @@
 // per-head work run as one Kokkos kernel over all batch entries.
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
+
+#include <type_traits>
 
 namespace reformer::ops {
 
@@ -30,7 +33,7 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
 // Mixed precision (issue 34): C = alpha op(A) op(B) + beta C (+ bias(j) on
 // every row when bias is given) with A, B and C each float or bf16, every
 // product and sum in float32, and one rounding per element of a bf16 C.
-// bf16 operands are widened a panel of rows at a time (at most about 4 MiB of
+// bf16 operands are widened a panel of rows at a time (at most about 1 MiB of
 // float32 each) and the panels go through matmul<float>, the host BLAS or the
 // device's; so a product that is not memory-bound runs at the float rate, and
 // the scratch does not grow with the sequence. Panels follow the rows of C
@@ -39,6 +42,20 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
 template <class TA, class TB, class TC>
 void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c,
                   float alpha = 1.0f, float beta = 0.0f, In1<float> bias = In1<float>());
+
+// The product of a layer: activations of type T and parameters of
+// param_t<T> in any combination (y = x W, dx = dy W^T, dW += x^T dy).
+// matmul<T> when every operand has one type that computes itself (float,
+// double), mixed_matmul otherwise (bf16 activations, float32 parameters).
+template <class TA, class TB, class TC>
+void product(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, double alpha = 1.0,
+             double beta = 0.0) {
+  if constexpr (std::is_same<TA, TB>::value && std::is_same<TB, TC>::value &&
+                !is_reduced_precision<TA>)
+    matmul<TA>(a, trans_a, b, trans_b, c, TA(alpha), TA(beta));
+  else
+    mixed_matmul<TA, TB, TC>(a, trans_a, b, trans_b, c, float(alpha), float(beta));
+}
 
 // Makes a multithreaded (pthreads) host BLAS run one thread per call: large
 // host products are split over Kokkos' own threads, each calling the BLAS on

@@ -75,8 +75,11 @@ std::int64_t predict_state_bytes(const models::TransformerConfig& config,
 
 // The step's peaks predicted from the shapes (docs/memory.md has the formulas);
 // the encoder-decoder's with sources and targets of `length`.
+// activation_bytes: the stored activations' size (2 with train.precision =
+// "bf16"; 0: scalar_bytes), the row statistics and logsumexps staying at
+// scalar_bytes.
 StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch, Index length,
-                               std::int64_t scalar_bytes);
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes = 0);
 StepMemory predict_step_memory(const models::TransformerConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes);
 // Transformer-XL's parameters (its memory is not state: see XLSyntheticStep),
@@ -134,6 +137,8 @@ struct SweepOptions {
   int timed_steps = 2;  // steps timed after the measured one (0: the measured step is timed)
   std::int64_t budget_bytes = -1;  // skip points predicted above it; < 0: free memory now
   std::string dtype = "float";     // "float" or "double"
+  // "float32" or "bf16" (bf16 activations, float32 state: the Reformer LM only)
+  std::string precision = "float32";
 };
 
 // Runs one point: skipped (with the reason) when the predicted peak plus the

@@ -26,9 +26,10 @@ class SyntheticStep {
   }
 
  private:
-  ParameterSet<T> params_;
+  // T = bf16: bf16 activations on float32 parameters, gradients and Adam.
+  ParameterSet<param_t<T>> params_;
   models::ReformerLM<T> model_;
-  Adam<T> adam_;
+  Adam<param_t<T>> adam_;
   Kokkos::View<int**, Layout, MemSpace> ids_, targets_;
   models::ReformerState<T> state_;
 };
@@ -82,6 +83,7 @@ class XLSyntheticStep {
 
 extern template class SyntheticStep<float>;
 extern template class SyntheticStep<double>;
+extern template class SyntheticStep<bf16>;
 extern template class Seq2SeqSyntheticStep<float>;
 extern template class Seq2SeqSyntheticStep<double>;
 extern template class XLSyntheticStep<float>;

@@ -45,6 +45,7 @@ void SyntheticStep<T>::run(std::uint64_t n) {
 
 template class SyntheticStep<float>;
 template class SyntheticStep<double>;
+template class SyntheticStep<bf16>;
 
 namespace {
 
@@ -158,13 +159,16 @@ RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, 
 // stack of temporaries of any call (docs/memory.md lists the terms). The model
 // is the one of ReformerLM with its layers, blocks and attention variants.
 StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Index length,
-                               std::int64_t scalar_bytes) {
-  const double s = double(scalar_bytes), x = double(batch) * length, d = c.d_model;
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes) {
+  // Bytes of a compute value (s: row statistics, logsumexps, key scales, the
+  // loss's logits) and of a stored activation (a: bf16 or the same as s).
+  const double s = double(scalar_bytes), a = activation_bytes > 0 ? double(activation_bytes) : s;
+  const double x = double(batch) * length, d = c.d_model;
   const double heads = c.heads, inner = heads * c.d_head, f = c.d_ff, v = c.vocab;
   const double scores = double(batch) * heads * double(length) * length;  // one L x L per head
   const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
   const double loss_rows = std::min(double(c.loss_chunk), x);
-  // Per kind (the largest layer of the stack decides the workspace).
+  // Per kind (the largest layer of the stack decides the workspace); bytes.
   double stored = 0, plans = 0, scratch = 0, ws_forward = 0, ws_backward = 0;
   for (Index i = 0; i < c.layers; ++i) {
     const AttentionKind kind = c.layer_kind(i);
@@ -174,56 +178,63 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     const bool full = kind == AttentionKind::Full;
     const bool dropout = c.attention_dropout > 0;
     // What AttentionState keeps (q, k, v, attended; lse; full: P) and the plan.
-    const double attention_state = x * inner * (3 + k_sep) + (full ? scores : x * heads);
+    const double attention_state =
+        x * inner * (3 + k_sep) * a + (full ? scores * a : x * heads * s);
     const double plan_bytes = 3 * rounds * x * heads * 4;  // buckets, perm, undo (int)
     plans += plan_bytes;
-    if (!c.reversible) stored += (2 * x * d + attention_state) * s;  // + block inputs
-    scratch = std::max(scratch, c.reversible ? attention_state * s : 0.0);
+    if (!c.reversible) stored += 2 * x * d * a + attention_state;  // + block inputs
+    scratch = std::max(scratch, c.reversible ? attention_state : 0.0);
     // Temporaries of the attention kernels.
     const double shared_keys =
-        (full || kind == AttentionKind::Exact) && !k_sep ? 2 * x * inner + x * heads : 0;
+        (full || kind == AttentionKind::Exact) && !k_sep ? (2 * x * inner + x * heads) * a : 0;
     double fwd = 0, bwd = 0;
     if (kind == AttentionKind::Lsh) {
-      fwd = x * heads + rounds * x * (inner + heads);  // key scale, per-round out and lse
-      bwd = 2 * x * heads + x * inner;                 // key scale, D, dk
+      // key scale, per-round out and lse; key scale, D, dk
+      fwd = x * heads * s + rounds * x * (inner * a + heads * s);
+      bwd = 2 * x * heads * s + x * inner * a;
     } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
-      bwd = x * heads;  // D
+      bwd = x * heads * s;  // D
       fwd = shared_keys;
     } else {
-      fwd = 4 * x * inner + (dropout ? scores : 0) + shared_keys;  // per-head copies
-      bwd = 7 * x * inner + scores + (dropout ? scores : 0) + shared_keys + x * inner;  // + dS
+      fwd = (4 * x * inner + (dropout ? scores : 0)) * a + shared_keys;  // per-head copies
+      bwd = (7 * x * inner + scores + (dropout ? scores : 0) + x * inner) * a + shared_keys;
     }
     // F's forward: LayerNorm output, F's output, mean and rstd, then the layer
     // (without Save::All its q, k, v, attended, lse and P are temporaries too).
-    const double f_frame = 2 * x * d + 2 * x;
+    const double f_frame = 2 * x * d * a + 2 * x * s;
     const double unsaved = c.reversible ? attention_state : 0;
     ws_forward = std::max(ws_forward, f_frame + unsaved + fwd);
     // Backward of F: dLN input, then the layer: dq, dv, (dk), d(attended).
-    const double attention_bwd = x * d + x * inner * (3 + k_sep) + bwd;
+    const double attention_bwd = x * d * a + x * inner * (3 + k_sep) * a + bwd;
     // FF (chunk rows): forward LN out, hidden, out; backward LN out, pre-activation,
-    // hidden, d hidden, d out, d LN out.
-    const double ff_forward = ff_rows * (2 * d + f + 2);
-    const double ff_backward = ff_rows * (3 * d + 3 * f + 2);
+    // hidden, d hidden, d out, d LN out; statistics in s.
+    const double ff_forward = ff_rows * ((2 * d + f) * a + 2 * s);
+    const double ff_backward = ff_rows * ((3 * d + 3 * f) * a + 2 * s);
     ws_forward = std::max(ws_forward, ff_forward);
+    const double stats = 2 * x * s;
     if (c.reversible)  // G(y1), then F's recompute and backward
-      ws_backward = std::max(
-          ws_backward, x * d + std::max(ff_backward, x * d + 2 * x + std::max(fwd, attention_bwd)));
-    else  // the upstream gradient, then G's and F's backward
       ws_backward =
-          std::max(ws_backward, x * d + std::max(ff_backward, x * d + 2 * x + attention_bwd));
+          std::max(ws_backward, x * d * a + std::max(ff_backward, x * d * a + stats +
+                                                                      std::max(fwd, attention_bwd)));
+    else  // the upstream gradient, then G's and F's backward
+      ws_backward = std::max(ws_backward, x * d * a + std::max(ff_backward,
+                                                               x * d * a + stats + attention_bwd));
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
-  const double ws_loss = x * 6 * d + 2 * x;
+  const double ws_loss = x * 6 * d * a + 2 * x * s;
+  // Products of bf16 activations widen panels of at most 2^18 float32 values
+  // (ops/gemm.hpp mixed_matmul): up to three at once, outside the workspace.
+  const double panels = a < s ? 3.0 * (1 << 18) * 4 : 0.0;
   // A training step after the first one (the measured one) starts with what the
   // previous step left: the streams and their gradients, the stored layers or
   // plans, the recompute state and the workspace at its high-water mark. Every
   // phase holds all of that; the loss adds one chunk of logits and the per-row
   // losses, which are not workspace.
   const double alive =
-      4 * x * d * s + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward}) * s;
+      4 * x * d * a + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward});
   StepMemory m;
-  m.forward = m.backward = m.optimizer = saturated_bytes(alive);
-  m.loss = saturated_bytes(alive + (loss_rows * v + x) * s);
+  m.forward = m.backward = m.optimizer = saturated_bytes(alive + panels);
+  m.loss = saturated_bytes(alive + panels + (loss_rows * v + x) * s);
   return m;
 }
 

@@ -4,14 +4,18 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/models/reformer_lm.hpp"
 
+#include <type_traits>
+
 namespace reformer::train {
 namespace {
 
 using workload::count_other_than;
 using workload::row_range;
 
-// The Reformer language model on a language-model task.
-template <class T>
+// The Reformer language model on a language-model task: parameters, their
+// gradients and the optimizer in T, activations in A (T, or bf16 with
+// train.precision = "bf16").
+template <class T, class A = T>
 class LanguageModel final : public Workload<T> {
  public:
   explicit LanguageModel(const config::RunConfig& config)
@@ -65,8 +69,8 @@ class LanguageModel final : public Workload<T> {
       data::copy_to_device(host, device_);
   }
   std::unique_ptr<data::Task> task_;
-  models::ReformerLM<T> model_;
-  models::ReformerState<T> state_;
+  models::ReformerLM<A> model_;
+  models::ReformerState<A> state_;
   data::DeviceBatch device_;
 };
 
@@ -74,6 +78,8 @@ class LanguageModel final : public Workload<T> {
 
 template <class T>
 std::unique_ptr<Workload<T>> make_lm_workload(const config::RunConfig& config) {
+  if constexpr (std::is_same<T, float>::value)
+    if (config.train.precision == "bf16") return std::make_unique<LanguageModel<float, bf16>>(config);
   return std::make_unique<LanguageModel<T>>(config);
 }
 
