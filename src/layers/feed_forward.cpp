@@ -40,7 +40,7 @@ void FeedForwardConfig::validate() const {
 
 template <class T>
 FeedForward<T>::FeedForward(const std::string& prefix, const FeedForwardConfig& config,
-                            ParameterSet<T>& params)
+                            ParameterSet<param_t<T>>& params)
     : config_(config) {
   config_.validate();
   if (config.layer_norm) {
@@ -72,12 +72,12 @@ Index FeedForward<T>::chunk_rows(Index rows) const {
 
 template <class T>
 In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
-                                    View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
-                                    View2<T> hidden) const {
+                                    View2<T> normed, View1<compute_t<T>> mean,
+                                    View1<compute_t<T>> rstd, View2<T> pre, View2<T> hidden) const {
   In2<T> input = xc;
   if (gamma_) {
-    ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value, T(config_.layer_norm_eps), normed,
-                               mean, rstd);
+    ops::layer_norm_forward<T>(xc, gamma_->value, beta_->value,
+                               compute_t<T>(config_.layer_norm_eps), normed, mean, rstd);
     input = normed;
   }
   ops::linear_forward<T>(input, w1_->matrix(), b1_->value, pre);
@@ -90,7 +90,7 @@ In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& 
 
 template <class T>
 void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
-                             Workspace& workspace, T beta) const {
+                             Workspace& workspace, compute_t<T> beta) const {
   const char* op = "FeedForward::forward";
   require_extent(op, "x", x, 1, config_.d_model);
   require_same_shape(op, "x", x, "y", y);
@@ -101,25 +101,25 @@ void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
   auto normed = frame.take<View2<T>>(step, d);
   auto hidden = frame.take<View2<T>>(step, f);
   auto out = frame.take<View2<T>>(step, d);
-  auto mean = frame.take<View1<T>>(step);
-  auto rstd = frame.take<View1<T>>(step);
+  auto mean = frame.take<View1<compute_t<T>>>(step);
+  auto rstd = frame.take<View1<compute_t<T>>>(step);
   for (Index r0 = 0; r0 < rows; r0 += step) {
     const Index n = std::min(step, rows - r0);
     auto xc = rows_of(x, r0, n);
     auto nc = rows_of(normed, 0, n), hc = rows_of(hidden, 0, n), oc = rows_of(out, 0, n);
-    auto mc = View1<T>(mean.data(), n), sc = View1<T>(rstd.data(), n);
+    auto mc = View1<compute_t<T>>(mean.data(), n), sc = View1<compute_t<T>>(rstd.data(), n);
     hidden_chunk(xc, r0, call, rate, nc, mc, sc, hc, hc);
     ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, oc);
     if (rate > 0)
       ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout), r0 * d,
                               as_vector(oc));
-    ops::axpby<T>(T(1), as_vector(oc), beta, as_vector(rows_of(y, r0, n)));
+    ops::axpby<T>(compute_t<T>(1), as_vector(oc), beta, as_vector(rows_of(y, r0, n)));
   }
 }
 
 template <class T>
 void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwardCall& call,
-                              Workspace& workspace, T beta, View2<T> recomputed) const {
+                              Workspace& workspace, compute_t<T> beta, View2<T> recomputed) const {
   const char* op = "FeedForward::backward";
   require_extent(op, "x", x, 1, config_.d_model);
   require_same_shape(op, "x", x, "dy", dy);
@@ -136,15 +136,15 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
   auto dout = frame.take<View2<T>>(step, d);  // dy through the output dropout
   auto dnormed = frame.take<View2<T>>(step, d);
   auto dxc_tmp = frame.take<View2<T>>(step, d);
-  auto mean = frame.take<View1<T>>(step);
-  auto rstd = frame.take<View1<T>>(step);
+  auto mean = frame.take<View1<compute_t<T>>>(step);
+  auto rstd = frame.take<View1<compute_t<T>>>(step);
   for (Index r0 = 0; r0 < rows; r0 += step) {
     const Index n = std::min(step, rows - r0);
     auto xc = rows_of(x, r0, n);
     auto dyc = rows_of(dy, r0, n);
     auto nc = rows_of(normed, 0, n), pc = rows_of(pre, 0, n), hc = rows_of(hidden, 0, n);
     auto dhc = rows_of(dhidden, 0, n), doc = rows_of(dout, 0, n), dnc = rows_of(dnormed, 0, n);
-    auto mc = View1<T>(mean.data(), n), sc = View1<T>(rstd.data(), n);
+    auto mc = View1<compute_t<T>>(mean.data(), n), sc = View1<compute_t<T>>(rstd.data(), n);
     // Recompute the chunk's hidden activation.
     const auto input = hidden_chunk(xc, r0, call, rate, nc, mc, sc, pc, hc);
     if (recomputed.data()) {
@@ -169,17 +169,19 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
     ops::activation_backward<T>(config_.activation, as_vector(pc), as_vector(dhc), as_vector(dhc));
     // LayerNorm, then dx = beta * dx + the chunk's input gradient.
     auto dxc = rows_of(dx, r0, n);
-    auto target = beta == T(0) ? dxc : rows_of(dxc_tmp, 0, n);
+    auto target = beta == compute_t<T>(0) ? dxc : rows_of(dxc_tmp, 0, n);
     ops::linear_backward<T>(input, w1_->matrix(), dhc, gamma_ ? dnc : target, w1_->grad_matrix(),
                             b1_->grad);
     if (gamma_)
       ops::layer_norm_backward<T>(xc, gamma_->value, mc, sc, dnc, target, gamma_->grad,
                                   beta_->grad);
-    if (beta != T(0)) ops::axpby<T>(T(1), as_vector(target), beta, as_vector(dxc));
+    if (beta != compute_t<T>(0))
+      ops::axpby<T>(compute_t<T>(1), as_vector(target), beta, as_vector(dxc));
   }
 }
 
 template class FeedForward<float>;
 template class FeedForward<double>;
+template class FeedForward<bf16>;
 
 }  // namespace reformer::layers

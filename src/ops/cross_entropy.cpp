@@ -22,8 +22,9 @@ struct Smoothing {
 };
 
 template <class T>
-Smoothing check_inputs(const char* op, const In2<T>& h, const In2<T>& weight, const In1<T>& bias,
-                       const In1<int>& targets, const CrossEntropyOptions& options) {
+Smoothing check_inputs(const char* op, const In2<T>& h, const In2<param_t<T>>& weight,
+                       const In1<param_t<T>>& bias, const In1<int>& targets,
+                       const CrossEntropyOptions& options) {
   require_nonempty(op, "h", h);
   require_nonempty(op, "weight", weight);
   const bool tied = options.weight_is_embedding;
@@ -73,6 +74,7 @@ Index count_tokens(const In1<int>& targets, int pad) {
 // For the chunk rows i (global row row0 + i) of the logits z [m, V]:
 //   log p_c = z_c - lse,  loss_i = -sum_c q_c log p_c,  correct_i = (argmax z == t_i),
 // and if kGradient, z is overwritten with dz = (p - q) * inv_tokens (0 on pad rows).
+// T here is the compute type (the logits are never stored narrower).
 template <class T, bool kGradient>
 void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoothing smoothing,
                         T inv_tokens, View1<double> row_loss, View1<int> row_correct) {
@@ -131,39 +133,59 @@ void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoot
       });
 }
 
-// Logits of a chunk: z = h W + b, or z = h E^T + b for a tied embedding table E.
+// Logits of a chunk: z = h W + b, or z = h E^T + b for a tied embedding table E,
+// in compute precision (bf16 h is widened into the float32 product).
 template <class T>
-void chunk_logits(const In2<T>& h, const In2<T>& weight, bool tied, const In1<T>& bias,
-                  const View2<T>& z) {
-  matmul<T>(h, Trans::No, weight, tied ? Trans::Yes : Trans::No, z);
-  if (bias.extent(0) == 0) return;
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  Kokkos::parallel_for(
-      "cross_entropy_bias", Policy({0, 0}, {Index(z.extent(0)), Index(z.extent(1))}),
-      KOKKOS_LAMBDA(Index i, Index c) { z(i, c) += bias(c); });
+void chunk_logits(const In2<T>& h, const In2<param_t<T>>& weight, bool tied,
+                  const In1<param_t<T>>& bias, const View2<compute_t<T>>& z) {
+  const Trans trans_w = tied ? Trans::Yes : Trans::No;
+  if constexpr (is_reduced_precision<T>) {
+    mixed_matmul<T, param_t<T>, compute_t<T>>(h, Trans::No, weight, trans_w, z, 1.0f, 0.0f, bias);
+  } else {
+    matmul<T>(h, Trans::No, weight, trans_w, z);
+    if (bias.extent(0) == 0) return;
+    using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+    Kokkos::parallel_for(
+        "cross_entropy_bias", Policy({0, 0}, {Index(z.extent(0)), Index(z.extent(1))}),
+        KOKKOS_LAMBDA(Index i, Index c) { z(i, c) += bias(c); });
+  }
 }
 
 // Gradients of a chunk from dz: dh = dz W^T and dW += h^T dz, or dh = dz E and
-// dE += dz^T h for a tied embedding table; db += sum_rows dz.
+// dE += dz^T h for a tied embedding table; db += sum_rows dz. For bf16 h, dh is
+// rounded once from the float32 product and dW, dE, db sum in float32.
 template <class T>
-void chunk_gradients(const In2<T>& h, const In2<T>& weight, bool tied, const In2<T>& dz,
-                     const View2<T>& dh, const View2<T>& dweight, const View1<T>& dbias) {
-  matmul<T>(dz, Trans::No, weight, tied ? Trans::No : Trans::Yes, dh);
-  if (tied)
-    matmul<T>(dz, Trans::Yes, h, Trans::No, dweight, T(1), T(1));
-  else
-    matmul<T>(h, Trans::Yes, dz, Trans::No, dweight, T(1), T(1));
+void chunk_gradients(const In2<T>& h, const In2<param_t<T>>& weight, bool tied,
+                     const In2<compute_t<T>>& dz, const View2<T>& dh,
+                     const View2<param_t<T>>& dweight, const View1<param_t<T>>& dbias) {
+  using C = compute_t<T>;
+  using P = param_t<T>;
+  if constexpr (is_reduced_precision<T>) {
+    mixed_matmul<C, P, T>(dz, Trans::No, weight, tied ? Trans::No : Trans::Yes, dh);
+    if (tied)
+      mixed_matmul<C, T, P>(dz, Trans::Yes, h, Trans::No, dweight, 1.0f, 1.0f);
+    else
+      mixed_matmul<T, C, P>(h, Trans::Yes, dz, Trans::No, dweight, 1.0f, 1.0f);
+  } else {
+    matmul<T>(dz, Trans::No, weight, tied ? Trans::No : Trans::Yes, dh);
+    if (tied)
+      matmul<T>(dz, Trans::Yes, h, Trans::No, dweight, T(1), T(1));
+    else
+      matmul<T>(h, Trans::Yes, dz, Trans::No, dweight, T(1), T(1));
+  }
   if (dbias.extent(0) > 0)
-    detail::add_column_sums<T>(
+    detail::add_column_sums<P>(
         "cross_entropy_bias_grad", dz.extent(0), dbias,
-        KOKKOS_LAMBDA(Index i, Index c) { return dz(i, c); });
+        KOKKOS_LAMBDA(Index i, Index c) { return P(dz(i, c)); });
 }
 
 // The loop over chunks shared by the forward and the forward-backward passes.
 template <class T, bool kGradient>
-CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bias,
-                              In1<int> targets, const CrossEntropyOptions& options, View2<T> dh,
-                              View2<T> dweight, View1<T> dbias) {
+CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
+                              In1<param_t<T>> bias, In1<int> targets,
+                              const CrossEntropyOptions& options, View2<T> dh,
+                              View2<param_t<T>> dweight, View1<param_t<T>> dbias) {
+  using C = compute_t<T>;
   const Smoothing smoothing = check_inputs<T>(op, h, weight, bias, targets, options);
   if constexpr (kGradient) {
     require_same_shape(op, "h", h, "dh", dh);
@@ -176,21 +198,21 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bi
   CrossEntropyResult result;
   result.tokens = count_tokens(targets, pad);
   if (result.tokens == 0) {
-    if constexpr (kGradient) Kokkos::deep_copy(dh, T(0));
+    if constexpr (kGradient) Kokkos::deep_copy(dh, store<T>(C(0)));
     return result;
   }
-  const T inv_tokens = static_cast<T>(options.gradient_scale / static_cast<double>(result.tokens));
+  const C inv_tokens = static_cast<C>(options.gradient_scale / static_cast<double>(result.tokens));
   const Index chunk = std::min(options.chunk_rows, n);
-  View2<T> logits("cross_entropy_logits", chunk, vocab);
+  View2<C> logits("cross_entropy_logits", chunk, vocab);
   View1<double> row_loss("cross_entropy_row_loss", n);
   View1<int> row_correct("cross_entropy_row_correct", n);
   for (Index row0 = 0; row0 < n; row0 += chunk) {
     const auto rows = Kokkos::make_pair(row0, std::min(row0 + chunk, n));
     const In2<T> h_chunk = Kokkos::subview(h, rows, Kokkos::ALL);
-    const View2<T> z =
+    const View2<C> z =
         Kokkos::subview(logits, Kokkos::make_pair(Index(0), rows.second - row0), Kokkos::ALL);
     chunk_logits<T>(h_chunk, weight, tied, bias, z);
-    chunk_rows_softmax<T, kGradient>(z, targets, row0, pad, smoothing, inv_tokens, row_loss,
+    chunk_rows_softmax<C, kGradient>(z, targets, row0, pad, smoothing, inv_tokens, row_loss,
                                      row_correct);
     if constexpr (kGradient)
       chunk_gradients<T>(h_chunk, weight, tied, z, Kokkos::subview(dh, rows, Kokkos::ALL), dweight,
@@ -210,26 +232,28 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<T> weight, In1<T> bi
 }  // namespace
 
 template <class T>
-CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, In1<int> targets,
-                                         const CrossEntropyOptions& options) {
+CrossEntropyResult cross_entropy_forward(In2<T> h, In2<param_t<T>> weight, In1<param_t<T>> bias,
+                                         In1<int> targets, const CrossEntropyOptions& options) {
   return run_chunks<T, false>("cross_entropy_forward", h, weight, bias, targets, options, {}, {},
                               {});
 }
 
 template <class T>
-CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<T> weight, In1<T> bias,
-                                                  In1<int> targets,
+CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<param_t<T>> weight,
+                                                  In1<param_t<T>> bias, In1<int> targets,
                                                   const CrossEntropyOptions& options, View2<T> dh,
-                                                  View2<T> dweight, View1<T> dbias) {
+                                                  View2<param_t<T>> dweight,
+                                                  View1<param_t<T>> dbias) {
   return run_chunks<T, true>("cross_entropy_forward_backward", h, weight, bias, targets, options,
                              dh, dweight, dbias);
 }
 
-#define REFORMER_INSTANTIATE(T)                                                          \
-  template CrossEntropyResult cross_entropy_forward<T>(In2<T>, In2<T>, In1<T>, In1<int>, \
-                                                       const CrossEntropyOptions&);      \
-  template CrossEntropyResult cross_entropy_forward_backward<T>(                         \
-      In2<T>, In2<T>, In1<T>, In1<int>, const CrossEntropyOptions&, View2<T>, View2<T>, View1<T>);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                                                  \
+  template CrossEntropyResult cross_entropy_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, \
+                                                       In1<int>, const CrossEntropyOptions&);    \
+  template CrossEntropyResult cross_entropy_forward_backward<T>(                                 \
+      In2<T>, In2<param_t<T>>, In1<param_t<T>>, In1<int>, const CrossEntropyOptions&, View2<T>,  \
+      View2<param_t<T>>, View1<param_t<T>>);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

@@ -11,9 +11,14 @@
 // holds between forward and backward is the input x and the call's RNG key.
 // Dropout masks are drawn per element index of the whole [rows, width] tensor,
 // so chunking does not change them and backward replays them exactly.
+//
+// Precision (core/precision.hpp): x, y, the chunk buffers and the gradients
+// of activations are T; the parameters and their gradients are param_t<T>
+// (float32 for bf16), the LayerNorm statistics and beta compute_t<T>.
 #pragma once
 
 #include "reformer/core/parameter_set.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/workspace.hpp"
 #include "reformer/ops/activations.hpp"
@@ -44,18 +49,19 @@ struct FeedForwardCall {
 template <class T>
 class FeedForward {
  public:
-  FeedForward(const std::string& prefix, const FeedForwardConfig& config, ParameterSet<T>& params);
+  FeedForward(const std::string& prefix, const FeedForwardConfig& config,
+              ParameterSet<param_t<T>>& params);
   // Xavier-uniform weights, zero biases, unit LayerNorm gain.
   void init(RandomKey key);
   // x [rows, d_model] -> y [rows, d_model]; y = beta * y + G(x).
   void forward(In2<T> x, View2<T> y, const FeedForwardCall& call, Workspace& workspace,
-               T beta = T(0)) const;
+               compute_t<T> beta = compute_t<T>(0)) const;
   // Recomputes G chunk by chunk and accumulates the parameter gradients;
   // dx = beta * dx + dG/dx^T dy. When `recomputed` is not empty it receives
   // G(x) (the reversible backward needs it to rebuild its input). dx and
   // recomputed may not alias x or dy.
   void backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwardCall& call, Workspace& workspace,
-                T beta = T(0), View2<T> recomputed = View2<T>()) const;
+                compute_t<T> beta = compute_t<T>(0), View2<T> recomputed = View2<T>()) const;
   const FeedForwardConfig& config() const { return config_; }
 
  private:
@@ -64,15 +70,15 @@ class FeedForward {
   // hidden = dropout(act(pre)) (pre may be hidden). Returns the rows W1 read:
   // normed, or xc itself without the LayerNorm.
   In2<T> hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& call, double rate,
-                      View2<T> normed, View1<T> mean, View1<T> rstd, View2<T> pre,
-                      View2<T> hidden) const;
+                      View2<T> normed, View1<compute_t<T>> mean, View1<compute_t<T>> rstd,
+                      View2<T> pre, View2<T> hidden) const;
   FeedForwardConfig config_;
-  Parameter<T>* gamma_ = nullptr;
-  Parameter<T>* beta_ = nullptr;
-  Parameter<T>* w1_ = nullptr;
-  Parameter<T>* b1_ = nullptr;
-  Parameter<T>* w2_ = nullptr;
-  Parameter<T>* b2_ = nullptr;
+  Parameter<param_t<T>>* gamma_ = nullptr;
+  Parameter<param_t<T>>* beta_ = nullptr;
+  Parameter<param_t<T>>* w1_ = nullptr;
+  Parameter<param_t<T>>* b1_ = nullptr;
+  Parameter<param_t<T>>* w2_ = nullptr;
+  Parameter<param_t<T>>* b2_ = nullptr;
 };
 
 }  // namespace reformer::layers

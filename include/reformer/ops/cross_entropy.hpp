@@ -14,8 +14,14 @@
 //   loss = (1 / N) sum_{i : t_i != pad_id} -sum_c q_c log p_c.
 // This is the cross-entropy, not the KL divergence: with eps > 0 it stays above
 // the entropy of q instead of reaching 0.
+//
+// Precision (core/precision.hpp): h and dh are activations (T); weight, bias
+// and their gradients are param_t<T>; the logits chunk, the softmax, the
+// log-sum-exp and every sum are compute_t<T> (float32 for bf16 h), so the
+// loss of bf16 h is the float32 loss of the same values.
 #pragma once
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
 namespace reformer::ops {
@@ -51,19 +57,21 @@ double smoothed_target_entropy(double smoothing, Index vocab, int pad_id);
 // Loss, token count and correct predictions. Temporaries: one [chunk_rows, V]
 // logits buffer and per-row statistics.
 template <class T>
-CrossEntropyResult cross_entropy_forward(In2<T> h, In2<T> weight, In1<T> bias, In1<int> targets,
-                                         const CrossEntropyOptions& options);
+CrossEntropyResult cross_entropy_forward(In2<T> h, In2<param_t<T>> weight, In1<param_t<T>> bias,
+                                         In1<int> targets, const CrossEntropyOptions& options);
 
 // The same result plus the gradients of the loss, chunk by chunk:
 //   dz = gradient_scale (p - q) / N for non-pad rows and 0 for pad rows,
 //   dh = dz W^T (overwritten), dW += h^T dz, db += sum_rows dz (accumulated);
 //   with weight_is_embedding: dh = dz E, dE += dz^T h ([V, d], accumulated).
 // dweight has the shape of weight; dbias the extent of bias (empty when there
-// is no bias).
+// is no bias). For bf16 h, dh is the float32 dz W^T rounded once and the
+// parameter gradients accumulate in float32.
 template <class T>
-CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<T> weight, In1<T> bias,
-                                                  In1<int> targets,
+CrossEntropyResult cross_entropy_forward_backward(In2<T> h, In2<param_t<T>> weight,
+                                                  In1<param_t<T>> bias, In1<int> targets,
                                                   const CrossEntropyOptions& options, View2<T> dh,
-                                                  View2<T> dweight, View1<T> dbias);
+                                                  View2<param_t<T>> dweight,
+                                                  View1<param_t<T>> dbias);
 
 }  // namespace reformer::ops
