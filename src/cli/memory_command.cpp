@@ -32,6 +32,7 @@ struct MemoryArgs {
   int steps = 2;
   double budget_gib = -1;
   std::string dtype = "float";
+  std::vector<std::string> precisions = {"float32"};  // activations: float32 and/or bf16
   std::string out;
   bool explain = false;
   std::vector<std::string> overrides;
@@ -116,6 +117,15 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     sweep = family.sweep(args.overrides);
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
+    for (const auto& precision : args.precisions) {
+      require<ConfigError>(precision == "float32" || precision == "bf16",
+                           "memory: --precision has '", precision,
+                           "' but each must be float32 or bf16");
+      require<ConfigError>(precision == "float32" || args.dtype == "float",
+                           "memory: --precision bf16 keeps float32 parameters; it needs --dtype "
+                           "float, not ",
+                           args.dtype);
+    }
     // Every point's config (variant, depth, length, batch) is checked before any
     // work starts, so a bad value never leaves a half-written sweep behind.
     for (const auto length : args.lengths) {
@@ -134,7 +144,8 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
       require<ConfigError>(layers > 0, "memory: --layers has ", layers,
                            " but every depth must be positive");
       for (const auto& v : args.variants)
-        for (const auto length : args.lengths) sweep->check(v, layers, length);
+        for (const auto length : args.lengths)
+          for (const auto& precision : args.precisions) sweep->check(v, layers, length, precision);
     }
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
@@ -148,7 +159,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
          "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
          "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"
          "predicted_optimizer_MiB,predicted_peak_MiB,warmup_peak_MiB,state_MiB,predicted_state_MiB,"
-         "backend_MiB,launches_per_step,note\n";
+         "backend_MiB,launches_per_step,precision,note\n";
   std::ostringstream json;
   json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"model\": \""
        << args.model << "\",\n \"points\": [";
@@ -158,85 +169,90 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
   options.budget_bytes =
       args.budget_gib >= 0 ? std::int64_t(args.budget_gib * double(1 << 30)) : -1;
   const std::size_t total = args.variants.size() * args.lengths.size() * args.layers.size() *
-                            (args.tokens ? 1 : args.batches.size());
+                            (args.tokens ? 1 : args.batches.size()) * args.precisions.size();
   std::size_t index = 0;
-  std::printf("%-9s %7s %6s %5s %9s %10s %10s %8s  %s  %s\n", "variant", "length", "layers",
-              "batch", "s/step", "peak MiB", "predicted", "ratio", "state MiB (params+grads+Adam)",
-              "launches/step");
+  std::printf("%-9s %7s %6s %5s %-9s %9s %10s %10s %8s  %s  %s\n", "variant", "length", "layers",
+              "batch", "precision", "s/step", "peak MiB", "predicted", "ratio",
+              "state MiB (params+grads+Adam)", "launches/step");
   bool first = true;
   std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
   for (const auto& variant : args.variants)
     for (const auto layers : args.layers)
       for (const auto length : args.lengths)
-        for (std::size_t b = 0; b < (args.tokens ? 1 : args.batches.size()); ++b) {
-          const Index batch = args.tokens ? args.tokens / length : args.batches[b];
-          ++index;
-          train::SweepPoint p;
-          try {
-            p = sweep->run(variant, layers, batch, length, options);
-          } catch (const MemoryError& e) {
-            p.variant = variant;
-            p.length = length;
-            p.layers = layers;
-            p.batch = batch;
-            p.skipped = e.what();
+        for (std::size_t b = 0; b < (args.tokens ? 1 : args.batches.size()); ++b)
+          for (const auto& precision : args.precisions) {
+            const Index batch = args.tokens ? args.tokens / length : args.batches[b];
+            options.precision = precision;
+            ++index;
+            train::SweepPoint p;
+            try {
+              p = sweep->run(variant, layers, batch, length, options);
+            } catch (const MemoryError& e) {
+              p.variant = variant;
+              p.length = length;
+              p.layers = layers;
+              p.batch = batch;
+              p.skipped = e.what();
+            }
+            const double peak = mib(p.measured.peak()), predicted = mib(p.predicted.peak());
+            if (p.ran)
+              std::printf(
+                  "%-9s %7lld %6lld %5lld %-9s %9.3f %10.1f %10.1f %8.2f  %.1f  %lld   [%zu/%zu]\n",
+                  variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                  precision.c_str(), p.seconds_per_step, peak, predicted,
+                  predicted > 0 ? peak / predicted : 0.0, mib(p.state_bytes),
+                  (long long)p.launches_per_step, index, total);
+            else
+              std::printf("%-9s %7lld %6lld %5lld %-9s   skipped: %s   [%zu/%zu]\n",
+                          variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                          precision.c_str(), p.skipped.c_str(), index, total);
+            if (p.ran && args.explain) {
+              std::printf("          at the peak:");
+              for (std::size_t i = 0; i < p.composition.size() && i < 8; ++i)
+                std::printf(" %s %.1f MiB (%lld)%s", p.composition[i].label.c_str(),
+                            mib(p.composition[i].bytes), (long long)p.composition[i].allocations,
+                            i + 1 < p.composition.size() && i < 7 ? "," : "\n");
+            }
+            std::fflush(stdout);
+            const double tokens_per_s =
+                p.ran && p.seconds_per_step > 0 ? double(batch * length) / p.seconds_per_step : 0;
+            char row[1024];
+            std::snprintf(row, sizeof row,
+                          "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+                          "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%lld,%s,",
+                          variant.c_str(), (long long)length, (long long)layers, (long long)batch,
+                          p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s,
+                          mib(p.measured.forward), mib(p.measured.loss), mib(p.measured.backward),
+                          mib(p.measured.optimizer), peak, mib(p.predicted.forward),
+                          mib(p.predicted.loss), mib(p.predicted.backward),
+                          mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
+                          mib(p.state_bytes), mib(p.predicted_state_bytes), mib(p.backend_bytes),
+                          (long long)p.launches_per_step, precision.c_str());
+            csv << row << csv_quoted(p.skipped) << '\n';
+            csv.flush();
+            json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
+                 << "\", \"length\": " << length << ", \"layers\": " << layers
+                 << ", \"batch\": " << batch << ", \"precision\": \"" << precision
+                 << "\", \"ran\": " << (p.ran ? "true" : "false")
+                 << ", \"seconds_per_step\": " << p.seconds_per_step
+                 << ", \"measured_MiB\": {\"forward\": " << mib(p.measured.forward)
+                 << ", \"loss\": " << mib(p.measured.loss)
+                 << ", \"backward\": " << mib(p.measured.backward)
+                 << ", \"optimizer\": " << mib(p.measured.optimizer)
+                 << "}, \"predicted_MiB\": {\"forward\": " << mib(p.predicted.forward)
+                 << ", \"loss\": " << mib(p.predicted.loss)
+                 << ", \"backward\": " << mib(p.predicted.backward)
+                 << ", \"optimizer\": " << mib(p.predicted.optimizer)
+                 << "}, \"warmup_peak_MiB\": " << mib(p.warmup_peak)
+                 << ", \"state_MiB\": " << mib(p.state_bytes)
+                 << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
+                 << ", \"backend_MiB\": " << mib(p.backend_bytes)
+                 << ", \"launches_per_step\": " << p.launches_per_step
+                 << ", \"skipped\": " << json_quoted(p.skipped) << "}";
+            first = false;
+            // Rewritten after every point: a sweep stopped midway keeps what ran.
+            std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
           }
-          const double peak = mib(p.measured.peak()), predicted = mib(p.predicted.peak());
-          if (p.ran)
-            std::printf(
-                "%-9s %7lld %6lld %5lld %9.3f %10.1f %10.1f %8.2f  %.1f  %lld   [%zu/%zu]\n",
-                variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-                p.seconds_per_step, peak, predicted, predicted > 0 ? peak / predicted : 0.0,
-                mib(p.state_bytes), (long long)p.launches_per_step, index, total);
-          else
-            std::printf("%-9s %7lld %6lld %5lld   skipped: %s   [%zu/%zu]\n", variant.c_str(),
-                        (long long)length, (long long)layers, (long long)batch, p.skipped.c_str(),
-                        index, total);
-          if (p.ran && args.explain) {
-            std::printf("          at the peak:");
-            for (std::size_t i = 0; i < p.composition.size() && i < 8; ++i)
-              std::printf(" %s %.1f MiB (%lld)%s", p.composition[i].label.c_str(),
-                          mib(p.composition[i].bytes), (long long)p.composition[i].allocations,
-                          i + 1 < p.composition.size() && i < 7 ? "," : "\n");
-          }
-          std::fflush(stdout);
-          const double tokens_per_s =
-              p.ran && p.seconds_per_step > 0 ? double(batch * length) / p.seconds_per_step : 0;
-          char row[1024];
-          std::snprintf(
-              row, sizeof row,
-              "%s,%lld,%lld,%lld,%s,%.6f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-              "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%lld,",
-              variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-              p.ran ? "ran" : "skipped", p.seconds_per_step, tokens_per_s, mib(p.measured.forward),
-              mib(p.measured.loss), mib(p.measured.backward), mib(p.measured.optimizer), peak,
-              mib(p.predicted.forward), mib(p.predicted.loss), mib(p.predicted.backward),
-              mib(p.predicted.optimizer), predicted, mib(p.warmup_peak), mib(p.state_bytes),
-              mib(p.predicted_state_bytes), mib(p.backend_bytes), (long long)p.launches_per_step);
-          csv << row << csv_quoted(p.skipped) << '\n';
-          csv.flush();
-          json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
-               << "\", \"length\": " << length << ", \"layers\": " << layers
-               << ", \"batch\": " << batch << ", \"ran\": " << (p.ran ? "true" : "false")
-               << ", \"seconds_per_step\": " << p.seconds_per_step
-               << ", \"measured_MiB\": {\"forward\": " << mib(p.measured.forward)
-               << ", \"loss\": " << mib(p.measured.loss)
-               << ", \"backward\": " << mib(p.measured.backward)
-               << ", \"optimizer\": " << mib(p.measured.optimizer)
-               << "}, \"predicted_MiB\": {\"forward\": " << mib(p.predicted.forward)
-               << ", \"loss\": " << mib(p.predicted.loss)
-               << ", \"backward\": " << mib(p.predicted.backward)
-               << ", \"optimizer\": " << mib(p.predicted.optimizer)
-               << "}, \"warmup_peak_MiB\": " << mib(p.warmup_peak)
-               << ", \"state_MiB\": " << mib(p.state_bytes)
-               << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
-               << ", \"backend_MiB\": " << mib(p.backend_bytes)
-               << ", \"launches_per_step\": " << p.launches_per_step
-               << ", \"skipped\": " << json_quoted(p.skipped) << "}";
-          first = false;
-          // Rewritten after every point: a sweep stopped midway keeps what ran.
-          std::ofstream(out + "/sweep.json") << json.str() << "\n ]\n}\n";
-        }
   std::printf("wrote %s/sweep.csv and %s/sweep.json\n", out.c_str(), out.c_str());
   return 0;
 }
@@ -277,6 +293,10 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
           },
           "GiB > 0"));
   sub->add_option("--dtype", args.dtype, "float or double (default float)");
+  sub->add_option("--precision", args.precisions,
+                  "Activations: float32, bf16 or both (default float32); bf16: bf16 activations "
+                  "on float32 parameters, gradients and Adam (train.precision), LSH variants")
+      ->delimiter(',');
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
   sub->add_option("overrides", args.overrides,

@@ -111,9 +111,9 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
   point.batch = batch;
   point.layers = layers;
   const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
-  const bool bf16 = options.precision == "bf16";
+  const bool reduced = options.precision == "bf16";
   if constexpr (StepHasBf16<Step>::value)
-    point.predicted = predict_step_memory(config, batch, length, scalar, bf16 ? 2 : scalar);
+    point.predicted = predict_step_memory(config, batch, length, scalar, reduced ? 2 : scalar);
   else
     point.predicted = predict_step_memory(config, batch, length, scalar);
   point.predicted_state_bytes = predict_state_bytes(config, scalar);
@@ -126,9 +126,10 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
     return point;
   }
   if constexpr (StepHasBf16<Step>::value)
-    if (bf16) return measure<Step<bf16>>(point, config, options);
-  require<ConfigError>(!bf16, "reformer memory: --precision bf16 measures the Reformer LM only "
-                              "(its variants); leave --precision at float32 for this model");
+    if (reduced) return measure<Step<bf16>>(point, config, options);
+  require<ConfigError>(!reduced,
+                       "reformer memory: --precision bf16 measures the Reformer LM only "
+                       "(its variants); leave --precision at float32 for this model");
   return options.dtype == "float" ? measure<Step<float>>(point, config, options)
                                   : measure<Step<double>>(point, config, options);
 }

@@ -141,6 +141,12 @@ struct SweepOptions {
   std::string precision = "float32";
 };
 
+// ConfigError unless a point's model runs at `precision`: "float32", or
+// "bf16" for the Reformer LM with LSH layers only (train.precision).
+void check_sweep_precision(const models::ReformerConfig& config, const std::string& precision);
+void check_sweep_precision(const models::TransformerConfig& config, const std::string& precision);
+void check_sweep_precision(const XLStepConfig& config, const std::string& precision);
+
 // Runs one point: skipped (with the reason) when the predicted peak plus the
 // state exceeds the budget, never attempted.
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,

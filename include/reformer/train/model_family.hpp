@@ -32,8 +32,10 @@ class Workload;  // src/train/workload.hpp (private to the library)
 class SweepModel {
  public:
   virtual ~SweepModel() = default;
-  // ConfigError naming the variant or the value when the point cannot be built.
-  virtual void check(const std::string& variant, Index layers, Index length) const = 0;
+  // ConfigError naming the variant or the value when the point cannot be built
+  // (at `precision`: "float32" or "bf16", SweepOptions::precision).
+  virtual void check(const std::string& variant, Index layers, Index length,
+                     const std::string& precision = "float32") const = 0;
   // One point (skipped with the reason when it does not fit options' budget).
   virtual SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                          const SweepOptions& options) const = 0;

@@ -14,8 +14,9 @@ class SweepOf final : public SweepModel {
  public:
   SweepOf(Config base, SetLayers set_layers)
       : base_(std::move(base)), set_layers_(std::move(set_layers)) {}
-  void check(const std::string& variant, Index layers, Index length) const override {
-    variant_config(variant, at_depth(layers), length);
+  void check(const std::string& variant, Index layers, Index length,
+             const std::string& precision) const override {
+    check_sweep_precision(variant_config(variant, at_depth(layers), length), precision);
   }
   SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                  const SweepOptions& options) const override {

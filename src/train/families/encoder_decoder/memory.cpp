@@ -150,6 +150,12 @@ decoder_layers = 2
 )";
 }
 
+void check_sweep_precision(const models::TransformerConfig&, const std::string& precision) {
+  require<ConfigError>(precision == "float32", "reformer memory: --precision ", precision,
+                       " is not implemented for --model transformer (bf16 runs the Reformer LM); "
+                       "use --precision float32");
+}
+
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);

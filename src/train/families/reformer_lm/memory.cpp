@@ -120,6 +120,17 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
   return base;
 }
 
+void check_sweep_precision(const models::ReformerConfig& config, const std::string& precision) {
+  require<ConfigError>(precision == "float32" || precision == "bf16",
+                       "reformer memory: --precision ", precision, " is not float32 or bf16");
+  if (precision == "float32") return;
+  for (Index i = 0; i < config.layers; ++i)
+    require<ConfigError>(config.layer_kind(i) == AttentionKind::Lsh,
+                         "reformer memory: --precision bf16 trains LSH layers only, but layer ", i,
+                         " is ", attention::to_string(config.layer_kind(i)),
+                         "; measure bf16 with the LSH variants (lsh-1 ... lsh-8, reformer)");
+}
+
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);
@@ -213,12 +224,12 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     ws_forward = std::max(ws_forward, ff_forward);
     const double stats = 2 * x * s;
     if (c.reversible)  // G(y1), then F's recompute and backward
-      ws_backward =
-          std::max(ws_backward, x * d * a + std::max(ff_backward, x * d * a + stats +
-                                                                      std::max(fwd, attention_bwd)));
+      ws_backward = std::max(
+          ws_backward,
+          x * d * a + std::max(ff_backward, x * d * a + stats + std::max(fwd, attention_bwd)));
     else  // the upstream gradient, then G's and F's backward
-      ws_backward = std::max(ws_backward, x * d * a + std::max(ff_backward,
-                                                               x * d * a + stats + attention_bwd));
+      ws_backward = std::max(ws_backward,
+                             x * d * a + std::max(ff_backward, x * d * a + stats + attention_bwd));
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
   const double ws_loss = x * 6 * d * a + 2 * x * s;

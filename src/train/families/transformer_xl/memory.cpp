@@ -103,6 +103,13 @@ XLStepConfig variant_config(const std::string& variant, models::TransformerXLCon
   return {base, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length};
 }
 
+void check_sweep_precision(const XLStepConfig&, const std::string& precision) {
+  require<ConfigError>(
+      precision == "float32", "reformer memory: --precision ", precision,
+      " is not implemented for --model transformer_xl (bf16 runs the Reformer LM); "
+      "use --precision float32");
+}
+
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerXLConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);
