@@ -92,8 +92,10 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
   if constexpr (kHostMemory) {
-    // One thread per row (see the forward pass). dx may be dy: each element of
-    // dy is read before the same element of dx is written.
+    // One thread per row (see the forward pass). float and double: dx holds
+    // dy * gamma first. bf16: dx cannot hold it (a rounding), so the sums read
+    // dy and gamma again; each element of dy is read before the same element
+    // of dx is written (dx may be dy).
     Kokkos::parallel_for(
         "layer_norm_backward_input", range(n), KOKKOS_LAMBDA(Index i) {
           const T* xi = &x(i, 0);
@@ -101,11 +103,19 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           const P* g = gamma.data();
           T* dxi = &dx(i, 0);
           const C mu = mean(i), r = rstd(i);
-          const C mean_g = dot_values(dyi, g, d) / C(d);
-          const C mean_gx = r * (dot_values(dyi, g, xi, d) / C(d) - mu * mean_g);
-          for (Index j = 0; j < d; ++j)
-            dxi[j] =
-                store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
+          if constexpr (is_reduced_precision<T>) {
+            const C mean_g = dot_values(dyi, g, d) / C(d);
+            const C mean_gx = r * (dot_values(dyi, g, xi, d) / C(d) - mu * mean_g);
+            for (Index j = 0; j < d; ++j)
+              dxi[j] =
+                  store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
+          } else {
+            for (Index j = 0; j < d; ++j) dxi[j] = dyi[j] * g[j];
+            const C mean_g = sum_values(dxi, d) / C(d);
+            const C mean_gx = r * (dot_values(dxi, xi, d) / C(d) - mu * mean_g);
+            for (Index j = 0; j < d; ++j)
+              dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
+          }
         });
   } else {
     Kokkos::parallel_for(
