@@ -32,9 +32,14 @@ In2<float> float_rows(In2<T> from, Index begin, Index end, View2<float>& scratch
       scratch =
           View2<float>(Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), n, d);
     const auto out = Kokkos::subview(scratch, std::make_pair(Index(0), n), Kokkos::ALL);
-    Kokkos::parallel_for(
-        "mixed_matmul_widen", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, d}),
-        KOKKOS_LAMBDA(Index i, Index j) { out(i, j) = load(rows(i, j)); });
+    // Whole rows of a LayoutRight view are contiguous: one flat loop over raw
+    // pointers, which vectorises.
+    const T* in = rows.data();
+    float* to = out.data();
+    parallel_blocks(
+        "mixed_matmul_widen", n * d, KOKKOS_LAMBDA(Index first, Index end) {
+          for (Index i = first; i < end; ++i) to[i] = load(in[i]);
+        });
     return out;
   }
 }
@@ -46,10 +51,19 @@ void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
   const Index n = f.extent(0), d = f.extent(1);
   const bool has_bias = bias.extent(0) > 0;
   if (is_float<TC> && !has_bias) return;
+  const float* from = f.data();
+  TC* to = &c(begin, 0);
+  if (!has_bias) {
+    parallel_blocks(
+        "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index first, Index end) {
+          for (Index i = first; i < end; ++i) to[i] = store<TC>(from[i]);
+        });
+    return;
+  }
+  const float* b = bias.data();
   Kokkos::parallel_for(
-      "mixed_matmul_finish", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, d}),
-      KOKKOS_LAMBDA(Index i, Index j) {
-        c(begin + i, j) = store<TC>(f(i, j) + (has_bias ? bias(j) : 0.0f));
+      "mixed_matmul_finish_bias", range(n), KOKKOS_LAMBDA(Index i) {
+        for (Index j = 0; j < d; ++j) to[i * d + j] = store<TC>(from[i * d + j] + b[j]);
       });
 }
 
