@@ -226,9 +226,15 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   if (!w_k_) state.k = View2<T>();
   const auto xr = as_rows<T>(x);
   const auto mr = as_rows<T>(memory);
-  ops::product<T, P, T>(xr, Trans::No, w_q_->matrix(), Trans::No, q);
-  if (w_k_) ops::product<T, P, T>(mr, Trans::No, w_k_->matrix(), Trans::No, k);
-  ops::product<T, P, T>(mr, Trans::No, w_v_->matrix(), Trans::No, v);
+  if (!state.cross) {
+    if (w_k_)
+      ops::projections_forward<T>(xr, {w_q_->matrix(), w_k_->matrix(), w_v_->matrix()}, {q, k, v});
+    else
+      ops::projections_forward<T>(xr, {w_q_->matrix(), w_v_->matrix()}, {q, v});
+  } else {
+    ops::product<T, P, T>(xr, Trans::No, w_q_->matrix(), Trans::No, q);
+    ops::projections_forward<T>(mr, {w_k_->matrix(), w_v_->matrix()}, {k, v});
+  }
   const auto qh = per_head(q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
   const auto vh = per_head(v, batch, lk, h, d), out = per_head(attended, batch, lq, h, d);
   const AttentionCall call{
@@ -444,14 +450,13 @@ void AttentionLayer<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Attenti
   // Projections: dx = beta dx + dq W_q^T + dk W_k^T + dv W_v^T, dW += x^T d(.).
   const auto xr = as_rows<T>(x);
   auto dxr = as_rows<T>(dx);
-  ops::product<T, P, T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, dxr, 1, beta);
-  ops::product<T, T, P>(xr, Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), 1, 1);
-  if (w_k_) {
-    ops::product<T, P, T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, dxr, 1, 1);
-    ops::product<T, T, P>(xr, Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), 1, 1);
-  }
-  ops::product<T, P, T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, dxr, 1, 1);
-  ops::product<T, T, P>(xr, Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), 1, 1);
+  if (w_k_)
+    ops::projections_backward<T>(xr, {w_q_->matrix(), w_k_->matrix(), w_v_->matrix()}, {dq, dk, dv},
+                                 dxr, beta,
+                                 {w_q_->grad_matrix(), w_k_->grad_matrix(), w_v_->grad_matrix()});
+  else
+    ops::projections_backward<T>(xr, {w_q_->matrix(), w_v_->matrix()}, {dq, dv}, dxr, beta,
+                                 {w_q_->grad_matrix(), w_v_->grad_matrix()});
 }
 
 template <class T>

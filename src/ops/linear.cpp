@@ -33,8 +33,8 @@ void linear_backward(In2<T> x, In2<param_t<T>> weight, In2<T> dy, View2<T> dx,
   require_extent("linear_backward", "dy", dy, 1, out);
   require_same_shape("linear_backward", "weight", weight, "dweight", dweight);
   if constexpr (is_reduced_precision<T>) {
-    if (dx.extent(0) > 0) mixed_matmul<T, float, T>(dy, Trans::No, weight, Trans::Yes, dx);
-    mixed_matmul<T, T, float>(x, Trans::Yes, dy, Trans::No, dweight, 1.0f, 1.0f);
+    // x and dy widened once per panel for both products.
+    projections_backward<T>(x, {weight}, {dy}, dx, 0.0, {dweight});
   } else {
     if (dx.extent(0) > 0) matmul<T>(dy, Trans::No, weight, Trans::Yes, dx);
     matmul<T>(x, Trans::Yes, dy, Trans::No, dweight, T(1), T(1));

@@ -136,6 +136,91 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
   finish_rows<TC>(cf, bias, c, 0);
 }
 
+namespace {
+
+void check_projections(const char* op, Index rows, Index width, std::size_t weights,
+                       std::size_t tensors, std::size_t grads) {
+  require<ShapeError>(weights > 0 && tensors == weights && (grads == 0 || grads == weights), op,
+                      ": ", weights, " weights, ", tensors, " outputs and ", grads,
+                      " weight gradients; give one output (and gradient) per weight");
+  require<ShapeError>(rows > 0 && width > 0, op, ": the input has shape [", rows, ", ", width,
+                      "]; both must be positive");
+}
+
+}  // namespace
+
+template <class T>
+void projections_forward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
+                         const std::vector<View2<T>>& outputs) {
+  check_projections("projections_forward", x.extent(0), x.extent(1), weights.size(), outputs.size(),
+                    0);
+  if constexpr (!is_reduced_precision<T>) {
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      matmul<T>(x, Trans::No, weights[i], Trans::No, outputs[i]);
+  } else {
+    const Index m = x.extent(0), k = x.extent(1);
+    Index width = k;
+    for (const auto& y : outputs) width += y.extent(1);
+    const Index panel = std::max<Index>(64, kPanelElements / width);
+    View2<float> scratch_x, scratch_y;
+    for (Index r0 = 0; r0 < m; r0 += panel) {
+      const Index r1 = std::min(m, r0 + panel);
+      const In2<float> xf = float_rows<T>(x, r0, r1, scratch_x);
+      for (std::size_t i = 0; i < weights.size(); ++i) {
+        const View2<float> yf = float_output<T>(outputs[i], r0, r1, 0.0f, scratch_y);
+        matmul<float>(xf, Trans::No, weights[i], Trans::No, yf);
+        finish_rows<T>(yf, In1<float>(), outputs[i], r0);
+      }
+    }
+  }
+}
+
+template <class T>
+void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
+                          const std::vector<In2<T>>& output_grads, View2<T> dx, double beta,
+                          const std::vector<View2<param_t<T>>>& weight_grads) {
+  check_projections("projections_backward", x.extent(0), x.extent(1), weights.size(),
+                    output_grads.size(), weight_grads.size());
+  const bool input_grad = dx.extent(0) > 0;
+  if constexpr (!is_reduced_precision<T>) {
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      if (input_grad)
+        matmul<T>(output_grads[i], Trans::No, weights[i], Trans::Yes, dx, T(1),
+                  i == 0 ? T(beta) : T(1));
+      matmul<T>(x, Trans::Yes, output_grads[i], Trans::No, weight_grads[i], T(1), T(1));
+    }
+  } else {
+    const Index m = x.extent(0), k = x.extent(1);
+    Index width = 2 * k;
+    for (const auto& dy : output_grads) width += dy.extent(1);
+    const Index panel = std::max<Index>(64, kPanelElements / width);
+    View2<float> scratch_x, scratch_dx;
+    std::vector<View2<float>> scratch_dy(weights.size());
+    for (Index r0 = 0; r0 < m; r0 += panel) {
+      const Index r1 = std::min(m, r0 + panel);
+      const In2<float> xf = float_rows<T>(x, r0, r1, scratch_x);
+      const View2<float> dxf =
+          input_grad ? float_output<T>(dx, r0, r1, float(beta), scratch_dx) : View2<float>();
+      for (std::size_t i = 0; i < weights.size(); ++i) {
+        const In2<float> dyf = float_rows<T>(output_grads[i], r0, r1, scratch_dy[i]);
+        if (input_grad)
+          matmul<float>(dyf, Trans::No, weights[i], Trans::Yes, dxf, 1.0f,
+                        i == 0 ? float(beta) : 1.0f);
+        matmul<float>(xf, Trans::Yes, dyf, Trans::No, weight_grads[i], 1.0f, 1.0f);
+      }
+      if (input_grad) finish_rows<T>(dxf, In1<float>(), dx, r0);
+    }
+  }
+}
+
+#define REFORMER_INSTANTIATE_PROJECTIONS(T)                                           \
+  template void projections_forward<T>(In2<T>, const std::vector<In2<param_t<T>>>&,   \
+                                       const std::vector<View2<T>>&);                 \
+  template void projections_backward<T>(In2<T>, const std::vector<In2<param_t<T>>>&,  \
+                                        const std::vector<In2<T>>&, View2<T>, double, \
+                                        const std::vector<View2<param_t<T>>>&);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE_PROJECTIONS)
+
 #define REFORMER_INSTANTIATE_MIXED(TA, TB, TC)                                                    \
   template void mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, float, \
                                          In1<float>);

@@ -45,7 +45,10 @@ using Clock = std::chrono::steady_clock;
 enum Stream : std::uint64_t { kInit = 1, kStep = 2, kEval = 3 };  // 4: sampling.cpp
 
 // Keys whose change does not change what a resumed run computes.
+// train.precision too: a float32 checkpoint fine-tunes in bf16 and back (the
+// checkpoint holds the float32 master weights and moments either way).
 const std::vector<std::string> kResumableKeys = {"train.steps",
+                                                 "train.precision",
                                                  "train.eval_every",
                                                  "train.eval_batches",
                                                  "train.log_every",

@@ -7,6 +7,7 @@
 #include "reformer/core/types.hpp"
 
 #include <type_traits>
+#include <vector>
 
 namespace reformer::ops {
 
@@ -56,6 +57,22 @@ void product(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, do
   else
     mixed_matmul<TA, TB, TC>(a, trans_a, b, trans_b, c, float(alpha), float(beta));
 }
+
+// The projections of one input through several weights (a layer's q, k and
+// v; a linear map's backward):
+//   forward:  y_i = x W_i
+//   backward: dx = beta dx + sum_i dy_i W_i^T,   dW_i += x^T dy_i
+// with activations x, y_i, dy_i, dx of type T and weights and their gradients
+// of param_t<T>. float and double: one matmul per product, in the order
+// written. bf16: per panel of rows, x, dx and every dy_i are widened once, the
+// sum over i accumulates in float32 and dx is rounded once.
+template <class T>
+void projections_forward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
+                         const std::vector<View2<T>>& outputs);
+template <class T>
+void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
+                          const std::vector<In2<T>>& output_grads, View2<T> dx, double beta,
+                          const std::vector<View2<param_t<T>>>& weight_grads);
 
 // Makes a multithreaded (pthreads) host BLAS run one thread per call: large
 // host products are split over Kokkos' own threads, each calling the BLAS on
