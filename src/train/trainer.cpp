@@ -344,7 +344,7 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
 
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
       << w.params.total_elements() << " parameters (" << model_family(config).summary(config)
-      << ", " << tc.dtype << ")";
+      << ", " << tc.dtype << (tc.precision == "bf16" ? ", bf16 activations" : "") << ")";
   if (ranks > 1)
     out << "; " << ranks << " processes (" << mpi_description() << "), " << tc.batch / ranks
         << " sequences each, gradient sums "

@@ -31,9 +31,11 @@ double float_slack(Index k) { return 4.0 * double(k) / 16777216.0; }
 // Every combination of bf16 and float operands and results, both transposes,
 // beta 0 and 1, and a bias: each element is the float32 product rounded once.
 // Shapes span several panels (mixed_matmul widens at most 2^18 elements at a
-// time: 256 rows of k + n = 1024).
+// time): 274 rows of k + n = 956 when A is not transposed (m = 600: three
+// panels), 306 rows of m + n = 856 of the inner dimension when it is (k = 700:
+// three panels).
 TEST(MixedMatmul, EveryTypeAndTransposeIsTheRoundedFloatProduct) {
-  const Index m = 2500, n = 512, k = 512;
+  const Index m = 600, n = 256, k = 700;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f}) {
@@ -125,6 +127,52 @@ TEST(Bf16Ops, LinearForwardAndBackward) {
   expect_rounded(to_host(dx16), to_host(dx), "linear dx", float_slack(out));
   EXPECT_LT(relative_error(to_host(dw16), to_host(dw)), 1e-6);
   EXPECT_LT(relative_error(to_host(db16), to_host(db)), 1e-6);
+}
+
+// A layer's projections of one input (q, k, v): y_i = x W_i; dx = beta dx +
+// sum_i dy_i W_i^T (summed in float32, rounded once); dW_i += x^T dy_i. Rows
+// span several panels (2^18 / (2 * 96 + 3 * 64) = 682 rows each).
+TEST(Bf16Ops, ProjectionsOfOneInput) {
+  const Index n = 1500, in = 96, out = 64;
+  View2<float> x("x", n, in), dx("dx", n, in);
+  fill_uniform(x, 1);
+  fill_uniform(dx, 2);
+  const auto x16 = bf16_of(x);
+  const auto dx16 = bf16_of(dx);
+  std::vector<View2<float>> w, dy, y, dw, dw16;
+  std::vector<View2<bf16>> dy16, y16;
+  for (int i = 0; i < 3; ++i) {
+    w.emplace_back("w", in, out);
+    dy.emplace_back("dy", n, out);
+    y.emplace_back("y", n, out);
+    y16.emplace_back("y16", n, out);
+    dw.emplace_back("dw", in, out);
+    dw16.emplace_back("dw16", in, out);
+    fill_uniform(w[i], 10 + i);
+    fill_uniform(dy[i], 20 + i);
+    fill_uniform(dw[i], 30 + i);
+    Kokkos::deep_copy(dw16[i], dw[i]);
+    dy16.push_back(bf16_of(dy[i]));
+  }
+  const std::vector<In2<float>> weights(w.begin(), w.end());
+  ops::projections_forward<float>(x, weights, y);
+  ops::projections_forward<bf16>(x16, weights, y16);
+  for (int i = 0; i < 3; ++i)
+    expect_rounded(to_host(y16[i]), to_host(y[i]), "projection " + std::to_string(i),
+                   float_slack(in));
+  ops::projections_backward<float>(x, weights, {dy[0], dy[1], dy[2]}, dx, 0.5, dw);
+  ops::projections_backward<bf16>(x16, weights, {dy16[0], dy16[1], dy16[2]}, dx16, 0.5, dw16);
+  expect_rounded(to_host(dx16), to_host(dx), "dx", float_slack(3 * out));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT(relative_error(to_host(dw16[i]), to_host(dw[i])), 1e-6) << i;
+  // float: the same as one matmul per product, in order.
+  View2<float> expect("expect", n, in);
+  fill_uniform(expect, 2);
+  round_to_bf16(expect);
+  ops::matmul<float>(dy[0], Trans::No, w[0], Trans::Yes, expect, 1.0f, 0.5f);
+  ops::matmul<float>(dy[1], Trans::No, w[1], Trans::Yes, expect, 1.0f, 1.0f);
+  ops::matmul<float>(dy[2], Trans::No, w[2], Trans::Yes, expect, 1.0f, 1.0f);
+  EXPECT_EQ(to_host(dx), to_host(expect));
 }
 
 TEST(Bf16Ops, LayerNormForwardAndBackward) {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Learning in bf16 against float32 (issue 34), each pair in one invocation:
+#  1. the duplication quick start (experiments/duplication_lsh.toml) to 99%
+#     validation accuracy on the second copy: the step it gets there in each
+#     precision (evaluations every 25 steps);
+#  2. a byte LM on the King James Bible (experiments/char_lm.toml with LSH
+#     layers, Debian's bible-kjv text): the validation loss after the same
+#     steps, over the whole validation split;
+#  3. the copy task (the duplication config with data.task = "copy"): the
+#     accuracy it reaches in bf16.
+# Prints one table row per run; the runs stay in OUT_DIR.
+#
+#   experiments/bf16_learning.sh [BUILD_DIR] [OUT_DIR]   (defaults build/openmp, runs/bf16_learning)
+set -euo pipefail
+build=${1:-build/openmp}
+out=${2:-runs/bf16_learning}
+reformer="$build/bin/reformer"
+threads=${THREADS:-2}
+steps_kjv=${KJV_STEPS:-600}
+mkdir -p data "$out"
+if [ ! -s data/kjv.txt ]; then
+  command -v bible >/dev/null || { echo "bf16_learning.sh: install Debian's bible-kjv (apt-get install bible-kjv)" >&2; exit 1; }
+  bible "gen1:1-rev22:21" > data/kjv.txt
+fi
+lscpu | grep -E "Model name" | head -1
+"$reformer" info | grep -i "bf16\|vector" || true
+
+# The step of the first evaluation at or above 0.99 accuracy (metrics.csv).
+reached() { awk -F, '$2 == "eval" && $5 >= 0.99 { print $1; exit }' "$1/metrics.csv"; }
+last_eval() { awk -F, '$2 == "eval" { loss = $3; acc = $5 } END { print loss, acc }' "$1/metrics.csv"; }
+
+echo "| run | precision | steps | result | wall s |"
+echo "|---|---|---|---|---|"
+for p in float32 bf16; do
+  run="$out/duplication_$p"
+  rm -rf "$run"
+  t0=$(date +%s.%N)
+  "$reformer" --threads "$threads" train experiments/duplication_lsh.toml run.dir="\"$run\"" \
+    train.precision="\"$p\"" train.steps=1500 train.target_accuracy=0.99 > "$run.log"
+  t1=$(date +%s.%N)
+  echo "| duplication to 99% | $p | $(reached "$run") | eval loss, accuracy $(last_eval "$run") | $(echo "$t1 - $t0" | bc) |"
+done
+for p in float32 bf16; do
+  run="$out/kjv_$p"
+  rm -rf "$run"
+  t0=$(date +%s.%N)
+  "$reformer" --threads "$threads" train experiments/char_lm.toml run.dir="\"$run\"" \
+    data.path="\"data/kjv.txt\"" 'model.attention=["lsh"]' train.precision="\"$p\"" \
+    train.steps=$steps_kjv train.eval_every=0 > "$run.log"
+  t1=$(date +%s.%N)
+  valid=$("$reformer" --threads "$threads" eval "$run" --split valid --batches 64 | sed 's/.*tokens)://')
+  echo "| KJV byte LM | $p | $steps_kjv | valid (64 batches): $valid | $(echo "$t1 - $t0" | bc) |"
+done
+run="$out/copy_bf16"
+rm -rf "$run"
+"$reformer" --threads "$threads" train experiments/duplication_lsh.toml run.dir="\"$run\"" \
+  data.task='"copy"' train.precision='"bf16"' train.steps=1500 train.target_accuracy=0.99 > "$run.log"
+echo "| copy task to 99% | bf16 | $(reached "$run") | eval loss, accuracy $(last_eval "$run") | |"
