@@ -1,5 +1,6 @@
 // mixed_matmul (ops/gemm.hpp): bf16 operands widened a panel at a time, the
 // panels multiplied by matmul<float>, a bf16 result rounded once.
+#include "ops/tpls/host_blas.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
@@ -102,6 +103,7 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
                       ": op(A) is [", a_rows, ", ", k, "], op(B) is [", b_inner, ", ", b_cols,
                       "] and C is ", shape_string(c),
                       "; C = op(A) op(B) needs [m, k] x [k, n] = [m, n], every dimension positive");
+  if (tpls::host_mixed_matmul<TA, TB, TC>(a, trans_a, b, trans_b, c, alpha, beta, bias)) return;
   View2<float> scratch_a, scratch_b, scratch_c;
   if (trans_a == Trans::No) {
     // Panels of C's rows: B widened once, A and C a panel at a time.
@@ -158,6 +160,12 @@ void projections_forward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
     for (std::size_t i = 0; i < weights.size(); ++i)
       matmul<T>(x, Trans::No, weights[i], Trans::No, outputs[i]);
   } else {
+    // Host: one product per output, each widening x's rows in its own sub-panels.
+    if (kHostMemory) {
+      for (std::size_t i = 0; i < weights.size(); ++i)
+        mixed_matmul<T, float, T>(x, Trans::No, weights[i], Trans::No, outputs[i]);
+      return;
+    }
     const Index m = x.extent(0), k = x.extent(1);
     Index width = k;
     for (const auto& y : outputs) width += y.extent(1);
@@ -190,6 +198,17 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
       matmul<T>(x, Trans::Yes, output_grads[i], Trans::No, weight_grads[i], T(1), T(1));
     }
   } else {
+    // Host: dx in one pass over the rows (every dy_i widened there, the sum in
+    // float32, one rounding), then each weight gradient.
+    const std::vector<In2<T>> dys(output_grads.begin(), output_grads.end());
+    if (kHostMemory &&
+        (!input_grad || tpls::host_mixed_sum<T, T>(dys, weights, Trans::Yes, dx, 1.0f, float(beta),
+                                                   In1<float>()))) {
+      for (std::size_t i = 0; i < weights.size(); ++i)
+        mixed_matmul<T, T, float>(x, Trans::Yes, output_grads[i], Trans::No, weight_grads[i], 1.0f,
+                                  1.0f);
+      return;
+    }
     const Index m = x.extent(0), k = x.extent(1);
     Index width = 2 * k;
     for (const auto& dy : output_grads) width += dy.extent(1);

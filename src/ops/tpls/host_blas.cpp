@@ -1,11 +1,14 @@
 #include "ops/tpls/host_blas.hpp"
 
+#include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
 
 #include <KokkosKernels_config.h>
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
 #include <KokkosBlas_Host_tpl.hpp>
@@ -73,10 +76,180 @@ bool host_blas_matmul(In2<T>, Trans, In2<T>, Trans, View2<T>, T, T) {
 }
 #endif
 
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+namespace {
+
+// Elements of a thread's sub-panel (its widened rows and results): 1 MiB of
+// float32, within a core's L2 cache, and rows enough (512 at width 512) that
+// the BLAS's packing of the other operand is paid over many rows.
+constexpr Index kSubPanelElements = Index(1) << 18;
+
+// dst[r * cols + j] = src[r * ld + j] (rows x cols), widened to float.
+template <class T>
+void widen_rows(const T* src, Index ld, Index rows, Index cols, float* dst) {
+  for (Index r = 0; r < rows; ++r) {
+    const T* in = src + r * ld;
+    float* out = dst + r * cols;
+    for (Index j = 0; j < cols; ++j) out[j] = load(in[j]);
+  }
+}
+
+}  // namespace
+
+template <class TA, class TC>
+bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>>& bs,
+                    Trans trans_b, View2<TC> c, float alpha, float beta, In1<float> bias) {
+  if constexpr (!kHostMemory) {
+    return false;
+  } else {
+    using Host = Kokkos::DefaultHostExecutionSpace;
+    using Blas = KokkosBlas::Impl::HostBlas<float>;
+    constexpr bool a_float = std::is_same<TA, float>::value;
+    constexpr bool c_float = std::is_same<TC, float>::value;
+    const Index threads = Host().concurrency();
+    const Index m = c.extent(0), n = c.extent(1), terms = Index(as.size());
+    Index widest = 0;
+    for (const auto& a : as) widest = std::max<Index>(widest, a.extent(1));
+    const bool has_bias = bias.extent(0) > 0;
+    const bool direct = c_float && !has_bias;  // products straight into C
+    prepare_host_blas();
+    const Index block = (m + threads - 1) / threads;
+    const Index panel = std::max<Index>(8, kSubPanelElements / (widest + n));
+    const char tb = trans_b == Trans::No ? 'N' : 'T';
+    // Raw pointers and strides: the lambda copies no std::vector of views.
+    std::vector<const TA*> a_ptr(terms);
+    std::vector<int> a_ld(terms), a_cols(terms), b_ld(terms);
+    std::vector<const float*> b_ptr(terms);
+    for (Index i = 0; i < terms; ++i) {
+      a_ptr[i] = as[i].data();
+      a_ld[i] = int(as[i].stride(0));
+      a_cols[i] = int(as[i].extent(1));
+      b_ptr[i] = bs[i].data();
+      b_ld[i] = int(bs[i].stride(0));
+    }
+    TC* const pc = c.data();
+    const Index ldc = c.stride(0);
+    const float* pbias = bias.data();
+    Kokkos::parallel_for(
+        "host_mixed_matmul_rows", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
+          const Index first = std::min(m, t * block);
+          const Index end = std::min(m, first + block);
+          std::vector<float> a_buf(a_float ? 0 : panel * widest);
+          std::vector<float> c_buf(direct ? 0 : panel * n);
+          for (Index r0 = first; r0 < end; r0 += panel) {
+            const Index rows = std::min(panel, end - r0);
+            float* out = direct ? reinterpret_cast<float*>(pc) + r0 * ldc : c_buf.data();
+            const int ldo = direct ? int(ldc) : int(n);
+            if (!direct && beta != 0.0f) widen_rows(pc + r0 * ldc, ldc, rows, n, c_buf.data());
+            for (Index i = 0; i < terms; ++i) {
+              const float* pa;
+              int lda;
+              if constexpr (a_float) {
+                pa = a_ptr[i] + r0 * a_ld[i];
+                lda = a_ld[i];
+              } else {
+                widen_rows(a_ptr[i] + r0 * a_ld[i], a_ld[i], rows, a_cols[i], a_buf.data());
+                pa = a_buf.data();
+                lda = a_cols[i];
+              }
+              Blas::gemm(tb, 'N', int(n), int(rows), a_cols[i], alpha, b_ptr[i], b_ld[i], pa, lda,
+                         i == 0 ? beta : 1.0f, out, ldo);
+            }
+            if (direct) continue;
+            for (Index r = 0; r < rows; ++r) {
+              TC* row = pc + (r0 + r) * ldc;
+              const float* from = c_buf.data() + r * n;
+              for (Index j = 0; j < n; ++j) row[j] = store<TC>(from[j] + (pbias ? pbias[j] : 0.0f));
+            }
+          }
+        });
+    Host().fence();
+    return true;
+  }
+}
+
+template <class TA, class TB, class TC>
+bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, float alpha,
+                       float beta, In1<float> bias) {
+  if constexpr (!kHostMemory) {
+    return false;
+  } else {
+    if (trans_a == Trans::No) {
+      // A bf16 B (not a weight) goes through the portable path.
+      if constexpr (!std::is_same<TB, float>::value) {
+        return false;
+      } else {
+        return host_mixed_sum<TA, TC>({a}, {b}, trans_b, c, alpha, beta, bias);
+      }
+    }
+    // A^T B with B not transposed, summed into a float32 C (weight gradients):
+    // columns of C per thread, rows of A and B in sub-panels of a fixed size.
+    if constexpr (!std::is_same<TC, float>::value) {
+      return false;
+    } else {
+      if (trans_b != Trans::No || bias.extent(0) > 0) return false;
+      using Host = Kokkos::DefaultHostExecutionSpace;
+      using Blas = KokkosBlas::Impl::HostBlas<float>;
+      const Index threads = Host().concurrency();
+      const Index m = c.extent(0), n = c.extent(1), k = a.extent(0);
+      prepare_host_blas();
+      const Index cols_block = (n + threads - 1) / threads;
+      // The sum runs over the sub-panel's rows: the inner dimension of each call.
+      const Index panel = std::max<Index>(64, kSubPanelElements / (m + n));
+      const TA* pa = a.data();
+      const TB* pb = b.data();
+      const Index lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+      float* const pc = c.data();
+      Kokkos::parallel_for(
+          "host_mixed_matmul_columns", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
+            const Index c0 = std::min(n, t * cols_block), c1 = std::min(n, c0 + cols_block);
+            if (c0 == c1) return;
+            const Index cols = c1 - c0;
+            std::vector<float> a_buf(panel * m), b_buf(panel * cols);
+            for (Index p0 = 0; p0 < k; p0 += panel) {
+              const Index rows = std::min(panel, k - p0);
+              widen_rows(pa + p0 * lda, lda, rows, m, a_buf.data());
+              widen_rows(pb + p0 * ldb + c0, ldb, rows, cols, b_buf.data());
+              Blas::gemm('N', 'T', int(cols), int(m), int(rows), alpha, b_buf.data(), int(cols),
+                         a_buf.data(), int(m), p0 == 0 ? beta : 1.0f, pc + c0, int(ldc));
+            }
+          });
+      Host().fence();
+      return true;
+    }
+  }
+}
+#else
+template <class TA, class TC>
+bool host_mixed_sum(const std::vector<In2<TA>>&, const std::vector<In2<float>>&, Trans, View2<TC>,
+                    float, float, In1<float>) {
+  return false;
+}
+template <class TA, class TB, class TC>
+bool host_mixed_matmul(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, float, In1<float>) {
+  return false;
+}
+#endif
+
 template bool host_blas_matmul<float>(In2<float>, Trans, In2<float>, Trans, View2<float>, float,
                                       float);
 template bool host_blas_matmul<double>(In2<double>, Trans, In2<double>, Trans, View2<double>,
                                        double, double);
+
+#define REFORMER_INSTANTIATE_HOST_MIXED(TA, TB, TC)                                             \
+  template bool host_mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, \
+                                              float, In1<float>);
+REFORMER_INSTANTIATE_HOST_MIXED(bf16, float, bf16)
+REFORMER_INSTANTIATE_HOST_MIXED(bf16, float, float)
+REFORMER_INSTANTIATE_HOST_MIXED(bf16, bf16, float)
+REFORMER_INSTANTIATE_HOST_MIXED(bf16, bf16, bf16)
+REFORMER_INSTANTIATE_HOST_MIXED(float, bf16, float)
+REFORMER_INSTANTIATE_HOST_MIXED(float, bf16, bf16)
+REFORMER_INSTANTIATE_HOST_MIXED(float, float, bf16)
+REFORMER_INSTANTIATE_HOST_MIXED(float, float, float)
+template bool host_mixed_sum<bf16, bf16>(const std::vector<In2<bf16>>&,
+                                         const std::vector<In2<float>>&, Trans, View2<bf16>, float,
+                                         float, In1<float>);
 
 }  // namespace reformer::ops::tpls
 

@@ -12,6 +12,8 @@
 #include "reformer/core/types.hpp"
 #include "reformer/ops/gemm.hpp"
 
+#include <vector>
+
 namespace reformer::ops::tpls {
 
 // C = alpha op(A) op(B) + beta C through the host BLAS, split over the host
@@ -22,5 +24,24 @@ namespace reformer::ops::tpls {
 template <class T>
 bool host_blas_matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alpha,
                       T beta);
+
+// mixed_matmul on the host (bf16 activations, float32 weights): one parallel
+// region per product instead of one per panel and pass. Each host thread takes
+// a block of C and runs it in sub-panels of rows: the bf16 operands of a
+// sub-panel are widened into the thread's own buffer (in cache), multiplied by
+// the sequential BLAS and, for a bf16 C, rounded once into C. Rows of C are
+// split when A is not transposed; columns of C when A is (a weight gradient
+// X^T dY, summed over the rows in sub-panels of a fixed size, so the result does
+// not depend on the thread count). Returns false (nothing done) for other
+// shapes, without a host BLAS, or on a device; the caller then runs the
+// portable panel loop.
+template <class TA, class TB, class TC>
+bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, float alpha,
+                       float beta, In1<float> bias);
+// C = beta C + alpha sum_i A_i op(B_i) (+ bias), the sum in float32 and C
+// rounded once: a layer's input gradient from its projections' gradients.
+template <class TA, class TC>
+bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>>& bs,
+                    Trans trans_b, View2<TC> c, float alpha, float beta, In1<float> bias);
 
 }  // namespace reformer::ops::tpls
