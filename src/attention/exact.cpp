@@ -37,12 +37,13 @@ constexpr double kNoScore = -1e30;
 // the first non-padding key of each batch entry.
 template <class T>
 struct ExactInputs {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
 
   detail::ChunkedInputs<T> in;
   Index lq = 0, lk = 0, dpad = 0, nq = 0, nk = 0;
-  T scale = T(1);
+  C scale = C(1);
   // With padding: the first non-padding key of each batch entry (Lk if none).
   // Empty without padding. Without the self-mask, queries before first_valid(b)
   // (causal) or every query of an entry without a valid key (not causal) see
@@ -58,10 +59,10 @@ struct ExactInputs {
   // except for uniform rows, whose lse (the mask constant + log Lk) has lost
   // the digits of log Lk to rounding: base = mask constant, rest = log Lk, so
   // that P = 1 / Lk to the last bit, as in full attention.
-  KOKKOS_INLINE_FUNCTION void softmax_base(Index b, Index i, T lse_i, T& base, T& rest) const {
+  KOKKOS_INLINE_FUNCTION void softmax_base(Index b, Index i, C lse_i, C& base, C& rest) const {
     const bool uniform = uniform_row(b, i);
-    base = uniform ? T(MaskValues<T>::masked) : lse_i;
-    rest = uniform ? T(compat::log(T(lk))) : T(0);
+    base = uniform ? C(MaskValues<C>::masked) : lse_i;
+    rest = uniform ? C(compat::log(C(lk))) : C(0);
   }
 
   // Key tiles that query tile qt of batch entry b visits: all, or causal up to
@@ -72,12 +73,12 @@ struct ExactInputs {
     const Index last = (qt + 1) * BQ < lq ? (qt + 1) * BQ - 1 : lq - 1;
     return last / BK + 1;
   }
-  KOKKOS_INLINE_FUNCTION T drop(Index bh, Index i, Index j) const {
-    if (in.dropout.rate == 0.0) return T(1);
+  KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
+    if (in.dropout.rate == 0.0) return C(1);
     const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
     return ops::dropout_keeps(in.dropout.key, index, in.dropout.rate)
-               ? T(1.0 / (1.0 - in.dropout.rate))
-               : T(0);
+               ? C(1.0 / (1.0 - in.dropout.rate))
+               : C(0);
   }
   // Loads `rows` rows of x [batch, length, heads, d] starting at `first` into
   // scratch, times `factor`; rows past `length` are zero. As rows: contiguous
@@ -85,46 +86,49 @@ struct ExactInputs {
   // through the chunked kernels' gather (once per team).
   template <class X>
   KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, Index b, Index h,
-                                        Index first, Index rows, Index length, T factor,
-                                        Scratch2<T> dst) const {
+                                        Index first, Index rows, Index length, C factor,
+                                        Scratch2<C> dst) const {
     const Index dh = in.d_head;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
-      T* to = &dst(r, 0);
+      C* to = &dst(r, 0);
       if (first + r >= length) {
-        for (Index c = 0; c < dh; ++c) to[c] = T(0);
+        for (Index c = 0; c < dh; ++c) to[c] = C(0);
         return;
       }
       const auto* from = &x(b, first + r, h, 0);
-      for (Index c = 0; c < dh; ++c) to[c] = T(from[c]) * factor;
+      for (Index c = 0; c < dh; ++c) to[c] = C(load(from[c])) * factor;
     });
   }
   // Rows [first, first + rows) of x as a tile for team_multiply: read in
   // place (returns a pointer into x, ld = its row stride) when they are whole
   // rows inside the sequence and d_head needs no padding, else loaded into dst
   // by load_rows with factor 1 (ld = dpad). Streamed tiles skip a copy this way.
+  // bf16 rows are always loaded (widened to float32).
   template <class X>
-  KOKKOS_INLINE_FUNCTION const T* tile_rows(const TeamMember& team, const X& x, Index b, Index h,
-                                            Index first, Index rows, Index length, Scratch2<T> dst,
+  KOKKOS_INLINE_FUNCTION const C* tile_rows(const TeamMember& team, const X& x, Index b, Index h,
+                                            Index first, Index rows, Index length, Scratch2<C> dst,
                                             Index& ld) const {
-    if (in.d_head == dpad && first + rows <= length) {
-      ld = Index(x.stride(1));
-      return &x(b, first, h, 0);
+    if constexpr (!is_reduced_precision<T>) {
+      if (in.d_head == dpad && first + rows <= length) {
+        ld = Index(x.stride(1));
+        return &x(b, first, h, 0);
+      }
     }
-    load_rows(team, x, b, h, first, rows, length, T(1), dst);
+    load_rows(team, x, b, h, first, rows, length, C(1), dst);
     ld = dpad;
     return &dst(0, 0);
   }
   template <class X>
   KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, Index b, Index h,
-                                        Index first, Index rows, Index length, T factor,
-                                        Scratch2<T> dst) const {
-    detail::gather_rows<T>(
+                                        Index first, Index rows, Index length, C factor,
+                                        Scratch2<C> dst) const {
+    detail::gather_rows<C>(
         team, rows, in.d_head, in.d_head,
-        [&](Index r, T& f) {
+        [&](Index r, C& f) {
           f = factor;
           return first + r < length ? &x(b, first + r, h, 0) : nullptr;
         },
-        Scratch2<T>(), dst);
+        Scratch2<C>(), dst);
   }
   // Positions of a tile's rows (-1 past the sequence).
   KOKKOS_INLINE_FUNCTION void positions(const TeamMember& team, Index first, Index n, Index length,
@@ -136,13 +140,13 @@ struct ExactInputs {
   // (rows of BQ, so that loops along a row of keys read them contiguously).
   template <class L>
   KOKKOS_INLINE_FUNCTION void load_rows_stats(const TeamMember& team, const L& lse, const L& delta,
-                                              Index b, Index h, Index first, Scratch2<T> ld) const {
+                                              Index b, Index h, Index first, Scratch2<C> ld) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
       const Index i = first + r;
-      T base = 0, rest = 0;
+      C base = 0, rest = 0;
       if (i < lq) softmax_base(b, i, lse(b, i, h), base, rest);
       ld(0, r) = base;
-      ld(1, r) = i < lq ? delta(b, i, h) : T(0);
+      ld(1, r) = i < lq ? delta(b, i, h) : C(0);
       ld(2, r) = rest;
     });
   }
@@ -151,20 +155,20 @@ struct ExactInputs {
   // kGrad: grad[s] = 1 where the score is a dot product, 0 where a constant
   // replaced it. Without padding everything but the row's key is a select: the
   // loop vectorises.
-  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, T* row) const {
+  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, C* row) const {
     if (j >= lk) {
-      for (Index s = 0; s < BQ; ++s) row[s] = T(kNoScore);
+      for (Index s = 0; s < BQ; ++s) row[s] = C(kNoScore);
       return;
     }
     const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
     const bool causal = in.causal, self_mask = in.self_mask;
-    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
+    const C self_value = C(MaskValues<C>::self), masked_value = C(MaskValues<C>::masked);
     for (Index s = 0; s < BQ; ++s) {
       const Index i = first + s;
       const bool absent = i >= lq, self = self_mask && i == j;
       const bool constant = padded || (causal && j > i);
-      const T dot = row[s];
-      row[s] = absent ? T(kNoScore) : self ? self_value : constant ? masked_value : dot;
+      const C dot = row[s];
+      row[s] = absent ? C(kNoScore) : self ? self_value : constant ? masked_value : dot;
     }
   }
   // True when no score of tile pair (qc, kc) is masked or absent: no padding,
@@ -182,16 +186,16 @@ struct ExactInputs {
   // afterwards srow = dropout(P) and drow = dS = P (drop dP - D), zero where a
   // constant replaced the score (grad: scratch for mask_row's gradient mask).
   KOKKOS_INLINE_FUNCTION void query_row_gradients(Index b, Index bh, Index i, const int* posk,
-                                                  Scratch2<T> ld, Index r, bool dropout, bool plain,
-                                                  T* row, T* drow, T* grad) const {
+                                                  Scratch2<C> ld, Index r, bool dropout, bool plain,
+                                                  C* row, C* drow, C* grad) const {
     if (i >= lq) {
-      for (Index t = 0; t < BK; ++t) row[t] = drow[t] = T(0);
+      for (Index t = 0; t < BK; ++t) row[t] = drow[t] = C(0);
       return;
     }
-    const T base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
+    const C base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
     if (plain && !dropout) {  // nothing masked: grad = 1
       for (Index t = 0; t < BK; ++t) {
-        const T p = softmax_weight((row[t] - base) - rest);
+        const C p = softmax_weight((row[t] - base) - rest);
         drow[t] = p * (drow[t] - d_i);
         row[t] = p;
       }
@@ -200,14 +204,14 @@ struct ExactInputs {
     in.template mask_row<true>(b, bh, i, posk, BK, row, grad);
     if (dropout) {
       for (Index t = 0; t < BK; ++t) {
-        const T keep = posk[t] < 0 ? T(0) : drop(bh, i, posk[t]);
-        const T p = softmax_weight((row[t] - base) - rest);
+        const C keep = posk[t] < 0 ? C(0) : drop(bh, i, posk[t]);
+        const C p = softmax_weight((row[t] - base) - rest);
         drow[t] = p * grad[t] * (keep * drow[t] - d_i);
         row[t] = p * keep;
       }
     } else {
       for (Index t = 0; t < BK; ++t) {
-        const T p = softmax_weight((row[t] - base) - rest);
+        const C p = softmax_weight((row[t] - base) - rest);
         drow[t] = p * grad[t] * (drow[t] - d_i);
         row[t] = p;
       }
@@ -216,7 +220,7 @@ struct ExactInputs {
   // The tiles of a team that holds key tile kc (kt, vt: K and V transposed)
   // and streams query tiles past it.
   struct KeyTileScratch {
-    Scratch2<T> kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs;
+    Scratch2<C> kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs;
   };
   // Query tile qc streamed past key tile kc (positions posk): S = Qs K^T,
   // dP = dout V^T, then s <- dropout(P), dps <- dS, and dV += dropout(P)^T dout,
@@ -232,7 +236,7 @@ struct ExactInputs {
     team.team_barrier();
     load_rows_stats(team, lse, delta, b, h, qc * BQ, t.ld);
     load_rows(team, in.q, b, h, qc * BQ, BQ, lq, scale, t.qs);
-    load_rows(team, dout, b, h, qc * BQ, BQ, lq, T(1), t.dos);
+    load_rows(team, dout, b, h, qc * BQ, BQ, lq, C(1), t.dos);
     team.team_barrier();
     team_multiply<false>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0), BK);
     team_multiply<false>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1, &t.vt(0, 0), BK);
@@ -247,7 +251,7 @@ struct ExactInputs {
   }
   // Writes the sums of key tile kc into dk and dv (rows past lk are padding).
   KOKKOS_INLINE_FUNCTION void store_key_gradients(const TeamMember& team, Index b, Index h,
-                                                  Index kc, Scratch2<T> dks, Scratch2<T> dvs,
+                                                  Index kc, Scratch2<C> dks, Scratch2<C> dvs,
                                                   const View4<T>& dk, const View4<T>& dv) const {
     const Index dh = in.d_head;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
@@ -256,8 +260,8 @@ struct ExactInputs {
       T* gk = &dk(b, j, h, 0);
       T* gv = &dv(b, j, h, 0);
       for (Index c = 0; c < dh; ++c) {
-        gk[c] = dks(t, c);
-        gv[c] = dvs(t, c);
+        gk[c] = store<T>(dks(t, c));
+        gv[c] = store<T>(dvs(t, c));
       }
     });
   }
@@ -265,20 +269,20 @@ struct ExactInputs {
   // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
   // constant replaced the score.
   KOKKOS_INLINE_FUNCTION void key_row_gradients(Index b, Index bh, Index j, Index first,
-                                                Scratch2<T> ld, bool plain, T* srow_,
-                                                T* drow_) const {
-    T* srow = srow_;
-    T* drow = drow_;
+                                                Scratch2<C> ld, bool plain, C* srow_,
+                                                C* drow_) const {
+    C* srow = srow_;
+    C* drow = drow_;
     if (j >= lk) {
-      for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = T(0);
+      for (Index s = 0; s < BQ; ++s) srow[s] = drow[s] = C(0);
       return;
     }
     if (plain && in.dropout.rate == 0.0) {  // nothing masked: grad = 1
-      const T* base = &ld(0, 0);
-      const T* d = &ld(1, 0);
-      const T* rest = &ld(2, 0);
+      const C* base = &ld(0, 0);
+      const C* d = &ld(1, 0);
+      const C* rest = &ld(2, 0);
       for (Index s = 0; s < BQ; ++s) {
-        const T p = softmax_weight((srow[s] - base[s]) - rest[s]);
+        const C p = softmax_weight((srow[s] - base[s]) - rest[s]);
         drow[s] = p * (drow[s] - d[s]);
         srow[s] = p;
       }
@@ -286,19 +290,19 @@ struct ExactInputs {
     }
     const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
     const bool causal = in.causal, self_mask = in.self_mask;
-    const T self_value = T(MaskValues<T>::self), masked_value = T(MaskValues<T>::masked);
-    const T* base = &ld(0, 0);
-    const T* d = &ld(1, 0);
-    const T* rest = &ld(2, 0);
+    const C self_value = C(MaskValues<C>::self), masked_value = C(MaskValues<C>::masked);
+    const C* base = &ld(0, 0);
+    const C* d = &ld(1, 0);
+    const C* rest = &ld(2, 0);
     if (in.dropout.rate > 0.0) {
       for (Index s = 0; s < BQ; ++s) {
         const Index i = first + s;
         const bool self = self_mask && i == j, constant = padded || (causal && j > i);
-        const T dot = srow[s];  // read unconditionally, so that the selects vectorise
-        const T score = self ? self_value : constant ? masked_value : dot;
-        const T p = i >= lq ? T(0) : softmax_weight((score - base[s]) - rest[s]);
-        const T keep = i >= lq ? T(0) : drop(bh, i, j);
-        drow[s] = self || constant ? T(0) : p * (keep * drow[s] - d[s]);
+        const C dot = srow[s];  // read unconditionally, so that the selects vectorise
+        const C score = self ? self_value : constant ? masked_value : dot;
+        const C p = i >= lq ? C(0) : softmax_weight((score - base[s]) - rest[s]);
+        const C keep = i >= lq ? C(0) : drop(bh, i, j);
+        drow[s] = self || constant ? C(0) : p * (keep * drow[s] - d[s]);
         srow[s] = p * keep;
       }
     } else {
@@ -308,8 +312,8 @@ struct ExactInputs {
       for (Index s = 0; s < BQ; ++s) {
         const Index i = first + s;
         const bool self = self_mask && i == j, constant = padded || (causal && j > i);
-        const T grad = self || constant ? T(0) : T(1);
-        const T p = softmax_weight((srow[s] - base[s]) - rest[s]);
+        const C grad = self || constant ? C(0) : C(1);
+        const C p = softmax_weight((srow[s] - base[s]) - rest[s]);
         drow[s] = p * grad * (drow[s] - d[s]);
         srow[s] = p;
       }
@@ -323,20 +327,21 @@ struct ExactInputs {
 // where they can be, else loaded into ks and vs.
 template <class T>
 struct ExactScores {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   static constexpr double no_score = kNoScore;
   const ExactInputs<T>& x;
   Index b, h, bh, qc;
-  Scratch2<T> qt, ks, vs;
+  Scratch2<C> qt, ks, vs;
 
-  KOKKOS_INLINE_FUNCTION T weight(T score, T base) const { return softmax_weight(score - base); }
-  KOKKOS_INLINE_FUNCTION const T* scores(const TeamMember& team, Index kc, Scratch2<T> st,
+  KOKKOS_INLINE_FUNCTION C weight(C score, C base) const { return softmax_weight(score - base); }
+  KOKKOS_INLINE_FUNCTION const C* scores(const TeamMember& team, Index kc, Scratch2<C> st,
                                          Index& vld) const {
     const Index dp = x.dpad;
     Index kld = dp;
-    const T* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, x.lk, ks, kld);
-    const T* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, x.lk, vs, vld);
+    const C* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, x.lk, ks, kld);
+    const C* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, x.lk, vs, vld);
     team.team_barrier();
     team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
     team.team_barrier();
@@ -347,8 +352,8 @@ struct ExactScores {
     }
     return vp;
   }
-  KOKKOS_INLINE_FUNCTION T keep(Index i, Index j) const {
-    return i >= x.lq || j >= x.lk ? T(0) : x.drop(bh, i, j);
+  KOKKOS_INLINE_FUNCTION C keep(Index i, Index j) const {
+    return i >= x.lq || j >= x.lk ? C(0) : x.drop(bh, i, j);
   }
 };
 
@@ -359,18 +364,19 @@ struct ExactScores {
 // query), vectorised along the row.
 template <class T>
 struct ExactForward {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   ExactInputs<T> x;
   View4<T> out;
-  View3<T> lse;
+  View3<C> lse;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
-           2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(3, BQ);
+    return Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(BQ, dp) +
+           2 * Scratch2<C>::shmem_size(BK, dp) + Scratch2<C>::shmem_size(BK, BQ) +
+           Scratch2<C>::shmem_size(3, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -379,17 +385,17 @@ struct ExactForward {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
+    Scratch2<C> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
         st(scratch, BK, BQ), stats(scratch, 3, BQ);
     if (dh != dp) {
-      zero<T>(team, qt);
-      zero<T>(team, ks);
-      zero<T>(team, vs);
+      zero<C>(team, qt);
+      zero<C>(team, ks);
+      zero<C>(team, vs);
     }
     team.team_barrier();
     x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, x.lq, x.scale, qt);
     const ExactScores<T> scores{x, b, h, bh, qc, qt, ks, vs};
-    detail::OnlineSoftmax<T>{o, st, stats}.run(team, scores, 0, x.key_tiles(b, qc),
+    detail::OnlineSoftmax<C>{o, st, stats}.run(team, scores, 0, x.key_tiles(b, qc),
                                                x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh,
                                                out, lse);
   }
@@ -402,19 +408,20 @@ struct ExactForward {
 // transposed. The sums stay in scratch.
 template <class T>
 struct ExactBackwardKeys {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   ExactInputs<T> x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dk, dv;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(dp, BK) + 2 * Scratch2<T>::shmem_size(BK, dp) +
-           2 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+    return 2 * Scratch2<C>::shmem_size(dp, BK) + 2 * Scratch2<C>::shmem_size(BK, dp) +
+           2 * Scratch2<C>::shmem_size(BQ, dp) + 3 * Scratch2<C>::shmem_size(BQ, BK) +
+           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -423,21 +430,21 @@ struct ExactBackwardKeys {
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
+    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
         dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), s(scratch, BQ, BK),
         dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
     ScratchInts posk(scratch, BK);
-    zero<T>(team, dks);
-    zero<T>(team, dvs);
+    zero<C>(team, dks);
+    zero<C>(team, dvs);
     if (dh != dp) {
-      zero<T>(team, kt);
-      zero<T>(team, vt);
-      zero<T>(team, qs);
-      zero<T>(team, dos);
+      zero<C>(team, kt);
+      zero<C>(team, vt);
+      zero<C>(team, qs);
+      zero<C>(team, dos);
     }
     team.team_barrier();
-    x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
-    x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
+    x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, C(1), kt);
+    x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vt);
     x.positions(team, kc * BK, BK, lk, posk);
     for (Index qc = 0; qc < x.nq; ++qc) {
       if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
@@ -455,19 +462,20 @@ struct ExactBackwardKeys {
 // dQ += dS K with dS read transposed; dQ = scale dQ at the end.
 template <class T>
 struct ExactBackwardQueries {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   ExactInputs<T> x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
-           2 * Scratch2<T>::shmem_size(BK, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
+    return 2 * Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(BQ, dp) +
+           2 * Scratch2<C>::shmem_size(BK, dp) + 2 * Scratch2<C>::shmem_size(BK, BQ) +
+           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -476,27 +484,27 @@ struct ExactBackwardQueries {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
+    Scratch2<C> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
         ks(scratch, BK, dp), vs(scratch, BK, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ),
         ld(scratch, 3, BQ);
     ScratchInts posq(scratch, BQ);
-    zero<T>(team, dqs);
+    zero<C>(team, dqs);
     if (dh != dp) {
-      zero<T>(team, qt);
-      zero<T>(team, dot);
-      zero<T>(team, ks);
-      zero<T>(team, vs);
+      zero<C>(team, qt);
+      zero<C>(team, dot);
+      zero<C>(team, ks);
+      zero<C>(team, vs);
     }
     team.team_barrier();
     x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
-    x.load_cols(team, dout, b, h, qc * BQ, BQ, lq, T(1), dot);
+    x.load_cols(team, dout, b, h, qc * BQ, BQ, lq, C(1), dot);
     x.positions(team, qc * BQ, BQ, lq, posq);
     x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
     const Index tiles = x.key_tiles(b, qc);
     for (Index kc = 0; kc < tiles; ++kc) {
       team.team_barrier();
-      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
-      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vs);
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, C(1), ks);
+      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vs);
       team.team_barrier();
       team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
       team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
@@ -509,12 +517,12 @@ struct ExactBackwardQueries {
       team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
     }
     team.team_barrier();
-    const T scale = x.scale;
+    const C scale = x.scale;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
       const Index i = qc * BQ + r;
       if (i >= lq) return;
       T* dst = &dq(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = dqs(r, c) * scale;
+      for (Index c = 0; c < dh; ++c) dst[c] = store<T>(dqs(r, c) * scale);
     });
   }
 };
@@ -526,19 +534,23 @@ struct ExactBackwardQueries {
 // dS K into dq rows that only this team writes (scaled once at the end).
 template <class T>
 struct ExactBackwardOnePass {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   ExactInputs<T> x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq, dk, dv;
+  // The sums of dq before the scale: dq itself for float and double, a
+  // float32 buffer for bf16 (so that each dq element is rounded once).
+  View4<C> dq_sum;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(dp, BK) + 3 * Scratch2<T>::shmem_size(BK, dp) +
-           3 * Scratch2<T>::shmem_size(BQ, dp) + 3 * Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+    return 2 * Scratch2<C>::shmem_size(dp, BK) + 3 * Scratch2<C>::shmem_size(BK, dp) +
+           3 * Scratch2<C>::shmem_size(BQ, dp) + 3 * Scratch2<C>::shmem_size(BQ, BK) +
+           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -546,28 +558,28 @@ struct ExactBackwardOnePass {
     const Index dp = x.dpad, lq = x.lq, lk = x.lk;
     const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), ks(scratch, BK, dp), dks(scratch, BK, dp),
+    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), ks(scratch, BK, dp), dks(scratch, BK, dp),
         dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), dqs(scratch, BQ, dp),
         s(scratch, BQ, BK), dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
     ScratchInts posk(scratch, BK);
     if (dh != dp) {
-      zero<T>(team, kt);
-      zero<T>(team, vt);
-      zero<T>(team, ks);
-      zero<T>(team, qs);
-      zero<T>(team, dos);
+      zero<C>(team, kt);
+      zero<C>(team, vt);
+      zero<C>(team, ks);
+      zero<C>(team, qs);
+      zero<C>(team, dos);
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
-      T* dst = &dq(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = T(0);
+      C* dst = &dq_sum(b, i, h, 0);
+      for (Index c = 0; c < dh; ++c) dst[c] = C(0);
     });
     for (Index kc = 0; kc < x.nk; ++kc) {
       team.team_barrier();
-      zero<T>(team, dks);
-      zero<T>(team, dvs);
-      x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, T(1), kt);
-      x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, T(1), vt);
-      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, T(1), ks);
+      zero<C>(team, dks);
+      zero<C>(team, dvs);
+      x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, C(1), kt);
+      x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vt);
+      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, C(1), ks);
       x.positions(team, kc * BK, BK, lk, posk);
       for (Index qc = 0; qc < x.nq; ++qc) {
         if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
@@ -578,8 +590,8 @@ struct ExactBackwardOnePass {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
           const Index i = qc * BQ + r;
           if (i >= lq) return;
-          T* dst = &dq(b, i, h, 0);
-          const T* from = &dqs(r, 0);
+          C* dst = &dq_sum(b, i, h, 0);
+          const C* from = &dqs(r, 0);
           for (Index c = 0; c < dh; ++c) dst[c] += from[c];
         });
       }
@@ -587,10 +599,15 @@ struct ExactBackwardOnePass {
       x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
     }
     team.team_barrier();
-    const T scale = x.scale;
+    const C scale = x.scale;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
-      T* dst = &dq(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] *= scale;
+      C* sum = &dq_sum(b, i, h, 0);
+      if constexpr (is_reduced_precision<T>) {
+        T* dst = &dq(b, i, h, 0);
+        for (Index c = 0; c < dh; ++c) dst[c] = store<T>(sum[c] * scale);
+      } else {
+        for (Index c = 0; c < dh; ++c) sum[c] *= scale;
+      }
     });
   }
 };
@@ -599,7 +616,8 @@ struct ExactBackwardOnePass {
 template <class T>
 ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
                             const AttentionCall& call, Workspace::Frame& frame) {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   ExactInputs<T> x;
   x.in.q = q;
   x.in.k = k;
@@ -616,7 +634,7 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
   x.dpad = Traits::pad_columns(q.extent(3));
   x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
   x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
-  x.scale = detail::dense_score_scale<T>(config, q.extent(3));
+  x.scale = detail::dense_score_scale<C>(config, q.extent(3));
   if (call.masks.key_valid.extent(0)) {
     const Index lk = x.lk;
     const auto valid = call.masks.key_valid;
@@ -644,7 +662,7 @@ bool exact_backward_one_pass(Index batch_heads, Index concurrency, ExactBackward
 
 template <class T>
 void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
-                             const AttentionCall& call, View4<T> out, View3<T> lse,
+                             const AttentionCall& call, View4<T> out, View3<compute_t<T>> lse,
                              Workspace& workspace) {
   const char* op = "exact_attention_forward";
   detail::check_dense_inputs(op, q, k, v, config, call);
@@ -659,10 +677,11 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
 }
 
 template <class T>
-void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
-                              const ExactAttentionConfig& config, const AttentionCall& call,
-                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace,
-                              ExactBackwardSchedule schedule) {
+void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<compute_t<T>> lse,
+                              In4<T> dout, const ExactAttentionConfig& config,
+                              const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
+                              Workspace& workspace, ExactBackwardSchedule schedule) {
+  using C = compute_t<T>;
   const char* op = "exact_attention_backward";
   detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
@@ -673,11 +692,16 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
   const auto x = exact_inputs<T>(q, k, v, config, call, frame);
-  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
+  auto delta = frame.take<View3<C>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
   const Index bhs = Index(q.extent(0)) * q.extent(2);
   if (exact_backward_one_pass(bhs, ExecSpace().concurrency(), schedule)) {
-    ExactBackwardOnePass<T> kernel{x, lse, delta, dout, dq, dk, dv};
+    View4<C> dq_sum;
+    if constexpr (is_reduced_precision<T>)
+      dq_sum = frame.take<View4<C>>(dq.extent(0), dq.extent(1), dq.extent(2), dq.extent(3));
+    else
+      dq_sum = dq;
+    ExactBackwardOnePass<T> kernel{x, lse, delta, dout, dq, dk, dv, dq_sum};
     const size_t bytes = kernel.scratch_bytes();
     kernel.level = scratch_level(bytes);
     Kokkos::parallel_for("exact_attention_backward_one_pass", team_policy(bhs, bytes), kernel);
@@ -695,12 +719,13 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
                        dynamic_team_policy(bhs * x.nq, query_bytes), queries);
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                   \
-  template void exact_attention_forward<T>(In4<T>, In4<T>, In4<T>, const ExactAttentionConfig&,   \
-                                           const AttentionCall&, View4<T>, View3<T>, Workspace&); \
-  template void exact_attention_backward<T>(                                                      \
-      In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>, const ExactAttentionConfig&,                \
+#define REFORMER_INSTANTIATE(T)                                                                 \
+  template void exact_attention_forward<T>(In4<T>, In4<T>, In4<T>, const ExactAttentionConfig&, \
+                                           const AttentionCall&, View4<T>, View3<compute_t<T>>, \
+                                           Workspace&);                                         \
+  template void exact_attention_backward<T>(                                                    \
+      In4<T>, In4<T>, In4<T>, In4<T>, In3<compute_t<T>>, In4<T>, const ExactAttentionConfig&,   \
       const AttentionCall&, View4<T>, View4<T>, View4<T>, Workspace&, ExactBackwardSchedule);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

@@ -23,7 +23,7 @@ detail::ChunkedInputs<T> local_inputs(const char* op, In4<T> q, In4<T> k, In4<T>
   in.q = q;
   in.k = k;
   in.v = v;
-  in.key_scale_constant = T(1.0 / std::sqrt(double(q.extent(3))));
+  in.key_scale_constant = compute_t<T>(1.0 / std::sqrt(double(q.extent(3))));
   in.key_valid = call.masks.key_valid;
   in.causal = call.masks.causal;
   in.length = length;
@@ -45,7 +45,7 @@ void LocalAttentionConfig::validate() const {
 
 template <class T>
 void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionConfig& config,
-                             const AttentionCall& call, View4<T> out, View3<T> lse) {
+                             const AttentionCall& call, View4<T> out, View3<compute_t<T>> lse) {
   const char* op = "local_attention_forward";
   const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
@@ -55,9 +55,10 @@ void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionC
 }
 
 template <class T>
-void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
-                              const LocalAttentionConfig& config, const AttentionCall& call,
-                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace) {
+void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<compute_t<T>> lse,
+                              In4<T> dout, const LocalAttentionConfig& config,
+                              const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
+                              Workspace& workspace) {
   const char* op = "local_attention_backward";
   const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
@@ -67,23 +68,23 @@ void local_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> l
   require_same_shape(op, "v", v, "dv", dv);
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
-  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
+  auto delta = frame.take<View3<compute_t<T>>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
   detail::chunked_backward<T>(in, lse, delta, dout, dq, dk, dv);
-  // The kernel returns the gradient of k / sqrt(d_head).
-  const T scale = in.key_scale_constant;
+  // The kernel returns the gradient of k / sqrt(d_head) (bf16: one more rounding).
+  const compute_t<T> scale = in.key_scale_constant;
   auto flat = Kokkos::View<T*, Layout, MemSpace>(dk.data(), dk.size());
   Kokkos::parallel_for(
       "local_attention_key_scale", range(flat.extent(0)),
-      KOKKOS_LAMBDA(Index i) { flat(i) *= scale; });
+      KOKKOS_LAMBDA(Index i) { flat(i) = store<T>(load(flat(i)) * scale); });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                 \
-  template void local_attention_forward<T>(In4<T>, In4<T>, In4<T>, const LocalAttentionConfig&, \
-                                           const AttentionCall&, View4<T>, View3<T>);           \
-  template void local_attention_backward<T>(In4<T>, In4<T>, In4<T>, In4<T>, In3<T>, In4<T>,     \
-                                            const LocalAttentionConfig&, const AttentionCall&,  \
-                                            View4<T>, View4<T>, View4<T>, Workspace&);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+#define REFORMER_INSTANTIATE(T)                                                                  \
+  template void local_attention_forward<T>(In4<T>, In4<T>, In4<T>, const LocalAttentionConfig&,  \
+                                           const AttentionCall&, View4<T>, View3<compute_t<T>>); \
+  template void local_attention_backward<T>(                                                     \
+      In4<T>, In4<T>, In4<T>, In4<T>, In3<compute_t<T>>, In4<T>, const LocalAttentionConfig&,    \
+      const AttentionCall&, View4<T>, View4<T>, View4<T>, Workspace&);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

@@ -7,7 +7,8 @@
 // running maximum m, sum l and output o (online softmax, as in FlashAttention):
 //   m' = max(m, max_j s_j),  a = e^{m - m'},
 //   l' = a l + sum_j e^{s_j - m'},  o' = a o + sum_j e^{s_j - m'} drop_j v_j,
-// and at the end writes out = o / l and lse = m + log l.
+// and at the end writes out = o / l and lse = m + log l. T is the compute type
+// (float32 for bf16 tensors: out may be stored in another type).
 //
 // A score policy (one per team: it knows the batch entry, head and query tile)
 // gives
@@ -24,8 +25,11 @@
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
 #include "reformer/core/tile_multiply.hpp"
+
+#include <type_traits>
 
 namespace reformer::attention::detail {
 
@@ -112,7 +116,8 @@ struct OnlineSoftmax {
       if (i >= lq) return;
       const T sum = stats(1, s), inverse = T(1) / sum;
       auto* dst = &out(b, i, h, 0);
-      for (Index c = 0; c < d_head; ++c) dst[c] = o(s, c) * inverse;
+      using Stored = std::remove_reference_t<decltype(*dst)>;  // T, or bf16 (rounded once)
+      for (Index c = 0; c < d_head; ++c) dst[c] = store<Stored>(o(s, c) * inverse);
       lse(b, i, h) = stats(0, s) + compat::log(sum);
     });
   }

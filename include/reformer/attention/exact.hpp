@@ -23,10 +23,14 @@
 // Tile sizes come from TileTraits (core/tile_multiply.hpp).
 //
 // Tensors are [batch, length, heads, d_head]; keys and values may have another
-// length than queries (cross-attention, not causal).
+// length than queries (cross-attention, not causal). With bf16 tensors (issue
+// 34) the tiles, scores, softmax statistics and logsumexps are float32: each
+// output and gradient element is rounded to bf16 once (the one-pass backward
+// sums dq in a float32 workspace buffer of q's shape).
 #pragma once
 
 #include "reformer/attention/full.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
@@ -39,7 +43,7 @@ using ExactAttentionConfig = FullAttentionConfig;
 // The dropout mask of score (b * heads + h, i, j) is the one full attention uses.
 template <class T>
 void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
-                             const AttentionCall& call, View4<T> out, View3<T> lse,
+                             const AttentionCall& call, View4<T> out, View3<compute_t<T>> lse,
                              Workspace& workspace);
 
 // The backward's schedule (see the top of the file). Auto: one pass on host
@@ -52,9 +56,10 @@ bool exact_backward_one_pass(Index batch_heads, Index concurrency,
 
 // Gradients of q, k and v (overwritten) from the forward's out and lse.
 template <class T>
-void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<T> lse, In4<T> dout,
-                              const ExactAttentionConfig& config, const AttentionCall& call,
-                              View4<T> dq, View4<T> dk, View4<T> dv, Workspace& workspace,
+void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<compute_t<T>> lse,
+                              In4<T> dout, const ExactAttentionConfig& config,
+                              const AttentionCall& call, View4<T> dq, View4<T> dk, View4<T> dv,
+                              Workspace& workspace,
                               ExactBackwardSchedule schedule = ExactBackwardSchedule::Auto);
 
 }  // namespace reformer::attention

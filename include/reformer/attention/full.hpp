@@ -2,10 +2,13 @@
 //   S = scale * Q K^T (masked),  P = softmax(S),  out = dropout(P) V
 // It materialises P [batch * heads, Lq, Lk] and keeps it for backward. Keys and
 // values may come from another sequence (cross-attention: Lk != Lq).
-// Tensors are [batch, length, heads, d_head].
+// Tensors are [batch, length, heads, d_head]. With bf16 tensors (issue 34) the
+// scores, softmax and products are float32 (head-major float32 copies in the
+// workspace) and the saved probabilities are bf16.
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
@@ -26,11 +29,13 @@ struct FullAttentionConfig {
 // only when the shape changes).
 template <class T>
 struct FullAttentionSaved {
-  View3<T> probs;  // softmax(S), [batch * heads, Lq, Lk]
+  View3<T> probs;  // softmax(S), [batch * heads, Lq, Lk], rounded once for bf16
 };
 
-// Bytes the L x L buffers of one forward + backward need (probabilities and
-// one gradient-sized buffer, plus one more with dropout).
+// Bytes the L x L buffers of one forward + backward need: float and double
+// (scalar_bytes 4, 8): the probabilities and one gradient-sized buffer, plus
+// one more with dropout; bf16 (scalar_bytes 2): the bf16 probabilities and one
+// float32 buffer (the scores, then their gradient), with or without dropout.
 std::int64_t full_attention_score_bytes(Index batch, Index heads, Index length_q, Index length_k,
                                         std::int64_t scalar_bytes, bool dropout);
 
