@@ -252,47 +252,34 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
     shared_key_scale<T>(qh, scale);
     shared_keys<T>(qh, scale, keys);
   }
-  if constexpr (is_reduced_precision<T>) {
-    require_precision_supported("AttentionLayer::forward");
-    // Only LSH below: the other kinds' kernels are float and double only.
-    if (!reuse_plan) {
-      Workspace::Frame rotation_frame(workspace);
-      auto rotations = rotation_frame.take<View4<C>>(h, d, config_.lsh.n_hashes,
-                                                     lsh_rotation_width(config_.lsh, lq));
-      lsh_random_rotations<C>(sub_key(state.call.key, kRotations), rotations);
-      lsh_build_plan<T>(qh, rotations, config_.lsh, call.masks, state.plan, workspace);
-    }
-    lsh_attention_forward<T>(qh, vh, state.plan, config_.lsh, call, out, lse(), workspace);
-  } else {
-    switch (config_.kind) {
-      case AttentionKind::Full: {
-        FullAttentionSaved<T> temporary;
-        if (!keep) {
-          check_full_attention_fits(batch, h, lq, lk, sizeof(T), attention_rate(state.call) > 0);
-          temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
-        }
-        full_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out,
-                                  keep ? state.full : temporary, workspace);
-        break;
+  switch (config_.kind) {
+    case AttentionKind::Full: {
+      FullAttentionSaved<T> temporary;
+      if (!keep) {
+        check_full_attention_fits(batch, h, lq, lk, sizeof(T), attention_rate(state.call) > 0);
+        temporary.probs = frame.take<View3<T>>(batch * h, lq, lk);
       }
-      case AttentionKind::Lsh: {
-        if (!reuse_plan) {
-          Workspace::Frame rotation_frame(workspace);
-          auto rotations = rotation_frame.take<View4<T>>(h, d, config_.lsh.n_hashes,
-                                                         lsh_rotation_width(config_.lsh, lq));
-          lsh_random_rotations<T>(sub_key(state.call.key, kRotations), rotations);
-          lsh_build_plan<T>(qh, rotations, config_.lsh, call.masks, state.plan, workspace);
-        }
-        lsh_attention_forward<T>(qh, vh, state.plan, config_.lsh, call, out, lse(), workspace);
-        break;
-      }
-      case AttentionKind::Local:
-        local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
-        break;
-      case AttentionKind::Exact:
-        exact_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out, lse(), workspace);
-        break;
+      full_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out,
+                                keep ? state.full : temporary, workspace);
+      break;
     }
+    case AttentionKind::Lsh: {
+      if (!reuse_plan) {
+        Workspace::Frame rotation_frame(workspace);
+        auto rotations = rotation_frame.take<View4<C>>(h, d, config_.lsh.n_hashes,
+                                                       lsh_rotation_width(config_.lsh, lq));
+        lsh_random_rotations<C>(sub_key(state.call.key, kRotations), rotations);
+        lsh_build_plan<T>(qh, rotations, config_.lsh, call.masks, state.plan, workspace);
+      }
+      lsh_attention_forward<T>(qh, vh, state.plan, config_.lsh, call, out, lse(), workspace);
+      break;
+    }
+    case AttentionKind::Local:
+      local_attention_forward<T>(qh, kh, vh, config_.local, call, out, lse());
+      break;
+    case AttentionKind::Exact:
+      exact_attention_forward<T>(qh, keys, vh, full_config(!w_k_), call, out, lse(), workspace);
+      break;
   }
   // Output projection and its dropout.
   auto yr = as_rows<T>(y);
@@ -379,51 +366,44 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   const AttentionCall call{
       {config_.causal && !state.cross, state.call.key_valid},
       {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
-  if constexpr (is_reduced_precision<T>) {
-    require_precision_supported("AttentionLayer::backward");
-    lsh_attention_backward<T>(qh, vh, state.plan, out, state.lse, dout, config_.lsh, call, gq, gv,
-                              workspace);
-    return;
-  } else {
-    switch (config_.kind) {
-      case AttentionKind::Full:
-      case AttentionKind::Exact: {
-        const bool full = config_.kind == AttentionKind::Full;
-        if (w_k_) {
-          const auto gk = per_head(dk, batch, lk, h, d);
-          if (full)
-            full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq,
-                                       gk, gv, workspace);
-          else
-            exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, full_config(false), call,
-                                        gq, gk, gv, workspace);
-          break;
-        }
-        // Shared q/k: rebuild the normalised keys, then send their gradient
-        // through the normalisation into the one q/k gradient.
-        auto scale = frame.take<View3<T>>(batch, lq, h);
-        auto keys = frame.take<View4<T>>(batch, lq, h, d);
-        auto dkeys = frame.take<View4<T>>(batch, lq, h, d);
-        shared_key_scale<T>(qh, scale);
-        shared_keys<T>(qh, scale, keys);
+  switch (config_.kind) {
+    case AttentionKind::Full:
+    case AttentionKind::Exact: {
+      const bool full = config_.kind == AttentionKind::Full;
+      if (w_k_) {
+        const auto gk = per_head(dk, batch, lk, h, d);
         if (full)
-          full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq,
-                                     dkeys, gv, workspace);
+          full_attention_backward<T>(qh, kh, vh, state.full, dout, full_config(false), call, gq, gk,
+                                     gv, workspace);
         else
-          exact_attention_backward<T>(qh, keys, vh, out, state.lse, dout, full_config(true), call,
-                                      gq, dkeys, gv, workspace);
-        shared_keys_backward<T>(qh, scale, dkeys, gq);
+          exact_attention_backward<T>(qh, kh, vh, out, state.lse, dout, full_config(false), call,
+                                      gq, gk, gv, workspace);
         break;
       }
-      case AttentionKind::Lsh:
-        lsh_attention_backward<T>(qh, vh, state.plan, out, state.lse, dout, config_.lsh, call, gq,
-                                  gv, workspace);
-        break;
-      case AttentionKind::Local:
-        local_attention_backward<T>(qh, kh, vh, out, state.lse, dout, config_.local, call, gq,
-                                    per_head(dk, batch, lk, h, d), gv, workspace);
-        break;
+      // Shared q/k: rebuild the normalised keys, then send their gradient
+      // through the normalisation into the one q/k gradient.
+      auto scale = frame.take<View3<compute_t<T>>>(batch, lq, h);
+      auto keys = frame.take<View4<T>>(batch, lq, h, d);
+      auto dkeys = frame.take<View4<T>>(batch, lq, h, d);
+      shared_key_scale<T>(qh, scale);
+      shared_keys<T>(qh, scale, keys);
+      if (full)
+        full_attention_backward<T>(qh, keys, vh, state.full, dout, full_config(true), call, gq,
+                                   dkeys, gv, workspace);
+      else
+        exact_attention_backward<T>(qh, keys, vh, out, state.lse, dout, full_config(true), call, gq,
+                                    dkeys, gv, workspace);
+      shared_keys_backward<T>(qh, scale, dkeys, gq);
+      break;
     }
+    case AttentionKind::Lsh:
+      lsh_attention_backward<T>(qh, vh, state.plan, out, state.lse, dout, config_.lsh, call, gq, gv,
+                                workspace);
+      break;
+    case AttentionKind::Local:
+      local_attention_backward<T>(qh, kh, vh, out, state.lse, dout, config_.local, call, gq,
+                                  per_head(dk, batch, lk, h, d), gv, workspace);
+      break;
   }
 }
 
@@ -672,15 +652,6 @@ void AttentionLayer<T>::project_memory(In3<T> memory, View3<T> k, View3<T> v) co
   ops::matmul<T>(as_rows<T>(memory), Trans::No, w_v_->matrix(), Trans::No, as_rows<T>(v));
 }
 
-template <class T>
-void AttentionLayer<T>::require_precision_supported(const char* op) const {
-  require<ConfigError>(!is_reduced_precision<T> || config_.kind == AttentionKind::Lsh, op,
-                       ": train.precision = \"bf16\" trains LSH attention layers only, but this "
-                       "layer is ",
-                       to_string(config_.kind),
-                       "; set model.attention to [\"lsh\"] or train.precision = \"float32\"");
-}
-
 template struct AttentionCache<float>;
 template struct AttentionCache<double>;
 template struct AttentionState<float>;
@@ -698,7 +669,7 @@ template void AttentionLayer<bf16>::recompute(In3<bf16>, View3<bf16>, AttentionS
                                               Workspace&) const;
 template void AttentionLayer<bf16>::backward(In3<bf16>, In3<bf16>, View3<bf16>,
                                              const AttentionState<bf16>&, Workspace&, float) const;
-// (Cross-attention is full or exact: a named ConfigError for bf16.)
+// Cross-attention (full or exact: the encoder-decoder's decoder).
 template void AttentionLayer<bf16>::forward_cross(In3<bf16>, In3<bf16>, View3<bf16>,
                                                   const AttentionLayerCall&, AttentionState<bf16>&,
                                                   Workspace&, Save) const;

@@ -162,23 +162,20 @@ TEST(ReformerLMBf16, PaddingAndMasksFollowFloat32) {
   EXPECT_LT(relative_error(to_host(c.p16.grads()), to_host(c.p32.grads())), 8 * L * u);
 }
 
-// bf16 trains LSH layers only: another kind is a ConfigError that names the fix.
-TEST(ReformerLMBf16, OtherAttentionKindsAreNamedErrors) {
-  for (auto kind : {AttentionKind::Full, AttentionKind::Local, AttentionKind::Exact}) {
-    auto config = lsh_config(true);
-    config.attention = {AttentionKind::Lsh, kind};
-    config.local.chunk = 16;
-    ParameterSet<float> params;
-    ReformerLM<bf16> model(config, params);
-    model.init({1, 2});
-    ReformerState<bf16> state;
-    const auto ids = random_ids(1, 128, config.vocab, 1);
-    expect_error<ConfigError>(
-        [&] {
-          model.forward(ids, {{1, 1}, true}, state);
-        },
-        {"bf16", attention::to_string(kind), "model.attention"});
-  }
+// Every attention kind in one stack (LSH, local, exact, full), reversible.
+TEST(ReformerLMBf16, EveryAttentionKindFollowsFloat32) {
+  auto config = lsh_config(true);
+  config.attention = {AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact,
+                      AttentionKind::Full};
+  config.local.chunk = 16;
+  PairCase c(config);
+  const auto [r32, r16] = c.step();
+  const double L = double(config.layers), u = kBf16Unit;
+  EXPECT_LT(std::fabs(r16.loss - r32.loss), 4 * L * u * r32.loss);
+  const auto g32 = to_host(c.p32.grads()), g16 = to_host(c.p16.grads());
+  EXPECT_LT(relative_error(g16, g32), 8 * L * u);
+  for (const auto& p : c.p16)
+    EXPECT_GT(cosine(to_host(p.grad), to_host(c.p32.get(p.name).grad)), 0.95) << p.name;
 }
 
 }  // namespace

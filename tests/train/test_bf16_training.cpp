@@ -100,21 +100,24 @@ TEST(Bf16Training, Float32CheckpointsFineTuneInBf16AndBack) {
   EXPECT_EQ(back.losses.size(), 2u);
 }
 
-TEST(Bf16Training, OptionsBf16CannotHonourAreNamedErrors) {
+TEST(Bf16Training, EveryKindTrainsAndOptionsBf16CannotHonourAreNamedErrors) {
   TempDir dir;
   train::TrainOptions options = quiet_options();
   // Float32 master weights: not with train.dtype = "double".
   expect_error<ConfigError>(
       [&] { bf16_run(dir.path() + "/a", 2, "bf16", {"train.dtype=\"double\""}); },
       {"train.precision", "train.dtype"});
-  // LSH layers only (so far): another kind names model.attention.
-  expect_error<ConfigError>(
-      [&] { bf16_run(dir.path() + "/b", 2, "bf16", {"model.attention=[\"lsh\", \"local\"]"}); },
-      {"train.precision", "model.attention", "local"});
+  // Every attention kind of the Reformer LM trains in bf16.
+  const auto mixed =
+      bf16_run(dir.path() + "/b", 2, "bf16", {"model.attention=[\"local\", \"exact\", \"full\"]"});
+  EXPECT_EQ(train::run_training(mixed, options).losses.size(), 2u);
   // The other families are float32 only (so far).
   expect_error<ConfigError>(
       [&] { seq2seq_run(dir.path() + "/c", 2, {"train.precision=\"bf16\""}); },
       {"train.precision", "transformer"});
+  expect_error<ConfigError>(
+      [&] { xl_run(dir.path() + "/e", dir.path() + "/none.txt", 2, {"train.precision=\"bf16\""}); },
+      {"train.precision", "transformer_xl"});
   // An unknown precision lists the choices.
   expect_error<ConfigError>([&] { bf16_run(dir.path() + "/d", 2, "fp16"); },
                             {"train.precision", "fp16", "bf16"});

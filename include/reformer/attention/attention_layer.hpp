@@ -15,9 +15,9 @@
 // backward of every variant allocate nothing.
 //
 // T is the activations' type (core/precision.hpp); the projections are
-// param_t<T>. AttentionLayer<bf16> (bf16 training, issue 34) trains LSH layers:
-// forward, recompute and backward; the other kinds, cross-attention and the
-// decoding calls are float and double only (a bf16 run decodes with its
+// param_t<T>. AttentionLayer<bf16> (bf16 training, issue 34) has the training
+// calls of every kind (forward, recompute, backward, and cross-attention's);
+// the decoding calls are float and double only (a bf16 run decodes with its
 // float32 weights).
 #pragma once
 
@@ -174,8 +174,6 @@ class AttentionLayer {
 
  private:
   void require_cacheable(const char* op) const;
-  // ConfigError for a kind that bf16 activations cannot run (LSH only).
-  void require_precision_supported(const char* op) const;
   // Keys (normalised when shared) and values of rows x [n, d_model] into
   // k and v [n, heads * d_head]; q gets the queries when it is not empty.
   void project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v, Workspace& workspace) const;

@@ -37,13 +37,6 @@ class ReformerLMFamily final : public ModelFamily {
                          "= \"transformer\"");
     c.model.validate();
     config::validate_common(c, op);
-    if (c.train.precision == "bf16")
-      for (Index i = 0; i < c.model.layers; ++i)
-        require<ConfigError>(
-            c.model.layer_kind(i) == attention::AttentionKind::Lsh, op,
-            ": train.precision = \"bf16\" trains LSH attention layers only so far, but layer ", i,
-            " of model.attention is \"", attention::to_string(c.model.layer_kind(i)),
-            "\"; set model.attention = [\"lsh\"] or train.precision = \"float32\"");
     try {
       c.model.validate_length(c.data.length);
     } catch (const ConfigError& e) {

@@ -120,15 +120,9 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
   return base;
 }
 
-void check_sweep_precision(const models::ReformerConfig& config, const std::string& precision) {
+void check_sweep_precision(const models::ReformerConfig&, const std::string& precision) {
   require<ConfigError>(precision == "float32" || precision == "bf16",
                        "reformer memory: --precision ", precision, " is not float32 or bf16");
-  if (precision == "float32") return;
-  for (Index i = 0; i < config.layers; ++i)
-    require<ConfigError>(config.layer_kind(i) == AttentionKind::Lsh,
-                         "reformer memory: --precision bf16 trains LSH layers only, but layer ", i,
-                         " is ", attention::to_string(config.layer_kind(i)),
-                         "; measure bf16 with the LSH variants (lsh-1 ... lsh-8, reformer)");
 }
 
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,

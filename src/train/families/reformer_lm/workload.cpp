@@ -79,7 +79,8 @@ class LanguageModel final : public Workload<T> {
 template <class T>
 std::unique_ptr<Workload<T>> make_lm_workload(const config::RunConfig& config) {
   if constexpr (std::is_same<T, float>::value)
-    if (config.train.precision == "bf16") return std::make_unique<LanguageModel<float, bf16>>(config);
+    if (config.train.precision == "bf16")
+      return std::make_unique<LanguageModel<float, bf16>>(config);
   return std::make_unique<LanguageModel<T>>(config);
 }
 
