@@ -84,6 +84,19 @@ namespace {
 // the BLAS's packing of the other operand is paid over many rows.
 constexpr Index kSubPanelElements = Index(1) << 18;
 
+// The threads' widened sub-panels for one product (labelled like the
+// portable path's panels, so that `reformer memory` counts them).
+Kokkos::View<float*, HostSpace> panel_buffers(Index elements) {
+  return Kokkos::View<float*, HostSpace>(
+      Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), elements);
+}
+
+// A thread's slice of the buffers.
+struct ThreadBuffer {
+  float* pointer;
+  float* data() const { return pointer; }
+};
+
 // dst[r * cols + j] = src[r * ld + j] (rows x cols), widened to float.
 template <class T>
 void widen_rows(const T* src, Index ld, Index rows, Index cols, float* dst) {
@@ -130,12 +143,15 @@ bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>
     TC* const pc = c.data();
     const Index ldc = c.stride(0);
     const float* pbias = bias.data();
+    // Every thread's sub-panel buffers, one allocation the memory tracker sees.
+    const Index a_size = a_float ? 0 : panel * widest, c_size = direct ? 0 : panel * n;
+    const auto buffers = panel_buffers(threads * (a_size + c_size));
     Kokkos::parallel_for(
         "host_mixed_matmul_rows", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
           const Index first = std::min(m, t * block);
           const Index end = std::min(m, first + block);
-          std::vector<float> a_buf(a_float ? 0 : panel * widest);
-          std::vector<float> c_buf(direct ? 0 : panel * n);
+          ThreadBuffer a_buf{buffers.data() + t * (a_size + c_size)};
+          ThreadBuffer c_buf{a_buf.data() + a_size};
           for (Index r0 = first; r0 < end; r0 += panel) {
             const Index rows = std::min(panel, end - r0);
             float* out = direct ? reinterpret_cast<float*>(pc) + r0 * ldc : c_buf.data();
@@ -200,12 +216,15 @@ bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2
       const TB* pb = b.data();
       const Index lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
       float* const pc = c.data();
+      const Index per_thread = panel * (m + cols_block);
+      const auto buffers = panel_buffers(threads * per_thread);
       Kokkos::parallel_for(
           "host_mixed_matmul_columns", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
             const Index c0 = std::min(n, t * cols_block), c1 = std::min(n, c0 + cols_block);
             if (c0 == c1) return;
             const Index cols = c1 - c0;
-            std::vector<float> a_buf(panel * m), b_buf(panel * cols);
+            ThreadBuffer a_buf{buffers.data() + t * per_thread};
+            ThreadBuffer b_buf{a_buf.data() + panel * m};
             for (Index p0 = 0; p0 < k; p0 += panel) {
               const Index rows = std::min(panel, k - p0);
               widen_rows(pa + p0 * lda, lda, rows, m, a_buf.data());

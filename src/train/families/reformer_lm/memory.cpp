@@ -200,9 +200,14 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
       bwd = x * heads * s;  // D
       fwd = shared_keys;
-    } else {
+    } else if (a == s) {
       fwd = (4 * x * inner + (dropout ? scores : 0)) * a + shared_keys;  // per-head copies
       bwd = (7 * x * inner + scores + (dropout ? scores : 0) + x * inner) * a + shared_keys;
+    } else {
+      // bf16: the per-head copies and the scores are float32 (full.cpp), the
+      // dropout mask's probabilities bf16.
+      fwd = (4 * x * inner + scores) * s + (dropout ? scores * a : 0) + shared_keys;
+      bwd = (7 * x * inner + scores + x * inner) * s + (dropout ? scores * a : 0) + shared_keys;
     }
     // F's forward: LayerNorm output, F's output, mean and rstd, then the layer
     // (without Save::All its q, k, v, attended, lse and P are temporaries too).
@@ -227,9 +232,12 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
   const double ws_loss = x * 6 * d * a + 2 * x * s;
-  // Products of bf16 activations widen panels of at most 2^18 float32 values
-  // (ops/gemm.hpp mixed_matmul): up to three at once, outside the workspace.
-  const double panels = a < s ? 3.0 * (1 << 18) * 4 : 0.0;
+  // Products of bf16 activations widen sub-panels of 2^18 float32 values
+  // outside the workspace (ops/gemm.hpp mixed_matmul): one per host thread, or
+  // up to three on a device.
+  const double panel_sets =
+      kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
+  const double panels = a < s ? panel_sets * (1 << 18) * 4 : 0.0;
   // A training step after the first one (the measured one) starts with what the
   // previous step left: the streams and their gradients, the stored layers or
   // plans, the recompute state and the workspace at its high-water mark. Every
