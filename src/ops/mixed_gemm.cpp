@@ -243,13 +243,6 @@ REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE_PROJECTIONS)
 #define REFORMER_INSTANTIATE_MIXED(TA, TB, TC)                                                    \
   template void mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, float, \
                                          In1<float>);
-REFORMER_INSTANTIATE_MIXED(bf16, float, bf16)
-REFORMER_INSTANTIATE_MIXED(bf16, float, float)
-REFORMER_INSTANTIATE_MIXED(bf16, bf16, float)
-REFORMER_INSTANTIATE_MIXED(bf16, bf16, bf16)
-REFORMER_INSTANTIATE_MIXED(float, bf16, float)
-REFORMER_INSTANTIATE_MIXED(float, bf16, bf16)
-REFORMER_INSTANTIATE_MIXED(float, float, bf16)
-REFORMER_INSTANTIATE_MIXED(float, float, float)
+REFORMER_INSTANTIATE_MIXED_TYPES(REFORMER_INSTANTIATE_MIXED)
 
 }  // namespace reformer::ops

@@ -44,16 +44,6 @@ ReformerConfig tiny_config() {
   return c;
 }
 
-IdView random_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
-  IdView ids("ids", batch, length);
-  auto flat = as_vector(ids);
-  Kokkos::parallel_for(
-      "random_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
-        flat(i) = int(random_bits({seed, 1}, i) % vocab);
-      });
-  return ids;
-}
-
 struct ModelCase {
   ParameterSet<double> params;
   ReformerLM<double> model;

@@ -56,16 +56,6 @@ ReformerConfig lsh_config(bool reversible, Index chunk = 128) {
   return c;
 }
 
-IdView random_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
-  IdView ids("ids", batch, length);
-  auto flat = as_vector(ids);
-  Kokkos::parallel_for(
-      "random_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
-        flat(i) = int(random_bits({seed, 1}, i) % vocab);
-      });
-  return ids;
-}
-
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {

@@ -44,17 +44,6 @@ TransformerXLConfig tiny_config() {
   return c;
 }
 
-// Random ids [batch, length] (host values, copied to the device).
-View2<int> random_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
-  View2<int> ids("ids", batch, length);
-  auto host = Kokkos::create_mirror_view(ids);
-  for (Index b = 0; b < batch; ++b)
-    for (Index i = 0; i < length; ++i)
-      host(b, i) = int(random_bits({seed, 1}, std::uint64_t(b * length + i)) % vocab);
-  Kokkos::deep_copy(ids, host);
-  return ids;
-}
-
 // Columns [begin, begin + count) of ids, as a new contiguous matrix.
 View2<int> columns(const View2<int>& ids, Index begin, Index count) {
   View2<int> out("segment", ids.extent(0), count);

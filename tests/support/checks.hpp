@@ -2,6 +2,8 @@
 // copied to the device.
 #pragma once
 
+#include "reformer/core/random.hpp"
+#include "reformer/core/shape.hpp"
 #include "reformer/core/types.hpp"
 
 #include <gtest/gtest.h>
@@ -31,6 +33,18 @@ inline View1<int> device_ints(const std::vector<int>& values) {
   for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
   Kokkos::deep_copy(v, host);
   return v;
+}
+
+// Random token ids [batch, length] below vocab: entry (b, i) is
+// random_bits({seed, 1}, b * length + i) % vocab.
+inline View2<int> random_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
+  View2<int> ids("ids", batch, length);
+  auto flat = as_vector(ids);
+  Kokkos::parallel_for(
+      "random_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = int(random_bits({seed, 1}, std::uint64_t(i)) % vocab);
+      });
+  return ids;
 }
 
 }  // namespace reformer::testing

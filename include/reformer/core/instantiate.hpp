@@ -13,3 +13,15 @@
   MACRO(float)                                    \
   MACRO(double)                                   \
   MACRO(bf16)
+
+// Every combination of float and bf16 operands and result of a mixed product
+// (ops::mixed_matmul and its host path).
+#define REFORMER_INSTANTIATE_MIXED_TYPES(MACRO) \
+  MACRO(bf16, float, bf16)                      \
+  MACRO(bf16, float, float)                     \
+  MACRO(bf16, bf16, float)                      \
+  MACRO(bf16, bf16, bf16)                       \
+  MACRO(float, bf16, float)                     \
+  MACRO(float, bf16, bf16)                      \
+  MACRO(float, float, bf16)                     \
+  MACRO(float, float, float)

@@ -1,5 +1,6 @@
 #include "ops/tpls/host_blas.hpp"
 
+#include "reformer/core/instantiate.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
 
@@ -258,14 +259,7 @@ template bool host_blas_matmul<double>(In2<double>, Trans, In2<double>, Trans, V
 #define REFORMER_INSTANTIATE_HOST_MIXED(TA, TB, TC)                                             \
   template bool host_mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, \
                                               float, In1<float>);
-REFORMER_INSTANTIATE_HOST_MIXED(bf16, float, bf16)
-REFORMER_INSTANTIATE_HOST_MIXED(bf16, float, float)
-REFORMER_INSTANTIATE_HOST_MIXED(bf16, bf16, float)
-REFORMER_INSTANTIATE_HOST_MIXED(bf16, bf16, bf16)
-REFORMER_INSTANTIATE_HOST_MIXED(float, bf16, float)
-REFORMER_INSTANTIATE_HOST_MIXED(float, bf16, bf16)
-REFORMER_INSTANTIATE_HOST_MIXED(float, float, bf16)
-REFORMER_INSTANTIATE_HOST_MIXED(float, float, float)
+REFORMER_INSTANTIATE_MIXED_TYPES(REFORMER_INSTANTIATE_HOST_MIXED)
 template bool host_mixed_sum<bf16, bf16>(const std::vector<In2<bf16>>&,
                                          const std::vector<In2<float>>&, Trans, View2<bf16>, float,
                                          float, In1<float>);
