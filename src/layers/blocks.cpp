@@ -73,9 +73,10 @@ void PreNormAttention<T>::init(RandomKey key) {
 }
 
 template <class T>
-void PreNormAttention<T>::norm(In3<T> x, View3<T> normed, View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const {
-  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, compute_t<T>(eps_), as_matrix(normed),
-                             mean, rstd);
+void PreNormAttention<T>::norm(In3<T> x, View3<T> normed, View1<compute_t<T>> mean,
+                               View1<compute_t<T>> rstd) const {
+  ops::layer_norm_forward<T>(as_matrix(x), gamma_->value, beta_->value, compute_t<T>(eps_),
+                             as_matrix(normed), mean, rstd);
 }
 
 template <class T>
@@ -96,9 +97,10 @@ void PreNormAttention<T>::forward(In3<T> x, View3<T> y, const AttentionLayerCall
 }
 
 template <class T>
-void PreNormAttention<T>::backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean, In1<compute_t<T>> rstd, In3<T> dy,
-                                   View3<T> dx, const AttentionState<T>& state,
-                                   Workspace& workspace, In3<T> memory, View3<T> dmemory) const {
+void PreNormAttention<T>::backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean,
+                                   In1<compute_t<T>> rstd, In3<T> dy, View3<T> dx,
+                                   const AttentionState<T>& state, Workspace& workspace,
+                                   In3<T> memory, View3<T> dmemory) const {
   Workspace::Frame frame(workspace);
   auto dnormed = frame.take<View3<T>>(x.extent(0), x.extent(1), x.extent(2));
   if (memory.data())
@@ -131,7 +133,8 @@ void PreNormAttention<T>::residual_step(In2<T> x, View2<T> y, Workspace& workspa
   const Index rows = x.extent(0), d = x.extent(1);
   auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
   auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
-  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, compute_t<T>(eps_), normed, mean, rstd);
+  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, compute_t<T>(eps_), normed, mean,
+                             rstd);
   attend(normed, f);
   ops::axpby<T>(1, as_vector(f), 1, as_vector(y));
 }
@@ -413,7 +416,7 @@ void DecoderBlock<T>::forward_reversible(View3<T> x1, View3<T> x2, In3<T> memory
   cross_.forward(x1, x2, decoder_attention_call(call, true), state.cross, workspace, Save::PlanOnly,
                  memory);
   feed_forward_.forward(as_matrix(x2), as_matrix(x1), decoder_feed_forward_call(call), workspace,
-                         1);
+                        1);
 }
 
 template <class T>
@@ -513,5 +516,27 @@ template void ReversibleBlock<bf16>::backward_reversible(View3<bf16>, View3<bf16
                                                          AttentionState<bf16>&, Workspace&) const;
 template void ReversibleBlock<bf16>::backward_stored(View3<bf16>, View3<bf16>,
                                                      const BlockState<bf16>&, Workspace&) const;
+// The encoder-decoder's blocks (its training calls).
+template ResidualBlock<bf16>::ResidualBlock(const std::string&, const BlockConfig&,
+                                            ParameterSet<float>&);
+template void ResidualBlock<bf16>::init(RandomKey);
+template void ResidualBlock<bf16>::forward(View3<bf16>, const BlockCall&, BlockState<bf16>&,
+                                           Workspace&) const;
+template void ResidualBlock<bf16>::backward(View3<bf16>, const BlockState<bf16>&, Workspace&) const;
+template struct DecoderBlockState<bf16>;
+template DecoderBlock<bf16>::DecoderBlock(const std::string&, const DecoderBlockConfig&,
+                                          ParameterSet<float>&);
+template void DecoderBlock<bf16>::init(RandomKey);
+template void DecoderBlock<bf16>::forward(View3<bf16>, In3<bf16>, const DecoderBlockCall&,
+                                          DecoderBlockState<bf16>&, Workspace&) const;
+template void DecoderBlock<bf16>::backward(View3<bf16>, In3<bf16>, View3<bf16>,
+                                           const DecoderBlockState<bf16>&, Workspace&) const;
+template void DecoderBlock<bf16>::forward_reversible(View3<bf16>, View3<bf16>, In3<bf16>,
+                                                     const DecoderBlockCall&,
+                                                     DecoderBlockState<bf16>&, Workspace&) const;
+template void DecoderBlock<bf16>::backward_reversible(View3<bf16>, View3<bf16>, View3<bf16>,
+                                                      View3<bf16>, In3<bf16>, View3<bf16>,
+                                                      const DecoderBlockState<bf16>&,
+                                                      AttentionState<bf16>&, Workspace&) const;
 
 }  // namespace reformer::layers

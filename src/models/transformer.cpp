@@ -133,7 +133,7 @@ void TransformerState<T>::release() {
   batch = source_length = target_length = 0;
   source = target = memory = dsource = dtarget = dmemory = View3<T>();
   source2 = target2 = source_top = target_top = dsource2 = dtarget2 = View3<T>();
-  memory_mean = memory_rstd = View1<T>();
+  memory_mean = memory_rstd = View1<compute_t<T>>();
   encoder.clear();
   decoder.clear();
   scratch.release();
@@ -143,7 +143,7 @@ void TransformerState<T>::release() {
 // ---------------------------------------------------------------- model
 
 template <class T>
-EncoderDecoder<T>::EncoderDecoder(const TransformerConfig& config, ParameterSet<T>& params)
+EncoderDecoder<T>::EncoderDecoder(const TransformerConfig& config, ParameterSet<param_t<T>>& params)
     : config_(config) {
   config_.validate();
   const Index d = config.d_model;
@@ -238,9 +238,9 @@ void EncoderDecoder<T>::check_batch(const char* op, const Seq2SeqBatch& batch) c
 }
 
 template <class T>
-void EncoderDecoder<T>::embed(const Parameter<T>& table, const Parameter<T>* positions,
-                              IdMatrix ids, Index offset, const ModelCall& call,
-                              std::uint64_t stream, View3<T> out) const {
+void EncoderDecoder<T>::embed(const Parameter<param_t<T>>& table,
+                              const Parameter<param_t<T>>* positions, IdMatrix ids, Index offset,
+                              const ModelCall& call, std::uint64_t stream, View3<T> out) const {
   const Index length = ids.extent(1);
   auto e = as_matrix(out);
   // e = sqrt(d) Embed(ids) + Positions, then dropout.
@@ -255,7 +255,8 @@ void EncoderDecoder<T>::embed(const Parameter<T>& table, const Parameter<T>* pos
 }
 
 template <class T>
-void EncoderDecoder<T>::embed_backward(Parameter<T>& table, Parameter<T>* positions, IdMatrix ids,
+void EncoderDecoder<T>::embed_backward(Parameter<param_t<T>>& table,
+                                       Parameter<param_t<T>>* positions, IdMatrix ids,
                                        const ModelCall& call, std::uint64_t stream,
                                        View3<T> dout) const {
   const Index length = ids.extent(1);
@@ -279,7 +280,7 @@ View3<T> EncoderDecoder<T>::decoder_top(TransformerState<T>& state) const {
 
 template <class T>
 void EncoderDecoder<T>::join_stream_gradients(View3<T> d1, View3<T> d2) const {
-  if (config_.reversible) ops::axpby<T>(T(1), as_vector(d2), T(1), as_vector(d1));
+  if (config_.reversible) ops::axpby<T>(1, as_vector(d2), 1, as_vector(d1));
 }
 
 namespace {
@@ -297,14 +298,14 @@ template <class T>
 void average_streams(In3<T> x1, In3<T> x2, View3<T>& top, const char* label) {
   ensure_view(top, label, x1.extent(0), x1.extent(1), x1.extent(2));
   Kokkos::deep_copy(top, x2);
-  ops::axpby<T>(T(0.5), as_vector(x1), T(0.5), as_vector(top));
+  ops::axpby<T>(0.5, as_vector(x1), 0.5, as_vector(top));
 }
 
 // From the gradient of the streams' average: d1 = d2 = dtop / 2 (d1 is dtop).
 template <class T>
 void split_top_gradient(View3<T> d1, View3<T>& d2, const char* label) {
   ensure_view(d2, label, d1.extent(0), d1.extent(1), d1.extent(2));
-  ops::axpby<T>(T(0), as_vector(d1), T(0.5), as_vector(d1));
+  ops::axpby<T>(0, as_vector(d1), 0.5, as_vector(d1));
   Kokkos::deep_copy(d2, d1);
 }
 
@@ -339,7 +340,7 @@ void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const M
   ensure_view(state.memory_mean, "transformer_memory_mean", b * ls);
   ensure_view(state.memory_rstd, "transformer_memory_rstd", b * ls);
   ops::layer_norm_forward<T>(as_matrix(encoder_top(state)), encoder_gamma_->value,
-                             encoder_beta_->value, T(config_.layer_norm_eps),
+                             encoder_beta_->value, compute_t<T>(config_.layer_norm_eps),
                              as_matrix(state.memory), state.memory_mean, state.memory_rstd);
 }
 
@@ -376,9 +377,9 @@ void EncoderDecoder<T>::head_log_probs(In2<T> top, View2<T> out, Workspace& work
   Workspace::Frame frame(workspace);
   const Index rows = top.extent(0);
   auto hidden = frame.take<View2<T>>(rows, config_.d_model);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   ops::layer_norm_forward<T>(top, decoder_gamma_->value, decoder_beta_->value,
-                             T(config_.layer_norm_eps), hidden, mean, rstd);
+                             compute_t<T>(config_.layer_norm_eps), hidden, mean, rstd);
   auto logits = frame.take<View2<T>>(rows, config_.target_vocab);
   generator(hidden, logits);
   ops::log_softmax_forward<T>(logits, out);
@@ -399,9 +400,10 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
   const Index rows = state.batch * state.target_length, d = config_.d_model;
   Workspace::Frame frame(state.workspace);
   auto hidden = frame.take<View2<T>>(rows, d);
-  auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   ops::layer_norm_forward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value,
-                             decoder_beta_->value, T(config_.layer_norm_eps), hidden, mean, rstd);
+                             decoder_beta_->value, compute_t<T>(config_.layer_norm_eps), hidden,
+                             mean, rstd);
   ops::CrossEntropyOptions options;
   options.pad_id = pad_id;
   options.smoothing = config_.label_smoothing;
@@ -457,7 +459,8 @@ ops::CrossEntropyResult EncoderDecoder<T>::forward_backward(const Seq2SeqBatch& 
   // source embedding. Reversible stacks rebuild each layer's input from its
   // output on the way down.
   Kokkos::deep_copy(
-      ensure_view(state.dmemory, "transformer_dmemory", state.batch, state.source_length, d), T(0));
+      ensure_view(state.dmemory, "transformer_dmemory", state.batch, state.source_length, d),
+      store<T>(0));
   if (config_.reversible) {
     split_top_gradient<T>(state.dtarget, state.dtarget2, "transformer_dtarget2");
     for (Index i = Index(decoder_.size()) - 1; i >= 0; --i)
@@ -528,5 +531,15 @@ void EncoderDecoder<T>::log_probs(const Seq2SeqBatch& batch, View3<T> out,
   template struct TransformerState<T>; \
   template class EncoderDecoder<T>;
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+// bf16 activations (train.precision = "bf16"): the training calls; a bf16 run
+// decodes with EncoderDecoder<float> on the same float32 weights.
+template struct TransformerState<bf16>;
+template EncoderDecoder<bf16>::EncoderDecoder(const TransformerConfig&, ParameterSet<float>&);
+template void EncoderDecoder<bf16>::init(RandomKey);
+template ops::CrossEntropyResult EncoderDecoder<bf16>::forward_backward(
+    const Seq2SeqBatch&, int, const ModelCall&, TransformerState<bf16>&) const;
+template ops::CrossEntropyResult EncoderDecoder<bf16>::evaluate(const Seq2SeqBatch&, int,
+                                                                const ModelCall&,
+                                                                TransformerState<bf16>&) const;
 
 }  // namespace reformer::models

@@ -88,7 +88,7 @@ struct TransformerState {
   View3<T> memory;                  // LayerNorm of the encoder's top
   View3<T> dsource, dtarget, dmemory;
   View3<T> dsource2, dtarget2;  // reversible
-  View1<T> memory_mean, memory_rstd;
+  View1<compute_t<T>> memory_mean, memory_rstd;
   std::vector<layers::BlockState<T>> encoder;
   std::vector<layers::DecoderBlockState<T>> decoder;
   attention::AttentionState<T> scratch;  // reversible: the layer being recomputed
@@ -117,7 +117,7 @@ struct BeamOptions {
 template <class T>
 class EncoderDecoder {
  public:
-  EncoderDecoder(const TransformerConfig& config, ParameterSet<T>& params);
+  EncoderDecoder(const TransformerConfig& config, ParameterSet<param_t<T>>& params);
   // Embeddings N(0, d^-1/2), projections Xavier-uniform, LayerNorm gains 1, biases 0.
   void init(RandomKey key);
 
@@ -160,9 +160,10 @@ class EncoderDecoder {
 
  private:
   void check_batch(const char* op, const Seq2SeqBatch& batch) const;
-  void embed(const Parameter<T>& table, const Parameter<T>* positions, IdMatrix ids, Index offset,
-             const ModelCall& call, std::uint64_t stream, View3<T> out) const;
-  void embed_backward(Parameter<T>& table, Parameter<T>* positions, IdMatrix ids,
+  void embed(const Parameter<param_t<T>>& table, const Parameter<param_t<T>>* positions,
+             IdMatrix ids, Index offset, const ModelCall& call, std::uint64_t stream,
+             View3<T> out) const;
+  void embed_backward(Parameter<param_t<T>>& table, Parameter<param_t<T>>* positions, IdMatrix ids,
                       const ModelCall& call, std::uint64_t stream, View3<T> dout) const;
   void encode(IdMatrix source, MaskMatrix source_valid, const ModelCall& call,
               TransformerState<T>& state) const;
@@ -180,19 +181,19 @@ class EncoderDecoder {
   void head_log_probs(In2<T> top, View2<T> out, Workspace& workspace) const;
 
   TransformerConfig config_;
-  Parameter<T>* source_embedding_ = nullptr;
-  Parameter<T>* target_embedding_ = nullptr;  // == source_embedding_ when shared
-  Parameter<T>* source_positions_ = nullptr;  // learned
-  Parameter<T>* target_positions_ = nullptr;
+  Parameter<param_t<T>>* source_embedding_ = nullptr;
+  Parameter<param_t<T>>* target_embedding_ = nullptr;  // == source_embedding_ when shared
+  Parameter<param_t<T>>* source_positions_ = nullptr;  // learned
+  Parameter<param_t<T>>* target_positions_ = nullptr;
   std::vector<std::unique_ptr<layers::ResidualBlock<T>>> encoder_;  // one of the two
   std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> reversible_encoder_;
-  Parameter<T>* encoder_gamma_ = nullptr;
-  Parameter<T>* encoder_beta_ = nullptr;
+  Parameter<param_t<T>>* encoder_gamma_ = nullptr;
+  Parameter<param_t<T>>* encoder_beta_ = nullptr;
   std::vector<std::unique_ptr<layers::DecoderBlock<T>>> decoder_;
-  Parameter<T>* decoder_gamma_ = nullptr;
-  Parameter<T>* decoder_beta_ = nullptr;
-  Parameter<T>* generator_weight_ = nullptr;  // null when tied
-  Parameter<T>* generator_bias_ = nullptr;
+  Parameter<param_t<T>>* decoder_gamma_ = nullptr;
+  Parameter<param_t<T>>* decoder_beta_ = nullptr;
+  Parameter<param_t<T>>* generator_weight_ = nullptr;  // null when tied
+  Parameter<param_t<T>>* generator_bias_ = nullptr;
 };
 
 }  // namespace reformer::models

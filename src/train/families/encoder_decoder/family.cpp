@@ -36,10 +36,6 @@ class EncoderDecoderFamily final : public ModelFamily {
  public:
   config::ModelType type() const override { return config::ModelType::EncoderDecoder; }
   void validate(const config::RunConfig& c, const char* op) const override {
-    require<ConfigError>(c.train.precision == "float32", op,
-                         ": train.precision = \"bf16\" is not implemented for model.type = "
-                         "\"transformer\" yet (the Reformer LM trains in bf16); set "
-                         "train.precision = \"float32\"");
     config::require_default_eval(c, op);
     require<ConfigError>(data::is_pair_task(c.data.task), op, ": model.type is transformer but ",
                          "data.task is ", data::to_string(c.data.task),

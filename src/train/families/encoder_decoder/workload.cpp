@@ -8,6 +8,9 @@
 
 #include <array>
 
+#include <memory>
+#include <type_traits>
+
 namespace reformer::train {
 namespace {
 
@@ -21,8 +24,11 @@ std::array<data::HostTokens*, 5> parts_of(data::PairBatch& batch) {
           &batch.target_valid};
 }
 
-// The encoder-decoder Transformer on a source/target pair task.
-template <class T>
+// The encoder-decoder Transformer on a source/target pair task: parameters,
+// gradients and the optimizer in T, activations in A (T, or bf16 with
+// train.precision = "bf16"; greedy decoding then runs a float32 copy of the
+// model on the same weights).
+template <class T, class A = T>
 class Seq2Seq final : public Workload<T> {
  public:
   explicit Seq2Seq(const config::RunConfig& config)
@@ -46,8 +52,8 @@ class Seq2Seq final : public Workload<T> {
   std::pair<Index, Index> exact_matches(data::Split split, std::uint64_t index,
                                         Index batch) override {
     const auto& host = load(split, index, batch);
-    const auto decoded = model_.greedy(views_[0], views_[1], data::PairTask::kStart,
-                                       data::PairTask::kEnd, task_->length());
+    const auto decoded = decoding_model().greedy(views_[0], views_[1], data::PairTask::kStart,
+                                                 data::PairTask::kEnd, task_->length());
     Index same = 0;
     const Index rows = host.batch_size();
     for (Index b = 0; b < rows; ++b) {
@@ -92,8 +98,23 @@ class Seq2Seq final : public Workload<T> {
     return {views_[0], views_[2], views_[3], views_[1], views_[4]};
   }
   std::unique_ptr<data::PairTask> task_;
-  models::EncoderDecoder<T> model_;
-  models::TransformerState<T> state_;
+  // The model that decodes: model_ itself, or (bf16 activations) a T model
+  // whose parameters are copied from this->params (registered in the same
+  // order, so the flat buffers match).
+  const models::EncoderDecoder<T>& decoding_model() {
+    if constexpr (std::is_same<A, T>::value) {
+      return model_;
+    } else {
+      if (!decoder_)
+        decoder_ = std::make_unique<models::EncoderDecoder<T>>(model_.config(), decoder_params_);
+      Kokkos::deep_copy(decoder_params_.values(), this->params.values());
+      return *decoder_;
+    }
+  }
+  models::EncoderDecoder<A> model_;
+  models::TransformerState<A> state_;
+  ParameterSet<T> decoder_params_;
+  std::unique_ptr<models::EncoderDecoder<T>> decoder_;
   View2<int> views_[5];
   data::PairBatch host_;
   bool loaded_ = false;
@@ -106,6 +127,8 @@ class Seq2Seq final : public Workload<T> {
 
 template <class T>
 std::unique_ptr<Workload<T>> make_encoder_decoder_workload(const config::RunConfig& config) {
+  if constexpr (std::is_same<T, float>::value)
+    if (config.train.precision == "bf16") return std::make_unique<Seq2Seq<float, bf16>>(config);
   return std::make_unique<Seq2Seq<T>>(config);
 }
 
