@@ -103,17 +103,20 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           const P* g = gamma.data();
           T* dxi = &dx(i, 0);
           const C mu = mean(i), r = rstd(i);
+          // nvcc: a device lambda may not capture a variable first inside an
+          // `if constexpr` branch, so the width is read here.
+          const Index width = d;
           if constexpr (is_reduced_precision<T>) {
-            const C mean_g = dot_values(dyi, g, d) / C(d);
-            const C mean_gx = r * (dot_values(dyi, g, xi, d) / C(d) - mu * mean_g);
-            for (Index j = 0; j < d; ++j)
+            const C mean_g = dot_values(dyi, g, width) / C(width);
+            const C mean_gx = r * (dot_values(dyi, g, xi, width) / C(width) - mu * mean_g);
+            for (Index j = 0; j < width; ++j)
               dxi[j] =
                   store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
           } else {
-            for (Index j = 0; j < d; ++j) dxi[j] = dyi[j] * g[j];
-            const C mean_g = sum_values(dxi, d) / C(d);
-            const C mean_gx = r * (dot_values(dxi, xi, d) / C(d) - mu * mean_g);
-            for (Index j = 0; j < d; ++j)
+            for (Index j = 0; j < width; ++j) dxi[j] = dyi[j] * g[j];
+            const C mean_g = sum_values(dxi, width) / C(width);
+            const C mean_gx = r * (dot_values(dxi, xi, width) / C(width) - mu * mean_g);
+            for (Index j = 0; j < width; ++j)
               dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
           }
         });

@@ -46,6 +46,16 @@ TransformerConfig config_of(AttentionKind encoder, AttentionKind decoder, Attent
   return c;
 }
 
+// Token ids in [3, vocab) (0, 1, 2 are padding, start and end). A free
+// function: nvcc refuses device lambdas in a test's body.
+View2<int> symbol_ids(Index batch, Index length, Index vocab, std::uint64_t seed) {
+  auto m = random_ids(batch, length, vocab - 3, seed);
+  auto flat = as_vector(m);
+  Kokkos::parallel_for(
+      "shift_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) { flat(i) += 3; });
+  return m;
+}
+
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -58,13 +68,8 @@ double cosine(const std::vector<double>& a, const std::vector<double>& b) {
 
 TEST(EncoderDecoderBf16, LossAndGradientsFollowFloat32) {
   const Index batch = 2, length = 64;
-  // Token ids from 3 (0, 1, 2 are padding, start and end), no padding.
   auto ids = [&](Index vocab, std::uint64_t seed) {
-    auto m = random_ids(batch, length, vocab - 3, seed);
-    auto flat = as_vector(m);
-    Kokkos::parallel_for(
-        "shift_ids", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) { flat(i) += 3; });
-    return m;
+    return symbol_ids(batch, length, vocab, seed);
   };
   struct Kinds {
     AttentionKind encoder, decoder, cross;
