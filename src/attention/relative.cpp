@@ -1,5 +1,7 @@
 // Relative positional attention (Transformer-XL): fused team kernels over
-// tiles in O(L) memory (see relative.hpp).
+// tiles in O(L) memory (see relative.hpp). T is the storage type of q, k, v, r,
+// the outputs and gradients; tiles, scores, statistics and partial sums are
+// C = compute_t<T>, and each stored result is rounded to T once.
 //
 // Every product runs on tiles in team scratch through team_multiply. Queries
 // are loaded twice, as qu = scale (q + u) and qv = scale (q + v), so that
@@ -46,20 +48,22 @@ KOKKOS_INLINE_FUNCTION T masked_weight(T score, T base) {
 // What every kernel reads: the tensors, the shapes and tilings, the masks.
 template <class T>
 struct RelativeInputs {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using P = param_t<T>;
+  using Traits = TileTraits<C>;
   static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
   // Distances of one tile pair (BQ + BK - 1 of them), rounded to whole blocks.
   static constexpr Index W = BQ + BK;
 
   Kokkos::View<const T****, Layout, MemSpace> q, k, v;
   Kokkos::View<const T***, Layout, MemSpace> r;
-  Kokkos::View<const T**, Layout, MemSpace> bias_u, bias_v;
+  Kokkos::View<const P**, Layout, MemSpace> bias_u, bias_v;
   Index heads = 0, d_head = 0, dpad = 0;
   Index lq = 0, lk = 0, memory = 0, nq = 0, nk = 0;
   // Allowed distances are [0, limit): M + L, or mem_len with same_length.
   Index limit = 0;
   Index clamp_len = 0;
-  T scale = T(1);
+  C scale = C(1);
   AttentionDropout dropout;
 
   KOKKOS_INLINE_FUNCTION bool allowed(Index i, Index j) const {
@@ -70,11 +74,11 @@ struct RelativeInputs {
   KOKKOS_INLINE_FUNCTION Index r_row(Index d) const {
     return clamp_len > 0 && d > clamp_len ? clamp_len : d;
   }
-  KOKKOS_INLINE_FUNCTION T drop(Index bh, Index i, Index j) const {
-    if (dropout.rate == 0.0) return T(1);
+  KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
+    if (dropout.rate == 0.0) return C(1);
     const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
-    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? T(1.0 / (1.0 - dropout.rate))
-                                                                : T(0);
+    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? C(1.0 / (1.0 - dropout.rate))
+                                                                : C(0);
   }
   // Key tiles [begin, end) with an allowed key for query tile qc.
   KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
@@ -98,51 +102,52 @@ struct RelativeInputs {
   // dst(row, c) = factor * (x(b, first + row, h, c) + bias[c]) for rows inside
   // [0, length), zero elsewhere and in the padded columns. bias may be null.
   template <class X>
-  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, const T* bias, Index b,
-                                        Index h, Index first, Index rows, Index length, T factor,
-                                        Scratch2<T> dst) const {
+  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, const P* bias, Index b,
+                                        Index h, Index first, Index rows, Index length, C factor,
+                                        Scratch2<C> dst) const {
     const Index dh = d_head, dp = dpad;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
-      T* to = &dst(row, 0);
+      C* to = &dst(row, 0);
       const Index p = first + row;
       if (p < 0 || p >= length) {
-        for (Index c = 0; c < dp; ++c) to[c] = T(0);
+        for (Index c = 0; c < dp; ++c) to[c] = C(0);
         return;
       }
       const auto* from = &x(b, p, h, 0);
-      for (Index c = 0; c < dh; ++c) to[c] = (T(from[c]) + (bias ? bias[c] : T(0))) * factor;
-      for (Index c = dh; c < dp; ++c) to[c] = T(0);
+      for (Index c = 0; c < dh; ++c) to[c] = (load(from[c]) + (bias ? C(bias[c]) : C(0))) * factor;
+      for (Index c = dh; c < dp; ++c) to[c] = C(0);
     });
   }
   // The same transposed: dst(c, row), dst [dpad, rows].
   template <class X>
-  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, const T* bias, Index b,
-                                        Index h, Index first, Index rows, Index length, T factor,
-                                        Scratch2<T> dst) const {
+  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, const P* bias, Index b,
+                                        Index h, Index first, Index rows, Index length, C factor,
+                                        Scratch2<C> dst) const {
     const Index dh = d_head, dp = dpad;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
       const Index p = first + row;
       if (p < 0 || p >= length) {
-        for (Index c = 0; c < dp; ++c) dst(c, row) = T(0);
+        for (Index c = 0; c < dp; ++c) dst(c, row) = C(0);
         return;
       }
       const auto* from = &x(b, p, h, 0);
-      for (Index c = 0; c < dh; ++c) dst(c, row) = (T(from[c]) + (bias ? bias[c] : T(0))) * factor;
-      for (Index c = dh; c < dp; ++c) dst(c, row) = T(0);
+      for (Index c = 0; c < dh; ++c)
+        dst(c, row) = (load(from[c]) + (bias ? C(bias[c]) : C(0))) * factor;
+      for (Index c = dh; c < dp; ++c) dst(c, row) = C(0);
     });
   }
   // Rows of r for the distances [first, first + rows) as rows (dst [rows,
   // dpad]) or transposed (dst [dpad, rows]); distances outside [0, limit) are
   // zero rows (their pairs are masked).
   KOKKOS_INLINE_FUNCTION void load_r(const TeamMember& team, Index h, Index first, Index rows,
-                                     bool transposed, Scratch2<T> dst) const {
+                                     bool transposed, Scratch2<C> dst) const {
     const Index dh = d_head, dp = dpad;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
       const Index d = first + row;
       const bool inside = d >= 0 && d < limit;
       const T* from = inside ? &r(r_row(d), h, 0) : nullptr;
       for (Index c = 0; c < dp; ++c) {
-        const T value = inside && c < dh ? from[c] : T(0);
+        const C value = inside && c < dh ? load(from[c]) : C(0);
         if (transposed)
           dst(c, row) = value;
         else
@@ -155,12 +160,12 @@ struct RelativeInputs {
   // (rw), then st = K qu^T and bt = Rw qv^T (score (s, t) = st(t, s) +
   // bt(s - t + BK - 1, s)). No barrier after the products.
   KOKKOS_INLINE_FUNCTION void key_tile_products(const TeamMember& team, Index b, Index h, Index i0,
-                                                Index kc, Scratch2<T> qut, Scratch2<T> qvt,
-                                                Scratch2<T> ks, Scratch2<T> vs, Scratch2<T> rw,
-                                                Scratch2<T> st, Scratch2<T> bt) const {
+                                                Index kc, Scratch2<C> qut, Scratch2<C> qvt,
+                                                Scratch2<C> ks, Scratch2<C> vs, Scratch2<C> rw,
+                                                Scratch2<C> st, Scratch2<C> bt) const {
     const Index dp = dpad, j0 = kc * BK, dmin = i0 + memory - j0 - BK + 1;
-    load_rows(team, k, nullptr, b, h, j0, BK, lk, T(1), ks);
-    load_rows(team, v, nullptr, b, h, j0, BK, lk, T(1), vs);
+    load_rows(team, k, nullptr, b, h, j0, BK, lk, C(1), ks);
+    load_rows(team, v, nullptr, b, h, j0, BK, lk, C(1), vs);
     load_r(team, h, dmin, W, false, rw);
     team.team_barrier();
     team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
@@ -169,11 +174,11 @@ struct RelativeInputs {
   // Per query of the tile at `first`: lse and D = dout . out, as ld(0..1, s).
   template <class L>
   KOKKOS_INLINE_FUNCTION void load_stats(const TeamMember& team, const L& lse, const L& delta,
-                                         Index b, Index h, Index first, Scratch2<T> ld) const {
+                                         Index b, Index h, Index first, Scratch2<C> ld) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
       const Index i = first + s;
-      ld(0, s) = i < lq ? lse(b, i, h) : T(0);
-      ld(1, s) = i < lq ? delta(b, i, h) : T(0);
+      ld(0, s) = i < lq ? lse(b, i, h) : C(0);
+      ld(1, s) = i < lq ? delta(b, i, h) : C(0);
     });
   }
 };
@@ -184,29 +189,30 @@ struct RelativeInputs {
 template <class T>
 struct RelativeScores {
   using In = RelativeInputs<T>;
+  using C = compute_t<T>;
   static constexpr Index BQ = In::BQ, BK = In::BK;
   static constexpr double no_score = kMasked;
   const In& x;
   Index b, h, bh, i0;
-  Scratch2<T> qut, qvt, ks, vs, rw, bt;
+  Scratch2<C> qut, qvt, ks, vs, rw, bt;
 
-  KOKKOS_INLINE_FUNCTION T weight(T score, T base) const { return masked_weight(score, base); }
-  KOKKOS_INLINE_FUNCTION const T* scores(const TeamMember& team, Index kc, Scratch2<T> st,
+  KOKKOS_INLINE_FUNCTION C weight(C score, C base) const { return masked_weight(score, base); }
+  KOKKOS_INLINE_FUNCTION const C* scores(const TeamMember& team, Index kc, Scratch2<C> st,
                                          Index& vld) const {
     const Index j0 = kc * BK;
     x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-      T* row = &st(t, 0);
+      C* row = &st(t, 0);
       for (Index s = 0; s < BQ; ++s)
-        row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : T(kMasked);
+        row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : C(kMasked);
     });
     team.team_barrier();
     vld = x.dpad;
     return &vs(0, 0);
   }
-  KOKKOS_INLINE_FUNCTION T keep(Index i, Index j) const {
-    return x.allowed(i, j) ? x.drop(bh, i, j) : T(0);
+  KOKKOS_INLINE_FUNCTION C keep(Index i, Index j) const {
+    return x.allowed(i, j) ? x.drop(bh, i, j) : C(0);
   }
 };
 
@@ -217,18 +223,19 @@ struct RelativeScores {
 template <class T>
 struct RelativeForward {
   using In = RelativeInputs<T>;
+  using C = compute_t<T>;
   static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
   In x;
   View4<T> out;
-  View3<T> lse;
+  View3<C> lse;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(dp, BQ) + Scratch2<T>::shmem_size(BQ, dp) +
-           2 * Scratch2<T>::shmem_size(BK, dp) + Scratch2<T>::shmem_size(W, dp) +
-           Scratch2<T>::shmem_size(BK, BQ) + Scratch2<T>::shmem_size(W, BQ) +
-           Scratch2<T>::shmem_size(3, BQ);
+    return 2 * Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(BQ, dp) +
+           2 * Scratch2<C>::shmem_size(BK, dp) + Scratch2<C>::shmem_size(W, dp) +
+           Scratch2<C>::shmem_size(BK, BQ) + Scratch2<C>::shmem_size(W, BQ) +
+           Scratch2<C>::shmem_size(3, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -236,7 +243,7 @@ struct RelativeForward {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
+    Scratch2<C> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
         vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ), bt(scratch, W, BQ),
         stats(scratch, 3, BQ);
     x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
@@ -244,7 +251,7 @@ struct RelativeForward {
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
     const RelativeScores<T> scores{x, b, h, bh, i0, qut, qvt, ks, vs, rw, bt};
-    detail::OnlineSoftmax<T>{o, st, stats}.run(team, scores, begin, end, x.dropout.rate > 0.0, b, h,
+    detail::OnlineSoftmax<C>{o, st, stats}.run(team, scores, begin, end, x.dropout.rate > 0.0, b, h,
                                                i0, x.lq, x.d_head, out, lse);
   }
 };
@@ -252,10 +259,13 @@ struct RelativeForward {
 // The probability and the score gradient of an allowed pair:
 //   p = exp(S - lse_i),  dS = p (drop dP - D_i),  returns p drop in p.
 template <class T>
-KOKKOS_INLINE_FUNCTION T pair_gradient(const RelativeInputs<T>& x, Index bh, Index i, Index j,
-                                       T score, T dp, T lse_i, T d_i, T& p) {
-  const T keep = x.drop(bh, i, j);
-  const T weight = softmax_weight(score - lse_i);
+KOKKOS_INLINE_FUNCTION compute_t<T> pair_gradient(const RelativeInputs<T>& x, Index bh, Index i,
+                                                  Index j, compute_t<T> score, compute_t<T> dp,
+                                                  compute_t<T> lse_i, compute_t<T> d_i,
+                                                  compute_t<T>& p) {
+  using C = compute_t<T>;
+  const C keep = x.drop(bh, i, j);
+  const C weight = softmax_weight(score - lse_i);
   p = weight * keep;
   return weight * (keep * dp - d_i);
 }
@@ -267,19 +277,20 @@ KOKKOS_INLINE_FUNCTION T pair_gradient(const RelativeInputs<T>& x, Index bh, Ind
 template <class T>
 struct RelativeBackwardKeys {
   using In = RelativeInputs<T>;
+  using C = compute_t<T>;
   static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
   In x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dk, dv;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<T>::shmem_size(dp, BK) + 3 * Scratch2<T>::shmem_size(BQ, dp) +
-           Scratch2<T>::shmem_size(dp, W) + 2 * Scratch2<T>::shmem_size(BQ, BK) +
-           Scratch2<T>::shmem_size(BQ, W) + Scratch2<T>::shmem_size(2, BQ) +
-           2 * Scratch2<T>::shmem_size(BK, dp);
+    return 2 * Scratch2<C>::shmem_size(dp, BK) + 3 * Scratch2<C>::shmem_size(BQ, dp) +
+           Scratch2<C>::shmem_size(dp, W) + 2 * Scratch2<C>::shmem_size(BQ, BK) +
+           Scratch2<C>::shmem_size(BQ, W) + Scratch2<C>::shmem_size(2, BQ) +
+           2 * Scratch2<C>::shmem_size(BK, dp);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -287,14 +298,14 @@ struct RelativeBackwardKeys {
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, j0 = kc * BK;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> kt(scratch, dp, BK), vt(scratch, dp, BK), qus(scratch, BQ, dp),
+    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), qus(scratch, BQ, dp),
         qvs(scratch, BQ, dp), dos(scratch, BQ, dp), rwt(scratch, dp, W), s(scratch, BQ, BK),
         dps(scratch, BQ, BK), bm(scratch, BQ, W), ld(scratch, 2, BQ), dks(scratch, BK, dp),
         dvs(scratch, BK, dp);
-    zero<T>(team, dks);
-    zero<T>(team, dvs);
-    x.load_cols(team, x.k, nullptr, b, h, j0, BK, x.lk, T(1), kt);
-    x.load_cols(team, x.v, nullptr, b, h, j0, BK, x.lk, T(1), vt);
+    zero<C>(team, dks);
+    zero<C>(team, dvs);
+    x.load_cols(team, x.k, nullptr, b, h, j0, BK, x.lk, C(1), kt);
+    x.load_cols(team, x.v, nullptr, b, h, j0, BK, x.lk, C(1), vt);
     Index begin = 0, end = 0;
     x.query_tiles(kc, begin, end);
     for (Index qc = begin; qc < end; ++qc) {
@@ -302,7 +313,7 @@ struct RelativeBackwardKeys {
       team.team_barrier();
       x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
       x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
-      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dos);
+      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dos);
       x.load_r(team, h, dmin, W, true, rwt);
       x.load_stats(team, lse, delta, b, h, i0, ld);
       team.team_barrier();
@@ -312,14 +323,14 @@ struct RelativeBackwardKeys {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
         const Index i = i0 + q;
-        const T lse_i = ld(0, q), d_i = ld(1, q);
+        const C lse_i = ld(0, q), d_i = ld(1, q);
         for (Index t = 0; t < BK; ++t) {
           if (!x.allowed(i, j0 + t)) {
-            s(q, t) = dps(q, t) = T(0);
+            s(q, t) = dps(q, t) = C(0);
             continue;
           }
-          T p;
-          const T score = s(q, t) + bm(q, q - t + BK - 1);
+          C p;
+          const C score = s(q, t) + bm(q, q - t + BK - 1);
           dps(q, t) = pair_gradient(x, bh, i, j0 + t, score, dps(q, t), lse_i, d_i, p);
           s(q, t) = p;
         }
@@ -335,8 +346,8 @@ struct RelativeBackwardKeys {
       T* gk = &dk(b, j, h, 0);
       T* gv = &dv(b, j, h, 0);
       for (Index c = 0; c < dh; ++c) {
-        gk[c] = dks(t, c);
-        gv[c] = dvs(t, c);
+        gk[c] = store<T>(dks(t, c));
+        gv[c] = store<T>(dvs(t, c));
       }
     });
   }
@@ -350,20 +361,21 @@ struct RelativeBackwardKeys {
 template <class T>
 struct RelativeBackwardQueries {
   using In = RelativeInputs<T>;
+  using C = compute_t<T>;
   static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
   In x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq;
-  View3<T> part_u, part_v;
+  View3<C> part_u, part_v;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 3 * Scratch2<T>::shmem_size(dp, BQ) + 2 * Scratch2<T>::shmem_size(BK, dp) +
-           Scratch2<T>::shmem_size(W, dp) + 2 * Scratch2<T>::shmem_size(BK, BQ) +
-           Scratch2<T>::shmem_size(W, BQ) + Scratch2<T>::shmem_size(BQ, W) +
-           2 * Scratch2<T>::shmem_size(BQ, dp) + Scratch2<T>::shmem_size(2, BQ);
+    return 3 * Scratch2<C>::shmem_size(dp, BQ) + 2 * Scratch2<C>::shmem_size(BK, dp) +
+           Scratch2<C>::shmem_size(W, dp) + 2 * Scratch2<C>::shmem_size(BK, BQ) +
+           Scratch2<C>::shmem_size(W, BQ) + Scratch2<C>::shmem_size(BQ, W) +
+           2 * Scratch2<C>::shmem_size(BQ, dp) + Scratch2<C>::shmem_size(2, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -371,17 +383,17 @@ struct RelativeBackwardQueries {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), dot(scratch, dp, BQ),
+    Scratch2<C> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), dot(scratch, dp, BQ),
         ks(scratch, BK, dp), vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ),
         dpt(scratch, BK, BQ), bt(scratch, W, BQ), g(scratch, BQ, W), dqus(scratch, BQ, dp),
         dqvs(scratch, BQ, dp), ld(scratch, 2, BQ);
     // Every tile writes the same band of g; the rest stays zero.
-    zero<T>(team, g);
-    zero<T>(team, dqus);
-    zero<T>(team, dqvs);
+    zero<C>(team, g);
+    zero<C>(team, dqus);
+    zero<C>(team, dqvs);
     x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
     x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
-    x.load_cols(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dot);
+    x.load_cols(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dot);
     x.load_stats(team, lse, delta, b, h, i0, ld);
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
@@ -395,10 +407,10 @@ struct RelativeBackwardQueries {
         const Index j = j0 + t;
         for (Index s = 0; s < BQ; ++s) {
           const Index i = i0 + s;
-          T ds = T(0);
+          C ds = C(0);
           if (x.allowed(i, j)) {
-            T p;
-            const T score = st(t, s) + bt(s - t + BK - 1, s);
+            C p;
+            const C score = st(t, s) + bt(s - t + BK - 1, s);
             ds = pair_gradient(x, bh, i, j, score, dpt(t, s), ld(0, s), ld(1, s), p);
           }
           dpt(t, s) = ds;
@@ -410,16 +422,16 @@ struct RelativeBackwardQueries {
       team_multiply<true>(team, BQ, dp, W, &dqvs(0, 0), dp, &g(0, 0), W, 1, &rw(0, 0), dp);
     }
     team.team_barrier();
-    const T scale = x.scale;
+    const C scale = x.scale;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
       const Index i = i0 + s;
       if (i >= x.lq) return;
       T* dst = &dq(b, i, h, 0);
-      for (Index c = 0; c < dh; ++c) dst[c] = scale * (dqus(s, c) + dqvs(s, c));
+      for (Index c = 0; c < dh; ++c) dst[c] = store<T>(scale * (dqus(s, c) + dqvs(s, c)));
     });
     // Rows past the sequence are zero in dqus and dqvs.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index c) {
-      T su = T(0), sv = T(0);
+      C su = C(0), sv = C(0);
       for (Index s = 0; s < BQ; ++s) {
         su += dqus(s, c);
         sv += dqvs(s, c);
@@ -440,20 +452,21 @@ struct RelativeBackwardQueries {
 template <class T>
 struct RelativeBackwardDistances {
   using In = RelativeInputs<T>;
+  using C = compute_t<T>;
   static constexpr Index BQ = In::BQ, BD = In::BK, W = In::W;
   In x;
-  Kokkos::View<const T***, Layout, MemSpace> lse, delta;
+  Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
-  View4<T> part_r;
+  View4<C> part_r;
   Index nd = 0;
   int level = 0;
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 3 * Scratch2<T>::shmem_size(BQ, dp) + 2 * Scratch2<T>::shmem_size(dp, W) +
-           Scratch2<T>::shmem_size(dp, BD) + 2 * Scratch2<T>::shmem_size(BQ, W) +
-           2 * Scratch2<T>::shmem_size(BQ, BD) + Scratch2<T>::shmem_size(BD, dp) +
-           Scratch2<T>::shmem_size(2, BQ);
+    return 3 * Scratch2<C>::shmem_size(BQ, dp) + 2 * Scratch2<C>::shmem_size(dp, W) +
+           Scratch2<C>::shmem_size(dp, BD) + 2 * Scratch2<C>::shmem_size(BQ, W) +
+           2 * Scratch2<C>::shmem_size(BQ, BD) + Scratch2<C>::shmem_size(BD, dp) +
+           Scratch2<C>::shmem_size(2, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -461,11 +474,11 @@ struct RelativeBackwardDistances {
     const Index dt = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, d0 = dt * BD;
     const auto scratch = team.team_scratch(level);
-    Scratch2<T> qus(scratch, BQ, dp), qvs(scratch, BQ, dp), dos(scratch, BQ, dp),
+    Scratch2<C> qus(scratch, BQ, dp), qvs(scratch, BQ, dp), dos(scratch, BQ, dp),
         kwt(scratch, dp, W), vwt(scratch, dp, W), rt(scratch, dp, BD), cw(scratch, BQ, W),
         dpw(scratch, BQ, W), bm(scratch, BQ, BD), e(scratch, BQ, BD), drs(scratch, BD, dp),
         ld(scratch, 2, BQ);
-    zero<T>(team, drs);
+    zero<C>(team, drs);
     x.load_r(team, h, d0, BD, true, rt);
     // Queries i >= d0 - M have a key at distance d0 or more.
     const Index first = d0 - x.memory > 0 ? d0 - x.memory : 0;
@@ -474,9 +487,9 @@ struct RelativeBackwardDistances {
       team.team_barrier();
       x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
       x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
-      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, T(1), dos);
-      x.load_cols(team, x.k, nullptr, b, h, jlo, W, x.lk, T(1), kwt);
-      x.load_cols(team, x.v, nullptr, b, h, jlo, W, x.lk, T(1), vwt);
+      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dos);
+      x.load_cols(team, x.k, nullptr, b, h, jlo, W, x.lk, C(1), kwt);
+      x.load_cols(team, x.v, nullptr, b, h, jlo, W, x.lk, C(1), vwt);
       x.load_stats(team, lse, delta, b, h, i0, ld);
       team.team_barrier();
       team_multiply<false>(team, BQ, W, dp, &cw(0, 0), W, &qus(0, 0), dp, 1, &kwt(0, 0), W);
@@ -485,12 +498,12 @@ struct RelativeBackwardDistances {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
         const Index i = i0 + s;
-        const T lse_i = ld(0, s), d_i = ld(1, s);
+        const C lse_i = ld(0, s), d_i = ld(1, s);
         for (Index ed = 0; ed < BD; ++ed) {
           const Index w = s - ed + BD - 1, j = jlo + w;
-          T ds = T(0);
+          C ds = C(0);
           if (x.allowed(i, j)) {
-            T p;
+            C p;
             ds = pair_gradient(x, bh, i, j, cw(s, w) + bm(s, ed), dpw(s, w), lse_i, d_i, p);
           }
           e(s, ed) = ds;
@@ -503,16 +516,16 @@ struct RelativeBackwardDistances {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BD), [&](Index ed) {
       const Index d = d0 + ed;
       if (d >= x.limit) return;
-      T* dst = &part_r(b, d, h, 0);
+      C* dst = &part_r(b, d, h, 0);
       for (Index c = 0; c < dh; ++c) dst[c] = drs(ed, c);
     });
   }
 };
 
 template <class T>
-void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                           In2<T> bias_v, const RelativeAttentionConfig& config,
-                           const AttentionDropout& dropout) {
+void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> r,
+                           In2<param_t<T>> bias_u, In2<param_t<T>> bias_v,
+                           const RelativeAttentionConfig& config, const AttentionDropout& dropout) {
   config.validate();
   require_nonempty(op, "q", q);
   require_nonempty(op, "k", k);
@@ -541,10 +554,11 @@ void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> 
 }
 
 template <class T>
-RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                                  In2<T> bias_v, const RelativeAttentionConfig& config,
+RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
+                                  In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
                                   const AttentionDropout& dropout) {
-  using Traits = TileTraits<T>;
+  using C = compute_t<T>;
+  using Traits = TileTraits<C>;
   RelativeInputs<T> x;
   x.q = q;
   x.k = k;
@@ -562,7 +576,7 @@ RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T>
   x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
   x.limit = config.same_length && config.mem_len < x.lk ? config.mem_len : x.lk;
   x.clamp_len = config.clamp_len;
-  x.scale = T(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(x.d_head)));
+  x.scale = C(config.scale != 0.0 ? config.scale : 1.0 / std::sqrt(double(x.d_head)));
   x.dropout = dropout;
   return x;
 }
@@ -591,10 +605,10 @@ Index relative_attention_positions(Index memory, Index length,
 }
 
 template <class T>
-void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                                In2<T> bias_v, const RelativeAttentionConfig& config,
-                                const AttentionDropout& dropout, View4<T> out, View3<T> lse,
-                                Workspace& workspace) {
+void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
+                                In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
+                                const AttentionDropout& dropout, View4<T> out,
+                                View3<compute_t<T>> lse, Workspace& workspace) {
   const char* op = "relative_attention_forward";
   check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
   require_same_shape(op, "q", q, "out", out);
@@ -609,12 +623,13 @@ void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> b
 }
 
 template <class T>
-void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                                 In2<T> bias_v, In4<T> out, In3<T> lse, In4<T> dout,
-                                 const RelativeAttentionConfig& config,
+void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
+                                 In2<param_t<T>> bias_v, In4<T> out, In3<compute_t<T>> lse,
+                                 In4<T> dout, const RelativeAttentionConfig& config,
                                  const AttentionDropout& dropout, View4<T> dq, View4<T> dk,
-                                 View4<T> dv, View3<T> dr, View2<T> dbias_u, View2<T> dbias_v,
-                                 Workspace& workspace) {
+                                 View4<T> dv, View3<T> dr, View2<param_t<T>> dbias_u,
+                                 View2<param_t<T>> dbias_v, Workspace& workspace) {
+  using C = compute_t<T>;
   const char* op = "relative_attention_backward";
   check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
   require_same_shape(op, "q", q, "out", out);
@@ -629,7 +644,7 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> 
   Workspace::Frame frame(workspace);
   const auto x = relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout);
   const Index batch = q.extent(0), heads = x.heads, dh = x.d_head, bhs = batch * heads;
-  auto delta = frame.take<View3<T>>(lse.extent(0), lse.extent(1), lse.extent(2));
+  auto delta = frame.take<View3<C>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
 
   RelativeBackwardKeys<T> keys{x, lse, delta, dout, dk, dv};
@@ -638,16 +653,16 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> 
   Kokkos::parallel_for("relative_attention_backward_keys",
                        dynamic_team_policy(bhs * x.nk, key_bytes), keys);
 
-  auto part_u = frame.take<View3<T>>(batch * x.nq, heads, dh);
-  auto part_v = frame.take<View3<T>>(batch * x.nq, heads, dh);
+  auto part_u = frame.take<View3<C>>(batch * x.nq, heads, dh);
+  auto part_v = frame.take<View3<C>>(batch * x.nq, heads, dh);
   RelativeBackwardQueries<T> queries{x, lse, delta, dout, dq, part_u, part_v};
   const size_t query_bytes = queries.scratch_bytes();
   queries.level = scratch_level(query_bytes);
   Kokkos::parallel_for("relative_attention_backward_queries",
                        dynamic_team_policy(bhs * x.nq, query_bytes), queries);
 
-  const Index limit = x.limit, bd = TileTraits<T>::key_tile;
-  auto part_r = frame.take<View4<T>>(batch, limit, heads, dh);
+  const Index limit = x.limit, bd = TileTraits<C>::key_tile;
+  auto part_r = frame.take<View4<C>>(batch, limit, heads, dh);
   RelativeBackwardDistances<T> distances{x, lse, delta, dout, part_r, (limit + bd - 1) / bd};
   const size_t distance_bytes = distances.scratch_bytes();
   distances.level = scratch_level(distance_bytes);
@@ -660,7 +675,7 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> 
   Kokkos::parallel_for(
       "relative_attention_bias_gradients", range(heads * dh), KOKKOS_LAMBDA(Index n) {
         const Index h = n / dh, c = n % dh;
-        T su = T(0), sv = T(0);
+        C su = C(0), sv = C(0);
         for (Index p = 0; p < parts; ++p) {
           su += part_u(p, h, c);
           sv += part_v(p, h, c);
@@ -678,21 +693,24 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> 
         if (clamp > 0 && row == clamp) last = limit;
         if (clamp > 0 && row > clamp) last = row;
         if (last > limit) last = limit;
-        T sum = T(0);
+        C sum = C(0);
         for (Index b = 0; b < batch; ++b)
           for (Index d = row; d < last; ++d) sum += part_r(b, d, h, c);
-        dr(row, h, c) = sum;
+        dr(row, h, c) = store<T>(sum);
       });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                              \
-  template void relative_attention_forward<T>(                                               \
-      In4<T>, In4<T>, In4<T>, In3<T>, In2<T>, In2<T>, const RelativeAttentionConfig&,        \
-      const AttentionDropout&, View4<T>, View3<T>, Workspace&);                              \
-  template void relative_attention_backward<T>(                                              \
-      In4<T>, In4<T>, In4<T>, In3<T>, In2<T>, In2<T>, In4<T>, In3<T>, In4<T>,                \
-      const RelativeAttentionConfig&, const AttentionDropout&, View4<T>, View4<T>, View4<T>, \
-      View3<T>, View2<T>, View2<T>, Workspace&);
-REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
+// Every storage type (float, double, bf16): lse and the saved statistics are
+// compute_t<T>, u, v and their gradients param_t<T>.
+#define REFORMER_INSTANTIATE(T)                                                                    \
+  template void relative_attention_forward<T>(In4<T>, In4<T>, In4<T>, In3<T>, In2<param_t<T>>,     \
+                                              In2<param_t<T>>, const RelativeAttentionConfig&,     \
+                                              const AttentionDropout&, View4<T>,                   \
+                                              View3<compute_t<T>>, Workspace&);                    \
+  template void relative_attention_backward<T>(                                                    \
+      In4<T>, In4<T>, In4<T>, In3<T>, In2<param_t<T>>, In2<param_t<T>>, In4<T>, In3<compute_t<T>>, \
+      In4<T>, const RelativeAttentionConfig&, const AttentionDropout&, View4<T>, View4<T>,         \
+      View4<T>, View3<T>, View2<param_t<T>>, View2<param_t<T>>, Workspace&);
+REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::attention

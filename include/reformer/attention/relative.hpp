@@ -41,9 +41,15 @@
 // memory's keys and values first); r [positions, heads, d_head]; u and v_bias
 // [heads, d_head]. The gradients of the memory rows of k and v are returned
 // like the others; a model that stops gradients at the memory drops them.
+//
+// With bf16 tensors (issue 34) q, k, v, r, out and their gradients are bf16;
+// u and v_bias (parameters) and their gradients are param_t (float32); tiles,
+// scores, softmax statistics, the logsumexps and every partial sum are
+// float32, and each output and gradient element is rounded to bf16 once.
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/precision.hpp"
 #include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
@@ -76,19 +82,19 @@ Index relative_attention_positions(Index memory, Index length,
 // index ((b * heads + h) * L + i) * (M + L) + j in the stream (the numbering of
 // exact attention's mask with Lk = M + L).
 template <class T>
-void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                                In2<T> bias_v, const RelativeAttentionConfig& config,
-                                const AttentionDropout& dropout, View4<T> out, View3<T> lse,
-                                Workspace& workspace);
+void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
+                                In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
+                                const AttentionDropout& dropout, View4<T> out,
+                                View3<compute_t<T>> lse, Workspace& workspace);
 
 // Gradients (overwritten) of q, k, v (all M + L rows), r (rows the kernel does
 // not read get zero), bias_u and bias_v, from the forward's out and lse.
 template <class T>
-void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<T> bias_u,
-                                 In2<T> bias_v, In4<T> out, In3<T> lse, In4<T> dout,
-                                 const RelativeAttentionConfig& config,
+void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
+                                 In2<param_t<T>> bias_v, In4<T> out, In3<compute_t<T>> lse,
+                                 In4<T> dout, const RelativeAttentionConfig& config,
                                  const AttentionDropout& dropout, View4<T> dq, View4<T> dk,
-                                 View4<T> dv, View3<T> dr, View2<T> dbias_u, View2<T> dbias_v,
-                                 Workspace& workspace);
+                                 View4<T> dv, View3<T> dr, View2<param_t<T>> dbias_u,
+                                 View2<param_t<T>> dbias_v, Workspace& workspace);
 
 }  // namespace reformer::attention
