@@ -56,16 +56,6 @@ ReformerConfig lsh_config(bool reversible, Index chunk = 128) {
   return c;
 }
 
-double cosine(const std::vector<double>& a, const std::vector<double>& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    ab += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
-
 // One model of each precision on the same parameter values.
 struct PairCase {
   ReformerConfig config;

@@ -56,16 +56,6 @@ View2<int> symbol_ids(Index batch, Index length, Index vocab, std::uint64_t seed
   return m;
 }
 
-double cosine(const std::vector<double>& a, const std::vector<double>& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    ab += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
-
 TEST(EncoderDecoderBf16, LossAndGradientsFollowFloat32) {
   const Index batch = 2, length = 64;
   auto ids = [&](Index vocab, std::uint64_t seed) {

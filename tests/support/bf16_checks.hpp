@@ -88,4 +88,15 @@ inline void expect_rounded(const std::vector<double>& got, const std::vector<dou
                       << " (more than 2^-8 relative plus " << slack << " of " << scale << ")";
 }
 
+// The cosine of the angle between two gradients (1: the same direction).
+inline double cosine(const std::vector<double>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
 }  // namespace reformer::testing
