@@ -355,8 +355,7 @@ std::vector<Key> make_keys() {
   k.push_back(float_key("train.target_accuracy", REFORMER_FIELD(train.target_accuracy)));
   k.push_back(seed_key("train.seed", REFORMER_FIELD(train.seed)));
   k.push_back(choice_key("train.dtype", REFORMER_FIELD(train.dtype), {"float", "double"}));
-  k.push_back(
-      choice_key("train.precision", REFORMER_FIELD(train.precision), {"float32", "bf16"}));
+  k.push_back(choice_key("train.precision", REFORMER_FIELD(train.precision), {"float32", "bf16"}));
   k.push_back(bool_key("train.overlap_allreduce", REFORMER_FIELD(train.overlap_allreduce)));
   k.push_back(float_key("train.allreduce_timeout", REFORMER_FIELD(train.allreduce_timeout)));
 

@@ -106,7 +106,8 @@ void TrainConfig::validate() const {
   require<ConfigError>(precision == "float32" || dtype == "float", kOp,
                        ": train.precision = \"bf16\" keeps float32 master weights and needs "
                        "train.dtype = \"float\", not \"",
-                       dtype, "\"; use train.dtype = \"double\" with train.precision = \"float32\"");
+                       dtype,
+                       "\"; use train.dtype = \"double\" with train.precision = \"float32\"");
   require<ConfigError>(std::isfinite(allreduce_timeout) && allreduce_timeout >= 0, kOp,
                        ": train.allreduce_timeout is ", allreduce_timeout,
                        " but must be finite and >= 0 seconds (0: wait forever)");

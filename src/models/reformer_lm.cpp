@@ -59,7 +59,9 @@ void fold_halves(View2<T> h, View2<T> folded) {
   const Index d = folded.extent(1);
   Kokkos::parallel_for(
       "reformer_fold_halves", Policy2({0, 0}, {Index(folded.extent(0)), d}),
-      KOKKOS_LAMBDA(Index r, Index j) { folded(r, j) = store<T>(load(h(r, j)) + load(h(r, j + d))); });
+      KOKKOS_LAMBDA(Index r, Index j) {
+        folded(r, j) = store<T>(load(h(r, j)) + load(h(r, j + d)));
+      });
 }
 
 // The fold's gradient: both halves receive dfolded.
@@ -140,7 +142,8 @@ void ReformerGeneration<T>::release() {
 }
 
 template <class T>
-ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params) : config_(config) {
+ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params)
+    : config_(config) {
   config_.validate();
   const Index d = config.d_model;
   embedding_ = &params.add("embed.table", {config.vocab, d});
@@ -306,13 +309,13 @@ void ReformerLM<T>::head_forward(const ReformerState<T>& state, RowList rows, Vi
                                  View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const {
   // hidden = [y1 ; y2] of the selected rows, then LayerNorm over 2 d_model in place.
   concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), rows, hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, compute_t<T>(config_.layer_norm_eps),
-                             hidden, mean, rstd);
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value,
+                             compute_t<T>(config_.layer_norm_eps), hidden, mean, rstd);
 }
 
 template <class T>
-void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean, In1<compute_t<T>> rstd,
-                                  View2<T> scratch) const {
+void ReformerLM<T>::head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean,
+                                  In1<compute_t<T>> rstd, View2<T> scratch) const {
   const Index n = scratch.extent(0);
   // The LayerNorm's input [y1 ; y2] is rebuilt in `scratch`.
   concat_streams<T>(as_matrix(state.x1), as_matrix(state.x2), RowList(), scratch);
@@ -517,7 +520,8 @@ void ReformerLM<T>::start_generation(IdMatrix ids, const std::vector<Index>& len
     auto rows = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
     Kokkos::deep_copy(rows, host_rows);
     auto hidden = frame.take<View2<T>>(batch, 2 * d);
-    auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
+    auto mean = frame.take<View1<compute_t<T>>>(batch),
+         rstd = frame.take<View1<compute_t<T>>>(batch);
     head_forward(state, rows, hidden, mean, rstd);
     project(hidden, logits, state.workspace);
   }
@@ -569,8 +573,8 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
   auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
   concat_streams<T>(generation.x1, generation.x2, RowList(), hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value, compute_t<T>(config_.layer_norm_eps),
-                             hidden, mean, rstd);
+  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value,
+                             compute_t<T>(config_.layer_norm_eps), hidden, mean, rstd);
   project(hidden, logits, generation.workspace);
   for (auto& p : generation.next) ++p;
 }

@@ -70,9 +70,10 @@ class PreNormAttention {
   // dx += dF/dx^T dy (and, for cross-attention, dmemory += dF/dm^T dy) for the
   // state filled by a forward pass on x. The first form takes LayerNorm(x) and
   // its statistics from norm() (and clobbers `normed`); the second computes them.
-  void backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean, In1<compute_t<T>> rstd, In3<T> dy, View3<T> dx,
-                const attention::AttentionState<T>& state, Workspace& workspace,
-                In3<T> memory = In3<T>(), View3<T> dmemory = View3<T>()) const;
+  void backward(In3<T> x, View3<T> normed, In1<compute_t<T>> mean, In1<compute_t<T>> rstd,
+                In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
+                Workspace& workspace, In3<T> memory = In3<T>(),
+                View3<T> dmemory = View3<T>()) const;
   void backward(In3<T> x, In3<T> dy, View3<T> dx, const attention::AttentionState<T>& state,
                 Workspace& workspace, In3<T> memory = In3<T>(),
                 View3<T> dmemory = View3<T>()) const;
@@ -116,7 +117,8 @@ struct BlockState {
 template <class T>
 class ReversibleBlock {
  public:
-  ReversibleBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<param_t<T>>& params);
+  ReversibleBlock(const std::string& prefix, const BlockConfig& config,
+                  ParameterSet<param_t<T>>& params);
   void init(RandomKey key);
   // [x1, x2] -> [y1, y2] in place. save = PlanOnly keeps only the call and the
   // LSH plan (for backward_reversible); save = All also copies F's and G's
@@ -156,7 +158,8 @@ class ReversibleBlock {
 template <class T>
 class ResidualBlock {
  public:
-  ResidualBlock(const std::string& prefix, const BlockConfig& config, ParameterSet<param_t<T>>& params);
+  ResidualBlock(const std::string& prefix, const BlockConfig& config,
+                ParameterSet<param_t<T>>& params);
   void init(RandomKey key);
   // x -> z = y + G(y), y = x + F(x), in place; saves F's and G's inputs.
   void forward(View3<T> x, const BlockCall& call, BlockState<T>& state, Workspace& workspace) const;

@@ -134,8 +134,8 @@ class ReformerLM {
                     Kokkos::View<const Index*, Layout, MemSpace> rows, View2<T> hidden,
                     View1<compute_t<T>> mean, View1<compute_t<T>> rstd) const;
   // dhidden -> dx1, dx2 (overwritten); `scratch` [rows, 2 d_model] is clobbered.
-  void head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean, In1<compute_t<T>> rstd,
-                     View2<T> scratch) const;
+  void head_backward(ReformerState<T>& state, In2<T> dhidden, In1<compute_t<T>> mean,
+                     In1<compute_t<T>> rstd, View2<T> scratch) const;
   // logits [n, vocab] of the LayerNorm'd hidden rows [n, 2 d_model].
   void project(View2<T> hidden, View2<T> logits, Workspace& workspace) const;
   // x [batch, d_model] += the position encoding of position positions[b] of row

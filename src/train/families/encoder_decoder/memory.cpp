@@ -151,9 +151,10 @@ decoder_layers = 2
 }
 
 void check_sweep_precision(const models::TransformerConfig&, const std::string& precision) {
-  require<ConfigError>(precision == "float32", "reformer memory: --precision ", precision,
-                       " is not measured for --model transformer yet (the encoder-decoder trains in "
-                       "bf16, but its synthetic step is float32 only); use --precision float32");
+  require<ConfigError>(
+      precision == "float32", "reformer memory: --precision ", precision,
+      " is not measured for --model transformer yet (the encoder-decoder trains in "
+      "bf16, but its synthetic step is float32 only); use --precision float32");
 }
 
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
