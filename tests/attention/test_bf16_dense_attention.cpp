@@ -37,26 +37,6 @@ using attention::AttentionCall;
 using attention::ExactBackwardSchedule;
 using attention::FullAttentionConfig;
 
-// The bf16 values of a float view (of any shape) widened back: a float view.
-template <class V>
-View4<float> widen(const V& x) {
-  View4<float> out("widened", x.extent(0), x.extent(1), x.extent(2), x.extent(3));
-  auto from = as_vector(x);
-  auto to = as_vector(out);
-  Kokkos::parallel_for(
-      "widen", range(to.extent(0)), KOKKOS_LAMBDA(Index i) { to(i) = load(from(i)); });
-  return out;
-}
-
-View3<float> widen3(const View3<bf16>& x) {
-  View3<float> out("widened", x.extent(0), x.extent(1), x.extent(2));
-  auto from = as_vector(x);
-  auto to = as_vector(out);
-  Kokkos::parallel_for(
-      "widen", range(to.extent(0)), KOKKOS_LAMBDA(Index i) { to(i) = load(from(i)); });
-  return out;
-}
-
 // One problem: rounded float inputs and their bf16 copies.
 struct Problem {
   Index batch, lq, lk, heads, d;
@@ -122,8 +102,8 @@ void compare_local(Problem& p, Index chunk, Index n_before, const std::string& w
   expect_rounded(to_host(out16), to_host(out), what + ": out");
   expect_lse(lse16, lse, what);
   // The same saved values on both sides.
-  attention::local_attention_backward<float>(p.q, p.k, p.v, widen(out16), lse16, p.dout, config,
-                                             p.call, dq, dk, dv, workspace);
+  attention::local_attention_backward<float>(p.q, p.k, p.v, widened<View4<float>>(out16), lse16,
+                                             p.dout, config, p.call, dq, dk, dv, workspace);
   attention::local_attention_backward<bf16>(p.q16, p.k16, p.v16, out16, lse16, p.dout16, config,
                                             p.call, dq16, dk16, dv16, workspace);
   const double windows = double(std::min(n_before, l / chunk - 1) + 1);
@@ -166,7 +146,7 @@ void compare_exact(Problem& p, const std::string& what) {
                                            workspace);
   expect_rounded(to_host(out16), to_host(out), what + ": out");
   expect_lse(lse16, lse, what);
-  const auto out_same = widen(out16);
+  const auto out_same = widened<View4<float>>(out16);
   for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass}) {
     const std::string name =
         what + (schedule == ExactBackwardSchedule::OnePass ? " one pass" : " two passes");
@@ -219,7 +199,7 @@ void compare_full(Problem& p, const std::string& what) {
                                           workspace);
   expect_rounded(to_host(out16), to_host(out), what + ": out");
   expect_rounded(to_host(saved16.probs), to_host(saved.probs), what + ": probs");
-  attention::FullAttentionSaved<float> same{widen3(saved16.probs)};
+  attention::FullAttentionSaved<float> same{widened<View3<float>>(saved16.probs)};
   attention::full_attention_backward<float>(p.q, p.k, p.v, same, p.dout, config, p.call, dq, dk, dv,
                                             workspace);
   attention::full_attention_backward<bf16>(p.q16, p.k16, p.v16, saved16, p.dout16, config, p.call,

@@ -42,24 +42,13 @@ V rounded(V x, std::uint64_t seed, double lo, double hi) {
   return x;
 }
 
-// The bf16 copy of a rounded float view (the same values), and a float copy
-// of a bf16 view (exact).
+// The bf16 copy of a rounded float view (the same values).
 template <class V16, class V>
 V16 narrow(const V& x) {
   V16 out("bf16", x.layout());
   copy_to_bf16(x, out);
   return out;
 }
-template <class V, class V16>
-V widen(const V16& x) {
-  V out("widened", x.layout());
-  auto from = as_vector(x);
-  auto to = as_vector(out);
-  Kokkos::parallel_for(
-      "widen", range(to.extent(0)), KOKKOS_LAMBDA(Index i) { to(i) = load(from(i)); });
-  return out;
-}
-
 struct RelativeProblem {
   Index batch, length, memory, heads, d;
   RelativeAttentionConfig config;
@@ -99,7 +88,7 @@ void compare_relative(const RelativeProblem& p, const std::string& what) {
   View3<bf16> dr16("dr16", rows, h, d);
   View2<float> du("du", h, d), dbv("dbv", h, d), du16("du16", h, d), dbv16("dbv16", h, d);
   // The same saved values on both sides.
-  attention::relative_attention_backward<float>(q, k, v, r, u, bv, widen<View4<float>>(out16),
+  attention::relative_attention_backward<float>(q, k, v, r, u, bv, widened<View4<float>>(out16),
                                                 lse16, dout, p.config, p.dropout, dq, dk, dv, dr,
                                                 du, dbv, workspace);
   attention::relative_attention_backward<bf16>(q16, k16, v16, r16, u, bv, out16, lse16, dout16,

@@ -65,6 +65,17 @@ inline View3<bf16> bf16_of(const View3<float>& v) {
   return out;
 }
 
+// A float copy of a bf16 view (exact), of the float view type V.
+template <class V, class V16>
+V widened(const V16& x) {
+  V out("widened", x.layout());
+  auto from = as_vector(x);
+  auto to = as_vector(out);
+  Kokkos::parallel_for(
+      "widen", range(to.extent(0)), KOKKOS_LAMBDA(Index i) { to(i) = load(from(i)); });
+  return out;
+}
+
 // Every element of `got` (a bf16 result) within u |want| + floor of the float
 // result `want`, floor = slack * max |want| (float32 reordering). Reports the
 // worst element.
