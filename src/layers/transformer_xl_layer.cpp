@@ -40,15 +40,15 @@ void concat_rows(In3<T> m, In3<T> x, View3<T> c) {
 // out(b, i, :) = beta * out(b, i, :) + c(b, M + i, :): the segment's rows of
 // a [batch, M + L, width] tensor.
 template <class T>
-void segment_rows(In3<T> c, View3<T> out, T beta) {
+void segment_rows(In3<T> c, View3<T> out, compute_t<T> beta) {
   const Index batch = out.extent(0), length = out.extent(1), width = out.extent(2);
   const Index memory = Index(c.extent(1)) - length;
   using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
   Kokkos::parallel_for(
       "txl_segment_rows", Policy3({0, 0, 0}, {batch, length, width}),
       KOKKOS_LAMBDA(Index b, Index i, Index f) {
-        const T value = c(b, memory + i, f);
-        out(b, i, f) = beta == T(0) ? value : beta * out(b, i, f) + value;
+        const auto value = load(c(b, memory + i, f));
+        out(b, i, f) = store<T>(beta == 0 ? value : beta * load(out(b, i, f)) + value);
       });
 }
 
@@ -60,7 +60,9 @@ void add_to_segment_rows(In3<T> s, View3<T> c) {
   using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
   Kokkos::parallel_for(
       "txl_add_segment_rows", Policy3({0, 0, 0}, {batch, length, width}),
-      KOKKOS_LAMBDA(Index b, Index i, Index f) { c(b, memory + i, f) += s(b, i, f); });
+      KOKKOS_LAMBDA(Index b, Index i, Index f) {
+        c(b, memory + i, f) = store<T>(load(c(b, memory + i, f)) + load(s(b, i, f)));
+      });
 }
 
 // dst(b, first + i, :) = src(b, i, :).
@@ -124,7 +126,7 @@ FeedForwardConfig TransformerXLLayerConfig::feed_forward_config() const {
 
 template <class T>
 void relative_position_encoding(View2<T> out) {
-  Kokkos::deep_copy(out, T(0));
+  Kokkos::deep_copy(out, store<T>(0));
   ops::sinusoidal_positions_forward<T>(out, Index(out.extent(0)), 0, out);
 }
 
@@ -140,7 +142,7 @@ void TransformerXLLayer<T>::distance_encoding(const TransformerXLLayerCall& call
 template <class T>
 TransformerXLLayer<T>::TransformerXLLayer(const std::string& prefix,
                                           const TransformerXLLayerConfig& config,
-                                          ParameterSet<T>& params)
+                                          ParameterSet<param_t<T>>& params)
     : config_((config.validate(), config)),
       feed_forward_(prefix + ".ff", config.feed_forward_config(), params) {
   const Index d = config.d_model, inner = config.heads * config.d_head;
@@ -197,7 +199,7 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   state.length = length;
   state.memory = mem;
   state.positions = positions;
-  const T eps = T(config_.layer_norm_eps);
+  const auto eps = compute_t<T>(config_.layer_norm_eps);
   Workspace::Frame frame(workspace);
 
   // c = [m; x] and the attention's input a (LN(c) before the attention when pre-LN).
@@ -206,24 +208,24 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   View3<T> a = context;
   if (config_.pre_norm) {
     a = frame.take<View3<T>>(batch, keys, d);
-    auto mean = frame.take<View1<T>>(batch * keys), rstd = frame.take<View1<T>>(batch * keys);
+    auto mean = frame.take<View1<compute_t<T>>>(batch * keys),
+         rstd = frame.take<View1<compute_t<T>>>(batch * keys);
     ops::layer_norm_forward<T>(as_matrix(context), attn_gamma_->value, attn_beta_->value, eps,
                                as_matrix(a), mean, rstd);
   }
   auto a_seg = frame.take<View3<T>>(batch, length, d);
-  segment_rows<T>(a, a_seg, T(0));
+  segment_rows<T>(a, a_seg, 0);
 
   // Projections.
   auto q = ensure_view(state.q, "txl_q", batch * length, inner);
   auto k = ensure_view(state.k, "txl_k", batch * keys, inner);
   auto v = ensure_view(state.v, "txl_v", batch * keys, inner);
   auto rk = ensure_view(state.rk, "txl_rk", positions, inner);
-  ops::matmul<T>(as_matrix(a_seg), Trans::No, w_q_->matrix(), Trans::No, q);
-  ops::matmul<T>(as_matrix(a), Trans::No, w_k_->matrix(), Trans::No, k);
-  ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, v);
+  ops::product<T, param_t<T>, T>(as_matrix(a_seg), Trans::No, w_q_->matrix(), Trans::No, q);
+  ops::projections_forward<T>(as_matrix(a), {w_k_->matrix(), w_v_->matrix()}, {k, v});
   auto encoding = frame.take<View2<T>>(positions, d);
   distance_encoding(call, encoding);
-  ops::matmul<T>(encoding, Trans::No, w_r_->matrix(), Trans::No, rk);
+  ops::product<T, param_t<T>, T>(encoding, Trans::No, w_r_->matrix(), Trans::No, rk);
 
   // Relative attention.
   auto attended = ensure_view(state.attended, "txl_attended", batch * length, inner);
@@ -268,31 +270,31 @@ void TransformerXLLayer<T>::attention_output(View3<T> x, View2<T> attended,
                                              View3<T> residual, View3<T> ff_residual,
                                              Workspace& workspace) const {
   const Index d = config_.d_model, batch = x.extent(0), length = x.extent(1);
-  const T eps = T(config_.layer_norm_eps);
+  const auto eps = compute_t<T>(config_.layer_norm_eps);
   Workspace::Frame frame(workspace);
   // Output projection, its dropout and the residual.
   auto o = frame.take<View3<T>>(batch, length, d);
-  ops::matmul<T>(attended, Trans::No, w_o_->matrix(), Trans::No, as_matrix(o));
+  ops::product<T, param_t<T>, T>(attended, Trans::No, w_o_->matrix(), Trans::No, as_matrix(o));
   const double rate = call.training ? config_.dropout : 0.0;
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(o), rate, sub_key(call.key, kOutputDropout), 0, as_vector(o));
   if (config_.pre_norm) {
     // y = x + o; out = y + FF(y).
     Kokkos::deep_copy(ff_input, x);
-    ops::axpby<T>(T(1), as_vector(o), T(1), as_vector(ff_input));
+    ops::axpby<T>(1, as_vector(o), 1, as_vector(ff_input));
     Kokkos::deep_copy(x, ff_input);
-    feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call), workspace,
-                          T(1));
+    feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call), workspace, 1);
   } else {
     // y = LN_attn(x + o); out = LN_ff(y + FF(y)).
     Kokkos::deep_copy(residual, x);
-    ops::axpby<T>(T(1), as_vector(o), T(1), as_vector(residual));
-    auto mean = frame.take<View1<T>>(batch * length), rstd = frame.take<View1<T>>(batch * length);
+    ops::axpby<T>(1, as_vector(o), 1, as_vector(residual));
+    auto mean = frame.take<View1<compute_t<T>>>(batch * length),
+         rstd = frame.take<View1<compute_t<T>>>(batch * length);
     ops::layer_norm_forward<T>(as_matrix(residual), attn_gamma_->value, attn_beta_->value, eps,
                                as_matrix(ff_input), mean, rstd);
     Kokkos::deep_copy(ff_residual, ff_input);
     feed_forward_.forward(as_matrix(ff_input), as_matrix(ff_residual), feed_forward_call(call),
-                          workspace, T(1));
+                          workspace, 1);
     ops::layer_norm_forward<T>(as_matrix(ff_residual), ff_gamma_->value, ff_beta_->value, eps,
                                as_matrix(x), mean, rstd);
   }
@@ -335,9 +337,10 @@ void TransformerXLLayer<T>::start_segment(In3<T> memory, Index batch, Index leng
   put_rows<T>(memory, context, 0);
   View3<T> a = frame.take<View3<T>>(batch, mem, d);
   if (config_.pre_norm) {
-    auto mean = frame.take<View1<T>>(batch * mem), rstd = frame.take<View1<T>>(batch * mem);
+    auto mean = frame.take<View1<compute_t<T>>>(batch * mem),
+         rstd = frame.take<View1<compute_t<T>>>(batch * mem);
     ops::layer_norm_forward<T>(as_matrix(memory), attn_gamma_->value, attn_beta_->value,
-                               T(config_.layer_norm_eps), as_matrix(a), mean, rstd);
+                               compute_t<T>(config_.layer_norm_eps), as_matrix(a), mean, rstd);
   } else {
     Kokkos::deep_copy(a, memory);
   }
@@ -369,9 +372,10 @@ void TransformerXLLayer<T>::step(View3<T> x, TransformerXLLayerCache<T>& cache,
   View3<T> a = x;
   if (config_.pre_norm) {
     a = frame.take<View3<T>>(batch, n, d);
-    auto mean = frame.take<View1<T>>(batch * n), rstd = frame.take<View1<T>>(batch * n);
+    auto mean = frame.take<View1<compute_t<T>>>(batch * n),
+         rstd = frame.take<View1<compute_t<T>>>(batch * n);
     ops::layer_norm_forward<T>(as_matrix(x), attn_gamma_->value, attn_beta_->value,
-                               T(config_.layer_norm_eps), as_matrix(a), mean, rstd);
+                               compute_t<T>(config_.layer_norm_eps), as_matrix(a), mean, rstd);
   }
   auto q = frame.take<View2<T>>(batch * n, inner);
   ops::matmul<T>(as_matrix(a), Trans::No, w_q_->matrix(), Trans::No, q);
@@ -386,7 +390,7 @@ void TransformerXLLayer<T>::step(View3<T> x, TransformerXLLayerCache<T>& cache,
   first_rows<T>(cache.v, v);
   const Index positions = cache.rk.extent(0);
   auto attended = frame.take<View2<T>>(batch * n, inner);
-  auto lse = frame.take<View3<T>>(batch, n, h);
+  auto lse = frame.take<View3<compute_t<T>>>(batch, n, h);
   attention::relative_attention_forward<T>(
       heads_of(q, batch, n, h, dh), View4<T>(k.data(), batch, keys, h, dh),
       View4<T>(v.data(), batch, keys, h, dh), View3<T>(cache.rk.data(), positions, h, dh),
@@ -416,11 +420,12 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
       Index(dx.extent(0)) == batch && Index(dx.extent(1)) == length && Index(dx.extent(2)) == d, op,
       ": dx has shape ", shape_string(dx), " but the forward pass had [", batch, ", ", length, ", ",
       d, "]");
-  const T eps = T(config_.layer_norm_eps);
+  using C = compute_t<T>;
+  const auto eps = C(config_.layer_norm_eps);
   const auto ff_call = feed_forward_call(state.call);
   Workspace::Frame frame(workspace);
-  auto mean = frame.take<View1<T>>(batch * keys), rstd = frame.take<View1<T>>(batch * keys);
-  auto mean_l = View1<T>(mean.data(), rows), rstd_l = View1<T>(rstd.data(), rows);
+  auto mean = frame.take<View1<C>>(batch * keys), rstd = frame.take<View1<C>>(batch * keys);
+  auto mean_l = View1<C>(mean.data(), rows), rstd_l = View1<C>(rstd.data(), rows);
   auto upstream = frame.take<View3<T>>(batch, length, d);
 
   // Through the feed-forward (and the post-LN LayerNorms): dx becomes the
@@ -429,7 +434,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
   if (config_.pre_norm) {
     Kokkos::deep_copy(upstream, dx);
     feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx), ff_call,
-                           workspace, T(1));
+                           workspace, 1);
   } else {
     auto scratch = frame.take<View3<T>>(batch, length, d);
     // ds2 = LN_ff'(dout), then dy = ds2 + FF'(ds2), then ds1 = LN_attn'(dy).
@@ -440,7 +445,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
                                 ff_beta_->grad);
     Kokkos::deep_copy(scratch, upstream);
     feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(scratch),
-                           ff_call, workspace, T(1));
+                           ff_call, workspace, 1);
     ops::layer_norm_forward<T>(as_matrix(state.residual), attn_gamma_->value, attn_beta_->value,
                                eps, as_matrix(upstream), mean_l, rstd_l);
     ops::layer_norm_backward<T>(as_matrix(state.residual), attn_gamma_->value, mean_l, rstd_l,
@@ -457,15 +462,16 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
   else
     Kokkos::deep_copy(upstream, dx);
   auto dattended = frame.take<View2<T>>(rows, inner);
-  ops::matmul<T>(dout, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
-  ops::matmul<T>(state.attended, Trans::Yes, dout, Trans::No, w_o_->grad_matrix(), T(1), T(1));
+  ops::product<T, param_t<T>, T>(dout, Trans::No, w_o_->matrix(), Trans::Yes, dattended);
+  ops::product<T, T, param_t<T>>(state.attended, Trans::Yes, dout, Trans::No, w_o_->grad_matrix(),
+                                 1, 1);
 
   // The attention.
   auto dq = frame.take<View2<T>>(rows, inner);
   auto dk = frame.take<View2<T>>(batch * keys, inner);
   auto dv = frame.take<View2<T>>(batch * keys, inner);
   auto dr = frame.take<View2<T>>(positions, inner);
-  auto du = frame.take<View2<T>>(h, dh), dbv = frame.take<View2<T>>(h, dh);
+  auto du = frame.take<View2<param_t<T>>>(h, dh), dbv = frame.take<View2<param_t<T>>>(h, dh);
   const attention::AttentionDropout dropout{state.call.training ? config_.attention_dropout : 0.0,
                                             sub_key(state.call.key, kAttentionDropout)};
   attention::relative_attention_backward<T>(
@@ -475,8 +481,8 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
       state.lse, heads_of(dattended, batch, length, h, dh), state.relative, dropout,
       heads_of(dq, batch, length, h, dh), heads_of(dk, batch, keys, h, dh),
       heads_of(dv, batch, keys, h, dh), View3<T>(dr.data(), positions, h, dh), du, dbv, workspace);
-  ops::axpby<T>(T(1), as_vector(du), T(1), bias_u_->grad);
-  ops::axpby<T>(T(1), as_vector(dbv), T(1), bias_v_->grad);
+  ops::axpby<param_t<T>>(1, as_vector(du), 1, bias_u_->grad);
+  ops::axpby<param_t<T>>(1, as_vector(dbv), 1, bias_v_->grad);
 
   // The projections' weights, from the attention's input rebuilt.
   View3<T> a = state.context;
@@ -486,35 +492,47 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
                                as_matrix(a), mean, rstd);
   }
   auto a_seg = frame.take<View3<T>>(batch, length, d);
-  segment_rows<T>(a, a_seg, T(0));
-  ops::matmul<T>(as_matrix(a_seg), Trans::Yes, dq, Trans::No, w_q_->grad_matrix(), T(1), T(1));
-  ops::matmul<T>(as_matrix(a), Trans::Yes, dk, Trans::No, w_k_->grad_matrix(), T(1), T(1));
-  ops::matmul<T>(as_matrix(a), Trans::Yes, dv, Trans::No, w_v_->grad_matrix(), T(1), T(1));
+  segment_rows<T>(a, a_seg, 0);
+  ops::product<T, T, param_t<T>>(as_matrix(a_seg), Trans::Yes, dq, Trans::No, w_q_->grad_matrix(),
+                                 1, 1);
   auto encoding = frame.take<View2<T>>(positions, d);
   distance_encoding(state.call, encoding);
-  ops::matmul<T>(encoding, Trans::Yes, dr, Trans::No, w_r_->grad_matrix(), T(1), T(1));
+  ops::product<T, T, param_t<T>>(encoding, Trans::Yes, dr, Trans::No, w_r_->grad_matrix(), 1, 1);
 
-  // The gradient of a: keys and values from every row, queries from the
-  // segment's; then through LN_attn (pre-LN) and the segment's rows into dx.
+  // The gradient of a: keys and values from every row (with W_k's and W_v's
+  // gradients), queries from the segment's; then through LN_attn (pre-LN)
+  // and the segment's rows into dx.
   auto da = frame.take<View3<T>>(batch, keys, d);
-  ops::matmul<T>(dk, Trans::No, w_k_->matrix(), Trans::Yes, as_matrix(da));
-  ops::matmul<T>(dv, Trans::No, w_v_->matrix(), Trans::Yes, as_matrix(da), T(1), T(1));
-  ops::matmul<T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_matrix(a_seg));
+  ops::projections_backward<T>(as_matrix(a), {w_k_->matrix(), w_v_->matrix()}, {dk, dv},
+                               as_matrix(da), 0.0, {w_k_->grad_matrix(), w_v_->grad_matrix()});
+  ops::product<T, param_t<T>, T>(dq, Trans::No, w_q_->matrix(), Trans::Yes, as_matrix(a_seg));
   add_to_segment_rows<T>(a_seg, da);
   if (config_.pre_norm) {
     auto dcontext = frame.take<View3<T>>(batch, keys, d);
     ops::layer_norm_backward<T>(as_matrix(state.context), attn_gamma_->value, mean, rstd,
                                 as_matrix(da), as_matrix(dcontext), attn_gamma_->grad,
                                 attn_beta_->grad);
-    segment_rows<T>(dcontext, dx, T(1));
+    segment_rows<T>(dcontext, dx, 1);
   } else {
-    segment_rows<T>(da, dx, T(1));
+    segment_rows<T>(da, dx, 1);
   }
 }
 
 template void relative_position_encoding<float>(View2<float>);
 template void relative_position_encoding<double>(View2<double>);
+template void relative_position_encoding<bf16>(View2<bf16>);
 template class TransformerXLLayer<float>;
 template class TransformerXLLayer<double>;
+// bf16 activations (train.precision = "bf16"): the training calls only; cached
+// decoding runs the float32 layer.
+template TransformerXLLayer<bf16>::TransformerXLLayer(const std::string&,
+                                                      const TransformerXLLayerConfig&,
+                                                      ParameterSet<float>&);
+template void TransformerXLLayer<bf16>::init(RandomKey);
+template void TransformerXLLayer<bf16>::forward(View3<bf16>, In3<bf16>,
+                                                const TransformerXLLayerCall&,
+                                                TransformerXLLayerState<bf16>&, Workspace&) const;
+template void TransformerXLLayer<bf16>::backward(View3<bf16>, const TransformerXLLayerState<bf16>&,
+                                                 Workspace&) const;
 
 }  // namespace reformer::layers

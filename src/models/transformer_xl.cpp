@@ -132,7 +132,7 @@ void TransformerXLState<T>::release() {
 }
 
 template <class T>
-TransformerXL<T>::TransformerXL(const TransformerXLConfig& config, ParameterSet<T>& params)
+TransformerXL<T>::TransformerXL(const TransformerXLConfig& config, ParameterSet<param_t<T>>& params)
     : config_((config.validate(), config)) {
   const Index d = config.d_model;
   embedding_ = &params.add("embedding", {config.vocab, d});
@@ -236,9 +236,10 @@ void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerX
   auto out = ensure_view(state.out, "txl_out", batch, length, d);
   if (out_gamma_) {
     Workspace::Frame frame(state.workspace);
-    auto mean = frame.take<View1<T>>(batch * length), rstd = frame.take<View1<T>>(batch * length);
+    auto mean = frame.take<View1<compute_t<T>>>(batch * length),
+         rstd = frame.take<View1<compute_t<T>>>(batch * length);
     ops::layer_norm_forward<T>(as_matrix(x), out_gamma_->value, out_beta_->value,
-                               T(config_.layer_norm_eps), as_matrix(out), mean, rstd);
+                               compute_t<T>(config_.layer_norm_eps), as_matrix(out), mean, rstd);
   } else {
     Kokkos::deep_copy(out, x);
   }
@@ -281,9 +282,9 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
   if (out_gamma_) {
     Workspace::Frame frame(state.workspace);
     auto normed = frame.take<View2<T>>(rows, d), dnormed = frame.take<View2<T>>(rows, d);
-    auto mean = frame.take<View1<T>>(rows), rstd = frame.take<View1<T>>(rows);
+    auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
     ops::layer_norm_forward<T>(as_matrix(state.x), out_gamma_->value, out_beta_->value,
-                               T(config_.layer_norm_eps), normed, mean, rstd);
+                               compute_t<T>(config_.layer_norm_eps), normed, mean, rstd);
     Kokkos::deep_copy(dnormed, as_matrix(dx));
     ops::layer_norm_backward<T>(as_matrix(state.x), out_gamma_->value, mean, rstd, dnormed,
                                 as_matrix(dx), out_gamma_->grad, out_beta_->grad);
@@ -431,6 +432,20 @@ void TransformerXL<T>::generation_step(IdMatrix ids, TransformerXLGeneration<T>&
   }
 }
 
+template struct TransformerXLMemory<bf16>;
+template struct TransformerXLState<bf16>;
+// bf16 activations (train.precision = "bf16"): the training calls only.
+template TransformerXL<bf16>::TransformerXL(const TransformerXLConfig&, ParameterSet<float>&);
+template void TransformerXL<bf16>::init(RandomKey);
+template void TransformerXL<bf16>::forward(IdMatrix, const ModelCall&, TransformerXLMemory<bf16>&,
+                                           TransformerXLState<bf16>&, bool) const;
+template ops::CrossEntropyResult TransformerXL<bf16>::forward_backward(
+    IdMatrix, IdMatrix, int, const ModelCall&, TransformerXLMemory<bf16>&,
+    TransformerXLState<bf16>&) const;
+template ops::CrossEntropyResult TransformerXL<bf16>::evaluate(IdMatrix, IdMatrix, int,
+                                                               const ModelCall&,
+                                                               TransformerXLMemory<bf16>&,
+                                                               TransformerXLState<bf16>&) const;
 template struct TransformerXLGeneration<float>;
 template struct TransformerXLGeneration<double>;
 template struct TransformerXLMemory<float>;

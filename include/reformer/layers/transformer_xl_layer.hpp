@@ -25,6 +25,10 @@
 // its memories right after the layer's forward pass). The LayerNorm of a pre-LN layer also
 // normalises the memory rows, so its gain and shift get gradients from them.
 //
+// bf16 (train.precision = "bf16"): activations, c, q, k, v, R W_r and the
+// memory in bf16; parameters, their gradients and the logsumexps float32 (see
+// docs/design.md, "Mixed precision"). Cached decoding runs in float32 only.
+//
 // Parameters under a dotted prefix: attn.w_q, attn.w_k, attn.w_v, attn.w_r
 // [d_model, heads * d_head], attn.w_o [heads * d_head, d_model], attn.bias_u,
 // attn.bias_v [heads, d_head], attn_norm.gamma / .beta, ff.* (FeedForward),
@@ -86,14 +90,14 @@ struct TransformerXLLayerState {
   attention::RelativeAttentionConfig relative{};  // as run (the call's mem_len)
   Index batch = 0, length = 0, memory = 0, positions = 0;
   bool saved = false;
-  View3<T> context;      // c = [m; x], [batch, M + L, d_model]
-  View2<T> q, k, v;      // [batch * L or batch * (M + L), heads * d_head]
-  View2<T> rk;           // R W_r, [P, heads * d_head]
-  View2<T> attended;     // [batch * L, heads * d_head]
-  View3<T> lse;          // [batch, L, heads]
-  View3<T> residual;     // post-LN: x + drop(o W_o) (LN_attn's input)
-  View3<T> ff_input;     // y
-  View3<T> ff_residual;  // post-LN: y + FF(y) (LN_ff's input)
+  View3<T> context;         // c = [m; x], [batch, M + L, d_model]
+  View2<T> q, k, v;         // [batch * L or batch * (M + L), heads * d_head]
+  View2<T> rk;              // R W_r, [P, heads * d_head]
+  View2<T> attended;        // [batch * L, heads * d_head]
+  View3<compute_t<T>> lse;  // [batch, L, heads]
+  View3<T> residual;        // post-LN: x + drop(o W_o) (LN_attn's input)
+  View3<T> ff_input;        // y
+  View3<T> ff_residual;     // post-LN: y + FF(y) (LN_ff's input)
   void release() { *this = TransformerXLLayerState(); }
 };
 
@@ -117,7 +121,7 @@ template <class T>
 class TransformerXLLayer {
  public:
   TransformerXLLayer(const std::string& prefix, const TransformerXLLayerConfig& config,
-                     ParameterSet<T>& params);
+                     ParameterSet<param_t<T>>& params);
   // Xavier-uniform projections, u and v_bias normal(0, 0.02), unit gains, zero shifts.
   void init(RandomKey key);
   // x [batch, L, d_model] -> out in place; memory [batch, M, d_model] is read
@@ -152,17 +156,17 @@ class TransformerXLLayer {
   // R of `positions` rows with the call's position dropout.
   void distance_encoding(const TransformerXLLayerCall& call, View2<T> out) const;
   TransformerXLLayerConfig config_;
-  Parameter<T>* w_q_ = nullptr;
-  Parameter<T>* w_k_ = nullptr;
-  Parameter<T>* w_v_ = nullptr;
-  Parameter<T>* w_r_ = nullptr;
-  Parameter<T>* w_o_ = nullptr;
-  Parameter<T>* bias_u_ = nullptr;
-  Parameter<T>* bias_v_ = nullptr;
-  Parameter<T>* attn_gamma_ = nullptr;
-  Parameter<T>* attn_beta_ = nullptr;
-  Parameter<T>* ff_gamma_ = nullptr;  // post-LN only
-  Parameter<T>* ff_beta_ = nullptr;
+  Parameter<param_t<T>>* w_q_ = nullptr;
+  Parameter<param_t<T>>* w_k_ = nullptr;
+  Parameter<param_t<T>>* w_v_ = nullptr;
+  Parameter<param_t<T>>* w_r_ = nullptr;
+  Parameter<param_t<T>>* w_o_ = nullptr;
+  Parameter<param_t<T>>* bias_u_ = nullptr;
+  Parameter<param_t<T>>* bias_v_ = nullptr;
+  Parameter<param_t<T>>* attn_gamma_ = nullptr;
+  Parameter<param_t<T>>* attn_beta_ = nullptr;
+  Parameter<param_t<T>>* ff_gamma_ = nullptr;  // post-LN only
+  Parameter<param_t<T>>* ff_beta_ = nullptr;
   FeedForward<T> feed_forward_;
 };
 

@@ -18,6 +18,11 @@
 // longer, or 0 for the ablation without recurrence). same_length's window is
 // the memory's mem_len (attention/relative.hpp); with mem_len = 0 it is off.
 //
+// bf16 activations (train.precision = "bf16"): TransformerXL<bf16> on
+// float32 parameters keeps its activations and memories in bf16 and trains
+// (forward, forward_backward, evaluate); logits_at and cached generation
+// run the float32 model (a TransformerXL<float> on the same parameters).
+//
 // Ownership: parameters in the caller's ParameterSet; activations in a
 // TransformerXLState and memories in a TransformerXLMemory that the caller
 // owns. Dropout masks are pure functions of the call's key.
@@ -110,7 +115,7 @@ class TransformerXL {
   // Registers every parameter: "embedding" [vocab, d_model], "layers.<i>.*"
   // (the layer's names), "out.norm.gamma" / ".beta" (pre-LN), "out.w"
   // [d_model, vocab] (untied) and "out.b" [vocab].
-  TransformerXL(const TransformerXLConfig& config, ParameterSet<T>& params);
+  TransformerXL(const TransformerXLConfig& config, ParameterSet<param_t<T>>& params);
   // Embedding N(0, 1 / d_model) (unit scale after sqrt(d_model)), layers as
   // TransformerXLLayer::init, output Xavier-uniform, gains 1, biases 0.
   void init(RandomKey key);
@@ -164,12 +169,12 @@ class TransformerXL {
                                             const TransformerXLMemory<T>& memory) const;
 
   TransformerXLConfig config_;
-  Parameter<T>* embedding_ = nullptr;
+  Parameter<param_t<T>>* embedding_ = nullptr;
   std::vector<std::unique_ptr<layers::TransformerXLLayer<T>>> layers_;
-  Parameter<T>* out_gamma_ = nullptr;  // pre-LN
-  Parameter<T>* out_beta_ = nullptr;
-  Parameter<T>* out_weight_ = nullptr;  // null when tied
-  Parameter<T>* out_bias_ = nullptr;
+  Parameter<param_t<T>>* out_gamma_ = nullptr;  // pre-LN
+  Parameter<param_t<T>>* out_beta_ = nullptr;
+  Parameter<param_t<T>>* out_weight_ = nullptr;  // null when tied
+  Parameter<param_t<T>>* out_bias_ = nullptr;
 };
 
 }  // namespace reformer::models

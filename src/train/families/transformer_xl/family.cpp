@@ -38,10 +38,6 @@ class TransformerXLFamily final : public ModelFamily {
  public:
   config::ModelType type() const override { return config::ModelType::TransformerXL; }
   void validate(const config::RunConfig& c, const char* op) const override {
-    require<ConfigError>(c.train.precision == "float32", op,
-                         ": train.precision = \"bf16\" is not implemented for model.type = "
-                         "\"transformer_xl\" yet (the Reformer LM trains in bf16); set "
-                         "train.precision = \"float32\"");
     require<ConfigError>(c.data.task == data::TaskKind::Bytes, op,
                          ": model.type is transformer_xl but data.task is ",
                          data::to_string(c.data.task),

@@ -23,7 +23,10 @@ using workload::row_range;
 // the split with memories of its own; batch i = 0 starts them afresh.
 // Over N processes each takes its rows (rows_of) of every such batch and keeps
 // the memories of those rows only; checkpoints gather every row's memories.
-template <class T>
+// Parameters, gradients and the optimizer in T; activations and memories in A
+// (T, or bf16 with train.precision = "bf16"; checkpoints hold the memories
+// widened to T, exactly).
+template <class T, class A = T>
 class SegmentStreams final : public Workload<T> {
  public:
   explicit SegmentStreams(const config::RunConfig& config)
@@ -129,7 +132,7 @@ class SegmentStreams final : public Workload<T> {
         const auto& h = memories_[j].hidden[l];
         const Index rows = Index(h.extent(0)), length = Index(h.extent(1));
         const Index d = Index(h.extent(2));
-        const View1<T> flat(h.data(), h.size());
+        const View1<T> flat = widened(h);
         if (this->ranks_ == 1) {
           Kokkos::deep_copy(state.add(state_name(j, l), {rows, length, d}).value, flat);
           continue;
@@ -190,11 +193,13 @@ class SegmentStreams final : public Workload<T> {
       const Index per_row = lengths[j] * d;
       for (std::size_t l = 0; l < memories_[j].hidden.size(); ++l) {
         auto& h = memories_[j].hidden[l];
-        h = View3<T>("txl_memory", rows, lengths[j], d);
-        Kokkos::deep_copy(
-            View1<T>(h.data(), h.size()),
-            Kokkos::subview(state.get(state_name(j, l)).value,
-                            std::make_pair(first * per_row, (first + rows) * per_row)));
+        h = View3<A>("txl_memory", rows, lengths[j], d);
+        const In1<T> mine(state.get(state_name(j, l)).value.data() + first * per_row,
+                          rows * per_row);
+        if constexpr (std::is_same<A, T>::value)
+          Kokkos::deep_copy(View1<T>(h.data(), h.size()), mine);
+        else
+          convert(mine, View1<A>(h.data(), h.size()));
       }
     }
     expected_ = data_position;
@@ -203,6 +208,16 @@ class SegmentStreams final : public Workload<T> {
  private:
   static std::string state_name(std::size_t j, std::size_t layer) {
     return detail::concat("memory.", j, ".", layer);
+  }
+  // A memory's values as T (the memory itself when A is T; bf16 widens exactly).
+  static View1<T> widened(const View3<A>& h) {
+    if constexpr (std::is_same<A, T>::value) {
+      return View1<T>(h.data(), h.size());
+    } else {
+      View1<T> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "txl_memory_widened"), h.size());
+      convert(In1<A>(h.data(), h.size()), out);
+      return out;
+    }
   }
   void require_batch(Index batch) const {
     require<ConfigError>(
@@ -242,7 +257,7 @@ class SegmentStreams final : public Workload<T> {
     load(joined);
     // No memory comes in; mem_len still sets same_length's window (a query
     // sees the keys at distances below it), as with a memory.
-    models::TransformerXLMemory<T> none;
+    models::TransformerXLMemory<A> none;
     none.mem_len = eval_memory_.mem_len;
     none.clamp_len = eval_memory_.clamp_len;
     none.same_length = eval_memory_.same_length;
@@ -251,15 +266,15 @@ class SegmentStreams final : public Workload<T> {
 
   config::RunConfig config_;
   std::unique_ptr<data::Task> task_;
-  models::TransformerXL<T> model_;
+  models::TransformerXL<A> model_;
   Index accumulate_, streams_;
-  std::vector<models::TransformerXLMemory<T>> memories_;
+  std::vector<models::TransformerXLMemory<A>> memories_;
   std::uint64_t expected_ = 0;  // the training index the memories lead to
   Index eval_length_ = 0;
-  models::TransformerXLMemory<T> eval_memory_;
+  models::TransformerXLMemory<A> eval_memory_;
   std::uint64_t eval_expected_ = 0;
   data::Split eval_split_ = data::Split::Valid;
-  models::TransformerXLState<T> state_;
+  models::TransformerXLState<A> state_;
   data::DeviceBatch device_;
 };
 
@@ -267,6 +282,9 @@ class SegmentStreams final : public Workload<T> {
 
 template <class T>
 std::unique_ptr<Workload<T>> make_transformer_xl_workload(const config::RunConfig& config) {
+  if constexpr (std::is_same<T, float>::value)
+    if (config.train.precision == "bf16")
+      return std::make_unique<SegmentStreams<float, bf16>>(config);
   return std::make_unique<SegmentStreams<T>>(config);
 }
 
