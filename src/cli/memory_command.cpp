@@ -295,7 +295,7 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--dtype", args.dtype, "float or double (default float)");
   sub->add_option("--precision", args.precisions,
                   "Activations: float32, bf16 or both (default float32); bf16: bf16 activations "
-                  "on float32 parameters, gradients and Adam (train.precision), LSH variants")
+                  "on float32 parameters, gradients and Adam (train.precision), every model")
       ->delimiter(',');
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");

@@ -1,5 +1,6 @@
 #include "reformer/train/memory_sweep.hpp"
 
+#include "reformer/attention/exact.hpp"
 #include "train/sweep_detail.hpp"
 
 #include <algorithm>
@@ -41,13 +42,27 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
   return bytes;
 }
 
+double mixed_panel_bytes() {
+  // Products of bf16 activations widen sub-panels of 2^18 float32 values
+  // outside the workspace (ops/gemm.hpp mixed_matmul): one per host thread, or
+  // up to three on a device.
+  const double panel_sets =
+      kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
+  return panel_sets * (1 << 18) * 4;
+}
+
+double exact_bf16_dq_bytes(Index batch, Index heads, double rows, double inner, double a,
+                           double s) {
+  const bool one_pass =
+      attention::exact_backward_one_pass(batch * heads, ExecSpace().concurrency());
+  return a < s && one_pass ? rows * inner * s : 0.0;
+}
+
 void check_point(const SweepOptions& options, Index batch, Index length) {
   require<ConfigError>(options.dtype == "float" || options.dtype == "double",
                        "memory sweep: dtype is '", options.dtype,
                        "' but must be \"float\" or \"double\"");
-  require<ConfigError>(options.precision == "float32" || options.precision == "bf16",
-                       "memory sweep: precision is '", options.precision,
-                       "' but must be \"float32\" or \"bf16\"");
+  check_sweep_precision(options.precision);
   require<ConfigError>(options.precision == "float32" || options.dtype == "float",
                        "memory sweep: precision bf16 keeps float32 parameters and needs dtype "
                        "float, not '",
@@ -57,6 +72,12 @@ void check_point(const SweepOptions& options, Index batch, Index length) {
 }
 
 }  // namespace sweep
+
+void check_sweep_precision(const std::string& precision) {
+  require<ConfigError>(precision == "float32" || precision == "bf16",
+                       "memory sweep: precision is '", precision,
+                       "' but must be \"float32\" or \"bf16\"");
+}
 
 std::int64_t StepMemory::peak() const { return std::max({forward, loss, backward, optimizer}); }
 

@@ -34,6 +34,15 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition);
 
 void check_point(const SweepOptions& options, Index batch, Index length);
 
+// Bytes of the float32 sub-panels that products of bf16 activations widen,
+// outside the workspace (a bf16 step's only activation-sized float32 scratch
+// besides the kernels' own).
+double mixed_panel_bytes();
+// Bytes of exact attention's float32 dq accumulator in a bf16 backward pass
+// (attention/exact.cpp, the one-pass schedule): 0 for float32 activations or
+// the two-pass schedule.
+double exact_bf16_dq_bytes(Index batch, Index heads, double rows, double inner, double a, double s);
+
 // One point of either model: Step is SyntheticStep<T> or Seq2SeqSyntheticStep<T>.
 template <class Step, class Config>
 SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& options) {
@@ -94,12 +103,6 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
   return it->second;
 }
 
-// Synthetic steps that run bf16 activations (SyntheticStep: the Reformer LM).
-template <template <class> class Step>
-struct StepHasBf16 : std::false_type {};
-template <>
-struct StepHasBf16<SyntheticStep> : std::true_type {};
-
 // The point with its predictions, measured unless the prediction exceeds the
 // budget (then skipped with the reason, nothing allocated).
 template <template <class> class Step, class Config>
@@ -112,10 +115,7 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
   point.layers = layers;
   const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
   const bool reduced = options.precision == "bf16";
-  if constexpr (StepHasBf16<Step>::value)
-    point.predicted = predict_step_memory(config, batch, length, scalar, reduced ? 2 : scalar);
-  else
-    point.predicted = predict_step_memory(config, batch, length, scalar);
+  point.predicted = predict_step_memory(config, batch, length, scalar, reduced ? 2 : scalar);
   point.predicted_state_bytes = predict_state_bytes(config, scalar);
   const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
   const std::int64_t budget =
@@ -125,11 +125,7 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
                     "and Adam moments) exceeds the budget of " + format_bytes(budget);
     return point;
   }
-  if constexpr (StepHasBf16<Step>::value)
-    if (reduced) return measure<Step<bf16>>(point, config, options);
-  require<ConfigError>(!reduced,
-                       "reformer memory: --precision bf16 measures the Reformer LM only "
-                       "(its variants); leave --precision at float32 for this model");
+  if (reduced) return measure<Step<bf16>>(point, config, options);
   return options.dtype == "float" ? measure<Step<float>>(point, config, options)
                                   : measure<Step<double>>(point, config, options);
 }

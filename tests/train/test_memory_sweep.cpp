@@ -28,6 +28,23 @@ models::ReformerConfig small_base() {
   return c;
 }
 
+models::TransformerConfig small_seq2seq() {
+  models::TransformerConfig c;
+  c.source_vocab = c.target_vocab = 32;
+  c.d_model = 32;
+  c.heads = 2;
+  c.d_head = 16;
+  c.d_ff = 64;
+  c.encoder_layers = c.decoder_layers = 2;
+  c.dropout = 0.0;
+  c.lsh.chunk = 32;
+  c.lsh.n_hashes = 2;
+  c.local.chunk = 64;
+  c.ff_chunk = 64;
+  c.loss_chunk = 64;
+  return c;
+}
+
 // The instrument's promise: for every variant the peak predicted from the
 // shapes is within 20% of the tracker's, and the parameter state is exact. The
 // model's share of the measured peak is compared: the backend's own scratch
@@ -48,16 +65,69 @@ void expect_prediction_matches(const train::SweepPoint& p) {
 TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
   train::SweepOptions options;
   options.timed_steps = 1;
-  for (const auto& variant : train::sweep_variant_names())
-    for (const Index length : {Index(256), Index(512)}) {
-      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
-      ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
-      EXPECT_EQ(p.layers, 2);
-      EXPECT_GT(p.measured.forward, 0) << variant;
-      EXPECT_GE(p.measured.backward, p.measured.forward) << variant;
-      expect_prediction_matches(p);
-      EXPECT_GT(p.seconds_per_step, 0.0);
-    }
+  for (const char* precision : {"float32", "bf16"})
+    for (const auto& variant : train::sweep_variant_names())
+      for (const Index length : {Index(256), Index(512)}) {
+        options.precision = precision;
+        const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
+        ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+        EXPECT_EQ(p.layers, 2);
+        EXPECT_GT(p.measured.forward, 0) << variant;
+        EXPECT_GE(p.measured.backward, p.measured.forward) << variant;
+        SCOPED_TRACE(precision);
+        expect_prediction_matches(p);
+        EXPECT_GT(p.seconds_per_step, 0.0);
+      }
+}
+
+// bf16 activations (train.precision = "bf16") about halve the step of every
+// family at the sweep's width (d_model 256, 4 heads of 64, d_ff 1024): the
+// activations shrink to 2 bytes, the row statistics and logsumexps and the
+// widened sub-panels of the products stay float32. Measured and predicted.
+TEST(MemorySweep, Bf16AboutHalvesTheStepOfEveryFamily) {
+  train::SweepOptions f32, b16;
+  f32.timed_steps = b16.timed_steps = 0;
+  b16.precision = "bf16";
+  auto expect_halved = [](const train::SweepPoint& f, const train::SweepPoint& b) {
+    ASSERT_TRUE(f.ran && b.ran) << f.variant << ": " << f.skipped << b.skipped;
+    const double measured =
+        double(b.measured.peak() - b.backend_bytes) / double(f.measured.peak() - f.backend_bytes);
+    const double predicted = double(b.predicted.peak()) / double(f.predicted.peak());
+    EXPECT_LT(measured, 0.62) << f.variant;
+    EXPECT_GT(measured, 0.45) << f.variant;
+    EXPECT_NEAR(predicted, measured, 0.03) << f.variant;
+    EXPECT_EQ(b.state_bytes, f.state_bytes) << f.variant;  // float32 state either way
+  };
+  auto lm = small_base();
+  lm.vocab = 256;
+  lm.d_model = 256;
+  lm.heads = 4;
+  lm.d_head = 64;
+  lm.d_ff = 1024;
+  lm.ff_chunk = 1024;
+  lm.loss_chunk = 1024;
+  expect_halved(train::run_sweep_point("reformer", lm, 1, 2048, f32),
+                train::run_sweep_point("reformer", lm, 1, 2048, b16));
+  auto seq = small_seq2seq();
+  seq.source_vocab = seq.target_vocab = 256;
+  seq.d_model = 256;
+  seq.heads = 4;
+  seq.d_head = 64;
+  seq.d_ff = 1024;
+  seq.ff_chunk = 1024;
+  seq.loss_chunk = 1024;
+  expect_halved(train::run_sweep_point("reformer", seq, 1, 1024, f32),
+                train::run_sweep_point("reformer", seq, 1, 1024, b16));
+  models::TransformerXLConfig xl;
+  xl.vocab = 256;
+  xl.d_model = 256;
+  xl.heads = 4;
+  xl.d_head = 64;
+  xl.d_ff = 1024;
+  xl.ff_chunk = 1024;
+  xl.loss_chunk = 1024;
+  expect_halved(train::run_sweep_point("xl", xl, 1, 1024, f32),
+                train::run_sweep_point("xl", xl, 1, 1024, b16));
 }
 
 // Full attention's peak is quadratic in the length, LSH's and the Reformer's
@@ -101,34 +171,21 @@ TEST(MemorySweep, PointOverTheBudgetIsSkippedNotAttempted) {
   EXPECT_EQ(tracker.space(MemSpace::name()).allocations, counted);
 }
 
-models::TransformerConfig small_seq2seq() {
-  models::TransformerConfig c;
-  c.source_vocab = c.target_vocab = 32;
-  c.d_model = 32;
-  c.heads = 2;
-  c.d_head = 16;
-  c.d_ff = 64;
-  c.encoder_layers = c.decoder_layers = 2;
-  c.dropout = 0.0;
-  c.lsh.chunk = 32;
-  c.lsh.n_hashes = 2;
-  c.local.chunk = 64;
-  c.ff_chunk = 64;
-  c.loss_chunk = 64;
-  return c;
-}
-
-// The same promise for the encoder-decoder (sources and targets of the length).
+// The same promise for the encoder-decoder (sources and targets of the
+// length), with float32 and with bf16 activations.
 TEST(MemorySweep, EncoderDecoderPredictionMatchesMeasuredPeakForEveryVariant) {
   train::SweepOptions options;
   options.timed_steps = 0;
-  for (const auto& variant : train::sweep_variant_names())
-    for (const Index length : {Index(256), Index(512)}) {
-      const auto p = train::run_sweep_point(variant, small_seq2seq(), 2, length, options);
-      ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
-      EXPECT_EQ(p.layers, 2);
-      expect_prediction_matches(p);
-    }
+  for (const char* precision : {"float32", "bf16"})
+    for (const auto& variant : train::sweep_variant_names())
+      for (const Index length : {Index(256), Index(512)}) {
+        options.precision = precision;
+        const auto p = train::run_sweep_point(variant, small_seq2seq(), 2, length, options);
+        ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+        EXPECT_EQ(p.layers, 2);
+        SCOPED_TRACE(precision);
+        expect_prediction_matches(p);
+      }
 }
 
 // Transformer-XL (issue 22): without memory, with a memory of one segment and
@@ -146,19 +203,22 @@ TEST(MemorySweep, TransformerXLPredictionMatchesMeasuredPeakForEveryVariant) {
   base.loss_chunk = 64;
   train::SweepOptions options;
   options.timed_steps = 0;
-  for (const bool pre_norm : {false, true})
-    for (const auto& variant : train::sweep_xl_variant_names())
-      for (const Index length : {Index(128), Index(256)}) {
-        auto config = base;
-        config.pre_norm = pre_norm;
-        config.clamp_len = length == 256 ? 300 : 0;
-        const auto p = train::run_sweep_point(variant, config, 2, length, options);
-        ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
-        SCOPED_TRACE(pre_norm ? "pre-LN" : "post-LN");
-        expect_prediction_matches(p);
-        const auto xl = train::variant_config(variant, config, length);
-        EXPECT_EQ(xl.mem_len, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length);
-      }
+  for (const char* precision : {"float32", "bf16"})
+    for (const bool pre_norm : {false, true})
+      for (const auto& variant : train::sweep_xl_variant_names())
+        for (const Index length : {Index(128), Index(256)}) {
+          auto config = base;
+          config.pre_norm = pre_norm;
+          config.clamp_len = length == 256 ? 300 : 0;
+          options.precision = precision;
+          const auto p = train::run_sweep_point(variant, config, 2, length, options);
+          ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+          SCOPED_TRACE(std::string(pre_norm ? "pre-LN " : "post-LN ") + precision);
+          expect_prediction_matches(p);
+          const auto xl = train::variant_config(variant, config, length);
+          EXPECT_EQ(xl.mem_len, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length);
+        }
+  options.precision = "float32";
   // A longer memory costs more, measured and predicted.
   const auto none = train::run_sweep_point("xl-mem0", base, 2, 256, options);
   const auto four = train::run_sweep_point("xl-mem4x", base, 2, 256, options);

@@ -77,16 +77,16 @@ std::int64_t predict_state_bytes(const models::TransformerConfig& config,
 // the encoder-decoder's with sources and targets of `length`.
 // activation_bytes: the stored activations' size (2 with train.precision =
 // "bf16"; 0: scalar_bytes), the row statistics and logsumexps staying at
-// scalar_bytes.
+// scalar_bytes (every family).
 StepMemory predict_step_memory(const models::ReformerConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes, std::int64_t activation_bytes = 0);
 StepMemory predict_step_memory(const models::TransformerConfig& config, Index batch, Index length,
-                               std::int64_t scalar_bytes);
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes = 0);
 // Transformer-XL's parameters (its memory is not state: see XLSyntheticStep),
 // and a step on segments of `length` over a full memory of config.mem_len.
 std::int64_t predict_state_bytes(const XLStepConfig& config, std::int64_t scalar_bytes);
 StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index length,
-                               std::int64_t scalar_bytes);
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes = 0);
 // The memory itself: layers x batch x mem_len x d_model values.
 std::int64_t predict_xl_memory_bytes(const XLStepConfig& config, Index batch,
                                      std::int64_t scalar_bytes);
@@ -137,15 +137,13 @@ struct SweepOptions {
   int timed_steps = 2;  // steps timed after the measured one (0: the measured step is timed)
   std::int64_t budget_bytes = -1;  // skip points predicted above it; < 0: free memory now
   std::string dtype = "float";     // "float" or "double"
-  // "float32" or "bf16" (bf16 activations, float32 state: the Reformer LM only)
+  // "float32" or "bf16" (bf16 activations on float32 parameters, gradients
+  // and Adam moments: train.precision), for every family
   std::string precision = "float32";
 };
 
-// ConfigError unless a point's model runs at `precision`: "float32", or
-// "bf16" for the Reformer LM with LSH layers only (train.precision).
-void check_sweep_precision(const models::ReformerConfig& config, const std::string& precision);
-void check_sweep_precision(const models::TransformerConfig& config, const std::string& precision);
-void check_sweep_precision(const XLStepConfig& config, const std::string& precision);
+// ConfigError naming the value unless `precision` is "float32" or "bf16".
+void check_sweep_precision(const std::string& precision);
 
 // Runs one point: skipped (with the reason) when the predicted peak plus the
 // state exceeds the budget, never attempted.

@@ -47,9 +47,9 @@ class Seq2SeqSyntheticStep {
   }
 
  private:
-  ParameterSet<T> params_;
+  ParameterSet<param_t<T>> params_;  // T = bf16: as SyntheticStep
   models::EncoderDecoder<T> model_;
-  Adam<T> adam_;
+  Adam<param_t<T>> adam_;
   Kokkos::View<int**, Layout, MemSpace> source_, target_in_, target_out_, valid_;
   models::TransformerState<T> state_;
 };
@@ -73,9 +73,9 @@ class XLSyntheticStep {
   std::int64_t id_bytes() const;
 
  private:
-  ParameterSet<T> params_;
+  ParameterSet<param_t<T>> params_;  // T = bf16: as SyntheticStep (a bf16 memory)
   models::TransformerXL<T> model_;
-  Adam<T> adam_;
+  Adam<param_t<T>> adam_;
   Kokkos::View<int**, Layout, MemSpace> ids_, targets_;
   models::TransformerXLMemory<T> memory_;
   models::TransformerXLState<T> state_;
@@ -86,7 +86,9 @@ extern template class SyntheticStep<double>;
 extern template class SyntheticStep<bf16>;
 extern template class Seq2SeqSyntheticStep<float>;
 extern template class Seq2SeqSyntheticStep<double>;
+extern template class Seq2SeqSyntheticStep<bf16>;
 extern template class XLSyntheticStep<float>;
 extern template class XLSyntheticStep<double>;
+extern template class XLSyntheticStep<bf16>;
 
 }  // namespace reformer::train

@@ -16,7 +16,8 @@ class SweepOf final : public SweepModel {
       : base_(std::move(base)), set_layers_(std::move(set_layers)) {}
   void check(const std::string& variant, Index layers, Index length,
              const std::string& precision) const override {
-    check_sweep_precision(variant_config(variant, at_depth(layers), length), precision);
+    variant_config(variant, at_depth(layers), length);  // a ConfigError if it does not fit
+    check_sweep_precision(precision);
   }
   SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                  const SweepOptions& options) const override {

@@ -75,6 +75,7 @@ void Seq2SeqSyntheticStep<T>::run(std::uint64_t n) {
 
 template class Seq2SeqSyntheticStep<float>;
 template class Seq2SeqSyntheticStep<double>;
+template class Seq2SeqSyntheticStep<bf16>;
 
 // The encoder-decoder's variants: attention of the encoder, the decoder and
 // the cross-attention, reversibility and chunking.
@@ -150,13 +151,6 @@ decoder_layers = 2
 )";
 }
 
-void check_sweep_precision(const models::TransformerConfig&, const std::string& precision) {
-  require<ConfigError>(
-      precision == "float32", "reformer memory: --precision ", precision,
-      " is not measured for --model transformer yet (the encoder-decoder trains in "
-      "bf16, but its synthetic step is float32 only); use --precision float32");
-}
-
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);
@@ -187,17 +181,19 @@ std::int64_t predict_state_bytes(const models::TransformerConfig& c, std::int64_
 // (streams, memory, their gradients; per layer the stored sub-layer inputs and
 // attention activations, or for reversible stacks only the LSH plans and one
 // layer's recomputed activations) and the workspace at its deepest nesting.
-// Sources and targets have `length` positions.
+// Sources and targets have `length` positions. Activations take a bytes (bf16:
+// 2), the row statistics, logsumexps and the loss's logits s.
 StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, Index length,
-                               std::int64_t scalar_bytes) {
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes) {
   const double s = double(scalar_bytes), x = double(batch) * length, d = c.d_model;
+  const double a = activation_bytes > 0 ? double(activation_bytes) : s;
   const double heads = c.heads, inner = heads * c.d_head, f = c.d_ff, v = c.target_vocab;
   const double scores = double(batch) * heads * double(length) * length;
   const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
   const double loss_rows = std::min(double(c.loss_chunk), x);
   const bool dropout = c.attention_dropout > 0;
   struct Attention {
-    double state, forward, backward, plan;  // elements (plan: bytes)
+    double state, forward, backward, plan;  // bytes
   };
   // What one attention layer keeps (q, k, v, attended; the logsumexps or full
   // attention's probabilities), its kernels' forward and backward temporaries,
@@ -205,39 +201,48 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
   auto attention = [&](AttentionKind kind, bool shared_qk) {
     const double k_sep = shared_qk ? 0 : 1;
     const double rounds = kind == AttentionKind::Lsh ? double(c.lsh.n_hashes) : 0;
-    Attention a{x * inner * (3 + k_sep) + (kind == AttentionKind::Full ? scores : x * heads), 0, 0,
-                3 * rounds * x * heads * 4};
+    Attention t{
+        x * inner * (3 + k_sep) * a + (kind == AttentionKind::Full ? scores * a : x * heads * s), 0,
+        0, 3 * rounds * x * heads * 4};
     if (kind == AttentionKind::Lsh) {
-      a.forward = x * heads + rounds * x * (inner + heads);
-      a.backward = 2 * x * heads + x * inner;
+      t.forward = x * heads * s + rounds * x * (inner * a + heads * s);
+      t.backward = 2 * x * heads * s + x * inner * a;
     } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
-      a.backward = x * heads;
+      t.backward = x * heads * s;  // D
+      if (kind == AttentionKind::Exact)
+        t.backward += sweep::exact_bf16_dq_bytes(batch, c.heads, x, inner, a, s);
+    } else if (a == s) {
+      t.forward = (4 * x * inner + (dropout ? scores : 0)) * a;
+      t.backward = (8 * x * inner + scores + (dropout ? scores : 0)) * a;
     } else {
-      a.forward = 4 * x * inner + (dropout ? scores : 0);
-      a.backward = 8 * x * inner + scores + (dropout ? scores : 0);
+      // bf16: the per-head copies and the scores are float32 (full.cpp), the
+      // dropout mask's probabilities bf16.
+      t.forward = (4 * x * inner + scores) * s + (dropout ? scores * a : 0);
+      t.backward = (8 * x * inner + scores) * s + (dropout ? scores * a : 0);
     }
-    return a;
+    return t;
   };
   const auto encoder = attention(c.encoder_attention, c.encoder_attention_config().shares_qk());
   const auto self = attention(c.decoder_attention, false);
   const auto cross = attention(c.cross_attention, false);
-  const double ff_forward = ff_rows * (2 * d + f + 2);
-  const double ff_backward = ff_rows * (3 * d + 3 * f + 2);
+  const double ff_forward = ff_rows * ((2 * d + f) * a + 2 * s);
+  const double ff_backward = ff_rows * ((3 * d + 3 * f) * a + 2 * s);
   // Streams, memory and their gradients, the memory's statistics (reversible:
   // second streams, their gradients and the streams' averages).
-  double alive = 6 * x * d + 2 * x + (c.reversible ? 6 * x * d : 0);
+  double alive = (6 * x * d + (c.reversible ? 6 * x * d : 0)) * a + 2 * x * s;
   double plans = double(c.encoder_layers) * encoder.plan;
-  double workspace = 2 * x * d + 2 * x;  // the loss: the normed top and its gradient
+  double workspace = 2 * x * d * a + 2 * x * s;  // the loss: the normed top and its gradient
   // Per sub-layer: forward (LayerNorm output, its output, statistics; the
   // activations too when they are not kept), and backward (the upstream copy
   // or the recomputed G, then LayerNorm output, statistics, its gradient,
   // dq, dk, dv, d(attended) and the kernels' temporaries).
-  auto sublayer = [&](const Attention& a, double k_sep) {
-    const double unsaved = c.reversible ? a.state : 0;
-    workspace = std::max(workspace, 2 * x * d + 2 * x + unsaved + a.forward);
-    const double attention_bwd = x * d + x * inner * (3 + k_sep) + a.backward;
-    const double recompute = c.reversible ? std::max(a.forward, attention_bwd) : attention_bwd;
-    workspace = std::max(workspace, x * d + std::max(ff_backward, x * d + 2 * x + recompute));
+  auto sublayer = [&](const Attention& t, double k_sep) {
+    const double unsaved = c.reversible ? t.state : 0;
+    workspace = std::max(workspace, 2 * x * d * a + 2 * x * s + unsaved + t.forward);
+    const double attention_bwd = (x * d + x * inner * (3 + k_sep)) * a + t.backward;
+    const double recompute = c.reversible ? std::max(t.forward, attention_bwd) : attention_bwd;
+    workspace =
+        std::max(workspace, x * d * a + std::max(ff_backward, x * d * a + 2 * x * s + recompute));
   };
   workspace = std::max(workspace, ff_forward);
   sublayer(encoder, c.encoder_attention_config().shares_qk() ? 0 : 1);
@@ -246,10 +251,11 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
   if (c.reversible) {  // one layer's recomputed activations
     alive += std::max({encoder.state, self.state, cross.state});
   } else {
-    alive += double(c.encoder_layers) * (2 * x * d + encoder.state);
-    alive += double(c.decoder_layers) * (3 * x * d + self.state + cross.state);
+    alive += double(c.encoder_layers) * (2 * x * d * a + encoder.state);
+    alive += double(c.decoder_layers) * (3 * x * d * a + self.state + cross.state);
   }
-  const double bytes = (alive + workspace) * s + plans;
+  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
+  const double bytes = alive + workspace + plans + panels;
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(bytes);
   m.loss = saturated_bytes(bytes + (loss_rows * v + x) * s);

@@ -120,11 +120,6 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
   return base;
 }
 
-void check_sweep_precision(const models::ReformerConfig&, const std::string& precision) {
-  require<ConfigError>(precision == "float32" || precision == "bf16",
-                       "reformer memory: --precision ", precision, " is not float32 or bf16");
-}
-
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);
@@ -199,6 +194,8 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
       bwd = 2 * x * heads * s + x * inner * a;
     } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
       bwd = x * heads * s;  // D
+      if (kind == AttentionKind::Exact)
+        bwd += sweep::exact_bf16_dq_bytes(batch, c.heads, x, inner, a, s);
       fwd = shared_keys;
     } else if (a == s) {
       fwd = (4 * x * inner + (dropout ? scores : 0)) * a + shared_keys;  // per-head copies
@@ -232,12 +229,7 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
   const double ws_loss = x * 6 * d * a + 2 * x * s;
-  // Products of bf16 activations widen sub-panels of 2^18 float32 values
-  // outside the workspace (ops/gemm.hpp mixed_matmul): one per host thread, or
-  // up to three on a device.
-  const double panel_sets =
-      kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
-  const double panels = a < s ? panel_sets * (1 << 18) * 4 : 0.0;
+  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
   // A training step after the first one (the measured one) starts with what the
   // previous step left: the streams and their gradients, the stored layers or
   // plans, the recompute state and the workspace at its high-water mark. Every

@@ -26,8 +26,9 @@ namespace {
 template <class T>
 void fill_random_values(View1<T> values, RandomKey key) {
   Kokkos::parallel_for(
-      "synthetic_values", range(values.extent(0)),
-      KOKKOS_LAMBDA(Index i) { values(i) = T(2 * random_uniform(key, std::uint64_t(i)) - 1); });
+      "synthetic_values", range(values.extent(0)), KOKKOS_LAMBDA(Index i) {
+        values(i) = store<T>(compute_t<T>(2 * random_uniform(key, std::uint64_t(i)) - 1));
+      });
 }
 
 }  // namespace
@@ -73,6 +74,7 @@ void XLSyntheticStep<T>::run(std::uint64_t n) {
 
 template class XLSyntheticStep<float>;
 template class XLSyntheticStep<double>;
+template class XLSyntheticStep<bf16>;
 
 const char* sweep_base_xl() {
   return R"([model]
@@ -101,13 +103,6 @@ XLStepConfig variant_config(const std::string& variant, models::TransformerXLCon
                        "' is unknown for Transformer-XL; choose xl-mem0, xl or xl-mem4x");
   base.validate();
   return {base, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length};
-}
-
-void check_sweep_precision(const XLStepConfig&, const std::string& precision) {
-  require<ConfigError>(
-      precision == "float32", "reformer memory: --precision ", precision,
-      " is not implemented for --model transformer_xl (bf16 runs the Reformer LM); "
-      "use --precision float32");
 }
 
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerXLConfig& base,
@@ -142,11 +137,13 @@ namespace {
 // x = B L segment rows, y = B (M + L) context rows and P distances:
 // a layer keeps [m; x] (y d), q and attended (x inner), k and v (y inner),
 // R W_r (P inner), the logsumexps (x heads), the feed-forward's input (x d)
-// and for post-LN the two LayerNorm inputs (2 x d).
+// and for post-LN the two LayerNorm inputs (2 x d). Activations take a bytes
+// (bf16: 2), the row statistics, logsumexps and the kernels' partial sums s.
 StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
-                          std::int64_t scalar_bytes, Index kept) {
+                          std::int64_t scalar_bytes, std::int64_t activation_bytes, Index kept) {
   const auto& c = config.model;
   const double s = double(scalar_bytes), d = c.d_model, heads = c.heads;
+  const double a = activation_bytes > 0 ? double(activation_bytes) : s;
   const double inner = heads * c.d_head, f = c.d_ff, v = c.vocab;
   const double x = double(batch) * length, y = double(batch) * double(config.mem_len + length);
   attention::RelativeAttentionConfig relative;
@@ -157,48 +154,52 @@ StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
       double(attention::relative_attention_positions(config.mem_len, length, relative));
   const double post = c.pre_norm ? 0 : 1;
   const double layer =
-      y * d + 2 * x * inner + 2 * y * inner + p * inner + x * heads + (1 + 2 * post) * x * d;
+      (y * d + 2 * x * inner + 2 * y * inner + p * inner + (1 + 2 * post) * x * d) * a +
+      x * heads * s;
   const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
-  const double ff_forward = ff_rows * (2 * d + f + 2);
-  const double ff_backward = ff_rows * (3 * d + 3 * f + 2);
-  const double pre_a = c.pre_norm ? y * d + 2 * y : 0;
+  const double ff_forward = ff_rows * ((2 * d + f) * a + 2 * s);
+  const double ff_backward = ff_rows * ((3 * d + 3 * f) * a + 2 * s);
+  const double pre_a = c.pre_norm ? y * d * a + 2 * y * s : 0;
   // Forward: the attention's input (pre-LN), its segment rows, the distance
   // encodings, the output projection, then the feed-forward.
-  const double forward = pre_a + x * d + p * d + x * d + 2 * x + ff_forward;
+  const double forward = pre_a + (x * d + p * d + x * d) * a + 2 * x * s + ff_forward;
   // Backward: statistics and the upstream gradient (post-LN: a scratch copy),
   // then the feed-forward's backward or the attention's: d(attended), dq, dk,
   // dv, dr, and inside the kernel delta and the per-tile u, v and distance
   // partial sums, or after it the rebuilt input, dk W_k^T + ... and dcontext.
   const double tiles = std::ceil(double(length) / double(TileTraits<float>::query_tile));
-  const double kernel = x * heads + 2 * double(batch) * tiles * inner + double(batch) * p * inner;
-  const double after = 2 * pre_a + x * d + p * d + y * d;
+  const double kernel =
+      (x * heads + 2 * double(batch) * tiles * inner + double(batch) * p * inner) * s;
+  const double after = 2 * pre_a + (x * d + p * d + y * d) * a;
   const double attention_backward =
-      2 * x * inner + 2 * y * inner + p * inner + std::max(kernel, after);
-  const double backward = 2 * y + x * d + post * x * d + std::max(ff_backward, attention_backward);
+      (2 * x * inner + 2 * y * inner + p * inner) * a + std::max(kernel, after);
+  const double backward =
+      2 * y * s + (x * d + post * x * d) * a + std::max(ff_backward, attention_backward);
   // The model: the stream, the loss's input and its gradient. The workspace
   // keeps its deepest size from step to step, so every phase holds it; the
   // loss adds the cross-entropy's chunk of logits (outside the workspace).
-  const double alive = double(kept) * layer + 3 * x * d;
-  const double loss_frame = c.pre_norm ? 2 * x * d + 2 * x : 0;
+  const double alive = double(kept) * layer + 3 * x * d * a;
+  const double loss_frame = c.pre_norm ? 2 * x * d * a + 2 * x * s : 0;
   const double workspace = std::max({forward, backward, loss_frame});
   const double loss_rows = std::min(double(c.loss_chunk), x);
+  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
   StepMemory m;
-  m.forward = m.backward = m.optimizer = saturated_bytes((alive + workspace) * s);
-  m.loss = saturated_bytes((alive + workspace + loss_rows * v + x) * s);
+  m.forward = m.backward = m.optimizer = saturated_bytes(alive + workspace + panels);
+  m.loss = saturated_bytes(alive + workspace + panels + (loss_rows * v + x) * s);
   return m;
 }
 
 }  // namespace
 
 StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index length,
-                               std::int64_t scalar_bytes) {
-  return xl_step_memory(config, batch, length, scalar_bytes, config.model.layers);
+                               std::int64_t scalar_bytes, std::int64_t activation_bytes) {
+  return xl_step_memory(config, batch, length, scalar_bytes, activation_bytes, config.model.layers);
 }
 
 RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training, Index groups) {
   const StepMemory step =
-      xl_step_memory(config, batch, length, scalar_bytes, training ? config.model.layers : 1);
+      xl_step_memory(config, batch, length, scalar_bytes, 0, training ? config.model.layers : 1);
   const std::int64_t state = predict_state_bytes(config, scalar_bytes);
   RunMemory memory;
   memory.state = saturated_bytes(double(training ? state : state / 4) +
