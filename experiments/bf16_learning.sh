@@ -8,8 +8,12 @@
 #     steps, over the whole validation split;
 #  3. the encoder-decoder's copy task (experiments/copy_transformer.toml,
 #     seeds 1-3): the step greedy decoding first reproduces 99% of the
-#     evaluated pairs exactly, in each precision (checks every 100 steps).
-# Prints one table row per run; the runs stay in OUT_DIR.
+#     evaluated pairs exactly, in each precision (checks every 100 steps);
+#  4. Transformer-XL on the King James Bible (experiments/txl_cpu.toml, memories
+#     carried from segment to segment, in bf16 too): the validation loss after
+#     the same steps, over 64 batches of streams.
+# Prints one table row per run; the runs stay in OUT_DIR. PARTS picks the
+# parts (default "dup kjv copy xl").
 #
 #   experiments/bf16_learning.sh [BUILD_DIR] [OUT_DIR]   (defaults build/openmp, runs/bf16_learning)
 set -euo pipefail
@@ -18,6 +22,9 @@ out=${2:-runs/bf16_learning}
 reformer="$build/bin/reformer"
 threads=${THREADS:-2}
 steps_kjv=${KJV_STEPS:-600}
+steps_xl=${XL_STEPS:-1000}
+parts=" ${PARTS:-dup kjv copy xl} "
+part() { [[ "$parts" == *" $1 "* ]]; }
 mkdir -p data "$out"
 if [ ! -s data/kjv.txt ]; then
   command -v bible >/dev/null || { echo "bf16_learning.sh: install Debian's bible-kjv (apt-get install bible-kjv)" >&2; exit 1; }
@@ -32,7 +39,7 @@ last_eval() { awk -F, '$2 == "eval" { loss = $3; acc = $5 } END { print loss, ac
 
 echo "| run | precision | steps | result | wall s |"
 echo "|---|---|---|---|---|"
-for p in float32 bf16; do
+part dup && for p in float32 bf16; do
   run="$out/duplication_$p"
   rm -rf "$run"
   t0=$(date +%s.%N)
@@ -41,7 +48,7 @@ for p in float32 bf16; do
   t1=$(date +%s.%N)
   echo "| duplication to 99% | $p | $(reached "$run") | eval loss, accuracy $(last_eval "$run") | $(echo "$t1 - $t0" | bc) |"
 done
-for p in float32 bf16; do
+part kjv && for p in float32 bf16; do
   run="$out/kjv_$p"
   rm -rf "$run"
   t0=$(date +%s.%N)
@@ -54,7 +61,7 @@ for p in float32 bf16; do
 done
 # The step of the first evaluation whose exact-match rate reaches 0.99.
 exact() { grep -o "eval step [0-9]*:.*exact match [0-9.]*" "$1" | awk '{ if ($NF >= 0.99) { print $3; exit } }' | tr -d :; }
-for seed in 1 2 3; do
+part copy && for seed in 1 2 3; do
   for p in float32 bf16; do
     run="$out/copy_${p}_$seed"
     rm -rf "$run"
@@ -63,4 +70,15 @@ for seed in 1 2 3; do
       train.target_accuracy=0.99 > "$run.log"
     echo "| encoder-decoder copy to 99% exact, seed $seed | $p | $(exact "$run.log") | | |"
   done
+done
+part xl && for p in float32 bf16; do
+  run="$out/txl_$p"
+  rm -rf "$run"
+  t0=$(date +%s.%N)
+  "$reformer" --threads "$threads" train experiments/txl_cpu.toml run.dir="\"$run\"" \
+    data.path="\"data/kjv.txt\"" train.precision="\"$p\"" train.steps=$steps_xl \
+    train.eval_every=0 > "$run.log"
+  t1=$(date +%s.%N)
+  valid=$("$reformer" --threads "$threads" eval "$run" --split valid --batches 64 | sed 's/.*tokens)://')
+  echo "| Transformer-XL on the KJV | $p | $steps_xl | valid (64 batches): $valid | $(echo "$t1 - $t0" | bc) |"
 done

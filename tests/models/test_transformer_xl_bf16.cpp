@@ -46,21 +46,12 @@ TransformerXLConfig config_of(bool pre_norm) {
   return c;
 }
 
-std::vector<double> memory_values(const TransformerXLMemory<float>& m) {
+// Every layer's memory, one after the other (bf16 widens exactly).
+template <class T>
+std::vector<double> memory_values(const TransformerXLMemory<T>& m) {
   std::vector<double> out;
   for (const auto& h : m.hidden) {
-    const auto v = to_host(View1<float>(h.data(), h.size()));
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-std::vector<double> memory_values(const TransformerXLMemory<bf16>& m) {
-  std::vector<double> out;
-  for (const auto& h : m.hidden) {
-    View1<float> wide("wide", h.size());
-    convert(In1<bf16>(h.data(), h.size()), wide);
-    const auto v = to_host(wide);
+    const auto v = to_host(h);
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
