@@ -39,6 +39,7 @@ print(found[-1] if found else "")' 2>/dev/null || true)
   fi
 fi
 echo "device BLAS: ${REFORMER_CUBLAS:-none named, the dynamic loader searches}" | tee "$out/device_blas.txt"
+"$pkg/bin/reformer" info 2>&1 | grep -E "device" | tee -a "$out/device_blas.txt" || true
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 if [ "$mode" = tests ]; then
