@@ -25,6 +25,21 @@ if [ ! -d /tmp/reformer-gpu/pkg ]; then
 fi
 pkg=/tmp/reformer-gpu/pkg
 export LD_LIBRARY_PATH=$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The products load the vendor BLAS at run time (src/ops/tpls/device_blas.cpp):
+# unless REFORMER_CUBLAS names one, PyTorch's cuBLAS from its wheels
+# (site-packages/nvidia/<cublas or cu13>/lib), with its cuBLASLt beside it.
+if [ -z "${REFORMER_CUBLAS:-}" ]; then
+  cublas=$(python3 -c 'import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so.*")))
+print(found[-1] if found else "")' 2>/dev/null || true)
+  if [ -n "$cublas" ]; then
+    LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
+    export REFORMER_CUBLAS=$cublas
+  fi
+fi
+echo "device BLAS: ${REFORMER_CUBLAS:-none named, the dynamic loader searches}" | tee "$out/device_blas.txt"
+"$pkg/bin/reformer" info 2>&1 | grep -E "device" | tee -a "$out/device_blas.txt" || true
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 if [ "$mode" = tests ]; then

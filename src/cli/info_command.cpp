@@ -4,9 +4,11 @@
 
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/distributed.hpp"
+#include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/types.hpp"
+#include "reformer/ops/device_blas.hpp"
 
 #include <hdf5.h>
 
@@ -35,6 +37,13 @@ int run_info(const GlobalOptions& global) {
   std::printf("  host bf16 dot      %s\n", CpuTarget::bf16_dot_product
                                                ? CpuTarget::bf16_dot_name
                                                : "none (bf16 converted to float in registers)");
+  std::string device_blas;
+  try {
+    device_blas = ops::device_blas_info().description;
+  } catch (const ConfigError& e) {
+    device_blas = std::string("error: ") + e.what();
+  }
+  std::printf("  device BLAS        %s\n", device_blas.c_str());
   std::printf("  HDF5               %u.%u.%u\n", h5_major, h5_minor, h5_release);
   std::printf("  MPI                %s\n", mpi_description().c_str());
 

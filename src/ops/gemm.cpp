@@ -1,11 +1,14 @@
 #include "reformer/ops/gemm.hpp"
 
+#include "ops/tpls/device_blas.hpp"
 #include "ops/tpls/host_blas.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/shape.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
+
+#include <type_traits>
 
 namespace reformer::ops {
 namespace {
@@ -42,6 +45,8 @@ void matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T> c, T alph
   check_product("matmul", a.extent(0), a.extent(1), trans_a, b.extent(0), b.extent(1), trans_b,
                 c.extent(0), c.extent(1));
   if (tpls::host_blas_matmul<T>(a, trans_a, b, trans_b, c, alpha, beta)) return;
+  if constexpr (std::is_same<T, float>::value)
+    if (tpls::device_sgemm(a, trans_a, b, trans_b, c, alpha, beta)) return;
   KokkosBlas::gemm(trans_a == Trans::No ? "N" : "T", trans_b == Trans::No ? "N" : "T", alpha, a, b,
                    beta, c);
 }

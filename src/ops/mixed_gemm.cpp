@@ -1,5 +1,6 @@
 // mixed_matmul (ops/gemm.hpp): bf16 operands widened a panel at a time, the
 // panels multiplied by matmul<float>, a bf16 result rounded once.
+#include "ops/tpls/device_blas.hpp"
 #include "ops/tpls/host_blas.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -96,6 +97,9 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
   const Index m = c.extent(0), n = c.extent(1);
   const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
   if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, n);
+  // An allocated bias of no elements is no bias (paths that test the pointer
+  // would read past it).
+  if (bias.extent(0) == 0) bias = In1<float>();
   const Index a_rows = trans_a == Trans::No ? a.extent(0) : a.extent(1);
   const Index b_inner = trans_b == Trans::No ? b.extent(0) : b.extent(1);
   const Index b_cols = trans_b == Trans::No ? b.extent(1) : b.extent(0);
@@ -104,6 +108,7 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
                       "] and C is ", shape_string(c),
                       "; C = op(A) op(B) needs [m, k] x [k, n] = [m, n], every dimension positive");
   if (tpls::host_mixed_matmul<TA, TB, TC>(a, trans_a, b, trans_b, c, alpha, beta, bias)) return;
+  if (tpls::device_mixed_matmul<TA, TB, TC>(a, trans_a, b, trans_b, c, alpha, beta, bias)) return;
   View2<float> scratch_a, scratch_b, scratch_c;
   if (trans_a == Trans::No) {
     // Panels of C's rows: B widened once, A and C a panel at a time.
@@ -160,8 +165,9 @@ void projections_forward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
     for (std::size_t i = 0; i < weights.size(); ++i)
       matmul<T>(x, Trans::No, weights[i], Trans::No, outputs[i]);
   } else {
-    // Host: one product per output, each widening x's rows in its own sub-panels.
-    if (kHostMemory) {
+    // Host, or a device with its vendor BLAS: one product per output (on the
+    // device, bf16 x bf16 with the weight rounded once; ops/tpls/device_blas.hpp).
+    if (kHostMemory || tpls::device_blas_loaded()) {
       for (std::size_t i = 0; i < weights.size(); ++i)
         mixed_matmul<T, float, T>(x, Trans::No, weights[i], Trans::No, outputs[i]);
       return;
@@ -199,11 +205,15 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
     }
   } else {
     // Host: dx in one pass over the rows (every dy_i widened there, the sum in
-    // float32, one rounding), then each weight gradient.
+    // float32, one rounding), then each weight gradient. A device with its
+    // vendor BLAS: the same sum of products in a float32 panel.
     const std::vector<In2<T>> dys(output_grads.begin(), output_grads.end());
-    if (kHostMemory &&
-        (!input_grad || tpls::host_mixed_sum<T, T>(dys, weights, Trans::Yes, dx, 1.0f, float(beta),
-                                                   In1<float>()))) {
+    if ((kHostMemory || tpls::device_blas_loaded()) &&
+        (!input_grad ||
+         tpls::host_mixed_sum<T, T>(dys, weights, Trans::Yes, dx, 1.0f, float(beta),
+                                    In1<float>()) ||
+         tpls::device_mixed_sum<T, T>(dys, weights, Trans::Yes, dx, 1.0f, float(beta),
+                                      In1<float>()))) {
       for (std::size_t i = 0; i < weights.size(); ++i)
         mixed_matmul<T, T, float>(x, Trans::Yes, output_grads[i], Trans::No, weight_grads[i], 1.0f,
                                   1.0f);

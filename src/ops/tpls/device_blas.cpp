@@ -1,0 +1,561 @@
+// The vendor BLAS of GPU builds, loaded at run time (ops/tpls/device_blas.hpp,
+// reformer/ops/device_blas.hpp). The few functions of the vendors' C APIs that
+// the products use are declared here as function-pointer types, with the
+// values of the enums they take, so that no vendor header or library is needed
+// to build: the binary links only libdl.
+#include "ops/tpls/device_blas.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/core/instantiate.hpp"
+#include "reformer/core/precision.hpp"
+#include "reformer/ops/device_blas.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace reformer::ops {
+
+SharedLibrary open_shared_library(const char* variable, const std::vector<std::string>& names) {
+  SharedLibrary library;
+  const char* path = variable != nullptr ? std::getenv(variable) : nullptr;
+  if (path != nullptr && *path != '\0') {
+    dlerror();
+    library.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char* why = library.handle == nullptr ? dlerror() : nullptr;
+    require<ConfigError>(library.handle != nullptr, variable, "=", path,
+                         ": the library does not load (", why != nullptr ? why : "no reason given",
+                         "); set ", variable,
+                         " to the path of the vendor library (for cuBLAS from PyTorch's wheels: "
+                         "site-packages/nvidia/cublas/lib/libcublas.so.13), or unset it to search "
+                         "the dynamic loader's path");
+    library.name = path;
+    return library;
+  }
+  for (const auto& name : names) {
+    dlerror();
+    library.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library.handle != nullptr) {
+      library.name = name;
+      return library;
+    }
+    const char* why = dlerror();
+    library.tried += (library.tried.empty() ? "" : "; ") + name + " (" +
+                     (why != nullptr ? why : "no reason given") + ")";
+  }
+  return library;
+}
+
+void* shared_library_symbol(const SharedLibrary& library, const char* symbol) {
+  require<ConfigError>(library.handle != nullptr, "shared_library_symbol: no library is loaded (",
+                       symbol, " was asked for)");
+  dlerror();
+  void* address = dlsym(library.handle, symbol);
+  const char* why = address == nullptr ? dlerror() : nullptr;
+  require<ConfigError>(address != nullptr, library.name, " has no function ", symbol, " (",
+                       why != nullptr ? why : "null address",
+                       "); it is not the vendor BLAS the products need: point the variable at "
+                       "cuBLAS 11 or newer, or rocBLAS 3 or newer");
+  return address;
+}
+
+}  // namespace reformer::ops
+
+namespace reformer::ops::tpls {
+namespace {
+
+// ---- The vendors' C APIs ----------------------------------------------------
+// Handles and streams are opaque pointers; the enums are passed as int, which
+// is how C passes them. Every status is 0 on success.
+
+// cuBLAS (cublas_api.h and library_types.h of CUDA 11.8; the same values in 12
+// and 13).
+constexpr int kCublasOpN = 0;           // CUBLAS_OP_N
+constexpr int kCublasOpT = 1;           // CUBLAS_OP_T
+constexpr int kCudaR32F = 0;            // CUDA_R_32F (cudaDataType)
+constexpr int kCudaR16BF = 14;          // CUDA_R_16BF
+constexpr int kCublasCompute32F = 68;   // CUBLAS_COMPUTE_32F (cublasComputeType_t)
+constexpr int kCublasGemmDefault = -1;  // CUBLAS_GEMM_DEFAULT (cublasGemmAlgo_t)
+constexpr int kCublasDefaultMath = 0;   // CUBLAS_DEFAULT_MATH: no TF32 in sgemm
+constexpr int kCublasDisallowReducedPrecisionReduction =
+    16;  // CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: sums stay in float32 for a bf16 C
+using CublasCreate = int (*)(void** handle);                       // cublasCreate_v2
+using CublasDestroy = int (*)(void* handle);                       // cublasDestroy_v2
+using CublasSetStream = int (*)(void* handle, void* stream);       // cublasSetStream_v2
+using CublasSetMathMode = int (*)(void* handle, int mode);         // cublasSetMathMode
+using CublasSgemm = int (*)(void* handle, int transa, int transb,  // cublasSgemm_v2
+                            int m, int n, int k, const float* alpha, const float* a, int lda,
+                            const float* b, int ldb, const float* beta, float* c, int ldc);
+using CublasGemmEx = int (*)(void* handle, int transa, int transb,  // cublasGemmEx
+                             int m, int n, int k, const void* alpha, const void* a, int a_type,
+                             int lda, const void* b, int b_type, int ldb, const void* beta, void* c,
+                             int c_type, int ldc, int compute_type, int algo);
+
+// rocBLAS (library/include/internal/rocblas-types.h, rocblas-functions.h and
+// rocblas-auxiliary.h; rocblas_int is int32 unless built for ILP64).
+constexpr int kRocblasOperationNone = 111;                            // rocblas_operation_none
+constexpr int kRocblasOperationTranspose = 112;                       // rocblas_operation_transpose
+constexpr int kRocblasF32 = 151;                                      // rocblas_datatype_f32_r
+constexpr int kRocblasBF16 = 168;                                     // rocblas_datatype_bf16_r
+constexpr int kRocblasGemmAlgoStandard = 0;                           // rocblas_gemm_algo_standard
+using RocblasCreate = int (*)(void** handle);                         // rocblas_create_handle
+using RocblasDestroy = int (*)(void* handle);                         // rocblas_destroy_handle
+using RocblasSetStream = int (*)(void* handle, void* stream);         // rocblas_set_stream
+using RocblasSgemm = int (*)(void* handle, int trans_a, int trans_b,  // rocblas_sgemm
+                             int m, int n, int k, const float* alpha, const float* a, int lda,
+                             const float* b, int ldb, const float* beta, float* c, int ldc);
+using RocblasGemmEx = int (*)(void* handle, int trans_a, int trans_b,  // rocblas_gemm_ex
+                              int m, int n, int k, const void* alpha, const void* a, int a_type,
+                              int lda, const void* b, int b_type, int ldb, const void* beta,
+                              const void* c, int c_type, int ldc, void* d, int d_type, int ldd,
+                              int compute_type, int algo, std::int32_t solution_index,
+                              std::uint32_t flags);
+
+// ---- Which vendor this build uses ---------------------------------------------
+
+enum class Vendor { None, Cublas, Rocblas };
+
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr Vendor kVendor = Vendor::Cublas;
+#elif defined(KOKKOS_ENABLE_HIP)
+constexpr Vendor kVendor = Vendor::Rocblas;
+#else
+constexpr Vendor kVendor = Vendor::None;
+#endif
+
+// The stream of the default execution space instance, which every kernel of
+// the project runs on: the vendor's work is ordered with them.
+void* default_stream() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return ExecSpace().cuda_stream();
+#elif defined(KOKKOS_ENABLE_HIP)
+  return ExecSpace().hip_stream();
+#else
+  return nullptr;
+#endif
+}
+
+enum class Type { F32, BF16 };
+
+struct Api {
+  Vendor vendor = Vendor::None;
+  SharedLibrary library;
+  void* handle = nullptr;
+  int (*create)(void**) = nullptr;
+  int (*destroy)(void*) = nullptr;
+  int (*set_stream)(void*, void*) = nullptr;
+  CublasSetMathMode set_math_mode = nullptr;
+  CublasSgemm cublas_sgemm = nullptr;
+  CublasGemmEx cublas_gemm_ex = nullptr;
+  RocblasSgemm rocblas_sgemm = nullptr;
+  RocblasGemmEx rocblas_gemm_ex = nullptr;
+};
+
+struct State {
+  bool attempted = false;
+  DeviceBlasInfo info;
+  Api api;
+};
+
+std::mutex& state_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+State& state() {
+  static State s;
+  return s;
+}
+
+template <class F>
+F symbol(const SharedLibrary& library, const char* name) {
+  return reinterpret_cast<F>(shared_library_symbol(library, name));
+}
+
+void destroy_handle(Api& api) {
+  if (api.handle != nullptr && api.destroy != nullptr) api.destroy(api.handle);
+  api.handle = nullptr;
+}
+
+// Fills s.info and s.api (with the caller holding the mutex, which marks the
+// state attempted when this returns: a ConfigError is thrown again next time).
+void load(State& s) {
+  s.info = DeviceBlasInfo();
+  s.api = Api();
+  if (kVendor == Vendor::None) {
+    s.info.description = "none (host build: products use the host BLAS or Kokkos Kernels)";
+    return;
+  }
+  const bool cublas = kVendor == Vendor::Cublas;
+  s.info.device_build = true;
+  s.info.vendor = cublas ? "cuBLAS" : "rocBLAS";
+  const char* variable = cublas ? "REFORMER_CUBLAS" : "REFORMER_ROCBLAS";
+  const char* switch_value = std::getenv("REFORMER_DEVICE_BLAS");
+  const std::string choice = switch_value != nullptr ? switch_value : "";
+  require<ConfigError>(choice.empty() || choice == "on" || choice == "off",
+                       "REFORMER_DEVICE_BLAS=", choice,
+                       ": must be on or off (off: the products on the device use Kokkos Kernels "
+                       "instead of ",
+                       s.info.vendor, ")");
+  if (choice == "off") {
+    s.info.description = "off (REFORMER_DEVICE_BLAS=off: products use Kokkos Kernels)";
+    return;
+  }
+  const std::vector<std::string> names =
+      cublas ? std::vector<std::string>{"libcublas.so", "libcublas.so.13", "libcublas.so.12",
+                                        "libcublas.so.11"}
+             : std::vector<std::string>{"librocblas.so", "librocblas.so.4", "librocblas.so.3"};
+  Api api;
+  api.vendor = kVendor;
+  api.library = open_shared_library(variable, names);
+  if (api.library.handle == nullptr) {
+    s.info.description = "none (no " + s.info.vendor + " found: tried " + api.library.tried +
+                         "; set " + variable +
+                         " to its path; products use Kokkos Kernels and a portable bf16 loop)";
+    return;
+  }
+  if (cublas) {
+    api.create = symbol<CublasCreate>(api.library, "cublasCreate_v2");
+    api.destroy = symbol<CublasDestroy>(api.library, "cublasDestroy_v2");
+    api.set_stream = symbol<CublasSetStream>(api.library, "cublasSetStream_v2");
+    api.set_math_mode = symbol<CublasSetMathMode>(api.library, "cublasSetMathMode");
+    api.cublas_sgemm = symbol<CublasSgemm>(api.library, "cublasSgemm_v2");
+    api.cublas_gemm_ex = symbol<CublasGemmEx>(api.library, "cublasGemmEx");
+  } else {
+    api.create = symbol<RocblasCreate>(api.library, "rocblas_create_handle");
+    api.destroy = symbol<RocblasDestroy>(api.library, "rocblas_destroy_handle");
+    api.set_stream = symbol<RocblasSetStream>(api.library, "rocblas_set_stream");
+    api.rocblas_sgemm = symbol<RocblasSgemm>(api.library, "rocblas_sgemm");
+    api.rocblas_gemm_ex = symbol<RocblasGemmEx>(api.library, "rocblas_gemm_ex");
+  }
+  s.api = api;
+  s.info.loaded = true;
+  s.info.library = api.library.name;
+  s.info.description = s.info.vendor + " (" + api.library.name +
+                       "): bf16 products with float32 accumulation, float32 sgemm";
+}
+
+void check_status(const char* function, int status, Index m, Index n, Index k) {
+  require(status == 0, function, " returned status ", status, " for the column-major product [", m,
+          ", ", k, "] x [", k, ", ", n, "] (", state().info.library,
+          "); the device or the library is in a bad state");
+}
+
+// The loaded API with a handle on this process's device (created at the first
+// product, after Kokkos chose the device; destroyed when Kokkos finalises).
+Api& api_for_products() {
+  std::lock_guard<std::mutex> lock(state_mutex());
+  State& s = state();
+  if (!s.attempted) {
+    load(s);
+    s.attempted = true;
+  }
+  Api& api = s.api;
+  if (api.handle == nullptr) {
+    check_status(api.vendor == Vendor::Cublas ? "cublasCreate_v2" : "rocblas_create_handle",
+                 api.create(&api.handle), 0, 0, 0);
+    if (api.set_math_mode != nullptr)
+      check_status("cublasSetMathMode",
+                   api.set_math_mode(api.handle,
+                                     kCublasDefaultMath | kCublasDisallowReducedPrecisionReduction),
+                   0, 0, 0);
+    Kokkos::push_finalize_hook([] {
+      std::lock_guard<std::mutex> lock(state_mutex());
+      destroy_handle(state().api);
+    });
+  }
+  return api;
+}
+
+std::size_t type_bytes(Type t) { return t == Type::F32 ? 4 : 2; }
+
+// A row-major operand of a product: its data, element type, leading dimension
+// (the stride between rows) and whether the product reads it transposed.
+struct Operand {
+  const void* data;
+  Type type;
+  Index ld;
+  Trans trans;
+
+  // The operand from row r0 of op(X) on: rows of X, or columns of a
+  // transposed X.
+  Operand from_row(Index r0) const {
+    const Index offset = trans == Trans::No ? r0 * ld : r0;
+    return {static_cast<const char*>(data) + std::size_t(offset) * type_bytes(type), type, ld,
+            trans};
+  }
+};
+
+// Row-major C [m, n] = alpha op(A) op(B) + beta C with float32 accumulation.
+// The vendors are column-major: a row-major matrix is its transpose there, so
+// this is the column-major C^T = op(B)^T op(A)^T, with the operands swapped
+// and each keeping its own transpose flag.
+void row_major_gemm(const Operand& a, const Operand& b, Index m, Index n, Index k, float alpha,
+                    float beta, void* c, Type c_type, Index ldc) {
+  Api& api = api_for_products();
+  check_status(api.vendor == Vendor::Cublas ? "cublasSetStream_v2" : "rocblas_set_stream",
+               api.set_stream(api.handle, default_stream()), n, m, k);
+  const bool all_float = a.type == Type::F32 && b.type == Type::F32 && c_type == Type::F32;
+  if (api.vendor == Vendor::Cublas) {
+    const auto op = [](Trans t) { return t == Trans::No ? kCublasOpN : kCublasOpT; };
+    const auto type = [](Type t) { return t == Type::F32 ? kCudaR32F : kCudaR16BF; };
+    if (all_float) {
+      check_status("cublasSgemm_v2",
+                   api.cublas_sgemm(api.handle, op(b.trans), op(a.trans), int(n), int(m), int(k),
+                                    &alpha, static_cast<const float*>(b.data), int(b.ld),
+                                    static_cast<const float*>(a.data), int(a.ld), &beta,
+                                    static_cast<float*>(c), int(ldc)),
+                   n, m, k);
+    } else {
+      check_status("cublasGemmEx",
+                   api.cublas_gemm_ex(api.handle, op(b.trans), op(a.trans), int(n), int(m), int(k),
+                                      &alpha, b.data, type(b.type), int(b.ld), a.data, type(a.type),
+                                      int(a.ld), &beta, c, type(c_type), int(ldc),
+                                      kCublasCompute32F, kCublasGemmDefault),
+                   n, m, k);
+    }
+    return;
+  }
+  const auto op = [](Trans t) {
+    return t == Trans::No ? kRocblasOperationNone : kRocblasOperationTranspose;
+  };
+  const auto type = [](Type t) { return t == Type::F32 ? kRocblasF32 : kRocblasBF16; };
+  if (all_float) {
+    check_status("rocblas_sgemm",
+                 api.rocblas_sgemm(api.handle, op(b.trans), op(a.trans), int(n), int(m), int(k),
+                                   &alpha, static_cast<const float*>(b.data), int(b.ld),
+                                   static_cast<const float*>(a.data), int(a.ld), &beta,
+                                   static_cast<float*>(c), int(ldc)),
+                 n, m, k);
+  } else {
+    // D = C: rocBLAS writes the result over C, in C's type; float32 compute.
+    check_status("rocblas_gemm_ex",
+                 api.rocblas_gemm_ex(api.handle, op(b.trans), op(a.trans), int(n), int(m), int(k),
+                                     &alpha, b.data, type(b.type), int(b.ld), a.data, type(a.type),
+                                     int(a.ld), &beta, c, type(c_type), int(ldc), c, type(c_type),
+                                     int(ldc), kRocblasF32, kRocblasGemmAlgoStandard, 0, 0),
+                 n, m, k);
+  }
+}
+
+// ---- Kernels around the vendor's products -------------------------------------
+
+template <class T>
+constexpr bool is_float = std::is_same<T, float>::value;
+
+// Every extent and leading dimension fits the vendors' int.
+template <class V>
+bool fits_int(const V& v) {
+  return Index(v.extent(0)) <= INT_MAX && Index(v.extent(1)) <= INT_MAX &&
+         Index(v.stride(0)) <= INT_MAX;
+}
+
+// x rounded once to bf16, into a new contiguous view.
+View2<bf16> rounded_copy(In2<float> x, const char* label) {
+  View2<bf16> out(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0),
+                  x.extent(1));
+  const Index cols = x.extent(1);
+  Kokkos::parallel_for(
+      label, range(Index(x.extent(0)) * cols),
+      KOKKOS_LAMBDA(Index e) { out(e / cols, e % cols) = store<bf16>(x(e / cols, e % cols)); });
+  return out;
+}
+
+// The product's view of x: bf16 as it is; float as it is when `keep_float`
+// (both factors float: sgemm), otherwise its bf16 copy in `copy`.
+template <class T>
+Operand operand_of(In2<T> x, Trans trans, bool keep_float, View2<bf16>& copy, const char* label) {
+  if constexpr (is_float<T>) {
+    if (keep_float) return {x.data(), Type::F32, Index(x.stride(0)), trans};
+    copy = rounded_copy(x, label);
+    return {copy.data(), Type::BF16, Index(copy.stride(0)), trans};
+  } else {
+    return {x.data(), Type::BF16, Index(x.stride(0)), trans};
+  }
+}
+
+void add_bias(View2<float> c, In1<float> bias) {
+  const Index n = c.extent(1);
+  Kokkos::parallel_for(
+      "device_blas_bias", range(Index(c.extent(0)) * n),
+      KOKKOS_LAMBDA(Index e) { c(e / n, e % n) += bias(e % n); });
+}
+
+// f [rows, n] = rows [r0, r0 + rows) of c, widened.
+template <class TC>
+void widen_rows(View2<TC> c, Index r0, Index rows, View2<float> f) {
+  const Index n = c.extent(1);
+  Kokkos::parallel_for(
+      "device_blas_widen", range(rows * n),
+      KOKKOS_LAMBDA(Index e) { f(e / n, e % n) = load(c(r0 + e / n, e % n)); });
+}
+
+// Rows [r0, r0 + rows) of c = f (+ bias), rounded once.
+template <class TC>
+void finish_rows(View2<float> f, Index rows, In1<float> bias, View2<TC> c, Index r0) {
+  const Index n = c.extent(1);
+  const bool has_bias = bias.extent(0) > 0;
+  Kokkos::parallel_for(
+      "device_blas_finish", range(rows * n), KOKKOS_LAMBDA(Index e) {
+        const Index i = e / n, j = e % n;
+        c(r0 + i, j) = store<TC>(f(i, j) + (has_bias ? bias(j) : 0.0f));
+      });
+}
+
+struct Term {
+  Operand a, b;
+  Index k;
+};
+
+// Elements of a float32 panel of C (16 MiB), for bf16 results that take a bias
+// or a sum of several products before their one rounding.
+constexpr Index kPanelElements = Index(1) << 22;
+
+// C = beta C + alpha sum_t op(A_t) op(B_t) (+ bias(j) on every row).
+// Returns whether it allocated scratch (which must outlive the vendor's work).
+template <class TC>
+bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float beta,
+                In1<float> bias) {
+  const Index m = c.extent(0), n = c.extent(1), ldc = c.stride(0);
+  const bool has_bias = bias.extent(0) > 0;
+  if constexpr (is_float<TC>) {
+    for (std::size_t t = 0; t < terms.size(); ++t)
+      row_major_gemm(terms[t].a, terms[t].b, m, n, terms[t].k, alpha, t == 0 ? beta : 1.0f,
+                     c.data(), Type::F32, ldc);
+    if (has_bias) add_bias(c, bias);
+    return false;
+  } else {
+    // One bf16 product without bias: the vendor rounds its float32 result once
+    // (float32 factors cannot have a bf16 C in the vendors' mixed GEMMs).
+    if (terms.size() == 1 && !has_bias && terms[0].a.type == Type::BF16) {
+      row_major_gemm(terms[0].a, terms[0].b, m, n, terms[0].k, alpha, beta, c.data(), Type::BF16,
+                     ldc);
+      return false;
+    }
+    const Index panel = std::min(m, std::max<Index>(64, kPanelElements / n));
+    View2<float> f(
+        Kokkos::view_alloc(std::string("device_blas_panel"), Kokkos::WithoutInitializing), panel,
+        n);
+    for (Index r0 = 0; r0 < m; r0 += panel) {
+      const Index rows = std::min(panel, m - r0);
+      if (beta != 0.0f) widen_rows<TC>(c, r0, rows, f);
+      for (std::size_t t = 0; t < terms.size(); ++t)
+        row_major_gemm(terms[t].a.from_row(r0), terms[t].b, rows, n, terms[t].k, alpha,
+                       t == 0 ? beta : 1.0f, f.data(), Type::F32, n);
+      finish_rows<TC>(f, rows, bias, c, r0);
+    }
+    return true;
+  }
+}
+
+}  // namespace
+
+bool device_blas_loaded() {
+  if (kVendor == Vendor::None) return false;
+  return device_blas_info().loaded;
+}
+
+template <class TA, class TB, class TC>
+bool device_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c,
+                         float alpha, float beta, In1<float> bias) {
+  if (kHostMemory || !device_blas_loaded()) return false;
+  if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
+  const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
+  // bf16 x float32 (a weight): the weight rounded once to bf16. Both float:
+  // sgemm, unrounded.
+  const bool keep_float = is_float<TA> && is_float<TB>;
+  View2<bf16> a16, b16;
+  const Operand oa = operand_of<TA>(a, trans_a, keep_float, a16, "mixed_matmul_operand_bf16");
+  const Operand ob = operand_of<TB>(b, trans_b, keep_float, b16, "mixed_matmul_weight_bf16");
+  const bool scratch = vendor_sum<TC>({{oa, ob, k}}, c, alpha, beta, bias);
+  if (scratch || a16.data() != nullptr || b16.data() != nullptr) ExecSpace().fence();
+  return true;
+}
+
+template <class TA, class TC>
+bool device_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>>& bs,
+                      Trans trans_b, View2<TC> c, float alpha, float beta, In1<float> bias) {
+  if (kHostMemory || !device_blas_loaded()) return false;
+  require<ShapeError>(!as.empty() && as.size() == bs.size(), "mixed_sum: ", as.size(), " left and ",
+                      bs.size(), " right factors; give one of each per product");
+  const Index m = c.extent(0), n = c.extent(1);
+  if (!fits_int(c)) return false;
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    const Index k = as[i].extent(1);
+    const Index kb = trans_b == Trans::No ? bs[i].extent(0) : bs[i].extent(1);
+    const Index nb = trans_b == Trans::No ? bs[i].extent(1) : bs[i].extent(0);
+    require<ShapeError>(Index(as[i].extent(0)) == m && kb == k && nb == n, "mixed_sum: product ", i,
+                        " is [", as[i].extent(0), ", ", k, "] x [", kb, ", ", nb, "] but C is [", m,
+                        ", ", n, "]");
+    if (!fits_int(as[i]) || !fits_int(bs[i])) return false;
+  }
+  if (bias.extent(0) > 0)
+    require<ShapeError>(Index(bias.extent(0)) == n, "mixed_sum: bias has ", bias.extent(0),
+                        " entries but C has ", n, " columns");
+  const bool keep_float = is_float<TA>;
+  std::vector<View2<bf16>> a16(as.size()), b16(bs.size());
+  std::vector<Term> terms;
+  for (std::size_t i = 0; i < as.size(); ++i)
+    terms.push_back({operand_of<TA>(as[i], Trans::No, keep_float, a16[i], "mixed_sum_operand_bf16"),
+                     operand_of<float>(bs[i], trans_b, keep_float, b16[i], "mixed_sum_weight_bf16"),
+                     Index(as[i].extent(1))});
+  vendor_sum<TC>(terms, c, alpha, beta, bias);
+  ExecSpace().fence();
+  return true;
+}
+
+bool device_sgemm(In2<float> a, Trans trans_a, In2<float> b, Trans trans_b, View2<float> c,
+                  float alpha, float beta) {
+  if (kHostMemory || !device_blas_loaded()) return false;
+  if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
+  const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
+  const Operand oa{a.data(), Type::F32, Index(a.stride(0)), trans_a};
+  const Operand ob{b.data(), Type::F32, Index(b.stride(0)), trans_b};
+  vendor_sum<float>({{oa, ob, k}}, c, alpha, beta, In1<float>());
+  return true;
+}
+
+#define REFORMER_INSTANTIATE_DEVICE_MIXED(TA, TB, TC)                                             \
+  template bool device_mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, \
+                                                float, In1<float>);
+REFORMER_INSTANTIATE_MIXED_TYPES(REFORMER_INSTANTIATE_DEVICE_MIXED)
+#define REFORMER_INSTANTIATE_DEVICE_SUM(TA, TC)                                                   \
+  template bool device_mixed_sum<TA, TC>(const std::vector<In2<TA>>&,                             \
+                                         const std::vector<In2<float>>&, Trans, View2<TC>, float, \
+                                         float, In1<float>);
+REFORMER_INSTANTIATE_DEVICE_SUM(bf16, bf16)
+REFORMER_INSTANTIATE_DEVICE_SUM(bf16, float)
+REFORMER_INSTANTIATE_DEVICE_SUM(float, float)
+REFORMER_INSTANTIATE_DEVICE_SUM(float, bf16)
+
+}  // namespace reformer::ops::tpls
+
+namespace reformer::ops {
+
+DeviceBlasInfo device_blas_info() {
+  std::lock_guard<std::mutex> lock(tpls::state_mutex());
+  auto& s = tpls::state();
+  if (!s.attempted) {
+    tpls::load(s);
+    s.attempted = true;
+  }
+  return s.info;
+}
+
+DeviceBlasInfo reload_device_blas() {
+  std::lock_guard<std::mutex> lock(tpls::state_mutex());
+  auto& s = tpls::state();
+  tpls::destroy_handle(s.api);
+  s.attempted = false;
+  tpls::load(s);
+  s.attempted = true;
+  return s.info;
+}
+
+}  // namespace reformer::ops
