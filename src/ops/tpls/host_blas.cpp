@@ -1,5 +1,7 @@
 #include "ops/tpls/host_blas.hpp"
 
+#include "ops/tpls/host_bf16_gemm.hpp"
+
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
@@ -7,6 +9,8 @@
 #include <KokkosKernels_config.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -92,6 +96,17 @@ Kokkos::View<float*, HostSpace> panel_buffers(Index elements) {
       Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), elements);
 }
 
+// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) unless
+// REFORMER_BF16_GEMM=blas asks for the older path (widened sub-panels and the
+// BLAS), kept to compare the two.
+bool packed_bf16_gemm() {
+  static const bool packed = [] {
+    const char* choice = std::getenv("REFORMER_BF16_GEMM");
+    return !(choice && std::strcmp(choice, "blas") == 0);
+  }();
+  return packed;
+}
+
 // A thread's slice of the buffers.
 struct ThreadBuffer {
   float* pointer;
@@ -122,6 +137,29 @@ bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>
     constexpr bool c_float = std::is_same<TC, float>::value;
     const Index threads = Host().concurrency();
     const Index m = c.extent(0), n = c.extent(1), terms = Index(as.size());
+    if constexpr (!a_float) {
+      std::vector<PackedTerm<TA, float>> packed(terms);
+      for (Index i = 0; i < terms; ++i)
+        packed[i] = {as[i].data(), Index(as[i].stride(0)), bs[i].data(), Index(bs[i].stride(0)),
+                     Index(as[i].extent(1))};
+      if (packed_bf16_gemm() && packed_rows_fits(packed.data(), int(terms))) {
+        // Blocks of C's rows per thread, each thread packing into its own slice.
+        const Index block = (m + threads - 1) / threads;
+        const auto buffers = panel_buffers(threads * kPackedGemmWorkspace);
+        TC* const pc = c.data();
+        const Index ldc = c.stride(0);
+        const float* pbias = bias.extent(0) > 0 ? bias.data() : nullptr;
+        Kokkos::parallel_for(
+            "host_mixed_matmul_packed_rows", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
+              const Index first = std::min(m, t * block), end = std::min(m, first + block);
+              packed_rows<TA, float, TC>(packed.data(), int(terms), trans_b == Trans::Yes, first,
+                                         end, n, pc, ldc, alpha, beta, pbias,
+                                         buffers.data() + t * kPackedGemmWorkspace);
+            });
+        Host().fence();
+        return true;
+      }
+    }
     Index widest = 0;
     for (const auto& a : as) widest = std::max<Index>(widest, a.extent(1));
     const bool has_bias = bias.extent(0) > 0;
@@ -209,6 +247,26 @@ bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2
       using Blas = KokkosBlas::Impl::HostBlas<float>;
       const Index threads = Host().concurrency();
       const Index m = c.extent(0), n = c.extent(1), k = a.extent(0);
+      if constexpr (!std::is_same<TA, float>::value) {
+        if (packed_bf16_gemm()) {
+          // Columns of C per thread; the sum over k in fixed chunks (packed_columns).
+          const Index block = (n + threads - 1) / threads;
+          const auto buffers = panel_buffers(threads * kPackedGemmWorkspace);
+          const TA* pa = a.data();
+          const TB* pb = b.data();
+          const Index lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+          float* const pc = c.data();
+          Kokkos::parallel_for(
+              "host_mixed_matmul_packed_columns", Kokkos::RangePolicy<Host>(0, threads),
+              [&](Index t) {
+                const Index c0 = std::min(n, t * block), c1 = std::min(n, c0 + block);
+                packed_columns<TA, TB>(pa, lda, pb, ldb, m, k, c0, c1, pc, ldc, alpha, beta,
+                                       buffers.data() + t * kPackedGemmWorkspace);
+              });
+          Host().fence();
+          return true;
+        }
+      }
       prepare_host_blas();
       const Index cols_block = (n + threads - 1) / threads;
       // The sum runs over the sub-panel's rows: the inner dimension of each call.
