@@ -63,11 +63,11 @@ void packed_rows(const PackedTerm<TA, TB>* terms, int count, bool trans_b, Index
 }
 
 template <class TA, class TB>
-void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index m, Index k,
-                    Index col_begin, Index col_end, float* c, Index ldc, float alpha, float beta,
-                    float* work) {
-  REFORMER_PACKED_DISPATCH(
-      columns_impl<TA, TB>(a, lda, b, ldb, m, k, col_begin, col_end, c, ldc, alpha, beta, work));
+void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index k, Index row_begin,
+                    Index row_end, Index col_begin, Index col_end, float* c, Index ldc, float alpha,
+                    float beta, float* work) {
+  REFORMER_PACKED_DISPATCH(columns_impl<TA, TB>(a, lda, b, ldb, k, row_begin, row_end, col_begin,
+                                                col_end, c, ldc, alpha, beta, work));
 }
 
 const char* packed_gemm_block() {
@@ -93,8 +93,8 @@ REFORMER_INSTANTIATE_PACKED(bf16, bf16, float)
 template bool packed_rows_fits<bf16, float>(const PackedTerm<bf16, float>*, int);
 template bool packed_rows_fits<bf16, bf16>(const PackedTerm<bf16, bf16>*, int);
 template void packed_columns<bf16, bf16>(const bf16*, Index, const bf16*, Index, Index, Index,
-                                         Index, Index, float*, Index, float, float, float*);
+                                         Index, Index, Index, float*, Index, float, float, float*);
 template void packed_columns<bf16, float>(const bf16*, Index, const float*, Index, Index, Index,
-                                          Index, Index, float*, Index, float, float, float*);
+                                          Index, Index, Index, float*, Index, float, float, float*);
 
 }  // namespace reformer::ops::tpls

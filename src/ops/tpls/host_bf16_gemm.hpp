@@ -46,15 +46,15 @@ void packed_rows(const PackedTerm<TA, TB>* terms, int count, bool trans_b, Index
                  Index row_end, Index n, TC* c, Index ldc, float alpha, float beta,
                  const float* bias, float* work);
 
-// Columns [col_begin, col_end) of C = alpha A^T B + beta C (a weight
-// gradient), A [k, m] and B [k, n] row-major, C [m, n] float32. The sum over
-// the k rows runs in chunks of kPackedChunk rows, each added into C: the same
-// order whatever the column split.
+// Rows [row_begin, row_end) x columns [col_begin, col_end) of C = alpha A^T B
+// + beta C (a weight gradient), A [k, m] and B [k, n] row-major, C [m, n]
+// float32. The sum over the k rows runs in chunks of kPackedChunk rows, each
+// added into C: the same order whatever the split of C.
 constexpr Index kPackedChunk = 256;
 template <class TA, class TB>
-void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index m, Index k,
-                    Index col_begin, Index col_end, float* c, Index ldc, float alpha, float beta,
-                    float* work);
+void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index k, Index row_begin,
+                    Index row_end, Index col_begin, Index col_end, float* c, Index ldc, float alpha,
+                    float beta, float* work);
 
 // The register block the build uses: "MR x NR (vector unit)", for benchmarks.
 const char* packed_gemm_block();

@@ -249,8 +249,10 @@ bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2
       const Index m = c.extent(0), n = c.extent(1), k = a.extent(0);
       if constexpr (!std::is_same<TA, float>::value) {
         if (packed_bf16_gemm()) {
-          // Columns of C per thread; the sum over k in fixed chunks (packed_columns).
-          const Index block = (n + threads - 1) / threads;
+          // Blocks of C's longer side per thread (each thread packs all of the
+          // other operand); the sum over k in fixed chunks (packed_columns).
+          const bool by_rows = m > n;
+          const Index side = by_rows ? m : n, block = (side + threads - 1) / threads;
           const auto buffers = panel_buffers(threads * kPackedGemmWorkspace);
           const TA* pa = a.data();
           const TB* pb = b.data();
@@ -259,8 +261,9 @@ bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2
           Kokkos::parallel_for(
               "host_mixed_matmul_packed_columns", Kokkos::RangePolicy<Host>(0, threads),
               [&](Index t) {
-                const Index c0 = std::min(n, t * block), c1 = std::min(n, c0 + block);
-                packed_columns<TA, TB>(pa, lda, pb, ldb, m, k, c0, c1, pc, ldc, alpha, beta,
+                const Index first = std::min(side, t * block), end = std::min(side, first + block);
+                packed_columns<TA, TB>(pa, lda, pb, ldb, k, by_rows ? first : 0, by_rows ? end : m,
+                                       by_rows ? 0 : first, by_rows ? n : end, pc, ldc, alpha, beta,
                                        buffers.data() + t * kPackedGemmWorkspace);
               });
           Host().fence();
