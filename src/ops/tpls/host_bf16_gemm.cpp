@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace reformer::ops::tpls {
@@ -39,8 +40,13 @@ constexpr int MR = 12;
 REFORMER_WIDE_HOST_END
 
 namespace {
+// REFORMER_BF16_GEMM=narrow keeps the build's own kernel (to measure it; with
+// OPENBLAS_CORETYPE=Haswell the float32 products do the same).
 bool use_wide() {
-  static const bool wide = wide_host_supported();
+  static const bool wide = [] {
+    const char* choice = std::getenv("REFORMER_BF16_GEMM");
+    return wide_host_supported() && !(choice && std::strcmp(choice, "narrow") == 0);
+  }();
   return wide;
 }
 }  // namespace

@@ -232,9 +232,9 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
   const double ws_loss = x * 6 * d * a + 2 * x * s;
-  // Products of bf16 activations widen sub-panels of 2^18 float32 values
-  // outside the workspace (ops/gemm.hpp mixed_matmul): one per host thread, or
-  // up to three on a device.
+  // Products of bf16 activations pack (or widen) their operands into 2^18
+  // float32 values outside the workspace (ops/gemm.hpp mixed_matmul): one set
+  // per host thread, or up to three on a device.
   const double panel_sets =
       kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
   const double panels = a < s ? panel_sets * (1 << 18) * 4 : 0.0;
