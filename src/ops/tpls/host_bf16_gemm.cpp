@@ -76,6 +76,13 @@ void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index k, Ind
                                                 col_end, c, ldc, alpha, beta, work));
 }
 
+bool packed_gemm_preferred() {
+#ifdef REFORMER_WIDE_HOST_CLONE
+  if (use_wide()) return true;
+#endif
+  return CpuTarget::vector_bytes >= 64;
+}
+
 const char* packed_gemm_block() {
 #ifdef REFORMER_WIDE_HOST_CLONE
   if (use_wide()) return "12 x 32 (AVX-512, chosen at run time)";

@@ -96,13 +96,17 @@ Kokkos::View<float*, HostSpace> panel_buffers(Index elements) {
       Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), elements);
 }
 
-// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) unless
-// REFORMER_BF16_GEMM=blas asks for the older path (widened sub-panels and the
-// BLAS), kept to compare the two.
+// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) where it
+// is the faster path (packed_gemm_preferred), otherwise through widened
+// sub-panels and the BLAS. REFORMER_BF16_GEMM=blas or =packed chooses (=narrow:
+// packed, with the build's own block), to compare them.
 bool packed_bf16_gemm() {
   static const bool packed = [] {
     const char* choice = std::getenv("REFORMER_BF16_GEMM");
-    return !(choice && std::strcmp(choice, "blas") == 0);
+    if (choice && std::strcmp(choice, "blas") == 0) return false;
+    if (choice && (std::strcmp(choice, "packed") == 0 || std::strcmp(choice, "narrow") == 0))
+      return true;
+    return packed_gemm_preferred();
   }();
   return packed;
 }
