@@ -185,7 +185,7 @@ bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>
     }
     TC* const pc = c.data();
     const Index ldc = c.stride(0);
-    const float* pbias = bias.data();
+    const float* pbias = has_bias ? bias.data() : nullptr;
     // Every thread's sub-panel buffers, one allocation the memory tracker sees.
     const Index a_size = a_float ? 0 : panel * widest, c_size = direct ? 0 : panel * n;
     const auto buffers = panel_buffers(threads * (a_size + c_size));
