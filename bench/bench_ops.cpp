@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace reformer {
@@ -78,6 +80,56 @@ void BM_Matmul(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Matmul)->Apply(transformer_sizes);
+
+// The dense products of a layer at the model's shapes, float32 against bf16
+// activations (float32 weights, ops::mixed_matmul): {rows, k, n, kind} with
+// kind 0 the forward Y = X W (X [rows, k], W [k, n]), 1 the input gradient
+// dX = dY W^T, 2 the weight gradient dW += X^T dY. The bf16 products take the
+// packed GEMM, or with REFORMER_BF16_GEMM=blas the widened panels and the BLAS.
+void dense_product_sizes(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2})
+    for (auto kn : {std::pair<int, int>{256, 256}, {256, 1024}, {1024, 256}})
+      b->Args({16384, kn.first, kn.second, kind});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+template <class T>
+void fill_any(const View2<T>& v, std::uint64_t seed) {
+  auto flat = as_vector(v);
+  Kokkos::parallel_for(
+      "bench_fill", range(flat.extent(0)), KOKKOS_LAMBDA(Index i) {
+        flat(i) = T(float(random_uniform({seed, 1}, i) - 0.5));
+      });
+  Kokkos::fence();
+}
+
+template <class T>
+void BM_DenseProduct(benchmark::State& state) {
+  const Index rows = state.range(0), k = state.range(1), n = state.range(2);
+  const int kind = int(state.range(3));
+  View2<T> x("x", rows, k), dy("dy", rows, n), y("y", rows, n), dx("dx", rows, k);
+  View2<float> w("w", k, n), dw("dw", k, n);
+  fill_any(x, 1);
+  fill_any(dy, 2);
+  fill_any(w, 3);
+  for (auto _ : state) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (kind == 0) ops::matmul<float>(x, ops::Trans::No, w, ops::Trans::No, y);
+      if (kind == 1) ops::matmul<float>(dy, ops::Trans::No, w, ops::Trans::Yes, dx);
+      if (kind == 2) ops::matmul<float>(x, ops::Trans::Yes, dy, ops::Trans::No, dw, 1.0f, 1.0f);
+    } else {
+      if (kind == 0) ops::mixed_matmul<T, float, T>(x, ops::Trans::No, w, ops::Trans::No, y);
+      if (kind == 1) ops::mixed_matmul<T, float, T>(dy, ops::Trans::No, w, ops::Trans::Yes, dx);
+      if (kind == 2)
+        ops::mixed_matmul<T, T, float>(x, ops::Trans::Yes, dy, ops::Trans::No, dw, 1.0f, 1.0f);
+    }
+    Kokkos::fence();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * k * n * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK_TEMPLATE(BM_DenseProduct, float)->Apply(dense_product_sizes);
+BENCHMARK_TEMPLATE(BM_DenseProduct, bf16)->Apply(dense_product_sizes);
 
 // Per-head attention products: batch * heads = 4, [L, 64] x [64, L] and back.
 void BM_BatchedMatmulScores(benchmark::State& state) {

@@ -43,9 +43,9 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
 }
 
 double mixed_panel_bytes() {
-  // Products of bf16 activations widen sub-panels of 2^18 float32 values
-  // outside the workspace (ops/gemm.hpp mixed_matmul): one per host thread, or
-  // up to three on a device.
+  // Products of bf16 activations pack (or widen) their operands into 2^18
+  // float32 values outside the workspace (ops/gemm.hpp mixed_matmul): one set
+  // per host thread, or up to three on a device.
   const double panel_sets =
       kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
   return panel_sets * (1 << 18) * 4;

@@ -104,4 +104,22 @@ struct CpuTarget {
                 "a register block needs at least 16 vector registers");
 };
 
+// A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a
+// hot kernel compiled for AVX-512, taken at run time on a CPU that has it (the
+// host BLAS does the same). GCC on x86-64 only (#pragma GCC target); the copy
+// lies between REFORMER_WIDE_HOST_BEGIN and REFORMER_WIDE_HOST_END.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX512F__) && \
+    !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(REFORMER_TILE_VECTOR_BYTES)
+#define REFORMER_WIDE_HOST_CLONE 1
+#define REFORMER_WIDE_HOST_BEGIN \
+  _Pragma("GCC push_options")    \
+      _Pragma("GCC target(\"avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512\")")
+#define REFORMER_WIDE_HOST_END _Pragma("GCC pop_options")
+// Whether this CPU runs the AVX-512 copies.
+inline bool wide_host_supported() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+}
+#endif
+
 }  // namespace reformer

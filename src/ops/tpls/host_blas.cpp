@@ -1,5 +1,7 @@
 #include "ops/tpls/host_blas.hpp"
 
+#include "ops/tpls/host_bf16_gemm.hpp"
+
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
@@ -7,6 +9,8 @@
 #include <KokkosKernels_config.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -92,6 +96,21 @@ Kokkos::View<float*, HostSpace> panel_buffers(Index elements) {
       Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), elements);
 }
 
+// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) where it
+// is the faster path (packed_gemm_preferred), otherwise through widened
+// sub-panels and the BLAS. REFORMER_BF16_GEMM=blas or =packed chooses (=narrow:
+// packed, with the build's own block), to compare them.
+bool packed_bf16_gemm() {
+  static const bool packed = [] {
+    const char* choice = std::getenv("REFORMER_BF16_GEMM");
+    if (choice && std::strcmp(choice, "blas") == 0) return false;
+    if (choice && (std::strcmp(choice, "packed") == 0 || std::strcmp(choice, "narrow") == 0))
+      return true;
+    return packed_gemm_preferred();
+  }();
+  return packed;
+}
+
 // A thread's slice of the buffers.
 struct ThreadBuffer {
   float* pointer;
@@ -122,6 +141,29 @@ bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>
     constexpr bool c_float = std::is_same<TC, float>::value;
     const Index threads = Host().concurrency();
     const Index m = c.extent(0), n = c.extent(1), terms = Index(as.size());
+    if constexpr (!a_float) {
+      std::vector<PackedTerm<TA, float>> packed(terms);
+      for (Index i = 0; i < terms; ++i)
+        packed[i] = {as[i].data(), Index(as[i].stride(0)), bs[i].data(), Index(bs[i].stride(0)),
+                     Index(as[i].extent(1))};
+      if (packed_bf16_gemm() && packed_rows_fits(packed.data(), int(terms))) {
+        // Blocks of C's rows per thread, each thread packing into its own slice.
+        const Index block = (m + threads - 1) / threads;
+        const auto buffers = panel_buffers(threads * kPackedGemmWorkspace);
+        TC* const pc = c.data();
+        const Index ldc = c.stride(0);
+        const float* pbias = bias.extent(0) > 0 ? bias.data() : nullptr;
+        Kokkos::parallel_for(
+            "host_mixed_matmul_packed_rows", Kokkos::RangePolicy<Host>(0, threads), [&](Index t) {
+              const Index first = std::min(m, t * block), end = std::min(m, first + block);
+              packed_rows<TA, float, TC>(packed.data(), int(terms), trans_b == Trans::Yes, first,
+                                         end, n, pc, ldc, alpha, beta, pbias,
+                                         buffers.data() + t * kPackedGemmWorkspace);
+            });
+        Host().fence();
+        return true;
+      }
+    }
     Index widest = 0;
     for (const auto& a : as) widest = std::max<Index>(widest, a.extent(1));
     const bool has_bias = bias.extent(0) > 0;
@@ -143,7 +185,7 @@ bool host_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<float>
     }
     TC* const pc = c.data();
     const Index ldc = c.stride(0);
-    const float* pbias = bias.data();
+    const float* pbias = has_bias ? bias.data() : nullptr;
     // Every thread's sub-panel buffers, one allocation the memory tracker sees.
     const Index a_size = a_float ? 0 : panel * widest, c_size = direct ? 0 : panel * n;
     const auto buffers = panel_buffers(threads * (a_size + c_size));
@@ -209,6 +251,29 @@ bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2
       using Blas = KokkosBlas::Impl::HostBlas<float>;
       const Index threads = Host().concurrency();
       const Index m = c.extent(0), n = c.extent(1), k = a.extent(0);
+      if constexpr (!std::is_same<TA, float>::value) {
+        if (packed_bf16_gemm()) {
+          // Blocks of C's longer side per thread (each thread packs all of the
+          // other operand); the sum over k in fixed chunks (packed_columns).
+          const bool by_rows = m > n;
+          const Index side = by_rows ? m : n, block = (side + threads - 1) / threads;
+          const auto buffers = panel_buffers(threads * kPackedGemmWorkspace);
+          const TA* pa = a.data();
+          const TB* pb = b.data();
+          const Index lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+          float* const pc = c.data();
+          Kokkos::parallel_for(
+              "host_mixed_matmul_packed_columns", Kokkos::RangePolicy<Host>(0, threads),
+              [&](Index t) {
+                const Index first = std::min(side, t * block), end = std::min(side, first + block);
+                packed_columns<TA, TB>(pa, lda, pb, ldb, k, by_rows ? first : 0, by_rows ? end : m,
+                                       by_rows ? 0 : first, by_rows ? n : end, pc, ldc, alpha, beta,
+                                       buffers.data() + t * kPackedGemmWorkspace);
+              });
+          Host().fence();
+          return true;
+        }
+      }
       prepare_host_blas();
       const Index cols_block = (n + threads - 1) / threads;
       // The sum runs over the sub-panel's rows: the inner dimension of each call.

@@ -27,14 +27,18 @@ bool host_blas_matmul(In2<T> a, Trans trans_a, In2<T> b, Trans trans_b, View2<T>
 
 // mixed_matmul on the host (bf16 activations, float32 weights): one parallel
 // region per product instead of one per panel and pass. Each host thread takes
-// a block of C and runs it in sub-panels of rows: the bf16 operands of a
-// sub-panel are widened into the thread's own buffer (in cache), multiplied by
-// the sequential BLAS and, for a bf16 C, rounded once into C. Rows of C are
-// split when A is not transposed; columns of C when A is (a weight gradient
-// X^T dY, summed over the rows in sub-panels of a fixed size, so the result does
-// not depend on the thread count). Returns false (nothing done) for other
-// shapes, without a host BLAS, or on a device; the caller then runs the
-// portable panel loop.
+// a block of C. With a bf16 A, the thread runs the packed GEMM of
+// host_bf16_gemm.hpp on it (A and B widened while they are packed, C rounded
+// once); with REFORMER_BF16_GEMM=blas, or a float A, it runs the block in
+// sub-panels of rows: the bf16 operands of a sub-panel are widened into the
+// thread's own buffer (in cache), multiplied by the sequential BLAS and, for a
+// bf16 C, rounded once into C. Rows of C are split when A is not transposed;
+// when A is (a weight gradient X^T dY, summed over the rows in chunks of a
+// fixed size, so the result does not depend on the thread count), columns of C
+// (the packed GEMM: C's longer side). The packing buffers are one allocation
+// of 2^18 floats per thread, labelled "mixed_matmul_panel". Returns false
+// (nothing done) for other shapes, without a host BLAS, or on a device; the
+// caller then runs the portable panel loop.
 template <class TA, class TB, class TC>
 bool host_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c, float alpha,
                        float beta, In1<float> bias);
