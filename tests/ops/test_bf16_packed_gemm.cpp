@@ -9,6 +9,7 @@
 // (k + 2) 2^-24 sum |terms| of the exact sum; a bf16 C adds its one rounding,
 // 2^-8 |result|.
 #include "reformer/ops/gemm.hpp"
+#include "support/checks.hpp"
 
 #include <gtest/gtest.h>
 
@@ -106,19 +107,14 @@ void check_products(const Shape& s, bool ta, bool tb, float beta, bool with_bias
   const float alpha = 1.0f;
   ops::mixed_matmul<bf16, TB, TC>(a, ta ? Trans::Yes : Trans::No, b, tb ? Trans::Yes : Trans::No, c,
                                   alpha, beta, bias);
+  const auto product = testing::host_product(av, ta, bv, tb, m, n, k);
   std::vector<double> exact(m * n), magnitude(m * n);
   for (Index i = 0; i < m; ++i)
     for (Index j = 0; j < n; ++j) {
-      double sum = 0, mag = 0;
-      for (Index p = 0; p < k; ++p) {
-        const double x = ta ? av[p * m + i] : av[i * k + p];
-        const double y = tb ? bv[j * k + p] : bv[p * n + j];
-        sum += x * y;
-        mag += std::abs(x * y);
-      }
       const double rest = beta * cv[i * n + j] + (with_bias ? biasv[j] : 0.0);
-      exact[i * n + j] = alpha * sum + rest;
-      magnitude[i * n + j] = mag + std::abs(beta * cv[i * n + j]) + (with_bias ? 1.0 : 0.0);
+      exact[i * n + j] = alpha * product.value[i * n + j] + rest;
+      magnitude[i * n + j] =
+          product.magnitude[i * n + j] + std::abs(beta * cv[i * n + j]) + (with_bias ? 1.0 : 0.0);
     }
   expect_close(read(c), exact, magnitude, k, sizeof(TC) == 2, what);
 }

@@ -178,17 +178,12 @@ void check_mixed(const Case& p, bool vendor, const std::string& label) {
                                " k=" + std::to_string(k) + (ta ? " A^T" : " A") +
                                (tb ? " B^T" : " B") + " beta=" + std::to_string(p.beta) +
                                (p.bias ? " bias" : "");
+      const auto product = host_product(ha, ta, hb, tb, m, n, k);
       Index bad = 0;
       double worst = 0;
       for (Index i = 0; i < m; ++i)
         for (Index j = 0; j < n; ++j) {
-          double sum = 0, magnitude = 0;
-          for (Index q = 0; q < k; ++q) {
-            const double x = ta ? ha[q * m + i] : ha[i * k + q];
-            const double y = tb ? hb[j * k + q] : hb[q * n + j];
-            sum += x * y;
-            magnitude += std::fabs(x * y);
-          }
+          const double sum = product.value[i * n + j], magnitude = product.magnitude[i * n + j];
           const double bias_j = p.bias ? hbias[j] : 0.0;
           const double want = p.alpha * sum + p.beta * hc[i * n + j] + bias_j;
           const double products = std::fabs(p.alpha) * magnitude;

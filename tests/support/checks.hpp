@@ -47,4 +47,28 @@ inline View2<int> random_ids(Index batch, Index length, Index vocab, std::uint64
   return ids;
 }
 
+// op(A) op(B) of row-major host matrices in double (A [m, k], or [k, m] when
+// transposed; B [k, n], or [n, k]), with sum_p |a_ip b_pj| beside each element:
+// what a float32 sum's rounding error is proportional to.
+struct HostProduct {
+  std::vector<double> value, magnitude;  // [m, n] each
+};
+inline HostProduct host_product(const std::vector<double>& a, bool ta, const std::vector<double>& b,
+                                bool tb, Index m, Index n, Index k) {
+  HostProduct out{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (Index p = 0; p < k; ++p) {
+        const double x = ta ? a[p * m + i] : a[i * k + p];
+        const double y = tb ? b[j * k + p] : b[p * n + j];
+        sum += x * y;
+        magnitude += x * y < 0 ? -x * y : x * y;
+      }
+      out.value[i * n + j] = sum;
+      out.magnitude[i * n + j] = magnitude;
+    }
+  return out;
+}
+
 }  // namespace reformer::testing
