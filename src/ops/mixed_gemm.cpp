@@ -34,38 +34,49 @@ In2<float> float_rows(In2<T> from, Index begin, Index end, View2<float>& scratch
       scratch =
           View2<float>(Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), n, d);
     const auto out = Kokkos::subview(scratch, std::make_pair(Index(0), n), Kokkos::ALL);
-    // Whole rows of a LayoutRight view are contiguous: one flat loop over raw
-    // pointers, which vectorises.
     const T* in = rows.data();
     float* to = out.data();
-    parallel_blocks(
-        "mixed_matmul_widen", n * d, KOKKOS_LAMBDA(Index first, Index end) {
-          for (Index i = first; i < end; ++i) to[i] = load(in[i]);
-        });
+    const Index ld = from.stride(0);
+    if (ld == d) {
+      // Unpadded rows are contiguous: one flat loop over raw pointers, which
+      // vectorises.
+      parallel_blocks(
+          "mixed_matmul_widen", n * d, KOKKOS_LAMBDA(Index first, Index end) {
+            for (Index i = first; i < end; ++i) to[i] = load(in[i]);
+          });
+    } else {
+      Kokkos::parallel_for(
+          "mixed_matmul_widen_rows", range(n), KOKKOS_LAMBDA(Index i) {
+            for (Index j = 0; j < d; ++j) to[i * d + j] = load(in[i * ld + j]);
+          });
+    }
     return out;
   }
 }
 
 // c(r, j) = round(f(r, j) + bias(j)) for the rows of a float panel f written
-// into rows [begin, begin + f.extent(0)) of c (bias may be empty; c may be f).
+// into rows [begin, begin + f.extent(0)) of c (bias may be empty; c may be f;
+// either may have padded rows).
 template <class TC>
 void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
   const Index n = f.extent(0), d = f.extent(1);
+  const Index ldf = f.stride(0), ldc = c.stride(0);
   const bool has_bias = bias.extent(0) > 0;
   if (is_float<TC> && !has_bias) return;
   const float* from = f.data();
   TC* to = &c(begin, 0);
-  if (!has_bias) {
+  if (!has_bias && ldf == d && ldc == d) {
     parallel_blocks(
         "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index first, Index end) {
           for (Index i = first; i < end; ++i) to[i] = store<TC>(from[i]);
         });
     return;
   }
-  const float* b = bias.data();
+  const float* b = has_bias ? bias.data() : nullptr;
   Kokkos::parallel_for(
-      "mixed_matmul_finish_bias", range(n), KOKKOS_LAMBDA(Index i) {
-        for (Index j = 0; j < d; ++j) to[i * d + j] = store<TC>(from[i * d + j] + b[j]);
+      "mixed_matmul_finish_rows", range(n), KOKKOS_LAMBDA(Index i) {
+        for (Index j = 0; j < d; ++j)
+          to[i * ldc + j] = store<TC>(from[i * ldf + j] + (b ? b[j] : 0.0f));
       });
 }
 
