@@ -48,16 +48,22 @@ part dup && for p in float32 bf16; do
   t1=$(date +%s.%N)
   echo "| duplication to 99% | $p | $(reached "$run") | eval loss, accuracy $(last_eval "$run") | $(echo "$t1 - $t0" | bc) |"
 done
-part kjv && for p in float32 bf16; do
-  run="$out/kjv_$p"
+# One KJV run of CONFIG for STEPS steps in precision P (more overrides after),
+# then its validation loss over 64 batches: a table row titled TITLE.
+kjv_row() {
+  local title=$1 name=$2 config=$3 steps=$4 p=$5
+  shift 5
+  local run="$out/${name}_$p" t0 t1 valid
   rm -rf "$run"
   t0=$(date +%s.%N)
-  "$reformer" --threads "$threads" train experiments/char_lm.toml run.dir="\"$run\"" \
-    data.path="\"data/kjv.txt\"" 'model.attention=["lsh"]' train.precision="\"$p\"" \
-    train.steps=$steps_kjv train.eval_every=0 > "$run.log"
+  "$reformer" --threads "$threads" train "$config" run.dir="\"$run\"" data.path="\"data/kjv.txt\"" \
+    train.precision="\"$p\"" train.steps="$steps" train.eval_every=0 "$@" > "$run.log"
   t1=$(date +%s.%N)
   valid=$("$reformer" --threads "$threads" eval "$run" --split valid --batches 64 | sed 's/.*tokens)://')
-  echo "| KJV byte LM | $p | $steps_kjv | valid (64 batches): $valid | $(echo "$t1 - $t0" | bc) |"
+  echo "| $title | $p | $steps | valid (64 batches): $valid | $(echo "$t1 - $t0" | bc) |"
+}
+part kjv && for p in float32 bf16; do
+  kjv_row "KJV byte LM" kjv experiments/char_lm.toml "$steps_kjv" "$p" 'model.attention=["lsh"]'
 done
 # The step of the first evaluation whose exact-match rate reaches 0.99.
 exact() { grep -o "eval step [0-9]*:.*exact match [0-9.]*" "$1" | awk '{ if ($NF >= 0.99) { print $3; exit } }' | tr -d :; }
@@ -72,13 +78,5 @@ part copy && for seed in 1 2 3; do
   done
 done
 part xl && for p in float32 bf16; do
-  run="$out/txl_$p"
-  rm -rf "$run"
-  t0=$(date +%s.%N)
-  "$reformer" --threads "$threads" train experiments/txl_cpu.toml run.dir="\"$run\"" \
-    data.path="\"data/kjv.txt\"" train.precision="\"$p\"" train.steps=$steps_xl \
-    train.eval_every=0 > "$run.log"
-  t1=$(date +%s.%N)
-  valid=$("$reformer" --threads "$threads" eval "$run" --split valid --batches 64 | sed 's/.*tokens)://')
-  echo "| Transformer-XL on the KJV | $p | $steps_xl | valid (64 batches): $valid | $(echo "$t1 - $t0" | bc) |"
+  kjv_row "Transformer-XL on the KJV" txl experiments/txl_cpu.toml "$steps_xl" "$p"
 done

@@ -1,12 +1,14 @@
 // (Private to the library: it includes the CUDA or HIP runtime headers.)
 // What differs between backends outside the kernels: the list of enabled
-// backends, the device's name, and the memory that is still free. This is the
+// backends, the GPU vendor and default stream, the device's name, and the
+// memory that is still free. This is the
 // one place with backend #ifs besides the Kokkos version checks in
 // kokkos_compat.hpp.
 #pragma once
 
 #include "reformer/core/kokkos_compat.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "reformer/core/types.hpp"
 
 #include <cstdint>
 #include <fstream>
@@ -31,6 +33,29 @@ using PinnedHostSpace = Kokkos::Experimental::HIPHostPinnedSpace;
 #else
 using PinnedHostSpace = Kokkos::HostSpace;
 #endif
+
+// The GPU vendor of this build (whose BLAS ops/tpls/device_blas.cpp loads).
+enum class GpuVendor { None, Nvidia, Amd };
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr GpuVendor kGpuVendor = GpuVendor::Nvidia;
+#elif defined(KOKKOS_ENABLE_HIP)
+constexpr GpuVendor kGpuVendor = GpuVendor::Amd;
+#else
+constexpr GpuVendor kGpuVendor = GpuVendor::None;
+#endif
+
+// The stream of the default execution space instance (cudaStream_t or
+// hipStream_t), which every kernel of the project runs on; null on host
+// backends.
+inline void* default_stream() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return ExecSpace().cuda_stream();
+#elif defined(KOKKOS_ENABLE_HIP)
+  return ExecSpace().hip_stream();
+#else
+  return nullptr;
+#endif
+}
 
 // GPUs this process can see; 0 on host backends.
 inline int device_count() {

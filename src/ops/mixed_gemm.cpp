@@ -1,5 +1,6 @@
 // mixed_matmul (ops/gemm.hpp): bf16 operands widened a panel at a time, the
 // panels multiplied by matmul<float>, a bf16 result rounded once.
+#include "ops/panel_rows.hpp"
 #include "ops/tpls/device_blas.hpp"
 #include "ops/tpls/host_blas.hpp"
 #include "reformer/core/error.hpp"
@@ -34,50 +35,9 @@ In2<float> float_rows(In2<T> from, Index begin, Index end, View2<float>& scratch
       scratch =
           View2<float>(Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), n, d);
     const auto out = Kokkos::subview(scratch, std::make_pair(Index(0), n), Kokkos::ALL);
-    const T* in = rows.data();
-    float* to = out.data();
-    const Index ld = from.stride(0);
-    if (ld == d) {
-      // Unpadded rows are contiguous: one flat loop over raw pointers, which
-      // vectorises.
-      parallel_blocks(
-          "mixed_matmul_widen", n * d, KOKKOS_LAMBDA(Index first, Index end) {
-            for (Index i = first; i < end; ++i) to[i] = load(in[i]);
-          });
-    } else {
-      Kokkos::parallel_for(
-          "mixed_matmul_widen_rows", range(n), KOKKOS_LAMBDA(Index i) {
-            for (Index j = 0; j < d; ++j) to[i * d + j] = load(in[i * ld + j]);
-          });
-    }
+    detail::widen_rows<T>(from, begin, n, out.data());
     return out;
   }
-}
-
-// c(r, j) = round(f(r, j) + bias(j)) for the rows of a float panel f written
-// into rows [begin, begin + f.extent(0)) of c (bias may be empty; c may be f;
-// either may have padded rows).
-template <class TC>
-void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
-  const Index n = f.extent(0), d = f.extent(1);
-  const Index ldf = f.stride(0), ldc = c.stride(0);
-  const bool has_bias = bias.extent(0) > 0;
-  if (is_float<TC> && !has_bias) return;
-  const float* from = f.data();
-  TC* to = &c(begin, 0);
-  if (!has_bias && ldf == d && ldc == d) {
-    parallel_blocks(
-        "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index first, Index end) {
-          for (Index i = first; i < end; ++i) to[i] = store<TC>(from[i]);
-        });
-    return;
-  }
-  const float* b = has_bias ? bias.data() : nullptr;
-  Kokkos::parallel_for(
-      "mixed_matmul_finish_rows", range(n), KOKKOS_LAMBDA(Index i) {
-        for (Index j = 0; j < d; ++j)
-          to[i * ldc + j] = store<TC>(from[i * ldf + j] + (b ? b[j] : 0.0f));
-      });
 }
 
 // Rows [begin, end) of C as a float panel to compute into: C itself when it
@@ -108,9 +68,6 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
   const Index m = c.extent(0), n = c.extent(1);
   const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
   if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, n);
-  // An allocated bias of no elements is no bias (paths that test the pointer
-  // would read past it).
-  if (bias.extent(0) == 0) bias = In1<float>();
   const Index a_rows = trans_a == Trans::No ? a.extent(0) : a.extent(1);
   const Index b_inner = trans_b == Trans::No ? b.extent(0) : b.extent(1);
   const Index b_cols = trans_b == Trans::No ? b.extent(1) : b.extent(0);
@@ -130,7 +87,7 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
       const In2<float> af = float_rows<TA>(a, r0, r1, scratch_a);
       const View2<float> cf = float_output<TC>(c, r0, r1, beta, scratch_c);
       matmul<float>(af, Trans::No, bf, trans_b, cf, alpha, beta);
-      finish_rows<TC>(cf, bias, c, r0);
+      detail::finish_rows<TC>(cf, bias, c, r0);
     }
     return;
   }
@@ -151,7 +108,7 @@ void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> 
     const In2<float> bf = float_rows<TB>(b, 0, b.extent(0), scratch_b);
     matmul<float>(af, Trans::Yes, bf, Trans::Yes, cf, alpha, beta);
   }
-  finish_rows<TC>(cf, bias, c, 0);
+  detail::finish_rows<TC>(cf, bias, c, 0);
 }
 
 namespace {
@@ -194,7 +151,7 @@ void projections_forward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
       for (std::size_t i = 0; i < weights.size(); ++i) {
         const View2<float> yf = float_output<T>(outputs[i], r0, r1, 0.0f, scratch_y);
         matmul<float>(xf, Trans::No, weights[i], Trans::No, yf);
-        finish_rows<T>(yf, In1<float>(), outputs[i], r0);
+        detail::finish_rows<T>(yf, In1<float>(), outputs[i], r0);
       }
     }
   }
@@ -248,7 +205,7 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
                         i == 0 ? float(beta) : 1.0f);
         matmul<float>(xf, Trans::Yes, dyf, Trans::No, weight_grads[i], 1.0f, 1.0f);
       }
-      if (input_grad) finish_rows<T>(dxf, In1<float>(), dx, r0);
+      if (input_grad) detail::finish_rows<T>(dxf, In1<float>(), dx, r0);
     }
   }
 }

@@ -5,6 +5,9 @@
 // to build: the binary links only libdl.
 #include "ops/tpls/device_blas.hpp"
 
+#include "core/device.hpp"
+#include "ops/panel_rows.hpp"
+
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/precision.hpp"
@@ -122,25 +125,9 @@ using RocblasGemmEx = int (*)(void* handle, int trans_a, int trans_b,  // rocbla
 
 enum class Vendor { None, Cublas, Rocblas };
 
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr Vendor kVendor = Vendor::Cublas;
-#elif defined(KOKKOS_ENABLE_HIP)
-constexpr Vendor kVendor = Vendor::Rocblas;
-#else
-constexpr Vendor kVendor = Vendor::None;
-#endif
-
-// The stream of the default execution space instance, which every kernel of
-// the project runs on: the vendor's work is ordered with them.
-void* default_stream() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return ExecSpace().cuda_stream();
-#elif defined(KOKKOS_ENABLE_HIP)
-  return ExecSpace().hip_stream();
-#else
-  return nullptr;
-#endif
-}
+constexpr Vendor kVendor = device::kGpuVendor == device::GpuVendor::Nvidia ? Vendor::Cublas
+                           : device::kGpuVendor == device::GpuVendor::Amd  ? Vendor::Rocblas
+                                                                           : Vendor::None;
 
 enum class Type { F32, BF16 };
 
@@ -300,7 +287,7 @@ void row_major_gemm(const Operand& a, const Operand& b, Index m, Index n, Index 
                     float beta, void* c, Type c_type, Index ldc) {
   Api& api = api_for_products();
   check_status(api.vendor == Vendor::Cublas ? "cublasSetStream_v2" : "rocblas_set_stream",
-               api.set_stream(api.handle, default_stream()), n, m, k);
+               api.set_stream(api.handle, device::default_stream()), n, m, k);
   const bool all_float = a.type == Type::F32 && b.type == Type::F32 && c_type == Type::F32;
   if (api.vendor == Vendor::Cublas) {
     const auto op = [](Trans t) { return t == Trans::No ? kCublasOpN : kCublasOpT; };
@@ -380,34 +367,6 @@ Operand operand_of(In2<T> x, Trans trans, bool keep_float, View2<bf16>& copy, co
   }
 }
 
-void add_bias(View2<float> c, In1<float> bias) {
-  const Index n = c.extent(1);
-  Kokkos::parallel_for(
-      "device_blas_bias", range(Index(c.extent(0)) * n),
-      KOKKOS_LAMBDA(Index e) { c(e / n, e % n) += bias(e % n); });
-}
-
-// f [rows, n] = rows [r0, r0 + rows) of c, widened.
-template <class TC>
-void widen_rows(View2<TC> c, Index r0, Index rows, View2<float> f) {
-  const Index n = c.extent(1);
-  Kokkos::parallel_for(
-      "device_blas_widen", range(rows * n),
-      KOKKOS_LAMBDA(Index e) { f(e / n, e % n) = load(c(r0 + e / n, e % n)); });
-}
-
-// Rows [r0, r0 + rows) of c = f (+ bias), rounded once.
-template <class TC>
-void finish_rows(View2<float> f, Index rows, In1<float> bias, View2<TC> c, Index r0) {
-  const Index n = c.extent(1);
-  const bool has_bias = bias.extent(0) > 0;
-  Kokkos::parallel_for(
-      "device_blas_finish", range(rows * n), KOKKOS_LAMBDA(Index e) {
-        const Index i = e / n, j = e % n;
-        c(r0 + i, j) = store<TC>(f(i, j) + (has_bias ? bias(j) : 0.0f));
-      });
-}
-
 struct Term {
   Operand a, b;
   Index k;
@@ -428,7 +387,7 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
     for (std::size_t t = 0; t < terms.size(); ++t)
       row_major_gemm(terms[t].a, terms[t].b, m, n, terms[t].k, alpha, t == 0 ? beta : 1.0f,
                      c.data(), Type::F32, ldc);
-    if (has_bias) add_bias(c, bias);
+    if (has_bias) detail::finish_rows<float>(c, bias, c, 0);
     return false;
   } else {
     // One bf16 product without bias: the vendor rounds its float32 result once
@@ -444,11 +403,12 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
         n);
     for (Index r0 = 0; r0 < m; r0 += panel) {
       const Index rows = std::min(panel, m - r0);
-      if (beta != 0.0f) widen_rows<TC>(c, r0, rows, f);
+      if (beta != 0.0f) detail::widen_rows<TC>(c, r0, rows, f.data());
       for (std::size_t t = 0; t < terms.size(); ++t)
         row_major_gemm(terms[t].a.from_row(r0), terms[t].b, rows, n, terms[t].k, alpha,
                        t == 0 ? beta : 1.0f, f.data(), Type::F32, n);
-      finish_rows<TC>(f, rows, bias, c, r0);
+      detail::finish_rows<TC>(Kokkos::subview(f, std::make_pair(Index(0), rows), Kokkos::ALL), bias,
+                              c, r0);
     }
     return true;
   }

@@ -1,0 +1,63 @@
+// Rows of a product's panels between bf16 and float32 (private to ops): the
+// widening of a bf16 (or float) operand's rows into a float32 panel, and the
+// one rounding of a float32 panel (plus a bias) into C. Shared by mixed_matmul's
+// portable loop (mixed_gemm.cpp) and the GPU vendor path (tpls/device_blas.cpp).
+#pragma once
+
+#include "reformer/core/precision.hpp"
+#include "reformer/core/types.hpp"
+
+#include <type_traits>
+
+namespace reformer::ops::detail {
+
+// to(i, j) = from(begin + i, j) widened, for `rows` rows; to has rows d apart
+// (d = from's width), from may have padded rows.
+template <class T>
+void widen_rows(In2<T> from, Index begin, Index rows, float* to) {
+  const Index d = from.extent(1), ld = from.stride(0);
+  const T* in = rows > 0 ? &from(begin, 0) : from.data();
+  if (ld == d) {
+    // Unpadded rows are contiguous: one flat loop over raw pointers, which
+    // vectorises.
+    parallel_blocks(
+        "mixed_matmul_widen", rows * d, KOKKOS_LAMBDA(Index first, Index end) {
+          for (Index i = first; i < end; ++i) to[i] = load(in[i]);
+        });
+  } else {
+    Kokkos::parallel_for(
+        "mixed_matmul_widen_rows", range(rows), KOKKOS_LAMBDA(Index i) {
+          for (Index j = 0; j < d; ++j) to[i * d + j] = load(in[i * ld + j]);
+        });
+  }
+}
+
+// c(begin + r, j) = round(f(r, j) + bias(j)) for the rows of a float panel f
+// (bias may be empty; c may be f; either may have padded rows). Nothing to do
+// for a float32 C that is f without a bias.
+template <class TC>
+void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
+  const Index n = f.extent(0), d = f.extent(1);
+  const Index ldf = f.stride(0), ldc = c.stride(0);
+  const bool has_bias = bias.extent(0) > 0;
+  TC* to = n > 0 ? &c(begin, 0) : c.data();
+  const float* from = f.data();
+  if (std::is_same<TC, float>::value && !has_bias && static_cast<const void*>(from) == to &&
+      ldf == ldc)
+    return;
+  if (!has_bias && ldf == d && ldc == d) {
+    parallel_blocks(
+        "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index first, Index end) {
+          for (Index i = first; i < end; ++i) to[i] = store<TC>(from[i]);
+        });
+    return;
+  }
+  const float* b = has_bias ? bias.data() : nullptr;
+  Kokkos::parallel_for(
+      "mixed_matmul_finish_rows", range(n), KOKKOS_LAMBDA(Index i) {
+        for (Index j = 0; j < d; ++j)
+          to[i * ldc + j] = store<TC>(from[i * ldf + j] + (b ? b[j] : 0.0f));
+      });
+}
+
+}  // namespace reformer::ops::detail
