@@ -17,6 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -88,7 +89,8 @@ BENCHMARK(BM_Matmul)->Apply(transformer_sizes);
 // packed GEMM, or with REFORMER_BF16_GEMM=blas the widened panels and the BLAS.
 void dense_product_sizes(benchmark::internal::Benchmark* b) {
   for (int kind : {0, 1, 2})
-    for (auto kn : {std::pair<int, int>{256, 256}, {256, 1024}, {1024, 256}})
+    for (const std::pair<int, int> kn :
+         std::initializer_list<std::pair<int, int>>{{256, 256}, {256, 1024}, {1024, 256}})
       b->Args({16384, kn.first, kn.second, kind});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }

@@ -17,7 +17,15 @@ DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
 build=${REFORMER_BUILD:-$root/build}/cuda-hopper
 "$root/cmake/install-deps.sh" cuda-hopper
 export PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$DEPS/nvcc_wrapper_sm90" \
+# The compiler cache of tests/run_all.sh: a rebuild after a small change
+# recompiles only what changed, also from another clone.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=$DEPS/ccache CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S "$root" -B "$build" -G Ninja "${launcher[@]}" -DCMAKE_CXX_COMPILER="$DEPS/nvcc_wrapper_sm90" \
   -DCMAKE_C_COMPILER=gcc-11 -DKokkos_ROOT="$DEPS/cuda-hopper" \
   -DKokkosKernels_ROOT="$DEPS/cuda-hopper" -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=ON \
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
@@ -26,7 +34,7 @@ pack=$(mktemp -d)
 mkdir -p "$pack/pkg/bin" "$pack/pkg/lib"
 for exe in tests/test_core tests/test_ops tests/test_attention tests/test_layers tests/test_models \
   tests/test_train tests/test_data tests/test_io tests/test_config tests/op_fingerprint \
-  bench/bench_attention bench/bench_model bench/bench_decode bin/reformer; do
+  bench/bench_attention bench/bench_model bench/bench_decode bench/bench_ops bin/reformer; do
   cp "$build/$exe" "$pack/pkg/bin/"
 done
 strip "$pack"/pkg/bin/*

@@ -3,14 +3,24 @@
 # .gpu/pkg.tar.xz (made by tests/gpu_pack.sh) and
 #   tests [seconds per binary, default 240] [binaries ...]
 #       runs the test binaries on the CUDA backend, each under the time limit,
-#       one log and one GoogleTest XML report per binary in $OUT (or
-#       gpu-results/), ending with `total: N passed, M failed`; exits 1 when
-#       any binary failed (a failed case, a crash or a time-out), else 0;
+#       TEST_JOBS of them at once (default 1), one log and one GoogleTest XML
+#       report per binary in $OUT (or gpu-results/), ending with
+#       `total: N passed, M failed`; exits 1 when any binary failed (a failed
+#       case, a crash or a time-out), else 0;
 #   bench
-#       the GPU benchmarks, in one run: the device's float32 GEMM rate (PyTorch),
-#       our attention layers against PyTorch's fused SDPA layer, the memory
-#       instrument's sweep, and the 6-layer Reformer step against lucidrains'
-#       reformer-pytorch (wheels from .gpu/whl, if there).
+#       the GPU benchmarks, in one run: the device's float32 GEMM rate (PyTorch)
+#       beside ours (cuBLAS loaded at run time, and Kokkos Kernels' own gemm
+#       with REFORMER_DEVICE_BLAS=off), our attention layers against PyTorch's
+#       fused SDPA layer and reformer-pytorch's LSHSelfAttention, the memory
+#       instrument's sweep, the 6-layer Reformer step against lucidrains'
+#       reformer-pytorch (wheels from .gpu/whl, if there), cached generation
+#       against rerunning the model, and kernel profiles
+#       (REFORMER_KERNEL_PROFILE, core/kernel_profile.hpp) of the 6-layer step
+#       and of exact attention, kernel by kernel; BENCH_PARTS="gemm team ..."
+#       runs only the parts named (see `parts=` below) for a short lease;
+#   all [seconds per test binary, default 150]
+#       the tests, every binary at once, then the benchmarks: the one command
+#       for a lent GPU (about 8 minutes on an H200).
 # The machine needs python3 with PyTorch for `bench`, nothing for `tests`.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,7 +34,15 @@ if [ ! -d /tmp/reformer-gpu/pkg ]; then
       "$root/.gpu/pkg.tar.xz" /tmp/reformer-gpu
 fi
 pkg=/tmp/reformer-gpu/pkg
-export LD_LIBRARY_PATH=$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The packed libraries (HDF5, MPI and what they pull in, from Debian) are for
+# our binaries only: $pkg/run/<name> runs $pkg/bin/<name> with them on the
+# library path, so that python3 and PyTorch keep the machine's own.
+mkdir -p "$pkg/run"
+for exe in "$pkg"/bin/*; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
+    "$pkg" "$exe" >"$pkg/run/${exe##*/}"
+  chmod +x "$pkg/run/${exe##*/}"
+done
 # The products load the vendor BLAS at run time (src/ops/tpls/device_blas.cpp):
 # unless REFORMER_CUBLAS names one, PyTorch's cuBLAS from its wheels
 # (site-packages/nvidia/<cublas or cu13>/lib), with its cuBLASLt beside it.
@@ -34,68 +52,173 @@ dirs = site.getsitepackages() + [site.getusersitepackages()]
 found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so.*")))
 print(found[-1] if found else "")' 2>/dev/null || true)
   if [ -n "$cublas" ]; then
-    LD_LIBRARY_PATH=$(dirname "$cublas"):$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH=$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export REFORMER_CUBLAS=$cublas
   fi
 fi
 echo "device BLAS: ${REFORMER_CUBLAS:-none named, the dynamic loader searches}" | tee "$out/device_blas.txt"
-"$pkg/bin/reformer" info 2>&1 | grep -E "device" | tee -a "$out/device_blas.txt" || true
+"$pkg/run/reformer" info 2>&1 | grep -E "device" | tee -a "$out/device_blas.txt" || true
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
-if [ "$mode" = tests ]; then
-  limit=${1:-240}
-  shift || true
-  binaries=("$@")
+# run_test_binary <seconds> <name>: one binary, its log and report in $out and
+# its exit status in $out/<name>.rc.
+run_test_binary() {
+  local limit=$1 name=$2 start
+  start=$(date +%s)
+  # The tests read files relative to the repository (fixtures, scripts).
+  (cd "$root" && timeout "$limit" "$pkg/run/$name" --gtest_output="xml:$out/$name.xml") \
+    >"$out/$name.log" 2>&1
+  echo "$? $(($(date +%s) - start))" >"$out/$name.rc"
+}
+
+# run_tests <seconds per binary> <jobs> [binaries ...]: 0 when every binary passed.
+run_tests() {
+  local limit=$1 jobs=$2
+  shift 2
+  local binaries=("$@")
   [ ${#binaries[@]} -gt 0 ] || binaries=(test_core test_ops test_attention test_layers test_models
     test_train test_data test_io test_config)
-  passed=0 failed=0
+  local running=0 name
   for name in "${binaries[@]}"; do
-    start=$(date +%s)
-    # The tests read files relative to the repository (fixtures, scripts).
-    (cd "$root" && timeout "$limit" "$pkg/bin/$name" --gtest_output="xml:$out/$name.xml") \
-      >"$out/$name.log" 2>&1
-    rc=$?
+    run_test_binary "$limit" "$name" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+      wait -n
+      running=$((running - 1))
+    fi
+  done
+  wait
+  local passed=0 failed=0 p f rc seconds
+  for name in "${binaries[@]}"; do
+    read -r rc seconds <"$out/$name.rc"
     p=$(grep -c '^\[       OK \]' "$out/$name.log" || true)
     f=$(grep -c '^\[  FAILED  \] .*(' "$out/$name.log" || true)
     [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1  # a crash or a time-out counts as a failure
     passed=$((passed + p))
     failed=$((failed + f))
-    echo "$name: $p passed, $f failed, exit $rc, $(($(date +%s) - start)) s"
+    echo "$name: $p passed, $f failed, exit $rc, $seconds s"
     [ "$rc" -eq 0 ] || grep -E '^\[  FAILED  \]|rror|abort|Assertion' "$out/$name.log" | head -n 20
   done
-  echo "total: $passed passed, $failed failed"
-  [ "$failed" -eq 0 ] || exit 1
-  exit 0
-fi
+  echo "total: $passed passed, $failed failed" | tee "$out/tests_total.txt"
+  [ "$failed" -eq 0 ]
+}
 
-[ "$mode" = bench ] || { echo "gpu_run.sh: mode is '$mode' but must be tests or bench" >&2; exit 2; }
+if [ "$mode" = tests ]; then
+  limit=${1:-240}
+  shift || true
+  run_tests "$limit" "${TEST_JOBS:-1}" "$@"
+  exit
+fi
+tests_status=0
+if [ "$mode" = all ]; then
+  echo "== tests (every binary at once)"
+  run_tests "${1:-150}" 16 || tests_status=1
+elif [ "$mode" != bench ]; then
+  echo "gpu_run.sh: mode is '$mode' but must be tests, bench or all" >&2
+  exit 2
+fi
 if ls "$root"/.gpu/whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/reformer-gpu/site "$root"/.gpu/whl/*.whl
   export PYTHONPATH=/tmp/reformer-gpu/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONUNBUFFERED=1
-python3 - <<'PY' | tee "$out/sgemm.txt"
+# BENCH_PARTS picks the parts (default: all of them, in this order); every step
+# has a time limit, so one that hangs or crashes costs only itself.
+parts=" ${BENCH_PARTS:-sgemm gemm sdpa team lsh_peer memory step peer_step profile generate} "
+part() { [[ "$parts" == *" $1 "* ]]; }
+if part sgemm; then
+  python3 - <<'PY' | tee "$out/sgemm.txt"
 import time, torch
 torch.backends.cuda.matmul.allow_tf32 = False
-a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
-for _ in range(3): a @ b
-torch.cuda.synchronize(); t = time.perf_counter(); n = 10
-for _ in range(n): a @ b
-torch.cuda.synchronize()
-print(f"{torch.cuda.get_device_name()}: float32 sgemm 8192^3 (no TF32) "
-      f"{2 * 8192**3 * n / (time.perf_counter() - t) / 1e12:.1f} TFLOP/s, torch {torch.__version__}")
+def rate(m, k, n, reps):
+    a = torch.randn(m, k, device="cuda"); b = torch.randn(k, n, device="cuda")
+    for _ in range(3): a @ b
+    torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(reps): a @ b
+    torch.cuda.synchronize()
+    return 2 * m * k * n * reps / (time.perf_counter() - t) / 1e12
+print(f"{torch.cuda.get_device_name()}: float32 sgemm (no TF32), torch {torch.__version__}: "
+      f"8192^3 {rate(8192, 8192, 8192, 10):.1f} TFLOP/s; "
+      f"[65536, 1024] x [1024, 1024] {rate(65536, 1024, 1024, 20):.1f} TFLOP/s; "
+      f"[16384, 256] x [256, 256] {rate(16384, 256, 256, 50):.1f} TFLOP/s")
 PY
-echo "== attention layers against PyTorch's fused SDPA layer (forward + backward, L x 256, causal)"
-timeout 240 python3 "$root/bench/torch_attention.py" --impl sdpa --device cuda --ours-layer \
-  --ours "$pkg/bin/bench_attention" --ours-kinds full lsh local exact \
-  --lengths 1024 4096 16384 | tee "$out/sdpa_layer.md"
-echo "== the memory instrument on the GPU"
-timeout 200 "$pkg/bin/reformer" memory --variants full,full-rev,lsh-2,lsh-8,local,exact,exact-rev,reformer \
-  --lengths 4096,16384,65536 --steps 1 --out "$out/memory_lm" | tee "$out/memory_lm.txt"
-echo "== the 6-layer Reformer step: ours and reformer-pytorch"
-timeout 100 "$pkg/bin/reformer" memory --variants reformer --layers 6 --lengths 16384,65536 \
-  --steps 2 --out "$out/memory_6" | tee "$out/memory_6.txt"
-for length in 16384 65536; do
-  timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
-    --device cuda --steps 2 | tee -a "$out/reformer_pytorch.jsonl"
-done
+fi
+if part gemm; then
+  echo "== our products: cuBLAS loaded at run time, then Kokkos Kernels' gemm (REFORMER_DEVICE_BLAS=off)"
+  gemm_filter='^(BM_Matmul/(65536/1024|16384/256)/|BM_DenseProduct<float>)'
+  timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" | tee "$out/gemm_ours.txt"
+  REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" |
+    tee "$out/gemm_portable.txt"
+fi
+if part sdpa; then
+  echo "== attention layers against PyTorch's fused SDPA layer (forward + backward, L x 256, causal)"
+  timeout 200 python3 "$root/bench/torch_attention.py" --impl sdpa --device cuda --ours-layer \
+    --ours "$pkg/run/bench_attention" --ours-kinds full lsh local exact \
+    --lengths 1024 4096 16384 | tee "$out/sdpa_layer.md"
+fi
+if part team; then
+  echo "== threads per team of the fused kernels at 16K (REFORMER_TEAM_SIZE; 0: the default, core/cpu_target.hpp)"
+  for size in ${TEAM_SIZES:-0 64 256}; do
+    echo "team size $size" | tee -a "$out/team_size.txt"
+    REFORMER_TEAM_SIZE=$size timeout 60 "$pkg/run/bench_attention" \
+      --benchmark_filter='^BM_AttentionLayer/[123]/16384/' 2>&1 | grep -E "^BM_|rror|what" |
+      tee -a "$out/team_size.txt"
+  done
+fi
+if part lsh_peer; then
+  echo "== reformer-pytorch's LSHSelfAttention layer (2 rounds, bucket 64, causal)"
+  for length in 4096 16384; do
+    timeout 60 python3 "$root/bench/peer_layers.py" --layer lsh --length "$length" --device cuda |
+      tee -a "$out/lsh_peer.jsonl"
+  done
+fi
+if part memory; then
+  echo "== the memory instrument on the GPU (2 layers)"
+  timeout 120 "$pkg/run/reformer" memory --variants full,lsh-2,local,exact,reformer \
+    --lengths 16384 --steps 1 --out "$out/memory_lm" | tee "$out/memory_lm.txt"
+fi
+if part step; then
+  echo "== the 6-layer Reformer step: ours (cuBLAS; then the portable gemm at 16K)"
+  # One process per length, so that each peak counts the team scratch pool.
+  for length in ${STEP_LENGTHS:-16384 65536}; do
+    timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
+      --steps 2 --out "$out/memory_6_$length" | tee -a "$out/memory_6.txt"
+  done
+  REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/reformer" memory --variants reformer --layers 6 \
+    --lengths 16384 --steps 2 --out "$out/memory_6_portable" | tee "$out/memory_6_portable.txt"
+fi
+if part peer_step; then
+  echo "== the 6-layer step of lucidrains' reformer-pytorch"
+  for length in ${PEER_LENGTHS:-16384 65536}; do
+    timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
+      --device cuda --steps 2 | tee -a "$out/reformer_pytorch.jsonl"
+  done
+fi
+if part profile; then
+  echo "== kernel profiles (every kernel fenced: slower than the plain runs above)"
+  REFORMER_KERNEL_PROFILE="$out/profile_step16k.txt" timeout 100 "$pkg/run/reformer" memory \
+    --variants reformer --layers 6 --lengths 16384 --steps 0 --out "$out/profile_step" >/dev/null
+  head -n 40 "$out/profile_step16k.txt"
+  tail -n 1 "$out/profile_step16k.txt"
+  REFORMER_KERNEL_PROFILE="$out/profile_exact16k.txt" timeout 100 "$pkg/run/reformer" memory \
+    --variants exact --lengths 16384 --steps 0 --out "$out/profile_exact" >/dev/null
+  head -n 12 "$out/profile_exact16k.txt"
+  tail -n 1 "$out/profile_exact16k.txt"
+fi
+if part generate; then
+  echo "== cached generation against rerunning the model (4K)"
+  timeout 90 "$pkg/run/bench_decode" --benchmark_filter='^BM_LmGenerate/cached:[01]/L:4096' |
+    tee "$out/generate.txt"
+fi
+echo
+echo "==== summary ($(cat "$out/gpu.txt"))"
+cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
+grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_ours.txt" 2>/dev/null | sed 's/^/cuBLAS   /'
+grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 's/^/portable /'
+cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/lsh_peer.jsonl" 2>/dev/null
+grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \
+  "$out/memory_6_portable.txt" 2>/dev/null
+cat "$out/reformer_pytorch.jsonl" 2>/dev/null
+grep -hE "^BM_" "$out/generate.txt" 2>/dev/null
+if [ "$mode" = all ]; then cat "$out/tests_total.txt"; fi
+exit "$tests_status"

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "reformer/attention/masks.hpp"
+#include "reformer/core/cpu_target.hpp"
 #include "reformer/core/team_scratch.hpp"
 #include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/vector_loops.hpp"
@@ -479,8 +480,10 @@ template <class T>
 void run_forward_chunks(const char* label, ChunkedForward<T> kernel, Index batch) {
   const size_t bytes = kernel.scratch_bytes();
   kernel.level = scratch_level(bytes);
-  Kokkos::parallel_for(
-      label, team_policy(batch * kernel.in.heads * kernel.in.window.n_chunks, bytes), kernel);
+  Kokkos::parallel_for(label,
+                       team_policy(batch * kernel.in.heads * kernel.in.window.n_chunks, bytes,
+                                   GpuTarget::chunked_team_size),
+                       kernel);
 }
 
 // delta = dout . out per (batch, position, head).
@@ -522,8 +525,9 @@ void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>
     kernel.first_chunk = first;
     kernel.chunk_stride = stride;
     kernel.chunks = chunks;
-    Kokkos::parallel_for("chunked_attention_backward",
-                         team_policy(batch * in.heads * chunks, bytes), kernel);
+    Kokkos::parallel_for(
+        "chunked_attention_backward",
+        team_policy(batch * in.heads * chunks, bytes, GpuTarget::chunked_team_size), kernel);
   };
   for (Index r = 0; r < in.rounds; ++r) {
     const Index first = r * per_round;

@@ -3,10 +3,12 @@
 #include "core/device.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/huge_pages.hpp"
+#include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/types.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -63,10 +65,20 @@ Runtime::Runtime(const RuntimeOptions& options) {
   // tracker chains to the huge-page hook registered before it.
   advise_huge_pages_for_host_allocations();
   if (options.track_memory) MemoryTracker::instance().install();
+  // After the tracker, so that the profile chains to it (and goes first).
+  kernel_profile_path_ = install_kernel_profile_from_environment();
   run_runtime_setups();
 }
 
 Runtime::~Runtime() {
+  if (!kernel_profile_path_.empty()) {
+    if (!write_kernel_profile(kernel_profile_path_))
+      std::fprintf(stderr,
+                   "reformer: could not write the kernel profile to '%s' "
+                   "(REFORMER_KERNEL_PROFILE)\n",
+                   kernel_profile_path_.c_str());
+    KernelProfile::instance().uninstall();
+  }
   MemoryTracker::instance().uninstall();
   if (owns_kokkos_) Kokkos::finalize();
 }

@@ -104,6 +104,19 @@ struct CpuTarget {
                 "a register block needs at least 16 vector registers");
 };
 
+// The GPU side of the same choices (CUDA and HIP builds; host builds ignore
+// it). Threads per team of the chunked attention kernels (LSH and local, one
+// team per chunk of 64 queries): Kokkos' AUTO gave them 32, whose level-1
+// scratch pool is reserved for every resident team. On an H200 (2026-11-26,
+// docs/benchmarks.md) the LSH-2 and local layers at 16K ran in 22.8 and 25.4 ms
+// with AUTO, 16.9 / 16.3 with 64 threads, 15.2 / 11.9 with 128 and 18.0 / 10.7
+// with 256, and the pool shrank from 2.9 / 6.0 GiB to 0.8 / 1.6 GiB at 128.
+// The tiled kernels (exact and relative attention) keep AUTO: 64 threads was
+// no faster there (214 against 221 ms) and 256 took twice as long.
+struct GpuTarget {
+  static constexpr int chunked_team_size = 128;
+};
+
 // A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a
 // hot kernel compiled for AVX-512, taken at run time on a CPU that has it (the
 // host BLAS does the same). GCC on x86-64 only (#pragma GCC target); the copy

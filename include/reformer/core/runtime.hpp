@@ -18,7 +18,9 @@ struct RuntimeOptions {
 
 // Initialises Kokkos (unless it already is), installs the memory tracker and
 // runs every registered setup step; finalises Kokkos on destruction if it
-// initialised it. All Views must be gone by then.
+// initialised it. All Views must be gone by then. With REFORMER_KERNEL_PROFILE
+// set, it also times every kernel and writes the table to that file when it
+// ends (core/kernel_profile.hpp).
 class Runtime {
  public:
   explicit Runtime(const RuntimeOptions& options = {});
@@ -28,6 +30,7 @@ class Runtime {
 
  private:
   bool owns_kokkos_ = false;
+  std::string kernel_profile_path_;  // REFORMER_KERNEL_PROFILE, or empty
 };
 
 // A setup step of a higher layer that must run once Kokkos is initialised and

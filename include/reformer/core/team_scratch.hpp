@@ -10,6 +10,7 @@
 #include "reformer/core/types.hpp"
 
 #include <cstddef>
+#include <cstdlib>
 
 namespace reformer {
 
@@ -30,19 +31,39 @@ inline int scratch_level(std::size_t bytes) {
   return kHostMemory || bytes <= kLevel0ScratchBytes ? 0 : 1;
 }
 
-// A team policy of `league` teams with `bytes` of scratch per team at the level
-// they fit in.
-inline Kokkos::TeamPolicy<ExecSpace> team_policy(Index league, std::size_t bytes) {
-  Kokkos::TeamPolicy<ExecSpace> policy(league, Kokkos::AUTO);
+// Threads per team of the fused kernels on a GPU: the number in
+// REFORMER_TEAM_SIZE when it is set and positive, read once (a tuning
+// experiment: a level-1 scratch pool is sized per resident team, so larger
+// teams mean a smaller pool; tests/gpu_run.sh compares sizes), else the
+// kernel's own choice (core/cpu_target.hpp's GpuTarget), else Kokkos' AUTO.
+// Host builds always take AUTO (one thread per team on OpenMP).
+inline int requested_team_size() {
+  static const int size = [] {
+    const char* text = std::getenv("REFORMER_TEAM_SIZE");
+    return text != nullptr ? std::atoi(text) : 0;
+  }();
+  return kHostMemory ? 0 : size;
+}
+
+template <class Policy>
+Policy sized_team_policy(Index league, std::size_t bytes, int team_size) {
+  const int size = kHostMemory ? 0 : requested_team_size() > 0 ? requested_team_size() : team_size;
+  Policy policy = size > 0 ? Policy(league, size) : Policy(league, Kokkos::AUTO);
   return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
+}
+
+// A team policy of `league` teams with `bytes` of scratch per team at the level
+// they fit in, and `team_size` threads per team on a GPU (0: AUTO).
+inline Kokkos::TeamPolicy<ExecSpace> team_policy(Index league, std::size_t bytes,
+                                                 int team_size = 0) {
+  return sized_team_policy<Kokkos::TeamPolicy<ExecSpace>>(league, bytes, team_size);
 }
 
 // The same with teams handed out one at a time in league order, for leagues
 // whose teams have unequal work (put the largest first).
 using DynamicTeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
-inline DynamicTeamPolicy dynamic_team_policy(Index league, std::size_t bytes) {
-  DynamicTeamPolicy policy(league, Kokkos::AUTO);
-  return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
+inline DynamicTeamPolicy dynamic_team_policy(Index league, std::size_t bytes, int team_size = 0) {
+  return sized_team_policy<DynamicTeamPolicy>(league, bytes, team_size);
 }
 
 }  // namespace reformer
