@@ -16,7 +16,9 @@ namespace reformer::ops::detail {
 template <class T>
 void widen_rows(In2<T> from, Index begin, Index rows, float* to) {
   const Index d = from.extent(1), ld = from.stride(0);
-  const T* in = rows > 0 ? &from(begin, 0) : from.data();
+  // Pointer arithmetic, not &from(begin, 0): this runs on the host, and a
+  // View's operator() on the host aborts for device memory.
+  const T* in = from.data() + begin * ld;
   if (ld == d) {
     // Unpadded rows are contiguous: one flat loop over raw pointers, which
     // vectorises.
@@ -40,7 +42,7 @@ void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
   const Index n = f.extent(0), d = f.extent(1);
   const Index ldf = f.stride(0), ldc = c.stride(0);
   const bool has_bias = bias.extent(0) > 0;
-  TC* to = n > 0 ? &c(begin, 0) : c.data();
+  TC* to = c.data() + begin * ldc;  // (not &c(begin, 0): see widen_rows)
   const float* from = f.data();
   if (std::is_same<TC, float>::value && !has_bias && static_cast<const void*>(from) == to &&
       ldf == ldc)

@@ -1,6 +1,7 @@
 #include "reformer/train/memory_sweep.hpp"
 
 #include "reformer/attention/exact.hpp"
+#include "reformer/ops/device_blas.hpp"
 #include "train/sweep_detail.hpp"
 
 #include <algorithm>
@@ -42,10 +43,24 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
   return bytes;
 }
 
-double mixed_panel_bytes() {
-  // Products of bf16 activations pack (or widen) their operands into 2^18
-  // float32 values outside the workspace (ops/gemm.hpp mixed_matmul): one set
-  // per host thread, or up to three on a device.
+double mixed_panel_bytes(std::initializer_list<MixedProduct> products) {
+  // On a GPU with its vendor BLAS (ops/tpls/device_blas.hpp), a product widens
+  // a panel of its bf16 rows ([panel, k]; all of them when they are read
+  // transposed) and, for a bf16 result, sums into a float32 panel of C
+  // ([panel, n]), panel = rows capped at 2^18 / max(n, k) (at least 64); the
+  // largest product's.
+  if (!kHostMemory && ops::device_blas_info().loaded) {
+    double bytes = 0;
+    for (const MixedProduct& p : products) {
+      const double panel = std::min(p.rows, std::max(64.0, double(1 << 18) / std::max(p.n, p.k)));
+      const double widened = p.transposed ? p.rows * p.k : panel * p.k;
+      bytes = std::max(bytes, (widened + (p.float_result ? 0.0 : panel * p.n)) * 4);
+    }
+    return bytes;
+  }
+  // Elsewhere they pack (or widen) their operands into 2^18 float32 values
+  // (ops/gemm.hpp mixed_matmul): one set per host thread, or up to three on a
+  // device.
   const double panel_sets =
       kHostMemory ? double(Kokkos::DefaultHostExecutionSpace().concurrency()) : 3.0;
   return panel_sets * (1 << 18) * 4;

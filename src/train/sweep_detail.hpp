@@ -4,6 +4,7 @@
 #pragma once
 
 #include "reformer/core/error.hpp"
+#include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/train/memory_sweep.hpp"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -36,8 +38,14 @@ void check_point(const SweepOptions& options, Index batch, Index length);
 
 // Bytes of the float32 sub-panels that products of bf16 activations widen,
 // outside the workspace (a bf16 step's only activation-sized float32 scratch
-// besides the kernels' own).
-double mixed_panel_bytes();
+// besides the kernels' own), given the step's products of bf16 activations
+// [rows, k] (read transposed when `transposed`) by float32 weights [k, n]
+// into a bf16 result, or a float32 one when `float_result`.
+struct MixedProduct {
+  double rows, k, n;
+  bool float_result = false, transposed = false;
+};
+double mixed_panel_bytes(std::initializer_list<MixedProduct> products);
 // Bytes of exact attention's float32 dq accumulator in a bf16 backward pass
 // (attention/exact.cpp, the one-pass schedule): 0 for float32 activations or
 // the two-pass schedule.
@@ -62,6 +70,10 @@ SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& o
   tracker.reset_peaks();
   tracker.clear_phases();
   tracker.reset_launches();
+  // A kernel profile (REFORMER_KERNEL_PROFILE) covers the steps from the
+  // measured one on: the first step's one-time costs (the vendor library
+  // loading its kernels, the workspace growing) are not a step's.
+  if (KernelProfile::instance().installed()) KernelProfile::instance().reset();
   const auto measured_start = std::chrono::steady_clock::now();
   synthetic.run(1);
   const double measured_seconds =

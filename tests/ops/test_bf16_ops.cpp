@@ -4,6 +4,7 @@
 // bf16 activations must equal the float32 one up to float32 round-off.
 #include "reformer/core/error.hpp"
 #include "reformer/ops/activations.hpp"
+#include "reformer/ops/device_blas.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
@@ -23,6 +24,13 @@ namespace {
 
 using namespace reformer::testing;
 using ops::Trans;
+
+// Norm-wise relative error allowed for a weight gradient x^T dy of two bf16
+// factors against the float32 product of the same values: the sums' float32
+// reordering (1e-6), or on a GPU's vendor BLAS, whose bf16 GEMM accumulates
+// in tensor cores that may truncate instead of rounding, 1e-5 (an H200 gave
+// 1.3e-6 over 1500 terms). A bf16 rounding of an operand would give ~1e-3.
+double weight_gradient_slack() { return ops::device_blas_info().loaded ? 1e-5 : 1e-6; }
 
 // Float32 round-off of a sum of k products of values in [-1, 1], relative to
 // the largest result (float's unit round-off 2^-24 times a few k).
@@ -112,8 +120,8 @@ TEST(Bf16Ops, LinearForwardAndBackward) {
   View1<float> b("b", out), db("db", out), db16("db16", out);
   fill_uniform(x, 1);
   fill_uniform(w, 2);
-  // bf16 values: the bf16 copy of the weight that a GPU's vendor BLAS
-  // multiplies (ops/tpls/device_blas.hpp) is then exact.
+  // bf16 values for the weight too: every path's products are then exact in
+  // float32, and only the order of the sums differs.
   round_to_bf16(w);
   fill_uniform(b, 3);
   fill_uniform(dy, 4);
@@ -128,7 +136,7 @@ TEST(Bf16Ops, LinearForwardAndBackward) {
   ops::linear_backward<float>(x, w, dy, dx, dw, db);
   ops::linear_backward<bf16>(x16, w, dy16, dx16, dw16, db16);
   expect_rounded(to_host(dx16), to_host(dx), "linear dx", float_slack(out));
-  EXPECT_LT(relative_error(to_host(dw16), to_host(dw)), 1e-6);
+  EXPECT_LT(relative_error(to_host(dw16), to_host(dw)), weight_gradient_slack());
   EXPECT_LT(relative_error(to_host(db16), to_host(db)), 1e-6);
 }
 
@@ -168,7 +176,7 @@ TEST(Bf16Ops, ProjectionsOfOneInput) {
   ops::projections_backward<bf16>(x16, weights, {dy16[0], dy16[1], dy16[2]}, dx16, 0.5, dw16);
   expect_rounded(to_host(dx16), to_host(dx), "dx", float_slack(3 * out));
   for (int i = 0; i < 3; ++i)
-    EXPECT_LT(relative_error(to_host(dw16[i]), to_host(dw[i])), 1e-6) << i;
+    EXPECT_LT(relative_error(to_host(dw16[i]), to_host(dw[i])), weight_gradient_slack()) << i;
   // float: the same as one matmul per product, in order.
   View2<float> expect("expect", n, in);
   fill_uniform(expect, 2);

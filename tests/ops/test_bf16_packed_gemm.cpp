@@ -38,10 +38,14 @@ std::vector<double> values(Index count, std::uint64_t seed) {
   return out;
 }
 
+// The values of v through a compact copy in v's memory space: a padded
+// device view has no host mirror that deep_copy can fill directly (seen on
+// CUDA: "no available copy mechanism: padded_mirror to padded").
 template <class T>
 std::vector<double> read(const View2<T>& v) {
-  auto host = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(host, v);
+  View2<T> compact("compact", v.extent(0), v.extent(1));
+  Kokkos::deep_copy(compact, v);
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), compact);
   std::vector<double> out(v.extent(0) * v.extent(1));
   for (Index i = 0; i < Index(v.extent(0)); ++i)
     for (Index j = 0; j < Index(v.extent(1)); ++j)
@@ -53,12 +57,14 @@ std::vector<double> read(const View2<T>& v) {
 // longer than a row) when `padded`.
 template <class T>
 View2<T> make(const std::vector<double>& v, Index rows, Index cols, bool padded = false) {
-  View2<T> out = padded ? View2<T>(Kokkos::view_alloc("padded", Kokkos::AllowPadding), rows, cols)
-                        : View2<T>("compact", rows, cols);
-  auto host = Kokkos::create_mirror_view(out);
+  View2<T> compact("compact", rows, cols);
+  auto host = Kokkos::create_mirror_view(compact);
   for (Index i = 0; i < rows; ++i)
     for (Index j = 0; j < cols; ++j) host(i, j) = T(float(v[i * cols + j]));
-  Kokkos::deep_copy(out, host);
+  Kokkos::deep_copy(compact, host);
+  if (!padded) return compact;
+  View2<T> out(Kokkos::view_alloc("padded", Kokkos::AllowPadding), rows, cols);
+  Kokkos::deep_copy(out, compact);  // within one memory space: a copy kernel
   return out;
 }
 

@@ -41,7 +41,10 @@ std::string describe(const config::RunConfig& config, const std::ostringstream& 
 
 // The encoder-decoder learns the copy task (sources of 1 to 7 symbols of 4):
 // >= 95% of the greedy decodings of 128 validation sources equal the source
-// (a trained model: 100% from about 1000 steps; an untrained one: 0%).
+// (a trained model: 100% from about 600 steps; an untrained one: 0%).
+// Learning rate 1.0: at 2.0, 7 of 9 seeds stalled near loss 0.5 on the CPU,
+// and seed 1, which learned there, stalled on an H200 (other rounding); at
+// 1.0 every one of 12 seed pairs reached loss < 0.001 by step 1200.
 TEST(Learning, EncoderDecoderLearnsTheCopyTask) {
   TempDir dir;
   std::ostringstream log;
@@ -49,7 +52,7 @@ TEST(Learning, EncoderDecoderLearnsTheCopyTask) {
       seq2seq_run(dir.path() + "/copy", 1200,
                   {"data.task=\"seq2seq_copy\"", "model.dropout=0", "train.batch=16",
                    "train.accumulate=1", "train.log_every=50", "train.checkpoint_every=0",
-                   "train.learning_rate=2.0", "train.warmup_steps=30"});
+                   "train.learning_rate=1.0", "train.warmup_steps=30"});
   train::run_training(config, quiet_options(&log));
   const auto e = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 8);
   std::cout << "copy: exact match " << e.exact_match << " (>= 0.95), token accuracy " << e.accuracy

@@ -41,9 +41,9 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
 // when A is not transposed, and the inner dimension when A is transposed and
 // B is not (the weight gradients X^T dY); other shapes widen whole operands.
 // On a GPU whose vendor BLAS is loaded (ops/device_blas.hpp) the product runs
-// in the vendor's bf16 GEMM with float32 accumulation instead: a float32
-// operand of a mixed product (a weight) is rounded once to bf16 first, which
-// moves the result by at most 2^-8 sum_p |a_ip b_pj| more.
+// there with the same products: two bf16 factors in the vendor's bf16 GEMM
+// with float32 accumulation, a bf16 factor with a float32 one widened to
+// float32 for the vendor's sgemm.
 template <class TA, class TB, class TC>
 void mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, View2<TC> c,
                   float alpha = 1.0f, float beta = 0.0f, In1<float> bias = In1<float>());

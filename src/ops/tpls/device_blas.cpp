@@ -10,6 +10,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/ops/device_blas.hpp"
 
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -286,6 +288,15 @@ struct Operand {
 void row_major_gemm(const Operand& a, const Operand& b, Index m, Index n, Index k, float alpha,
                     float beta, void* c, Type c_type, Index ldc) {
   Api& api = api_for_products();
+  // The kernel profile (core/kernel_profile.hpp) times each product under its
+  // shape: C [m, n] = op(A) [m, k] op(B) [k, n], N or T per operand.
+  char label[112];
+  std::snprintf(label, sizeof label, "%s gemm %c%c m %lld n %lld k %lld%s",
+                api.vendor == Vendor::Cublas ? "cublas" : "rocblas",
+                a.trans == Trans::No ? 'N' : 'T', b.trans == Trans::No ? 'N' : 'T',
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                a.type == Type::F32 && b.type == Type::F32 ? "" : " bf16");
+  const ProfileRegion region(label);
   check_status(api.vendor == Vendor::Cublas ? "cublasSetStream_v2" : "rocblas_set_stream",
                api.set_stream(api.handle, device::default_stream()), n, m, k);
   const bool all_float = a.type == Type::F32 && b.type == Type::F32 && c_type == Type::F32;
@@ -343,38 +354,33 @@ bool fits_int(const V& v) {
          Index(v.stride(0)) <= INT_MAX;
 }
 
-// x rounded once to bf16, into a new contiguous view.
-View2<bf16> rounded_copy(In2<float> x, const char* label) {
-  View2<bf16> out(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0),
-                  x.extent(1));
-  const Index cols = x.extent(1);
-  Kokkos::parallel_for(
-      label, range(Index(x.extent(0)) * cols),
-      KOKKOS_LAMBDA(Index e) { out(e / cols, e % cols) = store<bf16>(x(e / cols, e % cols)); });
+// x widened (exactly) to float32, into a new contiguous view.
+View2<float> widened_copy(In2<bf16> x, const char* label) {
+  View2<float> out(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0),
+                   x.extent(1));
+  detail::widen_rows<bf16>(x, 0, x.extent(0), out.data());
   return out;
 }
 
-// The product's view of x: bf16 as it is; float as it is when `keep_float`
-// (both factors float: sgemm), otherwise its bf16 copy in `copy`.
 template <class T>
-Operand operand_of(In2<T> x, Trans trans, bool keep_float, View2<bf16>& copy, const char* label) {
-  if constexpr (is_float<T>) {
-    if (keep_float) return {x.data(), Type::F32, Index(x.stride(0)), trans};
-    copy = rounded_copy(x, label);
-    return {copy.data(), Type::BF16, Index(copy.stride(0)), trans};
-  } else {
-    return {x.data(), Type::BF16, Index(x.stride(0)), trans};
-  }
+Operand operand(In2<T> x, Trans trans) {
+  return {x.data(), is_float<T> ? Type::F32 : Type::BF16, Index(x.stride(0)), trans};
 }
 
+// One product op(A) op(B) of a sum. `widen`, when set, holds A's bf16 rows (A
+// not transposed, B float32): they are widened a panel at a time and the
+// product runs in sgemm.
 struct Term {
   Operand a, b;
   Index k;
+  In2<bf16> widen = In2<bf16>();
 };
 
-// Elements of a float32 panel of C (16 MiB), for bf16 results that take a bias
-// or a sum of several products before their one rounding.
-constexpr Index kPanelElements = Index(1) << 22;
+// Elements of a float32 panel (1 MiB, as the host path's): of C, for bf16
+// results that take a bias or a sum of several products before their one
+// rounding, and of A's widened rows. (16 MiB panels made a bf16 step at 2K
+// positions 0.64x of the float32 one on an H200 instead of about half.)
+constexpr Index kPanelElements = Index(1) << 18;
 
 // C = beta C + alpha sum_t op(A_t) op(B_t) (+ bias(j) on every row).
 // Returns whether it allocated scratch (which must outlive the vendor's work).
@@ -383,35 +389,61 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
                 In1<float> bias) {
   const Index m = c.extent(0), n = c.extent(1), ldc = c.stride(0);
   const bool has_bias = bias.extent(0) > 0;
-  if constexpr (is_float<TC>) {
-    for (std::size_t t = 0; t < terms.size(); ++t)
-      row_major_gemm(terms[t].a, terms[t].b, m, n, terms[t].k, alpha, t == 0 ? beta : 1.0f,
-                     c.data(), Type::F32, ldc);
-    if (has_bias) detail::finish_rows<float>(c, bias, c, 0);
-    return false;
-  } else {
-    // One bf16 product without bias: the vendor rounds its float32 result once
-    // (float32 factors cannot have a bf16 C in the vendors' mixed GEMMs).
+  bool widen = false;
+  Index max_k = 0;
+  for (const Term& t : terms) {
+    widen = widen || t.widen.data() != nullptr;
+    max_k = std::max(max_k, t.k);
+  }
+  if (!widen) {
+    if constexpr (is_float<TC>) {
+      for (std::size_t t = 0; t < terms.size(); ++t)
+        row_major_gemm(terms[t].a, terms[t].b, m, n, terms[t].k, alpha, t == 0 ? beta : 1.0f,
+                       c.data(), Type::F32, ldc);
+      if (has_bias) detail::finish_rows<float>(c, bias, c, 0);
+      return false;
+    }
+    // One bf16 x bf16 product without bias: the vendor rounds its float32
+    // result once.
     if (terms.size() == 1 && !has_bias && terms[0].a.type == Type::BF16) {
       row_major_gemm(terms[0].a, terms[0].b, m, n, terms[0].k, alpha, beta, c.data(), Type::BF16,
                      ldc);
       return false;
     }
-    const Index panel = std::min(m, std::max<Index>(64, kPanelElements / n));
-    View2<float> f(
+  }
+  // Panels of rows of C: a float32 C takes the products in place (its bias
+  // after the last panel); a bf16 C goes through a float32 panel, rounded once.
+  const Index panel = std::min(m, std::max<Index>(64, kPanelElements / std::max(n, max_k)));
+  View2<float> f, rows_a;
+  if (!is_float<TC>)
+    f = View2<float>(
         Kokkos::view_alloc(std::string("device_blas_panel"), Kokkos::WithoutInitializing), panel,
         n);
-    for (Index r0 = 0; r0 < m; r0 += panel) {
-      const Index rows = std::min(panel, m - r0);
-      if (beta != 0.0f) detail::widen_rows<TC>(c, r0, rows, f.data());
-      for (std::size_t t = 0; t < terms.size(); ++t)
-        row_major_gemm(terms[t].a.from_row(r0), terms[t].b, rows, n, terms[t].k, alpha,
-                       t == 0 ? beta : 1.0f, f.data(), Type::F32, n);
+  if (widen)
+    rows_a = View2<float>(
+        Kokkos::view_alloc(std::string("device_blas_widened_rows"), Kokkos::WithoutInitializing),
+        panel, max_k);
+  for (Index r0 = 0; r0 < m; r0 += panel) {
+    const Index rows = std::min(panel, m - r0);
+    float* to = is_float<TC> ? reinterpret_cast<float*>(c.data()) + r0 * ldc : f.data();
+    const Index ld_to = is_float<TC> ? ldc : n;
+    if (!is_float<TC> && beta != 0.0f) detail::widen_rows<TC>(c, r0, rows, f.data());
+    for (std::size_t t = 0; t < terms.size(); ++t) {
+      Operand a = terms[t].a.from_row(r0);
+      if (terms[t].widen.data() != nullptr) {
+        detail::widen_rows<bf16>(terms[t].widen, r0, rows, rows_a.data());
+        a = {rows_a.data(), Type::F32, terms[t].k, Trans::No};
+      }
+      row_major_gemm(a, terms[t].b, rows, n, terms[t].k, alpha, t == 0 ? beta : 1.0f, to, Type::F32,
+                     ld_to);
+    }
+    if constexpr (!is_float<TC>)
       detail::finish_rows<TC>(Kokkos::subview(f, std::make_pair(Index(0), rows), Kokkos::ALL), bias,
                               c, r0);
-    }
-    return true;
   }
+  if constexpr (is_float<TC>)
+    if (has_bias) detail::finish_rows<float>(c, bias, c, 0);
+  return true;
 }
 
 }  // namespace
@@ -427,14 +459,27 @@ bool device_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, Vie
   if (kHostMemory || !device_blas_loaded()) return false;
   if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
   const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
-  // bf16 x float32 (a weight): the weight rounded once to bf16. Both float:
-  // sgemm, unrounded.
-  const bool keep_float = is_float<TA> && is_float<TB>;
-  View2<bf16> a16, b16;
-  const Operand oa = operand_of<TA>(a, trans_a, keep_float, a16, "mixed_matmul_operand_bf16");
-  const Operand ob = operand_of<TB>(b, trans_b, keep_float, b16, "mixed_matmul_weight_bf16");
-  const bool scratch = vendor_sum<TC>({{oa, ob, k}}, c, alpha, beta, bias);
-  if (scratch || a16.data() != nullptr || b16.data() != nullptr) ExecSpace().fence();
+  // Two bf16 factors: the vendor's bf16 GEMM (exact products, float32 sums).
+  // A float32 factor: the bf16 one widened exactly and sgemm, so the products
+  // are those of the host path (float32 weights are never rounded).
+  Term term{operand<TA>(a, trans_a), operand<TB>(b, trans_b), k};
+  View2<float> a32, b32;
+  if constexpr (is_float<TA> != is_float<TB>) {
+    if constexpr (!is_float<TB>) {
+      b32 = widened_copy(b, "mixed_matmul_widened_operand");
+      term.b = operand<float>(b32, trans_b);
+    }
+    if constexpr (!is_float<TA>) {
+      if (trans_a == Trans::No) {
+        term.widen = a;
+      } else {
+        a32 = widened_copy(a, "mixed_matmul_widened_operand");
+        term.a = operand<float>(a32, trans_a);
+      }
+    }
+  }
+  const bool scratch = vendor_sum<TC>({term}, c, alpha, beta, bias);
+  if (scratch || a32.data() != nullptr || b32.data() != nullptr) ExecSpace().fence();
   return true;
 }
 
@@ -458,13 +503,15 @@ bool device_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<floa
   if (bias.extent(0) > 0)
     require<ShapeError>(Index(bias.extent(0)) == n, "mixed_sum: bias has ", bias.extent(0),
                         " entries but C has ", n, " columns");
-  const bool keep_float = is_float<TA>;
-  std::vector<View2<bf16>> a16(as.size()), b16(bs.size());
+  // The right factors are float32 weights: bf16 left factors are widened a
+  // panel of rows at a time (as in device_mixed_matmul).
   std::vector<Term> terms;
-  for (std::size_t i = 0; i < as.size(); ++i)
-    terms.push_back({operand_of<TA>(as[i], Trans::No, keep_float, a16[i], "mixed_sum_operand_bf16"),
-                     operand_of<float>(bs[i], trans_b, keep_float, b16[i], "mixed_sum_weight_bf16"),
-                     Index(as[i].extent(1))});
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    Term term{operand<TA>(as[i], Trans::No), operand<float>(bs[i], trans_b),
+              Index(as[i].extent(1))};
+    if constexpr (!is_float<TA>) term.widen = as[i];
+    terms.push_back(term);
+  }
   vendor_sum<TC>(terms, c, alpha, beta, bias);
   ExecSpace().fence();
   return true;

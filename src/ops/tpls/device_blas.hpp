@@ -1,15 +1,17 @@
 // The vendor BLAS path of the dense products on GPUs (internal header; the
 // loader is in reformer/ops/device_blas.hpp).
 //
-// bf16 operands go to the vendor's mixed-precision GEMM (cublasGemmEx,
-// rocblas_gemm_ex) with float32 accumulation; a float32 operand of a mixed
-// product (a weight) is first rounded once into a bf16 copy, so that both
-// factors are bf16 (the vendors take no bf16 x float32 product). Every product
-// a_ip b_pj is then exact in float32 and the sum is accumulated in float32: the
-// result differs from the float32 product of the unrounded operands by at most
-// u sum_p |a_ip b_pj| (u = 2^-8, the weight's rounding) plus the float32
-// summation error, and a bf16 C is rounded once more at the end. float32 x
-// float32 products go to the vendor's sgemm (no TF32: the default math mode).
+// Products of two bf16 factors go to the vendor's mixed-precision GEMM
+// (cublasGemmEx, rocblas_gemm_ex) with float32 accumulation: every product
+// a_ip b_pj is exact in float32 and the sum is float32. A product with a
+// float32 factor (a weight) widens its bf16 factor exactly to float32 (a panel
+// of rows at a time, or whole when it is transposed or on the right) and runs in
+// the vendor's sgemm, as the host path does: the vendors have no bf16 x float32
+// GEMM, and rounding the weight to bf16 instead would move a result by up to
+// 2^-8 sum_p |a_ip b_pj| (it did, on an H200: the bf16 tests caught it). So on
+// every path the result is the float32 product of the stored values, and a bf16
+// C is rounded once at the end. float32 x float32 products go to sgemm (no
+// TF32: the default math mode).
 //
 // Each function returns false, doing nothing, when the path does not apply: a
 // host build, no vendor library, or a dimension beyond the vendor's 32-bit

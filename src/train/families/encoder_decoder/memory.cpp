@@ -254,11 +254,19 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
     alive += double(c.encoder_layers) * (2 * x * d * a + encoder.state);
     alive += double(c.decoder_layers) * (3 * x * d * a + self.state + cross.state);
   }
-  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
-  const double bytes = alive + workspace + plans + panels;
+  const double panels = a < s
+                            ? sweep::mixed_panel_bytes(
+                                  {{x, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
+                            : 0.0;
+  // The loss phase's: the generator's logits h W, dh = dz W^T, dW += h^T dz.
+  const double loss_panels =
+      a < s ? sweep::mixed_panel_bytes(
+                  {{loss_rows, d, v, true}, {loss_rows, 0, d}, {loss_rows, d, v, true, true}})
+            : 0.0;
+  const double bytes = alive + workspace + plans;
   StepMemory m;
-  m.forward = m.backward = m.optimizer = saturated_bytes(bytes);
-  m.loss = saturated_bytes(bytes + (loss_rows * v + x) * s);
+  m.forward = m.backward = m.optimizer = saturated_bytes(bytes + panels);
+  m.loss = saturated_bytes(bytes + loss_panels + (loss_rows * v + x) * s);
   return m;
 }
 

@@ -229,7 +229,17 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   }
   // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
   const double ws_loss = x * 6 * d * a + 2 * x * s;
-  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
+  // The products of bf16 activations: the projections and the feed-forward.
+  const double panels = a < s
+                            ? sweep::mixed_panel_bytes(
+                                  {{x, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
+                            : 0.0;
+  // The loss phase's: the cross-entropy's logits h W (h [loss_rows, 2d], a
+  // float32 result), dh = dz W^T and dW += h^T dz.
+  const double loss_panels = a < s ? sweep::mixed_panel_bytes({{loss_rows, 2 * d, v, true},
+                                                               {loss_rows, 0, 2 * d},
+                                                               {loss_rows, 2 * d, v, true, true}})
+                                   : 0.0;
   // A training step after the first one (the measured one) starts with what the
   // previous step left: the streams and their gradients, the stored layers or
   // plans, the recompute state and the workspace at its high-water mark. Every
@@ -239,7 +249,7 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
       4 * x * d * a + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward});
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + panels);
-  m.loss = saturated_bytes(alive + panels + (loss_rows * v + x) * s);
+  m.loss = saturated_bytes(alive + loss_panels + (loss_rows * v + x) * s);
   return m;
 }
 

@@ -182,10 +182,18 @@ StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
   const double loss_frame = c.pre_norm ? 2 * x * d * a + 2 * x * s : 0;
   const double workspace = std::max({forward, backward, loss_frame});
   const double loss_rows = std::min(double(c.loss_chunk), x);
-  const double panels = a < s ? sweep::mixed_panel_bytes() : 0.0;
+  const double panels = a < s
+                            ? sweep::mixed_panel_bytes(
+                                  {{y, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
+                            : 0.0;
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + workspace + panels);
-  m.loss = saturated_bytes(alive + workspace + panels + (loss_rows * v + x) * s);
+  // The loss phase's: the logits h W, dh = dz W^T, dW += h^T dz.
+  const double loss_panels =
+      a < s ? sweep::mixed_panel_bytes(
+                  {{loss_rows, d, v, true}, {loss_rows, 0, d}, {loss_rows, d, v, true, true}})
+            : 0.0;
+  m.loss = saturated_bytes(alive + workspace + loss_panels + (loss_rows * v + x) * s);
   return m;
 }
 
