@@ -572,10 +572,9 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   if (lsh) {
     // The query's buckets, then its windows among the cached buckets.
     const Index rounds = config_.lsh.n_hashes;
-    LshPlan plan;
-    lsh_build_plan<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {}, plan,
-                      workspace);
-    const auto planned = plan.buckets;
+    lsh_build_plan<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {},
+                      cache.step_plan, workspace);
+    const auto planned = cache.step_plan.buckets;
     const auto buckets = cache.buckets;
     using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
     Kokkos::parallel_for(

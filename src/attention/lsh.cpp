@@ -574,9 +574,14 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                           .team_size_recommended(kernel, Kokkos::ParallelForTag());
   kernel.slices =
       sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, n_max / 64));
+  // The sort's buffers are sized by the cache's capacity, not by this
+  // position: a generation then takes the same workspace at every step, which
+  // never grows again after the first (on a GPU, no allocation per token).
+  const Index most_slices =
+      sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, capacity / 64));
   kernel.scores = frame.take<View3<T>>(batch * heads, rounds, window);
-  kernel.perm = frame.take<IntView3>(batch * heads, rounds, n_max);
-  kernel.counts = frame.take<IntView3>(batch * heads, bins, kernel.slices);
+  kernel.perm = frame.take<IntView3>(batch * heads, rounds, capacity);
+  kernel.counts = frame.take<IntView3>(batch * heads, bins, most_slices);
   kernel.slots = frame.take<IntView3>(batch * heads, rounds, window);
   kernel.ranks = frame.take<IntView2>(batch * heads, rounds);
   Kokkos::parallel_for("lsh_attention_step", Kokkos::TeamPolicy<ExecSpace>(batch * heads, threads),

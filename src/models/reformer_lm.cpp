@@ -138,6 +138,8 @@ void ReformerGeneration<T>::release() {
   caches.clear();
   x1 = x2 = View2<T>();
   positions = Kokkos::View<Index*, Layout, MemSpace>();
+  host_ids = Kokkos::View<int*, Layout, HostSpace>();
+  host_positions = decltype(host_positions)();
   workspace.release();
 }
 
@@ -544,8 +546,12 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   require<ShapeError>(Index(tokens.size()) == batch, op, ": ", tokens.size(),
                       " tokens for a batch of ", batch);
   Index last = 0;
-  auto host_ids = Kokkos::View<int*, Layout, HostSpace>("generation_ids", batch);
-  auto host_positions = Kokkos::create_mirror_view(generation.positions);
+  if (Index(generation.host_ids.extent(0)) != batch) {
+    generation.host_ids = Kokkos::View<int*, Layout, HostSpace>("generation_ids", batch);
+    generation.host_positions = Kokkos::create_mirror_view(generation.positions);
+  }
+  const auto host_ids = generation.host_ids;
+  const auto host_positions = generation.host_positions;
   for (Index b = 0; b < batch; ++b) {
     const Index p = generation.next[std::size_t(b)];
     require<ConfigError>(p < generation.capacity, op, ": row ", b, " is at position ", p,

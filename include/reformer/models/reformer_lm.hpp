@@ -61,6 +61,10 @@ struct ReformerGeneration {
   std::vector<attention::AttentionCache<T>> caches;
   View2<T> x1, x2;  // [batch, d_model]
   Kokkos::View<Index*, Layout, MemSpace> positions;
+  // A step's tokens and positions staged on the host (made by the first step,
+  // then reused: a generation step allocates nothing).
+  Kokkos::View<int*, Layout, HostSpace> host_ids;
+  typename Kokkos::View<Index*, Layout, MemSpace>::HostMirror host_positions;
   RandomKey key{};
   Workspace workspace{"reformer_generation"};
   void release();
