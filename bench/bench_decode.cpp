@@ -201,9 +201,9 @@ void BM_LshStep(benchmark::State& bench) {
 BENCHMARK(BM_LshStep)->ArgName("L")->Arg(4096)->Arg(65536)->Unit(benchmark::kMicrosecond);
 
 // Issue 31, item 3: our kernel launches and device allocations (from the
-// second step on) per cached generation step (one token for every row) of a small LM (generation_config at max_length 128), prompts
-// of 8 tokens, 64 steps; by rows and position kind (0 axial, 1 learned,
-// 2 sinusoidal). Kokkos' copies, fills and View initialisation not counted.
+// second step on) per cached generation step (one token for every row) of a small LM
+// (generation_config at max_length 128), prompts of 8 tokens, 64 steps; by rows and position kind
+// (0 axial, 1 learned, 2 sinusoidal). Kokkos' copies, fills and View initialisation not counted.
 void BM_LmGenerateLaunches(benchmark::State& bench) {
   const Index rows = bench.range(0), prompt = 8, steps = 64, length = 128, vocab = 256;
   const models::PositionKind kinds[] = {models::PositionKind::Axial, models::PositionKind::Learned,

@@ -533,10 +533,10 @@ void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, In
   ensure_view(cache.rotations, "attention_cache_rotations", h, d, rounds,
               lsh_rotation_width(config_.lsh, capacity));
   lsh_random_rotations<T>(sub_key(call.key, kRotations), cache.rotations);
-  LshPlan plan;
-  lsh_build_plan<T>(per_head(q, batch, length, h, d), cache.rotations, config_.lsh,
-                    {config_.causal, call.key_valid}, plan, workspace);
-  const auto planned = plan.buckets;
+  // Only the hashing: the cache needs the buckets, not their sorted order.
+  const auto planned = frame.take<LshPlan::Ints>(batch * h, rounds * length);
+  lsh_hash<T>(per_head(q, batch, length, h, d), cache.rotations, config_.lsh,
+              {config_.causal, call.key_valid}, planned);
   const auto buckets = cache.buckets;
   using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
   Kokkos::parallel_for(
@@ -572,9 +572,8 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   if (lsh) {
     // The query's buckets, then its windows among the cached buckets.
     const Index rounds = config_.lsh.n_hashes;
-    lsh_build_plan<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {},
-                      cache.step_plan, workspace);
-    const auto planned = cache.step_plan.buckets;
+    const auto planned = frame.take<LshPlan::Ints>(batch * h, rounds);
+    lsh_hash<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {}, planned);
     const auto buckets = cache.buckets;
     using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
     Kokkos::parallel_for(

@@ -370,22 +370,53 @@ void lsh_random_rotations(RandomKey key, View4<T> rotations) {
       KOKKOS_LAMBDA(Index i) { flat(i) = T(random_normal(key, i)); });
 }
 
+// The inputs of the hashing: qk, the sequence length, the masks and the
+// rotations' shape; ShapeError or ConfigError naming `op` otherwise.
 template <class T>
-void lsh_build_plan(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
-                    const MaskOptions& masks, LshPlan& plan, Workspace& workspace) {
-  const char* op = "lsh_build_plan";
+void check_hash_inputs(const char* op, In4<T> qk, In4<compute_t<T>> rotations,
+                       const LshAttentionConfig& config, const MaskOptions& masks) {
   require_nonempty(op, "qk", qk);
   const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
   const Index dh = qk.extent(3), rounds = config.n_hashes;
   check_length(op, config, length);
   detail::check_masks(op, masks, batch, length);
-  const auto factors = lsh_bucket_factors(config, length);
   const Index width = lsh_rotation_width(config, length);
   require<ShapeError>(
       Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
           Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
       op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
       ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, ", "sum of n_buckets / 2)");
+}
+
+template <class T>
+void lsh_hash(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
+              const MaskOptions& masks, Kokkos::View<int**, Layout, MemSpace> buckets) {
+  const char* op = "lsh_hash";
+  check_hash_inputs<T>(op, qk, rotations, config, masks);
+  const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
+  const Index dh = qk.extent(3), rounds = config.n_hashes;
+  const auto factors = lsh_bucket_factors(config, length);
+  const Index width = lsh_rotation_width(config, length);
+  require<ShapeError>(
+      Index(buckets.extent(0)) == batch * heads && Index(buckets.extent(1)) == rounds * length, op,
+      ": buckets have shape ", shape_string(buckets), " but must be [", batch * heads, ", ",
+      rounds * length, "] (batch * heads, n_hashes * length)");
+  const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
+  HashKernel<T> hash{qk, rotations, masks.key_valid,       buckets, length, heads, rounds,
+                     dh, width,     Index(factors.size()), b1,      b2};
+  const size_t hash_bytes = hash.scratch_bytes();
+  hash.level = scratch_level(hash_bytes);
+  Kokkos::parallel_for("lsh_hash",
+                       team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes), hash);
+}
+
+template <class T>
+void lsh_build_plan(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
+                    const MaskOptions& masks, LshPlan& plan, Workspace& workspace) {
+  // Checked before the plan changes, so that a refused call leaves it as it was.
+  check_hash_inputs<T>("lsh_build_plan", qk, rotations, config, masks);
+  const Index batch = qk.extent(0), length = qk.extent(1), heads = qk.extent(2);
+  const Index rounds = config.n_hashes;
   const Index items = rounds * length, n_buckets = lsh_bucket_count(config, length);
   if (Index(plan.perm.extent(0)) != batch * heads || Index(plan.perm.extent(1)) != items) {
     plan.release();
@@ -402,13 +433,7 @@ void lsh_build_plan(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionCo
   plan.heads = heads;
   plan.n_hashes = rounds;
   plan.n_buckets = n_buckets;
-  const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
-  HashKernel<T> hash{qk,     rotations, masks.key_valid, plan.buckets,          length, heads,
-                     rounds, dh,        width,           Index(factors.size()), b1,     b2};
-  const size_t hash_bytes = hash.scratch_bytes();
-  hash.level = scratch_level(hash_bytes);
-  Kokkos::parallel_for("lsh_hash",
-                       team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes), hash);
+  lsh_hash<T>(qk, rotations, config, masks, plan.buckets);
   lsh_sort_buckets(plan, workspace);
   if (masks.key_valid.extent(0) == 0) {
     plan.real = Kokkos::View<int*, Layout, MemSpace>();
@@ -599,6 +624,8 @@ REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE_STEP)
 #define REFORMER_INSTANTIATE(T)                                                                 \
   template void lsh_build_plan<T>(In4<T>, In4<compute_t<T>>, const LshAttentionConfig&,         \
                                   const MaskOptions&, LshPlan&, Workspace&);                    \
+  template void lsh_hash<T>(In4<T>, In4<compute_t<T>>, const LshAttentionConfig&,               \
+                            const MaskOptions&, Kokkos::View<int**, Layout, MemSpace>);         \
   template void lsh_attention_forward<T>(In4<T>, In4<T>, const LshPlan&,                        \
                                          const LshAttentionConfig&, const AttentionCall&,       \
                                          View4<T>, View3<compute_t<T>>, Workspace&);            \

@@ -376,6 +376,12 @@ TEST(LshAttention, ClearErrors) {
                                                 c.workspace);
             }).find("rotations have shape [2, 4, 2, 2] but must be [2, 4, 1, 2]"),
             std::string::npos);
+  // Hashing alone (cached decoding) checks its output's shape too.
+  attention::LshPlan::Ints buckets_wrong("buckets", c.batch * c.heads, c.length + 1);
+  EXPECT_NE(message([&] {
+              attention::lsh_hash<double>(c.qk, c.rot, c.config, c.call.masks, buckets_wrong);
+            }).find("lsh_hash: buckets have shape [4, 17] but must be [4, 16]"),
+            std::string::npos);
   // A plan of another shape is refused, naming both shapes.
   c.config.n_hashes = 2;
   EXPECT_NE(message([&] {

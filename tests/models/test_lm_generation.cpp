@@ -211,8 +211,8 @@ TEST_P(Generation, FloatStepsAgreeToFloatPrecision) {
 
 // After its first step a generation allocates nothing: the LSH step's sort
 // buffers are sized by the cache (not by the position, which grows), the
-// query's bucket plan lives in the cache and the token staging in the
-// generation (issue 31: on a GPU each allocation is a cudaMalloc and a
+// query is only hashed (into the workspace) and the token staging lives in
+// the generation (issue 31: on a GPU each allocation is a cudaMalloc and a
 // synchronising cudaFree; there were 8.5 per token).
 TEST(LmGeneration, StepsAfterTheFirstAllocateNothing) {
   // LSH on top: below it, a longer sequence would re-sort earlier positions.

@@ -100,7 +100,6 @@ struct AttentionCache {
   View3<T> k, v;
   Kokkos::View<int***, Layout, MemSpace> buckets;
   View4<T> rotations;
-  LshPlan step_plan;  // the buckets of a step's query, reused from step to step
   Index capacity() const { return Index(k.extent(1)); }
   void release() { *this = AttentionCache(); }
 };

@@ -81,6 +81,13 @@ struct LshPlan {
   void release() { *this = LshPlan(); }
 };
 
+// Hashes qk with the rotations (step 1) into buckets [batch * heads,
+// n_hashes * L] by (round, position); key_valid in `masks` sends padding to the
+// extra bucket. Cached decoding needs only this; lsh_build_plan sorts after it.
+template <class T>
+void lsh_hash(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& config,
+              const MaskOptions& masks, Kokkos::View<int**, Layout, MemSpace> buckets);
+
 // Hashes qk with the rotations and sorts: fills `plan` (reallocated only when
 // the shape changes). key_valid in `masks` sends padding to the extra bucket.
 template <class T>

@@ -37,17 +37,18 @@ inline int scratch_level(std::size_t bytes) {
 // teams mean a smaller pool; tests/gpu_run.sh compares sizes), else the
 // kernel's own choice (core/cpu_target.hpp's GpuTarget), else Kokkos' AUTO.
 // Host builds always take AUTO (one thread per team on OpenMP).
-inline int requested_team_size() {
-  static const int size = [] {
+inline int gpu_team_size(int kernel_choice) {
+  static const int requested = [] {
     const char* text = std::getenv("REFORMER_TEAM_SIZE");
     return text != nullptr ? std::atoi(text) : 0;
   }();
-  return kHostMemory ? 0 : size;
+  if (kHostMemory) return 0;
+  return requested > 0 ? requested : kernel_choice;
 }
 
 template <class Policy>
 Policy sized_team_policy(Index league, std::size_t bytes, int team_size) {
-  const int size = kHostMemory ? 0 : requested_team_size() > 0 ? requested_team_size() : team_size;
+  const int size = gpu_team_size(team_size);
   Policy policy = size > 0 ? Policy(league, size) : Policy(league, Kokkos::AUTO);
   return policy.set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes));
 }

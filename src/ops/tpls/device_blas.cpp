@@ -425,9 +425,14 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
         panel, max_k);
   for (Index r0 = 0; r0 < m; r0 += panel) {
     const Index rows = std::min(panel, m - r0);
-    float* to = is_float<TC> ? reinterpret_cast<float*>(c.data()) + r0 * ldc : f.data();
-    const Index ld_to = is_float<TC> ? ldc : n;
-    if (!is_float<TC> && beta != 0.0f) detail::widen_rows<TC>(c, r0, rows, f.data());
+    float* to = f.data();
+    Index ld_to = n;
+    if constexpr (is_float<TC>) {
+      to = c.data() + r0 * ldc;
+      ld_to = ldc;
+    } else if (beta != 0.0f) {
+      detail::widen_rows<TC>(c, r0, rows, f.data());
+    }
     for (std::size_t t = 0; t < terms.size(); ++t) {
       Operand a = terms[t].a.from_row(r0);
       if (terms[t].widen.data() != nullptr) {
