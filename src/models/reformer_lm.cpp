@@ -570,7 +570,9 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   Kokkos::deep_copy(ids, host_ids);
   // The token's embedding and position, in both streams, then every layer on
   // this one position, then the head.
-  ops::token_embedding_forward<T>(embedding_->matrix(), ids, false, generation.x1);
+  // (The tokens were checked above, on the host: no device check that waits.)
+  ops::token_embedding_forward<T>(embedding_->matrix(), ids, false, generation.x1,
+                                  ops::IdCheck::AlreadyChecked);
   add_positions(generation.x1, generation.positions, last + 1);
   Kokkos::deep_copy(generation.x2, generation.x1);
   for (std::size_t i = 0; i < blocks_.size(); ++i)

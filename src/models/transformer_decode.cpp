@@ -96,7 +96,8 @@ void EncoderDecoder<T>::decode_step(Kokkos::View<const int*, Layout, MemSpace> t
   Workspace::Frame frame(cache.workspace);
   auto x = frame.take<View2<T>>(b, d);
   // The embedding of position `length`, then every layer at that position.
-  ops::token_embedding_forward<T>(target_embedding_->matrix(), tokens, true, x);
+  ops::token_embedding_forward<T>(target_embedding_->matrix(), tokens, true, x,
+                                  ops::IdCheck::AlreadyChecked);
   if (target_positions_)
     ops::learned_positions_forward<T>(x, target_positions_->matrix(), 1, cache.length, x);
   else

@@ -408,7 +408,7 @@ void TransformerXL<T>::generation_step(IdMatrix ids, TransformerXLGeneration<T>&
     id_columns(ids, done, part);
     auto x = frame.take<View3<T>>(batch, chunk, d);
     ops::token_embedding_forward<T>(embedding_->matrix(), ids_of(part), config_.scale_embedding,
-                                    as_matrix(x));
+                                    as_matrix(x), ops::IdCheck::AlreadyChecked);
     for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->step(x, g.layers[i], g.workspace);
     g.filled += chunk;
     done += chunk;

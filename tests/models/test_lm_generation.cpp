@@ -214,7 +214,7 @@ TEST_P(Generation, FloatStepsAgreeToFloatPrecision) {
 // query is only hashed (into the workspace) and the token staging lives in
 // the generation (issue 31: on a GPU each allocation is a cudaMalloc and a
 // synchronising cudaFree; there were 8.5 per token).
-TEST(LmGeneration, StepsAfterTheFirstAllocateNothing) {
+TEST(LmGeneration, StepsAfterTheFirstAllocateNothingAndWaitForNoReduction) {
   // LSH on top: below it, a longer sequence would re-sort earlier positions.
   auto config = base_config({AttentionKind::Local, AttentionKind::Full, AttentionKind::Lsh});
   config.layer_norm_eps = 1e-5;
@@ -233,9 +233,14 @@ TEST(LmGeneration, StepsAfterTheFirstAllocateNothing) {
   };
   lm.model.generation_step({ids(0, 6), ids(1, 6)}, generation, logits);
   const std::int64_t before = count();
+  tracker.reset_launches();
   for (Index t = 7; t < 40; ++t)
     lm.model.generation_step({ids(0, t), ids(1, t)}, generation, logits);
   EXPECT_EQ(count() - before, 0) << "allocations in 33 generation steps after the first";
+  // Nor a reduction, whose result the host would wait for (on a GPU, a
+  // synchronisation per token): the tokens are checked on the host.
+  EXPECT_EQ(tracker.launches().parallel_reduce, 0) << "reductions in 33 generation steps";
+  EXPECT_GT(tracker.launches().parallel_for, 0) << "the launch counter did not count";
   // And the logits are still those of a full forward pass.
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
   const auto full = lm.logits_at(ids, 1, 40, 39, {3, 4});

@@ -1,4 +1,5 @@
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/ops/embedding.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
@@ -101,6 +102,22 @@ TEST(TokenEmbedding, RejectsOutOfRangeIdsAndBadShapes) {
   expect_error<ShapeError>(
       [&] { ops::token_embedding_forward<double>(c.table, c.ids, true, wide); },
       {"y has shape [10, 7]", "must be 6"});
+}
+
+// A caller that has checked its ids (a decoding step, on the host) skips the
+// device check, a reduction the host waits for, and gets the same rows.
+TEST(TokenEmbedding, AnAlreadyCheckedCallLaunchesNoReductionAndGivesTheSameRows) {
+  TokenCase c;
+  View2<double> checked("checked", c.n, c.d);
+  auto& tracker = MemoryTracker::instance();
+  tracker.reset_launches();
+  ops::token_embedding_forward<double>(c.table, c.ids, true, checked);
+  EXPECT_EQ(tracker.launches().parallel_reduce, 1) << "the default call checks on the device";
+  tracker.reset_launches();
+  ops::token_embedding_forward<double>(c.table, c.ids, true, c.y, ops::IdCheck::AlreadyChecked);
+  EXPECT_EQ(tracker.launches().parallel_reduce, 0);
+  EXPECT_EQ(tracker.launches().parallel_for, 1);
+  EXPECT_EQ(to_host(c.y), to_host(checked));
 }
 
 // ---------------------------------------------------------------- sinusoidal positions

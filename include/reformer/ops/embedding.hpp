@@ -21,10 +21,18 @@ namespace reformer::ops {
 void require_ids_in_range(const char* op, const char* name, In1<int> ids, Index vocab,
                           int also = 0);
 
+// Whether token_embedding_forward checks its ids (require_ids_in_range: a
+// reduction whose result the host waits for) or its caller already has: a
+// decoding step, which checks its tokens on the host before they go to the
+// device, or once for a whole call. On a GPU the wait is a synchronisation per
+// generated token.
+enum class IdCheck { Check, AlreadyChecked };
+
 // y[i, :] = s * table[ids[i], :] for table [vocab, d], ids [n], y [n, d], with
 // s = sqrt(d) if scale_by_sqrt_d (Vaswani et al. 2017) and s = 1 otherwise.
 template <class T>
-void token_embedding_forward(In2<param_t<T>> table, In1<int> ids, bool scale_by_sqrt_d, View2<T> y);
+void token_embedding_forward(In2<param_t<T>> table, In1<int> ids, bool scale_by_sqrt_d, View2<T> y,
+                             IdCheck check = IdCheck::Check);
 
 // dtable[v, :] += s * sum_{i : ids[i] = v} dy[i, :].
 // Deterministic without atomics: positions are stably sorted by id (a radix sort
