@@ -6,6 +6,7 @@
 #include "reformer/ops/activations.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 #include "reformer/ops/dropout.hpp"
+#include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
@@ -132,6 +133,46 @@ void BM_DenseProduct(benchmark::State& state) {
 }
 BENCHMARK_TEMPLATE(BM_DenseProduct, float)->Apply(dense_product_sizes);
 BENCHMARK_TEMPLATE(BM_DenseProduct, bf16)->Apply(dense_product_sizes);
+
+// The memory-bound element-wise ops in each storage type (issue 34: bf16 moves
+// half the bytes, so it should be no slower): kind 0 axpby (y = a x + b y),
+// 1 ReLU forward and backward, 2 axpby with x and y evicted from the caches
+// first (a 256 MiB fill between iterations, not timed), as in a training step,
+// where the tensors come from memory (core/types.hpp's parallel_blocks: the
+// cache hints for bf16 streams). bytes/s counts the tensors' own bytes.
+template <class T>
+void BM_ElementwiseStorage(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1), n = rows * d;
+  const int kind = int(state.range(2));
+  View2<T> x("x", rows, d), y("y", rows, d), dy("dy", rows, d), dx("dx", rows, d);
+  fill_any(x, 1);
+  fill_any(y, 2);
+  fill_any(dy, 3);
+  const auto fx = as_vector(x), fy = as_vector(y), fdy = as_vector(dy), fdx = as_vector(dx);
+  View1<float> big("big", kind == 2 ? Index(1) << 26 : 0);
+  for (auto _ : state) {
+    if (kind == 2) {
+      state.PauseTiming();
+      Kokkos::deep_copy(big, 1.0f);
+      Kokkos::fence();
+      state.ResumeTiming();
+      ops::axpby<T>(0.5f, fx, 0.25f, fy);
+    }
+    if (kind == 0) ops::axpby<T>(0.5f, fx, 0.25f, fy);
+    if (kind == 1) {
+      ops::activation_forward<T>(ops::Activation::ReLU, fx, fy);
+      ops::activation_backward<T>(ops::Activation::ReLU, fx, fdy, fdx);
+    }
+    Kokkos::fence();
+  }
+  set_bytes(state, (kind == 1 ? 5.0 : 3.0) * n * sizeof(T));
+}
+void storage_sizes(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2}) b->Args({16384, 256, kind});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK_TEMPLATE(BM_ElementwiseStorage, float)->Apply(storage_sizes);
+BENCHMARK_TEMPLATE(BM_ElementwiseStorage, bf16)->Apply(storage_sizes);
 
 // Per-head attention products: batch * heads = 4, [L, 64] x [64, L] and back.
 void BM_BatchedMatmulScores(benchmark::State& state) {

@@ -495,11 +495,8 @@ void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<compute_t<T>
   auto fb = Kokkos::View<const T**, Layout, MemSpace>(b.data(), n, dh);
   auto fo = Kokkos::View<C*, Layout, MemSpace>(out.data(), n);
   Kokkos::parallel_for(
-      "attention_item_dot", range(n), KOKKOS_LAMBDA(Index i) {
-        C sum = 0;
-        for (Index d = 0; d < dh; ++d) sum += load(fa(i, d)) * load(fb(i, d));
-        fo(i) = sum;
-      });
+      "attention_item_dot", range(n),
+      KOKKOS_LAMBDA(Index i) { fo(i) = dot_values(&fa(i, 0), &fb(i, 0), dh); });
 }
 
 // Runs the backward: dq, dk_scaled and dv are zeroed and then accumulated

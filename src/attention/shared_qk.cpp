@@ -2,6 +2,7 @@
 
 #include "reformer/core/fast_math.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/vector_loops.hpp"
 
 namespace reformer::attention {
 namespace {
@@ -15,8 +16,8 @@ void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale) {
   Kokkos::parallel_for(
       "shared_key_scale", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        C sq = 0;
-        for (Index d = 0; d < dh; ++d) sq += load(qk(b, i, h, d)) * load(qk(b, i, h, d));
+        const T* x = &qk(b, i, h, 0);
+        const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
         scale(b, i, h) = C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
       });
 }
@@ -43,8 +44,7 @@ void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
         const T* gk = &dk(b, i, h, 0);
         const T* x = &qk(b, i, h, 0);
-        C gk_dot_x = 0;
-        for (Index d = 0; d < dh; ++d) gk_dot_x += load(gk[d]) * load(x[d]);
+        const C gk_dot_x = dot_values(gk, x, dh);
         const C s = scale(b, i, h), a = s * compat::sqrt(C(dh));
         const C c = a * a * gk_dot_x / C(dh);
         T* g = &dqk(b, i, h, 0);

@@ -9,6 +9,7 @@
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/types.hpp"
 #include "reformer/ops/device_blas.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <hdf5.h>
 
@@ -37,6 +38,8 @@ int run_info(const GlobalOptions& global) {
   std::printf("  host bf16 dot      %s\n", CpuTarget::bf16_dot_product
                                                ? CpuTarget::bf16_dot_name
                                                : "none (bf16 converted to float in registers)");
+  // The host's bf16 x float32 products (ops::HostBf16Gemm; REFORMER_BF16_GEMM).
+  std::printf("  host bf16 GEMM     %s\n", ops::host_bf16_gemm_block());
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

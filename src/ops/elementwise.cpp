@@ -9,14 +9,25 @@ template <class T>
 void axpby(compute_t<T> alpha, In1<T> x, compute_t<T> beta, View1<T> y) {
   require<ShapeError>(x.extent(0) == y.extent(0), "axpby: x has ", x.extent(0),
                       " elements but y has ", y.extent(0));
-  if (beta == compute_t<T>(0))
-    Kokkos::parallel_for(
-        "axpby_overwrite", range(y.extent(0)),
-        KOKKOS_LAMBDA(Index i) { y(i) = store<T>(alpha * load(x(i))); });
+  using C = compute_t<T>;
+  // (No __restrict: x may be y. The compiler checks the overlap at run time.)
+  const T* px = x.data();
+  T* py = y.data();
+  if (beta == C(0))
+    parallel_blocks(
+        "axpby_overwrite", y.extent(0),
+        KOKKOS_LAMBDA(Index begin, Index end) {
+          for (Index i = begin; i < end; ++i) py[i] = store<T>(alpha * load(px[i]));
+        },
+        px, py);
   else
-    Kokkos::parallel_for(
-        "axpby", range(y.extent(0)),
-        KOKKOS_LAMBDA(Index i) { y(i) = store<T>(alpha * load(x(i)) + beta * load(y(i))); });
+    parallel_blocks(
+        "axpby", y.extent(0),
+        KOKKOS_LAMBDA(Index begin, Index end) {
+          for (Index i = begin; i < end; ++i)
+            py[i] = store<T>(alpha * load(px[i]) + beta * load(py[i]));
+        },
+        px, py);
 }
 
 #define REFORMER_INSTANTIATE(T) \

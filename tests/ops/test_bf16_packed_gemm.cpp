@@ -134,7 +134,52 @@ const std::vector<Shape>& shapes() {
   return all;
 }
 
-TEST(PackedBf16Gemm, RowsMatchTheExactSumOverAwkwardShapes) {
+// Every case runs on each host path of the bf16 products (ops::HostBf16Gemm):
+// the BLAS on widened panels, the packed GEMM with the widest block this CPU
+// runs, and the packed GEMM with the build's own block. So each machine tests
+// the block it would not take by default: the AVX2 block of an x86-64-v3
+// build on an AVX-512 CPU, the NEON block under qemu (whose default is the
+// BLAS). On a device the products take the vendor BLAS whatever the path.
+class PackedBf16Gemm : public ::testing::TestWithParam<ops::HostBf16Gemm> {
+ protected:
+  void SetUp() override {
+    saved_ = ops::host_bf16_gemm();
+    ops::set_host_bf16_gemm(GetParam());
+  }
+  void TearDown() override { ops::set_host_bf16_gemm(saved_); }
+
+ private:
+  ops::HostBf16Gemm saved_ = ops::HostBf16Gemm::Automatic;
+};
+
+INSTANTIATE_TEST_SUITE_P(HostPaths, PackedBf16Gemm,
+                         ::testing::Values(ops::HostBf16Gemm::Blas, ops::HostBf16Gemm::Packed,
+                                           ops::HostBf16Gemm::PackedBuildBlock),
+                         [](const ::testing::TestParamInfo<ops::HostBf16Gemm>& info) {
+                           switch (info.param) {
+                             case ops::HostBf16Gemm::Blas:
+                               return std::string("Blas");
+                             case ops::HostBf16Gemm::Packed:
+                               return std::string("Packed");
+                             case ops::HostBf16Gemm::PackedBuildBlock:
+                               return std::string("PackedBuildBlock");
+                             default:
+                               return std::string("Automatic");
+                           }
+                         });
+
+// The path in force is the one the case asked for (a path that silently
+// stayed on the default would test nothing new).
+TEST_P(PackedBf16Gemm, ThePathIsTheOneAskedFor) {
+  EXPECT_EQ(ops::host_bf16_gemm(), GetParam());
+  const std::string block = ops::host_bf16_gemm_block();
+  if (GetParam() == ops::HostBf16Gemm::Blas)
+    EXPECT_EQ(block, "none (BLAS)");
+  else
+    EXPECT_NE(block, "none (BLAS)");
+}
+
+TEST_P(PackedBf16Gemm, RowsMatchTheExactSumOverAwkwardShapes) {
   for (const Shape& s : shapes())
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f})
@@ -144,7 +189,7 @@ TEST(PackedBf16Gemm, RowsMatchTheExactSumOverAwkwardShapes) {
         }
 }
 
-TEST(PackedBf16Gemm, WeightGradientsMatchTheExactSumOverAwkwardShapes) {
+TEST_P(PackedBf16Gemm, WeightGradientsMatchTheExactSumOverAwkwardShapes) {
   // op(A) = A^T: C [m, n] sums over k rows, in 256-row chunks (k = 513: three).
   for (const Shape& s : shapes())
     for (float beta : {0.0f, 1.0f}) {
@@ -155,7 +200,7 @@ TEST(PackedBf16Gemm, WeightGradientsMatchTheExactSumOverAwkwardShapes) {
 
 // Operands whose rows lie further apart than their length (padded views) and
 // row blocks of taller views give the same bits as compact copies.
-TEST(PackedBf16Gemm, RowStridesAndRowBlocksGiveTheSameBits) {
+TEST_P(PackedBf16Gemm, RowStridesAndRowBlocksGiveTheSameBits) {
   const Index m = 29, n = 45, k = 70;
   const auto av = values<bf16>(m * k, 11), bv = values<float>(k * n, 12);
   const auto dyv = values<bf16>(m * n, 13);
@@ -182,7 +227,7 @@ TEST(PackedBf16Gemm, RowStridesAndRowBlocksGiveTheSameBits) {
 
 // projections_backward: dx = beta dx + sum_i dy_i W_i^T over terms of different
 // widths (one rounding of the float32 sum), and dW_i += x^T dy_i.
-TEST(PackedBf16Gemm, ProjectionsBackwardSumsEveryTermBeforeRounding) {
+TEST_P(PackedBf16Gemm, ProjectionsBackwardSumsEveryTermBeforeRounding) {
   const Index m = 77, k = 300;
   const std::vector<Index> widths = {40, 75, 1};
   for (double beta : {0.0, 1.0}) {

@@ -53,6 +53,22 @@ KOKKOS_INLINE_FUNCTION float bits_to_float(std::uint32_t u) {
   return c.f;
 }
 
+// The rounding rule above on float32 bit patterns u, for one value (U =
+// std::uint32_t) or for every lane of a host vector (U a GNU vector of
+// std::uint32_t); nan is all ones where u is a NaN and 0 elsewhere. The bf16
+// bits come back in the low 16 bits. Only bit operations and integer
+// arithmetic, no branch and no select: the compilers vectorise the loops that
+// round, and a vector version inlined into code for a wider target (the packed
+// GEMM's AVX-512 copy in an AVX2 build) stays in vectors. The one place that
+// states the rule: bf16(float) and the packed GEMM's vector stores
+// (src/ops/tpls/host_bf16_gemm_kernel.inc) both call it.
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U bf16_round_bits(U u, U nan) {
+  const U high = u >> 16;
+  const U rounded = (u + 0x7fffu + (high & 1u)) >> 16;
+  return (nan & (high | 0x0040u)) | (~nan & rounded);
+}
+
 class bf16 {
  public:
   // Trivial, like float: a View<bf16*> is zero-filled (+0) by Kokkos, and a
@@ -76,14 +92,26 @@ class bf16 {
 
   // The bf16 bits of f, rounded to nearest even (see the top of this file).
   KOKKOS_INLINE_FUNCTION static std::uint16_t round_bits(float f) {
+    // NaN: magnitude bits above infinity's. Compared as signed (no sign bit is
+    // left): one instruction per vector where the loop is vectorised (AVX2 has
+    // no unsigned comparison).
     const std::uint32_t u = float_to_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x0040u);  // NaN
-    return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const bool nan = std::int32_t(u & 0x7fffffffu) > std::int32_t(0x7f800000);
+    return std::uint16_t(bf16_round_bits(u, nan ? ~std::uint32_t(0) : std::uint32_t(0)));
   }
 
  private:
   std::uint16_t bits_;
 };
+
+// Whether the bf16 with these bits is > 0 (the same answer as float(x) > 0:
+// NaN and both zeros are not): the sign bit clear and the bits in (+0,
+// +infinity]. Integer compares on 16-bit lanes, without a branch: loops that
+// only select bf16 values (a ReLU) need no widening or rounding.
+KOKKOS_INLINE_FUNCTION bool bf16_bits_positive(std::uint16_t bits) {
+  const std::int16_t b = std::int16_t(bits);
+  return (b > 0) & (b <= std::int16_t(0x7f80));
+}
 
 KOKKOS_INLINE_FUNCTION bf16 from_float(float f) { return bf16(f); }
 KOKKOS_INLINE_FUNCTION float to_float(bf16 b) { return static_cast<float>(b); }

@@ -50,16 +50,50 @@ inline Kokkos::RangePolicy<ExecSpace> range(Index n) {
 // Memory of the default execution space is host memory (Serial, OpenMP).
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
+// Asks the cache for elements [begin, end) of each array whose elements are
+// narrower than float32 (bf16), one hint per 64-byte line, on the host;
+// nothing on GPUs. See parallel_blocks.
+template <class... T>
+KOKKOS_INLINE_FUNCTION void prefetch_narrow(Index begin, Index end, const T*... arrays) {
+#if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  (
+      [&](const auto* array) {
+        if constexpr (sizeof(*array) < sizeof(float)) {
+          const char* first = reinterpret_cast<const char*>(array + begin);
+          const char* last = reinterpret_cast<const char*>(array + end);
+          for (const char* line = first; line < last; line += 64) __builtin_prefetch(line, 0, 3);
+        }
+      }(arrays),
+      ...);
+#else
+  (void)begin;
+  (void)end;
+  ((void)arrays, ...);
+#endif
+}
+
 // body(begin, end) over [0, n) in contiguous blocks: blocks of 4096 on the
 // host, where the body's own loop over raw (__restrict__) pointers then
 // vectorises (a loop over View accesses often does not: the stores might
 // alias the views' pointers), and one element per thread on GPUs.
-template <class Body>
-void parallel_blocks(const char* label, Index n, const Body& body) {
-  constexpr Index block = kHostMemory ? 4096 : 1;
+//
+// `streams` are the arrays the body walks through (each indexed like [0, n)).
+// On the host, blocks are then 1024 long and each first asks the cache for
+// the next block of every bf16 stream: a loop that converts bf16 (widening,
+// rounding) is long, so the processor's own look-ahead keeps few loads in
+// flight. On a 2-core Xeon VM (2026-11-26) a bf16 axpby of 4M elements from
+// memory ran at 10 GB/s without the hints and 46 GB/s with them; float32 ran
+// at 50 GB/s without and lost 10-20% with them, so float32 streams get none.
+template <class Body, class... Streams>
+void parallel_blocks(const char* label, Index n, const Body& body, const Streams*... streams) {
+  constexpr Index block = !kHostMemory ? 1 : sizeof...(Streams) > 0 ? 1024 : 4096;
   Kokkos::parallel_for(
-      label, range((n + block - 1) / block),
-      KOKKOS_LAMBDA(Index b) { body(b * block, b * block + block < n ? b * block + block : n); });
+      label, range((n + block - 1) / block), KOKKOS_LAMBDA(Index b) {
+        const Index begin = b * block, end = begin + block < n ? begin + block : n;
+        if constexpr (kHostMemory && sizeof...(Streams) > 0)
+          prefetch_narrow(end, end + block < n ? end + block : n, streams...);
+        body(begin, end);
+      });
 }
 
 }  // namespace reformer

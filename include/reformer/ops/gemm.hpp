@@ -78,6 +78,25 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
                           const std::vector<In2<T>>& output_grads, View2<T> dx, double beta,
                           const std::vector<View2<param_t<T>>>& weight_grads);
 
+// The host path of the products with bf16 activations (mixed_matmul and the
+// projections, on the host; devices use their vendor BLAS):
+//   Automatic         the packed GEMM (src/ops/tpls/host_bf16_gemm.hpp) with the
+//                     widest block this CPU runs;
+//   Blas              bf16 operands widened into float32 sub-panels for the host
+//                     BLAS, a bf16 C rounded afterwards;
+//   Packed            the packed GEMM with the widest block (as Automatic);
+//   PackedBuildBlock  the packed GEMM with the block of the build's own target
+//                     (an x86-64-v3 build on an AVX-512 CPU: the AVX2 block).
+// A process starts with REFORMER_BF16_GEMM (blas, packed or narrow), else
+// Automatic. Set it between products, not while one runs (tests and
+// comparisons: every path gives the same products within float32 round-off).
+enum class HostBf16Gemm { Automatic, Blas, Packed, PackedBuildBlock };
+HostBf16Gemm host_bf16_gemm();
+void set_host_bf16_gemm(HostBf16Gemm path);
+// The register block the packed GEMM takes on this path, e.g. "6 x 16 (AVX2)",
+// or "none (BLAS)" on the Blas path.
+const char* host_bf16_gemm_block();
+
 // Makes a multithreaded (pthreads) host BLAS run one thread per call: large
 // host products are split over Kokkos' own threads, each calling the BLAS on
 // its block (one pool of threads, not two). Runtime calls it at start (ops

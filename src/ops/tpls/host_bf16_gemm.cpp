@@ -1,9 +1,18 @@
+// The AVX-512 copy below passes its vectors through inlined helpers of the
+// AVX2 build (bf16_round_bits): GCC's note that a 64-byte vector return outside
+// AVX-512 code changes the ABI concerns calls that are never made. (Before the
+// includes: the note points into a header.)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include "ops/tpls/host_bf16_gemm.hpp"
 
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/tile_multiply.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -40,14 +49,10 @@ constexpr int MR = 12;
 REFORMER_WIDE_HOST_END
 
 namespace {
-// REFORMER_BF16_GEMM=narrow keeps the build's own kernel (to measure it; with
+// PackedBuildBlock keeps the build's own kernel (to measure it; with
 // OPENBLAS_CORETYPE=Haswell the float32 products do the same).
 bool use_wide() {
-  static const bool wide = [] {
-    const char* choice = std::getenv("REFORMER_BF16_GEMM");
-    return wide_host_supported() && !(choice && std::strcmp(choice, "narrow") == 0);
-  }();
-  return wide;
+  return wide_host_supported() && host_bf16_gemm() != HostBf16Gemm::PackedBuildBlock;
 }
 }  // namespace
 #define REFORMER_PACKED_DISPATCH(...) (use_wide() ? wide::__VA_ARGS__ : native::__VA_ARGS__)
@@ -80,7 +85,7 @@ bool packed_gemm_preferred() {
 #ifdef REFORMER_WIDE_HOST_CLONE
   if (use_wide()) return true;
 #endif
-  return CpuTarget::vector_bytes >= 64;
+  return CpuTarget::vector_bytes >= 32;
 }
 
 const char* packed_gemm_block() {
@@ -95,6 +100,47 @@ const char* packed_gemm_block() {
   return "4 x 8 (plain loops)";
 #endif
 }
+
+}  // namespace reformer::ops::tpls
+
+namespace reformer::ops {
+
+namespace {
+// The path of host_bf16_gemm(): -1 until the first call reads REFORMER_BF16_GEMM.
+std::atomic<int> bf16_gemm_path{-1};
+}  // namespace
+
+HostBf16Gemm host_bf16_gemm() {
+  int path = bf16_gemm_path.load(std::memory_order_relaxed);
+  if (path < 0) {
+    const char* choice = std::getenv("REFORMER_BF16_GEMM");
+    HostBf16Gemm from_environment = HostBf16Gemm::Automatic;
+    if (choice && std::strcmp(choice, "blas") == 0) from_environment = HostBf16Gemm::Blas;
+    if (choice && std::strcmp(choice, "packed") == 0) from_environment = HostBf16Gemm::Packed;
+    if (choice && std::strcmp(choice, "narrow") == 0)
+      from_environment = HostBf16Gemm::PackedBuildBlock;
+    int expected = -1;
+    bf16_gemm_path.compare_exchange_strong(expected, int(from_environment));
+    path = bf16_gemm_path.load(std::memory_order_relaxed);
+  }
+  return HostBf16Gemm(path);
+}
+
+void set_host_bf16_gemm(HostBf16Gemm path) {
+  bf16_gemm_path.store(int(path), std::memory_order_relaxed);
+}
+
+const char* host_bf16_gemm_block() {
+  const HostBf16Gemm path = host_bf16_gemm();
+  if (path == HostBf16Gemm::Blas ||
+      (path == HostBf16Gemm::Automatic && !tpls::packed_gemm_preferred()))
+    return "none (BLAS)";
+  return tpls::packed_gemm_block();
+}
+
+}  // namespace reformer::ops
+
+namespace reformer::ops::tpls {
 
 #define REFORMER_INSTANTIATE_PACKED(TA, TB, TC)                                                    \
   template void packed_rows<TA, TB, TC>(const PackedTerm<TA, TB>*, int, bool, Index, Index, Index, \

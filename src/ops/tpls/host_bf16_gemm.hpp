@@ -56,10 +56,11 @@ void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index k, Ind
                     Index row_end, Index col_begin, Index col_end, float* c, Index ldc, float alpha,
                     float beta, float* work);
 
-// Whether the products should take this GEMM by default: where its AVX-512
-// block runs (an AVX-512 build, or an x86-64-v3 build on an AVX-512 CPU). On
-// AVX2 alone its 6 x 16 block measured slower than widening and the BLAS
-// (1.09x against 1.06x float32's step time), so the BLAS path stays there.
+// Whether the products should take this GEMM by default (HostBf16Gemm::
+// Automatic): where a vector unit of 32 bytes or more runs it (AVX2, AVX-512,
+// or an x86-64-v3 build's AVX-512 copy). With its vectorised bf16 stores the
+// AVX2 block came out ahead of widening for the BLAS (docs/memory.md). 16-byte
+// vectors (NEON) keep the BLAS: their block has never been timed on hardware.
 bool packed_gemm_preferred();
 
 // The register block the build uses: "MR x NR (vector unit)", for benchmarks.

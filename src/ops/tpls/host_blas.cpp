@@ -96,19 +96,19 @@ Kokkos::View<float*, HostSpace> panel_buffers(Index elements) {
       Kokkos::view_alloc("mixed_matmul_panel", Kokkos::WithoutInitializing), elements);
 }
 
-// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) where it
-// is the faster path (packed_gemm_preferred), otherwise through widened
-// sub-panels and the BLAS. REFORMER_BF16_GEMM=blas or =packed chooses (=narrow:
-// packed, with the build's own block), to compare them.
+// bf16 activations go through the packed GEMM (host_bf16_gemm.hpp) or through
+// widened sub-panels and the BLAS: ops::host_bf16_gemm() chooses.
 bool packed_bf16_gemm() {
-  static const bool packed = [] {
-    const char* choice = std::getenv("REFORMER_BF16_GEMM");
-    if (choice && std::strcmp(choice, "blas") == 0) return false;
-    if (choice && (std::strcmp(choice, "packed") == 0 || std::strcmp(choice, "narrow") == 0))
+  switch (host_bf16_gemm()) {
+    case HostBf16Gemm::Blas:
+      return false;
+    case HostBf16Gemm::Packed:
+    case HostBf16Gemm::PackedBuildBlock:
       return true;
-    return packed_gemm_preferred();
-  }();
-  return packed;
+    case HostBf16Gemm::Automatic:
+      break;
+  }
+  return packed_gemm_preferred();
 }
 
 // A thread's slice of the buffers.

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# bf16 against float32 step time for the issue's 6-layer Reformer (the
+# `reformer memory` base model: d_model 256, d_ff 1024, LSH-2 with chunks of
+# 64, reversible, chunked feed-forward and loss), on three vector units, each
+# pair of precisions in one invocation (`--precision float32,bf16`):
+#   native   the native build (build/openmp): AVX-512 on an AVX-512 CPU;
+#   v3       an -march=x86-64-v3 build (build/isa-v3), whose bf16 products take
+#            its AVX-512 copy on an AVX-512 CPU;
+#   avx2     the same x86-64-v3 build held to AVX2 throughout: its own 6 x 16
+#            bf16 block (REFORMER_BF16_GEMM=narrow) and OpenBLAS's Haswell
+#            kernel for float32 (OPENBLAS_CORETYPE=Haswell). On an AVX-512 CPU
+#            this stands in for an AVX2-only machine (Zen 3); on one it is one.
+# Prints the CPU model and each build's sgemm rate first, then one table row
+# per run: build, tokens, float32 s/step, bf16 s/step, bf16 / float32.
+#   experiments/bf16_speed.sh [THREADS] [REPEATS] [LENGTHS]
+# LENGTHS defaults to "16384 65536"; the median of --steps timed steps per
+# invocation, REPEATS invocations per row (default 2).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+threads=${1:-2}
+repeats=${2:-2}
+lengths=${3:-"16384 65536"}
+native=${NATIVE_BIN:-$root/build/openmp/bin/reformer}
+v3=${V3_BIN:-$root/build/isa-v3/bin/reformer}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OMP_NUM_THREADS=$threads OMP_PROC_BIND=false
+lscpu | grep -E "Model name" | head -1
+for bin in "$native" "$v3"; do
+  echo "$(basename "$(dirname "$(dirname "$bin")")"): $("$bin" info | grep -E "vector unit" |
+    sed 's/^ *//'); $("$bin" info | grep -E "bf16 GEMM" | sed 's/^ *//')"
+  python3 "$root/experiments/sgemm_rate.py" --threads "$threads" \
+    --bench-ops "$(dirname "$bin")/../bench/bench_ops" 2>/dev/null || true
+done
+step() {  # build label, binary, tokens, then environment settings
+  local label=$1 bin=$2 tokens=$3
+  shift 3
+  local steps=3
+  [ "$tokens" -gt 20000 ] && steps=1
+  env "$@" "$bin" --threads "$threads" memory --variants reformer --lengths "$tokens" \
+    --layers 6 --steps "$steps" --precision float32,bf16 --out "$out/run" >/dev/null
+  python3 - "$out/run/sweep.csv" "$label" "$tokens" <<'EOF'
+import csv, sys
+rows = {r["precision"]: float(r["seconds_per_step"]) for r in csv.DictReader(open(sys.argv[1]))}
+f, b = rows["float32"], rows["bf16"]
+print(f"| {sys.argv[2]} | {int(sys.argv[3]):,} | {f:.3f} | {b:.3f} | {b / f:.3f} |")
+EOF
+}
+echo "| build | tokens | float32 s/step | bf16 s/step | bf16 / float32 |"
+echo "|---|---|---|---|---|"
+for tokens in $lengths; do
+  for ((r = 0; r < repeats; ++r)); do
+    step native "$native" "$tokens"
+    step "x86-64-v3" "$v3" "$tokens"
+    step "x86-64-v3 held to AVX2" "$v3" "$tokens" REFORMER_BF16_GEMM=narrow OPENBLAS_CORETYPE=Haswell
+  done
+done
