@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -122,6 +123,53 @@ TEST(BFloat16, RoundsToNearestEvenLikeAReference) {
   EXPECT_EQ(round_bits(-1.0f - 0x1p-8f), 0xbf80u);
   EXPECT_GT(ties, 60000);
 }
+
+// bf16_bits_positive (the bf16 ReLU's test) agrees with float(x) > 0 on every
+// one of the 65,536 bit patterns: zeros of both signs, denormals, infinities
+// and NaNs of both signs included.
+TEST(BFloat16, BitLevelPositivityAgreesWithTheFloatComparisonOnEveryPattern) {
+  int wrong = 0;
+  for (std::uint32_t b = 0; b < (1u << 16); ++b) {
+    const bool expected = to_float(bf16::from_bits(std::uint16_t(b))) > 0.0f;
+    if (bf16_bits_positive(std::uint16_t(b)) != expected && ++wrong <= 5)
+      ADD_FAILURE() << "bits 0x" << std::hex << b << ": float > 0 is " << expected;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__HIPCC__)
+// bf16_round_bits on a vector of float bit patterns (the packed GEMM's
+// stores) gives every lane the bits of the scalar conversion: random floats,
+// exact ties and their neighbours, and NaNs whose payload lies only in the
+// dropped bits (which a plain round-up would turn into infinity, or a NaN
+// with all payload bits into -0).
+TEST(BFloat16, VectorRoundingEqualsTheScalarConversionInEveryLane) {
+  std::vector<std::uint32_t> patterns;
+  for (float x : random_floats(1 << 16, 91)) patterns.push_back(bits_of(x));
+  for (std::uint32_t upper : {0x0000u, 0x3f80u, 0x3f81u, 0x7f7fu, 0xff7fu, 0x0001u})
+    for (std::uint32_t low : {0x7fffu, 0x8000u, 0x8001u}) patterns.push_back(upper << 16 | low);
+  for (std::uint32_t nan : {0x7f800001u, 0x7fbfffffu, 0x7fc00000u, 0x7fffffffu, 0xffffffffu,
+                            0xff800001u, 0x7f800000u, 0xff800000u})
+    patterns.push_back(nan);
+  while (patterns.size() % 8 != 0) patterns.push_back(0);
+  typedef std::uint32_t Lanes __attribute__((vector_size(32)));
+  typedef std::int32_t SignedLanes __attribute__((vector_size(32)));
+  int wrong = 0;
+  for (std::size_t i = 0; i < patterns.size(); i += 8) {
+    Lanes u;
+    std::memcpy(&u, patterns.data() + i, sizeof u);
+    const Lanes nan = Lanes(SignedLanes(u & 0x7fffffffu) > 0x7f800000);
+    const Lanes got = bf16_round_bits(u, nan);
+    for (int lane = 0; lane < 8; ++lane) {
+      const std::uint16_t expected = round_bits(bits_to_float(patterns[i + lane]));
+      if (got[lane] != expected && ++wrong <= 5)
+        ADD_FAILURE() << "float bits 0x" << std::hex << patterns[i + lane] << ": lane gives 0x"
+                      << got[lane] << ", the scalar conversion 0x" << expected;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << patterns.size() << " patterns";
+}
+#endif  // GNU vector extensions on the host
 
 TEST(BFloat16, Boundaries) {
   // Largest finite bf16, (2 - 2^-7) 2^127, is exact; half a bf16 ulp above it is

@@ -50,25 +50,47 @@ inline Kokkos::RangePolicy<ExecSpace> range(Index n) {
 // Memory of the default execution space is host memory (Serial, OpenMP).
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
-// Asks the cache for elements [begin, end) of each array whose elements are
-// narrower than float32 (bf16), one hint per 64-byte line, on the host;
-// nothing on GPUs. See parallel_blocks.
+// The arrays a block loop walks through whose elements are narrower than
+// float32 (bf16): their base addresses and element sizes, at most four, in a
+// plain struct that a device lambda can capture (nvcc's extended lambdas may
+// not capture a parameter pack).
+struct NarrowStreams {
+  static constexpr int kMax = 4;
+  const char* base[kMax] = {};
+  int element_bytes[kMax] = {};
+  int count = 0;
+};
+
 template <class... T>
-KOKKOS_INLINE_FUNCTION void prefetch_narrow(Index begin, Index end, const T*... arrays) {
-#if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+NarrowStreams narrow_streams(const T*... arrays) {
+  static_assert(sizeof...(T) <= NarrowStreams::kMax, "at most four streams");
+  NarrowStreams streams;
   (
       [&](const auto* array) {
-        if constexpr (sizeof(*array) < sizeof(float)) {
-          const char* first = reinterpret_cast<const char*>(array + begin);
-          const char* last = reinterpret_cast<const char*>(array + end);
-          for (const char* line = first; line < last; line += 64) __builtin_prefetch(line, 0, 3);
+        if (sizeof(*array) < sizeof(float)) {
+          streams.base[streams.count] = reinterpret_cast<const char*>(array);
+          streams.element_bytes[streams.count] = int(sizeof(*array));
+          ++streams.count;
         }
       }(arrays),
       ...);
+  return streams;
+}
+
+// Asks the cache for elements [begin, end) of every stream, one hint per
+// 64-byte line, on the host; nothing on GPUs.
+KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index begin, Index end) {
+#if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  for (int s = 0; s < streams.count; ++s) {
+    const char* last = streams.base[s] + end * streams.element_bytes[s];
+    for (const char* line = streams.base[s] + begin * streams.element_bytes[s]; line < last;
+         line += 64)
+      __builtin_prefetch(line, 0, 3);
+  }
 #else
+  (void)streams;
   (void)begin;
   (void)end;
-  ((void)arrays, ...);
 #endif
 }
 
@@ -87,11 +109,11 @@ KOKKOS_INLINE_FUNCTION void prefetch_narrow(Index begin, Index end, const T*... 
 template <class Body, class... Streams>
 void parallel_blocks(const char* label, Index n, const Body& body, const Streams*... streams) {
   constexpr Index block = !kHostMemory ? 1 : sizeof...(Streams) > 0 ? 1024 : 4096;
+  const NarrowStreams narrow = narrow_streams(streams...);
   Kokkos::parallel_for(
       label, range((n + block - 1) / block), KOKKOS_LAMBDA(Index b) {
         const Index begin = b * block, end = begin + block < n ? begin + block : n;
-        if constexpr (kHostMemory && sizeof...(Streams) > 0)
-          prefetch_narrow(end, end + block < n ? end + block : n, streams...);
+        if (narrow.count > 0) prefetch_streams(narrow, end, end + block < n ? end + block : n);
         body(begin, end);
       });
 }
