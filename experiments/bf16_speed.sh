@@ -8,7 +8,8 @@
 #            its AVX-512 copy on an AVX-512 CPU;
 #   avx2     the same x86-64-v3 build held to AVX2 throughout: its own 6 x 16
 #            bf16 block (REFORMER_BF16_GEMM=narrow) and OpenBLAS's Haswell
-#            kernel for float32 (OPENBLAS_CORETYPE=Haswell). On an AVX-512 CPU
+#            kernel for float32 (OPENBLAS_CORETYPE=Haswell), and glibc's AVX2
+#            memcpy and memset (GLIBC_TUNABLES hiding AVX-512). On an AVX-512 CPU
 #            this stands in for an AVX2-only machine (Zen 3); on one it is one.
 # Prints the CPU model and each build's sgemm rate first, then one table row
 # per run: build, tokens, float32 s/step, bf16 s/step, bf16 / float32.
@@ -26,12 +27,19 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 export OMP_NUM_THREADS=$threads OMP_PROC_BIND=false
 lscpu | grep -E "Model name" | head -1
-for bin in "$native" "$v3"; do
-  echo "$(basename "$(dirname "$(dirname "$bin")")"): $("$bin" info | grep -E "vector unit" |
-    sed 's/^ *//'); $("$bin" info | grep -E "bf16 GEMM" | sed 's/^ *//')"
-  python3 "$root/experiments/sgemm_rate.py" --threads "$threads" \
+held=(REFORMER_BF16_GEMM=narrow OPENBLAS_CORETYPE=Haswell
+  GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ)
+describe() {  # label, binary, then environment settings
+  local label=$1 bin=$2
+  shift 2
+  echo "$label: $(env "$@" "$bin" info | grep -E "vector unit" | sed 's/^ *//');" \
+    "$(env "$@" "$bin" info | grep -E "bf16 GEMM" | sed 's/^ *//')"
+  env "$@" python3 "$root/experiments/sgemm_rate.py" --threads "$threads" \
     --bench-ops "$(dirname "$bin")/../bench/bench_ops" 2>/dev/null || true
-done
+}
+describe native "$native"
+describe "x86-64-v3" "$v3"
+describe "x86-64-v3 held to AVX2" "$v3" "${held[@]}"
 step() {  # build label, binary, tokens, then environment settings
   local label=$1 bin=$2 tokens=$3
   shift 3
@@ -52,6 +60,6 @@ for tokens in $lengths; do
   for ((r = 0; r < repeats; ++r)); do
     step native "$native" "$tokens"
     step "x86-64-v3" "$v3" "$tokens"
-    step "x86-64-v3 held to AVX2" "$v3" "$tokens" REFORMER_BF16_GEMM=narrow OPENBLAS_CORETYPE=Haswell
+    step "x86-64-v3 held to AVX2" "$v3" "$tokens" "${held[@]}"
   done
 done

@@ -287,6 +287,16 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
     posk(t) = item < 0 ? -1 : int(in.position(bh, item));
   });
   team.team_barrier();
+  // Every row of the window asked of the cache before the first is copied:
+  // they lie at scattered positions.
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
+    const Index bytes = dh * Index(sizeof(T));
+    if (t < tile.c && posq(t) >= 0) prefetch_bytes(&in.q(b, posq(t), h, 0), bytes);
+    if (posk(t) >= 0) {
+      prefetch_bytes(&in.k(b, posk(t), h, 0), bytes);
+      prefetch_bytes(&in.v(b, posk(t), h, 0), bytes);
+    }
+  });
   gather_rows<compute_t<T>>(
       team, tile.c, dh, tile.d,
       [&](Index i, compute_t<T>&) { return posq(i) < 0 ? nullptr : &in.q(b, posq(i), h, 0); },
@@ -409,6 +419,16 @@ struct ChunkedBackward {
     gather_rows<C>(
         team, tile.c, dh, tile.d,
         [&](Index i, C&) { return posq(i) < 0 ? nullptr : &dout(b, posq(i), h, 0); }, dos, none);
+    // The rows the team adds into at the end (dq by query, dk and dv by key),
+    // asked of the cache now: they lie at scattered positions.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
+      const Index bytes = dh * Index(sizeof(T));
+      if (t < tile.c && posq(t) >= 0) prefetch_bytes(&dq(b, posq(t), h, 0), bytes, true);
+      if (posk(t) >= 0) {
+        prefetch_bytes(&dk_scaled(b, posk(t), h, 0), bytes, true);
+        prefetch_bytes(&dv(b, posk(t), h, 0), bytes, true);
+      }
+    });
     team.team_barrier();
     // S = Q K^T, dP = dout V^T.
     team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,

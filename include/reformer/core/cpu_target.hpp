@@ -130,8 +130,10 @@ struct GpuTarget {
 #define REFORMER_WIDE_HOST_END _Pragma("GCC pop_options")
 // Whether this CPU runs the AVX-512 copies.
 inline bool wide_host_supported() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  return supported;
 }
 #endif
 

@@ -77,21 +77,29 @@ NarrowStreams narrow_streams(const T*... arrays) {
   return streams;
 }
 
-// Asks the cache for elements [begin, end) of every stream, one hint per
-// 64-byte line, on the host; nothing on GPUs.
-KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index begin, Index end) {
+// Asks the cache for the bytes [from, from + bytes), one hint per 64-byte
+// line, on the host (`write`: the lines are about to be written); nothing on
+// GPUs.
+KOKKOS_INLINE_FUNCTION void prefetch_bytes(const void* from, Index bytes, bool write = false) {
 #if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
-  for (int s = 0; s < streams.count; ++s) {
-    const char* last = streams.base[s] + end * streams.element_bytes[s];
-    for (const char* line = streams.base[s] + begin * streams.element_bytes[s]; line < last;
-         line += 64)
-      __builtin_prefetch(line, 0, 3);
-  }
+  const char* line = static_cast<const char*>(from);
+  const char* last = line + bytes;
+  if (write)
+    for (; line < last; line += 64) __builtin_prefetch(line, 1, 3);
+  else
+    for (; line < last; line += 64) __builtin_prefetch(line, 0, 3);
 #else
-  (void)streams;
-  (void)begin;
-  (void)end;
+  (void)from;
+  (void)bytes;
+  (void)write;
 #endif
+}
+
+// Asks the cache for elements [begin, end) of every stream.
+KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index begin, Index end) {
+  for (int s = 0; s < streams.count; ++s)
+    prefetch_bytes(streams.base[s] + begin * streams.element_bytes[s],
+                   (end - begin) * streams.element_bytes[s]);
 }
 
 // body(begin, end) over [0, n) in contiguous blocks: blocks of 4096 on the
@@ -100,16 +108,16 @@ KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index
 // alias the views' pointers), and one element per thread on GPUs.
 //
 // `streams` are the arrays the body walks through (each indexed like [0, n)).
-// On the host, blocks are then 1024 long and each first asks the cache for
-// the next block of every bf16 stream: a loop that converts bf16 (widening,
-// rounding) is long, so the processor's own look-ahead keeps few loads in
-// flight. On a 2-core Xeon VM (2026-11-26) a bf16 axpby of 4M elements from
-// memory ran at 10 GB/s without the hints and 46 GB/s with them; float32 ran
-// at 50 GB/s without and lost 10-20% with them, so float32 streams get none.
+// On the host, with a bf16 stream among them, blocks are 1024 long and each
+// first asks the cache for the next block of every bf16 stream: a loop that converts bf16
+// (widening, rounding) is long, so the processor's own look-ahead keeps few loads in flight. On a
+// 2-core Xeon VM (2026-11-26) a bf16 axpby of 4M elements from memory ran at 10 GB/s without the
+// hints and 46 GB/s with them; float32 ran at 50 GB/s without and lost 10-20% with them, so float32
+// streams get none.
 template <class Body, class... Streams>
 void parallel_blocks(const char* label, Index n, const Body& body, const Streams*... streams) {
-  constexpr Index block = !kHostMemory ? 1 : sizeof...(Streams) > 0 ? 1024 : 4096;
   const NarrowStreams narrow = narrow_streams(streams...);
+  const Index block = !kHostMemory ? 1 : narrow.count > 0 ? 1024 : 4096;
   Kokkos::parallel_for(
       label, range((n + block - 1) / block), KOKKOS_LAMBDA(Index b) {
         const Index begin = b * block, end = begin + block < n ? begin + block : n;
