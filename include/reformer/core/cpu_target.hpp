@@ -58,8 +58,10 @@ struct CpuTarget {
 
   // bf16 dot products in the vector unit: AVX-512 BF16 (Zen 4, Xeon from Cooper
   // Lake) has vdpbf16ps, which multiplies pairs of bf16 and adds them into float32
-  // lanes. Kernels that load bf16 (core/bfloat16.hpp) use it where true and
-  // convert to float in registers elsewhere. Independent of the tile override.
+  // lanes. Reported by `reformer info`; no kernel uses it yet (both factors must
+  // be bf16: the products keep float32 weights, the attention tiles are float32
+  // in scratch), so bf16 is converted to float in registers everywhere.
+  // Independent of the tile override.
 #if defined(__AVX512BF16__)
   static constexpr bool bf16_dot_product = true;
   static constexpr const char* bf16_dot_name = "AVX-512 BF16";
