@@ -8,6 +8,7 @@
 // Tolerance: a float32 sum of k products (with beta C and the bias) is within
 // (k + 2) 2^-24 sum |terms| of the exact sum; a bf16 C adds its one rounding,
 // 2^-8 |result|.
+#include "reformer/core/cpu_target.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "support/checks.hpp"
 
@@ -136,7 +137,9 @@ const std::vector<Shape>& shapes() {
 
 // Every case runs on each host path of the bf16 products (ops::HostBf16Gemm):
 // the BLAS on widened panels, the packed GEMM with the widest block this CPU
-// runs, and the packed GEMM with the build's own block. So each machine tests
+// runs, the packed GEMM with the build's own block, and the packed GEMM with
+// vdpbf16ps for the products of two bf16 factors (where the build's target
+// has it). So each machine tests
 // the block it would not take by default: the AVX2 block of an x86-64-v3
 // build on an AVX-512 CPU, the NEON block under qemu (whose default is the
 // BLAS). On a device the products take the vendor BLAS whatever the path.
@@ -154,7 +157,8 @@ class PackedBf16Gemm : public ::testing::TestWithParam<ops::HostBf16Gemm> {
 
 INSTANTIATE_TEST_SUITE_P(HostPaths, PackedBf16Gemm,
                          ::testing::Values(ops::HostBf16Gemm::Blas, ops::HostBf16Gemm::Packed,
-                                           ops::HostBf16Gemm::PackedBuildBlock),
+                                           ops::HostBf16Gemm::PackedBuildBlock,
+                                           ops::HostBf16Gemm::PackedDot),
                          [](const ::testing::TestParamInfo<ops::HostBf16Gemm>& info) {
                            switch (info.param) {
                              case ops::HostBf16Gemm::Blas:
@@ -163,6 +167,8 @@ INSTANTIATE_TEST_SUITE_P(HostPaths, PackedBf16Gemm,
                                return std::string("Packed");
                              case ops::HostBf16Gemm::PackedBuildBlock:
                                return std::string("PackedBuildBlock");
+                             case ops::HostBf16Gemm::PackedDot:
+                               return std::string("PackedDot");
                              default:
                                return std::string("Automatic");
                            }
@@ -177,6 +183,12 @@ TEST_P(PackedBf16Gemm, ThePathIsTheOneAskedFor) {
     EXPECT_EQ(block, "none (BLAS)");
   else
     EXPECT_NE(block, "none (BLAS)");
+  // vdpbf16ps is named exactly where it was asked for and the build's target
+  // has it.
+  const bool dot = block.find("vdpbf16ps") != std::string::npos;
+  EXPECT_EQ(dot, GetParam() == ops::HostBf16Gemm::PackedDot && CpuTarget::bf16_dot_product &&
+                     CpuTarget::vector_bytes >= 64)
+      << block;
 }
 
 TEST_P(PackedBf16Gemm, RowsMatchTheExactSumOverAwkwardShapes) {

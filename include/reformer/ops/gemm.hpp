@@ -86,11 +86,18 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
 //                     BLAS, a bf16 C rounded afterwards;
 //   Packed            the packed GEMM with the widest block (as Automatic);
 //   PackedBuildBlock  the packed GEMM with the block of the build's own target
-//                     (an x86-64-v3 build on an AVX-512 CPU: the AVX2 block).
-// A process starts with REFORMER_BF16_GEMM (blas, packed or narrow), else
-// Automatic. Set it between products, not while one runs (tests and
+//                     (an x86-64-v3 build on an AVX-512 CPU: the AVX2 block);
+//   PackedDot         the packed GEMM with the widest block, and the products of
+//                     two bf16 factors (weight gradients) in the bf16
+//                     dot-product instruction (vdpbf16ps) where the build's
+//                     target has it (CpuTarget::bf16_dot_product; elsewhere as
+//                     Packed). Not the default: on the Xeon it was timed on it
+//                     ran 1.5x slower than widening into float FMAs
+//                     (docs/memory.md, "vdpbf16ps for the weight gradients").
+// A process starts with REFORMER_BF16_GEMM (blas, packed, narrow or dot),
+// else Automatic. Set it between products, not while one runs (tests and
 // comparisons: every path gives the same products within float32 round-off).
-enum class HostBf16Gemm { Automatic, Blas, Packed, PackedBuildBlock };
+enum class HostBf16Gemm { Automatic, Blas, Packed, PackedBuildBlock, PackedDot };
 HostBf16Gemm host_bf16_gemm();
 void set_host_bf16_gemm(HostBf16Gemm path);
 // The register block the packed GEMM takes on this path, e.g. "6 x 16 (AVX2)",

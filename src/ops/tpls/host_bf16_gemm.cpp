@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace reformer::ops::tpls {
 
@@ -77,8 +81,9 @@ template <class TA, class TB>
 void packed_columns(const TA* a, Index lda, const TB* b, Index ldb, Index k, Index row_begin,
                     Index row_end, Index col_begin, Index col_end, float* c, Index ldc, float alpha,
                     float beta, float* work) {
+  const bool dot_pairs = host_bf16_gemm() == HostBf16Gemm::PackedDot;
   REFORMER_PACKED_DISPATCH(columns_impl<TA, TB>(a, lda, b, ldb, k, row_begin, row_end, col_begin,
-                                                col_end, c, ldc, alpha, beta, work));
+                                                col_end, c, ldc, alpha, beta, work, dot_pairs));
 }
 
 bool packed_gemm_preferred() {
@@ -93,6 +98,8 @@ const char* packed_gemm_block() {
   if (use_wide()) return "12 x 32 (AVX-512, chosen at run time)";
 #endif
 #ifdef REFORMER_HOST_VECTOR_EXTENSIONS
+  if (native::kDotPairs && host_bf16_gemm() == HostBf16Gemm::PackedDot)
+    return "12 x 32 (AVX-512; bf16 x bf16 in vdpbf16ps)";
   return CpuTarget::vector_registers >= 32
              ? (CpuTarget::vector_bytes >= 64 ? "12 x 32 (AVX-512)" : "12 x 8 (16-byte vectors)")
              : (CpuTarget::vector_bytes >= 32 ? "6 x 16 (AVX2)" : "6 x 8 (16-byte vectors)");
@@ -119,6 +126,7 @@ HostBf16Gemm host_bf16_gemm() {
     if (choice && std::strcmp(choice, "packed") == 0) from_environment = HostBf16Gemm::Packed;
     if (choice && std::strcmp(choice, "narrow") == 0)
       from_environment = HostBf16Gemm::PackedBuildBlock;
+    if (choice && std::strcmp(choice, "dot") == 0) from_environment = HostBf16Gemm::PackedDot;
     int expected = -1;
     bf16_gemm_path.compare_exchange_strong(expected, int(from_environment));
     path = bf16_gemm_path.load(std::memory_order_relaxed);

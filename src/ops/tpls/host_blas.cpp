@@ -104,6 +104,7 @@ bool packed_bf16_gemm() {
       return false;
     case HostBf16Gemm::Packed:
     case HostBf16Gemm::PackedBuildBlock:
+    case HostBf16Gemm::PackedDot:
       return true;
     case HostBf16Gemm::Automatic:
       break;
