@@ -58,9 +58,12 @@ struct CpuTarget {
 
   // bf16 dot products in the vector unit: AVX-512 BF16 (Zen 4, Xeon from Cooper
   // Lake) has vdpbf16ps, which multiplies pairs of bf16 and adds them into float32
-  // lanes. Reported by `reformer info`; no kernel uses it yet (both factors must
-  // be bf16: the products keep float32 weights, the attention tiles are float32
-  // in scratch), so bf16 is converted to float in registers everywhere.
+  // lanes. Reported by `reformer info`. Both factors must be bf16, which only the
+  // weight gradients are (the products keep float32 weights, the attention
+  // tiles are float32 in scratch): the packed GEMM runs them in it on request
+  // (ops::HostBf16Gemm::PackedDot), not by default, because it ran 1.35-1.6x
+  // slower there than widening into float FMAs on a Xeon with AVX-512 BF16
+  // (docs/memory.md). Elsewhere bf16 is converted to float in registers.
   // Independent of the tile override.
 #if defined(__AVX512BF16__)
   static constexpr bool bf16_dot_product = true;
