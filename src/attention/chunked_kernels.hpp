@@ -269,6 +269,26 @@ KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d
   });
 }
 
+// Asks the cache for the team's rows of three [batch, length, heads, d] views
+// (`by_query` at the chunk's query positions, `key_a` and `key_b` at its
+// window's key positions; -1 skipped) before the team touches them: they lie
+// at scattered positions. `write`: the rows are about to be added into.
+template <class Ints, class Q, class K1, class K2>
+KOKKOS_INLINE_FUNCTION void prefetch_window_rows(const TeamMember& team, Index c, Index w, Index b,
+                                                 Index h, Index dh, Ints posq, Ints posk,
+                                                 const Q& by_query, const K1& key_a,
+                                                 const K2& key_b, bool write) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, w), [&](Index t) {
+    if (t < c && posq(t) >= 0)
+      prefetch_bytes(&by_query(b, posq(t), h, 0), dh * Index(sizeof(typename Q::value_type)),
+                     write);
+    if (posk(t) >= 0) {
+      prefetch_bytes(&key_a(b, posk(t), h, 0), dh * Index(sizeof(typename K1::value_type)), write);
+      prefetch_bytes(&key_b(b, posk(t), h, 0), dh * Index(sizeof(typename K2::value_type)), write);
+    }
+  });
+}
+
 // Loads chunk qc of (batch, head) bh into scratch (shapes `tile`): the
 // positions of its queries and of its window's keys (-1 for absent and padded
 // slots), the queries as rows, and the scaled keys and the values as rows
@@ -287,16 +307,7 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
     posk(t) = item < 0 ? -1 : int(in.position(bh, item));
   });
   team.team_barrier();
-  // Every row of the window asked of the cache before the first is copied:
-  // they lie at scattered positions.
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
-    const Index bytes = dh * Index(sizeof(T));
-    if (t < tile.c && posq(t) >= 0) prefetch_bytes(&in.q(b, posq(t), h, 0), bytes);
-    if (posk(t) >= 0) {
-      prefetch_bytes(&in.k(b, posk(t), h, 0), bytes);
-      prefetch_bytes(&in.v(b, posk(t), h, 0), bytes);
-    }
-  });
+  prefetch_window_rows(team, tile.c, tile.w, b, h, dh, posq, posk, in.q, in.k, in.v, false);
   gather_rows<compute_t<T>>(
       team, tile.c, dh, tile.d,
       [&](Index i, compute_t<T>&) { return posq(i) < 0 ? nullptr : &in.q(b, posq(i), h, 0); },
@@ -419,16 +430,8 @@ struct ChunkedBackward {
     gather_rows<C>(
         team, tile.c, dh, tile.d,
         [&](Index i, C&) { return posq(i) < 0 ? nullptr : &dout(b, posq(i), h, 0); }, dos, none);
-    // The rows the team adds into at the end (dq by query, dk and dv by key),
-    // asked of the cache now: they lie at scattered positions.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
-      const Index bytes = dh * Index(sizeof(T));
-      if (t < tile.c && posq(t) >= 0) prefetch_bytes(&dq(b, posq(t), h, 0), bytes, true);
-      if (posk(t) >= 0) {
-        prefetch_bytes(&dk_scaled(b, posk(t), h, 0), bytes, true);
-        prefetch_bytes(&dv(b, posk(t), h, 0), bytes, true);
-      }
-    });
+    // The rows the team adds into at the end.
+    prefetch_window_rows(team, tile.c, tile.w, b, h, dh, posq, posk, dq, dk_scaled, dv, true);
     team.team_barrier();
     // S = Q K^T, dP = dout V^T.
     team_multiply<false>(team, tile.c, tile.w, tile.d, &s(0, 0), tile.w, &qs(0, 0), tile.d, 1,

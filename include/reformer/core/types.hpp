@@ -109,11 +109,12 @@ KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index
 //
 // `streams` are the arrays the body walks through (each indexed like [0, n)).
 // On the host, with a bf16 stream among them, blocks are 1024 long and each
-// first asks the cache for the next block of every bf16 stream: a loop that converts bf16
-// (widening, rounding) is long, so the processor's own look-ahead keeps few loads in flight. On a
-// 2-core Xeon VM (2026-11-26) a bf16 axpby of 4M elements from memory ran at 10 GB/s without the
-// hints and 46 GB/s with them; float32 ran at 50 GB/s without and lost 10-20% with them, so float32
-// streams get none.
+// first asks the cache for the next block of every bf16 stream: a loop that
+// converts bf16 (widening, rounding) is long, so the processor's own
+// look-ahead keeps few loads in flight. On a 2-core Xeon VM (2026-11-26) a
+// bf16 axpby of 4M elements from memory ran at 10 GB/s without the hints and
+// 46 GB/s with them; float32 ran at 50 GB/s without and lost 10-20% with
+// them, so float32 streams get none.
 template <class Body, class... Streams>
 void parallel_blocks(const char* label, Index n, const Body& body, const Streams*... streams) {
   const NarrowStreams narrow = narrow_streams(streams...);

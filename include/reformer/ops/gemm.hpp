@@ -92,7 +92,7 @@ void projections_backward(In2<T> x, const std::vector<In2<param_t<T>>>& weights,
 //                     dot-product instruction (vdpbf16ps) where the build's
 //                     target has it (CpuTarget::bf16_dot_product; elsewhere as
 //                     Packed). Not the default: on the Xeon it was timed on it
-//                     ran 1.5x slower than widening into float FMAs
+//                     ran 1.35-1.6x slower than widening into float FMAs
 //                     (docs/memory.md, "vdpbf16ps for the weight gradients").
 // A process starts with REFORMER_BF16_GEMM (blas, packed, narrow or dot),
 // else Automatic. Set it between products, not while one runs (tests and

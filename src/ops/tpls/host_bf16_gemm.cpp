@@ -17,7 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
-#if defined(__AVX512BF16__)
+
+// The columns path runs its bf16 x bf16 products in vdpbf16ps on request
+// (host_bf16_gemm_kernel.inc) where the build's own target has AVX-512 BF16
+// and its 64-byte vectors (no tile override).
+#if defined(REFORMER_HOST_VECTOR_EXTENSIONS) && defined(__AVX512BF16__) && \
+    !defined(REFORMER_TILE_VECTOR_BYTES)
+#define REFORMER_BF16_DOT_PAIRS 1
 #include <immintrin.h>
 #endif
 
