@@ -21,6 +21,13 @@
 // overlap, so no two threads ever add into the same row: no atomics, and the
 // same sums in the same order for every backend and thread count.
 //
+// Two shapes (core/team_scratch.hpp's ChunkedKernelShape): the whole window of
+// a chunk in one set of tiles (ChunkedForward, ChunkedBackward: the host's
+// default), or its keys streamed in small tiles through level-0 scratch with
+// the online softmax of exact attention (StreamedForward, StreamedBackward: the
+// default on GPUs). Both compute the sums above; only the order of the
+// additions differs.
+//
 // Mixed precision (core/precision.hpp): q, k, v, the outputs and the gradients
 // are T (bf16 or float) in memory; the scratch tiles, every score, softmax and
 // product, the logsumexps and D are compute_t<T> (float32). A bf16 gradient
@@ -28,6 +35,7 @@
 // (n_before + 1) * rounds windows).
 #pragma once
 
+#include "attention/online_softmax.hpp"
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/team_scratch.hpp"
@@ -220,15 +228,74 @@ struct ChunkTiles {
   }
 };
 
+// One team's scratch, in bytes, of each kernel: chunks of c items, windows of
+// `slots` key slots, heads of d_head, tiles padded to register blocks of `cols`
+// columns, and (streamed) tiles of bq queries and bk keys. One formula for
+// every backend, so that a host build can account for a GPU's tiles
+// (chunked_scratch_bytes, reformer/attention/chunked_scratch.hpp).
+template <class C>
+struct ChunkedScratchBytes {
+  using M = Scratch2<C>;
+  static Index up(Index n, Index cols) { return (n + cols - 1) / cols * cols; }
+  // Q, K^T, V, S, 1 / sum, positions.
+  static size_t whole_forward(Index c, Index slots, Index d_head, Index cols) {
+    const Index w = up(slots, cols), d = up(d_head, cols);
+    return M::shmem_size(c, d) + M::shmem_size(d, w) + M::shmem_size(w, d) + M::shmem_size(c, w) +
+           ScratchVector<C>::shmem_size(c) + ScratchInts::shmem_size(c) +
+           ScratchInts::shmem_size(w);
+  }
+  // Q, dout, K^T, V^T, K, S, dP, the gradient masks, positions.
+  static size_t whole_backward(Index c, Index slots, Index d_head, Index cols) {
+    const Index w = up(slots, cols), d = up(d_head, cols);
+    return 2 * M::shmem_size(c, d) + 2 * M::shmem_size(d, w) + M::shmem_size(w, d) +
+           3 * M::shmem_size(c, w) + ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
+  }
+  // Q^T, the output sums, K and V rows, S^T, the softmax statistics, positions.
+  static size_t streamed_forward(Index bq, Index bk, Index d_head, Index cols) {
+    const Index d = up(d_head, cols);
+    return M::shmem_size(d, bq) + M::shmem_size(bq, d) + 2 * M::shmem_size(bk, d) +
+           M::shmem_size(bk, bq) + M::shmem_size(3, bq) + ScratchInts::shmem_size(bq) +
+           ScratchInts::shmem_size(bk);
+  }
+  // The chunk's dq sums, Q and dout rows, K rows, the dk and dv sums, K^T and
+  // V^T, P and dS, positions.
+  static size_t streamed_backward(Index c, Index bq, Index bk, Index d_head, Index cols) {
+    const Index d = up(d_head, cols), cq = up(c, bq);
+    return M::shmem_size(cq, d) + 2 * M::shmem_size(bq, d) + 3 * M::shmem_size(bk, d) +
+           2 * M::shmem_size(d, bk) + 2 * M::shmem_size(bq, bk) + ScratchInts::shmem_size(cq) +
+           ScratchInts::shmem_size(bk);
+  }
+};
+
 // Gathers rows [0, n) of a tile of C (the compute type): row r is factor * the
 // d values at source(r, factor) (nullptr: a zero row; any storage type, loaded
 // into C), then zeros up to d_pad columns; written as
 // rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
 // The transposed copy takes 8 rows at a time, so that each column of the
 // group is one contiguous run of 8 stores instead of 8 stores n apart.
+// gather_rows with one thread per element, neighbouring threads on
+// neighbouring columns (coalesced loads on a GPU, where gather_rows uses it;
+// the streamed kernels use it on every backend).
+template <class T, class Source>
+KOKKOS_INLINE_FUNCTION void gather_elements(const TeamMember& team, Index n, Index d, Index d_pad,
+                                            Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * d_pad), [&](Index e) {
+    const Index r = e / d_pad, c = e % d_pad;
+    T factor = T(1);
+    const auto* from = source(r, factor);
+    const T x = from != nullptr && c < d ? T(load(from[c]) * factor) : T(0);
+    if (rows.extent(0)) rows(r, c) = x;
+    if (cols.extent(0)) cols(c, r) = x;
+  });
+}
+
 template <class T, class Source>
 KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
                                         Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
+  if constexpr (!kHostMemory) {
+    gather_elements<T>(team, n, d, d_pad, source, rows, cols);
+    return;
+  }
   constexpr Index G = 8;
   using From = std::remove_reference_t<decltype(*source(Index(0), std::declval<T&>()))>;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (n + G - 1) / G), [&](Index group) {
@@ -337,11 +404,8 @@ struct ChunkedForward {
   int level = 0;       // scratch level, from scratch_bytes()
 
   size_t scratch_bytes() const {
-    const ChunkTiles<T> tile(in.window, in.d_head);
-    return Scratch2<C>::shmem_size(tile.c, tile.d) + Scratch2<C>::shmem_size(tile.d, tile.w) +
-           Scratch2<C>::shmem_size(tile.w, tile.d) + Scratch2<C>::shmem_size(tile.c, tile.w) +
-           ScratchVector<C>::shmem_size(tile.c) + ScratchInts::shmem_size(tile.c) +
-           ScratchInts::shmem_size(tile.w);
+    return ChunkedScratchBytes<C>::whole_forward(in.window.chunk, in.window.slots(), in.d_head,
+                                                 TileTraits<C>::block_cols);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -407,11 +471,8 @@ struct ChunkedBackward {
   int level = 0;
 
   size_t scratch_bytes() const {
-    const ChunkTiles<T> tile(in.window, in.d_head);
-    return 2 * Scratch2<C>::shmem_size(tile.c, tile.d) +
-           2 * Scratch2<C>::shmem_size(tile.d, tile.w) + Scratch2<C>::shmem_size(tile.w, tile.d) +
-           3 * Scratch2<C>::shmem_size(tile.c, tile.w) + ScratchInts::shmem_size(tile.c) +
-           ScratchInts::shmem_size(tile.w);
+    return ChunkedScratchBytes<C>::whole_backward(in.window.chunk, in.window.slots(), in.d_head,
+                                                  TileTraits<C>::block_cols);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -498,15 +559,246 @@ struct ChunkedBackward {
   }
 };
 
-// Runs the forward with one team per (batch, head, chunk).
+// ---- The streamed shape (ChunkedKernelShape::streamed) ----
+//
+// The forward streams a query tile's window through the online softmax of
+// exact attention (online_softmax.hpp), whose score policy this is: for key
+// tile kt (window slots [kt BK, kt BK + BK)) it gathers the scaled keys and
+// the values and fills S^T = K Q^T, masked as in the whole-window kernel.
+// Absent slots (before the first chunk, past the window) score no_score and
+// weigh nothing: a tile can be absent altogether.
 template <class T>
-void run_forward_chunks(const char* label, ChunkedForward<T> kernel, Index batch) {
+struct StreamedScores {
+  using C = compute_t<T>;
+  static constexpr Index BQ = StreamTileTraits<C>::query, BK = StreamTileTraits<C>::forward_key;
+  static constexpr double no_score = -1e30;
+  const ChunkedInputs<T>& in;
+  Index b, h, bh, qc, end_item;  // the tile's queries are items below end_item
+  ScratchInts posq, posk;        // [BQ], [BK]: positions, -1 for none
+  Scratch2<C> ks, vs, qt;        // K and V rows [BK, dp], Q^T [dp, BQ]
+
+  // The window's own chunk comes first, so an absent slot always meets a
+  // maximum of a present score, and its weight is 0.
+  KOKKOS_INLINE_FUNCTION C weight(C score, C base) const { return softmax_weight(score - base); }
+  KOKKOS_INLINE_FUNCTION const C* scores(const TeamMember& team, Index kt, Scratch2<C> st,
+                                         Index& vld) const {
+    const Index w = in.window.slots(), dp = ks.extent(1);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+      const Index slot = kt * BK + t;
+      const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
+      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
+    });
+    team.team_barrier();
+    gather_elements<C>(
+        team, BK, in.d_head, dp,
+        [&](Index t, C& factor) {
+          if (posk(t) < 0) return static_cast<const T*>(nullptr);
+          factor = in.scale_of(b, posk(t), h);
+          return &in.k(b, posk(t), h, 0);
+        },
+        ks, Scratch2<C>());
+    gather_elements<C>(
+        team, BK, in.d_head, dp,
+        [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); }, vs,
+        Scratch2<C>());
+    team.team_barrier();
+    // S^T = K Q^T
+    team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ), [&](Index e) {
+      const Index t = e / BQ, q = e % BQ, pq = posq(q), pk = posk(t);
+      if (pq < 0) return;  // no query: never written out
+      bool constant = true;
+      st(t, q) = pk < 0 ? C(no_score) : in.mask_score(b, bh, pq, pk, st(t, q), constant);
+    });
+    team.team_barrier();
+    vld = dp;
+    return &vs(0, 0);
+  }
+  // Dropout of query item i and window slot j.
+  KOKKOS_INLINE_FUNCTION C keep(Index i, Index j) const {
+    return i >= end_item || j >= in.window.slots() ? C(0) : in.drop_factor(bh, i, j);
+  }
+};
+
+// Forward, streamed: one team per (batch, head, chunk, query tile).
+template <class T>
+struct StreamedForward {
+  using C = compute_t<T>;
+  using Scores = StreamedScores<T>;
+  static constexpr Index BQ = Scores::BQ, BK = Scores::BK;
+  ChunkedInputs<T> in;
+  ItemView<T> out;
+  ItemScalars<C> lse;
+  int level = 0;
+
+  static size_t scratch_bytes(Index d_head) {
+    return ChunkedScratchBytes<C>::streamed_forward(BQ, BK, d_head, TileTraits<C>::block_cols);
+  }
+  Index query_tiles() const { return (in.window.chunk + BQ - 1) / BQ; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index c = in.window.chunk, dp = TileTraits<C>::pad_columns(in.d_head);
+    const Index tiles = (c + BQ - 1) / BQ, rank = team.league_rank();
+    const Index tile = rank % tiles, qc = rank / tiles % in.window.n_chunks;
+    const Index bh = rank / tiles / in.window.n_chunks, b = bh / in.heads, h = bh % in.heads;
+    const Index first = qc * c + tile * BQ, end = qc * c + c;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<C> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
+        st(scratch, BK, BQ), stats(scratch, 3, BQ);
+    ScratchInts posq(scratch, BQ), posk(scratch, BK);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
+      posq(q) = first + q < end ? int(in.position(bh, first + q)) : -1;
+    });
+    team.team_barrier();
+    gather_elements<C>(
+        team, BQ, in.d_head, dp,
+        [&](Index q, C&) { return posq(q) < 0 ? nullptr : &in.q(b, posq(q), h, 0); }, Scratch2<C>(),
+        qt);
+    const Scores scores{in, b, h, bh, qc, end, posq, posk, ks, vs, qt};
+    const Index key_tiles = (in.window.slots() + BK - 1) / BK;
+    OnlineSoftmax<C, BQ, BK>{o, st, stats}.run(team, scores, 0, key_tiles, in.dropout.rate > 0.0, b,
+                                               h, first, end, in.d_head, out, lse);
+  }
+};
+
+// Backward, streamed: one team per query chunk, launched as the whole-window
+// backward is (the same colours). For each key tile of the window (BK slots)
+// the team walks the chunk's query tiles (BQ queries) and recomputes
+//   S = Q K^T, dP = dout V^T, P = exp(S - LSE), dS = P (drop dP - D),
+// adding dS K into the chunk's dq sums (scratch, added into dq at the end),
+// dS^T Q and dropout(P)^T dout into the tile's dk and dv sums, which go into
+// dk and dv (rows by position) when the tile is done: each gradient row is
+// added into as often as in the whole-window kernel.
+template <class T>
+struct StreamedBackward {
+  using C = compute_t<T>;
+  static constexpr Index BQ = StreamTileTraits<C>::query, BK = StreamTileTraits<C>::backward_key;
+  ChunkedInputs<T> in;
+  ItemScalars<const C> lse, delta;
+  ItemView<const T> dout;
+  ItemView<T> dq, dk_scaled, dv;
+  Index first_chunk = 0, chunk_stride = 1, chunks = 0;
+  int level = 0;
+
+  static size_t scratch_bytes(Index chunk, Index d_head) {
+    return ChunkedScratchBytes<C>::streamed_backward(chunk, BQ, BK, d_head,
+                                                     TileTraits<C>::block_cols);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const Index c = in.window.chunk, dh = in.d_head, w = in.window.slots();
+    const Index dp = TileTraits<C>::pad_columns(dh), cq = (c + BQ - 1) / BQ * BQ;
+    const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
+    const Index bh = team.league_rank() / chunks, b = bh / in.heads, h = bh % in.heads;
+    const bool dropout = in.dropout.rate > 0.0;
+    const auto scratch = team.team_scratch(level);
+    Scratch2<C> dqs(scratch, cq, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp),
+        ks(scratch, BK, dp), kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
+        dvs(scratch, BK, dp), p(scratch, BQ, BK), ds(scratch, BQ, BK);
+    ScratchInts posq(scratch, cq), posk(scratch, BK);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cq),
+                         [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
+    zero<C>(team, dqs);
+    for (Index tile = 0; tile * BK < w; ++tile) {
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+        const Index slot = tile * BK + t;
+        const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
+        posk(t) = item < 0 ? -1 : int(in.position(bh, item));
+      });
+      zero<C>(team, dks);
+      zero<C>(team, dvs);
+      team.team_barrier();
+      gather_elements<C>(
+          team, BK, dh, dp,
+          [&](Index t, C& factor) {
+            if (posk(t) < 0) return static_cast<const T*>(nullptr);
+            factor = in.scale_of(b, posk(t), h);
+            return &in.k(b, posk(t), h, 0);
+          },
+          ks, kt);
+      gather_elements<C>(
+          team, BK, dh, dp,
+          [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
+          Scratch2<C>(), vt);
+      for (Index q0 = 0; q0 < cq; q0 += BQ) {
+        team.team_barrier();
+        gather_elements<C>(
+            team, BQ, dh, dp,
+            [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &in.q(b, posq(q0 + i), h, 0); },
+            qs, Scratch2<C>());
+        gather_elements<C>(
+            team, BQ, dh, dp,
+            [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &dout(b, posq(q0 + i), h, 0); },
+            dos, Scratch2<C>());
+        team.team_barrier();
+        // S = Q K^T, dP = dout V^T.
+        team_multiply<false>(team, BQ, BK, dp, &p(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
+        team_multiply<false>(team, BQ, BK, dp, &ds(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+        team.team_barrier();
+        // p <- dropout(P), ds <- dS (0 where a mask constant replaced the score).
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
+          const Index i = e / BK, t = e % BK, pq = posq(q0 + i), pk = posk(t);
+          if (pq < 0 || pk < 0) {
+            p(i, t) = C(0);
+            ds(i, t) = C(0);
+            return;
+          }
+          bool constant = true;
+          const C score = in.mask_score(b, bh, pq, pk, p(i, t), constant);
+          const C weight = softmax_weight(score - lse(b, pq, h));
+          const C drop = dropout ? in.drop_factor(bh, qc * c + q0 + i, tile * BK + t) : C(1);
+          ds(i, t) = constant ? C(0) : weight * (drop * ds(i, t) - delta(b, pq, h));
+          p(i, t) = weight * drop;
+        });
+        team.team_barrier();
+        // dQ += dS K,  dK += dS^T Q,  dV += dropout(P)^T dout.
+        team_multiply<true>(team, BQ, dp, BK, &dqs(q0, 0), dp, &ds(0, 0), BK, 1, &ks(0, 0), dp);
+        team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &ds(0, 0), 1, BK, &qs(0, 0), dp);
+        team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &p(0, 0), 1, BK, &dos(0, 0), dp);
+      }
+      team.team_barrier();
+      // One thread per column, down the tile's rows (a window may hold a
+      // position twice, once per round).
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index d) {
+        for (Index t = 0; t < BK; ++t) {
+          if (posk(t) < 0) continue;
+          T& to_k = dk_scaled(b, posk(t), h, d);
+          T& to_v = dv(b, posk(t), h, d);
+          to_k = store<T>(load(to_k) + dks(t, d));
+          to_v = store<T>(load(to_v) + dvs(t, d));
+        }
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c * dh), [&](Index e) {
+      const Index i = e / dh, d = e % dh;
+      T& to = dq(b, posq(i), h, d);
+      to = store<T>(load(to) + dqs(i, d));
+    });
+  }
+};
+
+// Runs the forward: one team per (batch, head, chunk), or per (batch, head,
+// chunk, query tile) in the streamed shape.
+template <class T>
+void run_forward_chunks(const char* label, const ChunkedInputs<T>& in, ItemView<T> out,
+                        ItemScalars<compute_t<T>> lse, Index batch) {
+  const Index teams = batch * in.heads * in.window.n_chunks;
+  if (chunked_kernel_shape() == ChunkedKernelShape::streamed) {
+    StreamedForward<T> kernel{in, out, lse};
+    const size_t bytes = StreamedForward<T>::scratch_bytes(in.d_head);
+    kernel.level = scratch_level(bytes);
+    Kokkos::parallel_for(
+        label, team_policy(teams * kernel.query_tiles(), bytes, GpuTarget::chunked_team_size),
+        kernel);
+    return;
+  }
+  ChunkedForward<T> kernel{in, out, lse};
   const size_t bytes = kernel.scratch_bytes();
   kernel.level = scratch_level(bytes);
-  Kokkos::parallel_for(label,
-                       team_policy(batch * kernel.in.heads * kernel.in.window.n_chunks, bytes,
-                                   GpuTarget::chunked_team_size),
-                       kernel);
+  Kokkos::parallel_for(label, team_policy(teams, bytes, GpuTarget::chunked_team_size), kernel);
 }
 
 // delta = dout . out per (batch, position, head).
@@ -537,25 +829,32 @@ void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>
   const Index batch = dout.extent(0), per_round = in.window.n_chunks / in.rounds;
   const Index colours = in.window.n_before + 1;
   const Index boundary = in.window.wrap ? std::min(in.window.n_before, per_round) : 0;
-  ChunkedBackward<T> kernel{in, lse, delta, dout, dq, dk_scaled, dv};
-  const size_t bytes = kernel.scratch_bytes();
-  kernel.level = scratch_level(bytes);
-  auto launch = [&](Index first, Index stride, Index chunks) {
-    if (chunks <= 0) return;
-    kernel.first_chunk = first;
-    kernel.chunk_stride = stride;
-    kernel.chunks = chunks;
-    Kokkos::parallel_for(
-        "chunked_attention_backward",
-        team_policy(batch * in.heads * chunks, bytes, GpuTarget::chunked_team_size), kernel);
-  };
-  for (Index r = 0; r < in.rounds; ++r) {
-    const Index first = r * per_round;
-    for (Index j = 0; j < boundary; ++j) launch(first + j, 1, 1);
-    for (Index colour = 0; colour < colours; ++colour) {
-      const Index start = boundary + colour;
-      launch(first + start, colours, (per_round - start + colours - 1) / colours);
+  auto launch_all = [&](auto kernel, size_t bytes) {
+    kernel.level = scratch_level(bytes);
+    auto launch = [&](Index first, Index stride, Index chunks) {
+      if (chunks <= 0) return;
+      kernel.first_chunk = first;
+      kernel.chunk_stride = stride;
+      kernel.chunks = chunks;
+      Kokkos::parallel_for(
+          "chunked_attention_backward",
+          team_policy(batch * in.heads * chunks, bytes, GpuTarget::chunked_team_size), kernel);
+    };
+    for (Index r = 0; r < in.rounds; ++r) {
+      const Index first = r * per_round;
+      for (Index j = 0; j < boundary; ++j) launch(first + j, 1, 1);
+      for (Index colour = 0; colour < colours; ++colour) {
+        const Index start = boundary + colour;
+        launch(first + start, colours, (per_round - start + colours - 1) / colours);
+      }
     }
+  };
+  if (chunked_kernel_shape() == ChunkedKernelShape::streamed) {
+    launch_all(StreamedBackward<T>{in, lse, delta, dout, dq, dk_scaled, dv},
+               StreamedBackward<T>::scratch_bytes(in.window.chunk, in.d_head));
+  } else {
+    ChunkedBackward<T> kernel{in, lse, delta, dout, dq, dk_scaled, dv};
+    launch_all(kernel, kernel.scratch_bytes());
   }
 }
 

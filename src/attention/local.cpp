@@ -50,8 +50,7 @@ void local_attention_forward(In4<T> q, In4<T> k, In4<T> v, const LocalAttentionC
   const auto in = local_inputs<T>(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   detail::check_lse(op, lse, q);
-  detail::run_forward_chunks("local_attention_forward", detail::ChunkedForward<T>{in, out, lse},
-                             q.extent(0));
+  detail::run_forward_chunks<T>("local_attention_forward", in, out, lse, q.extent(0));
 }
 
 template <class T>

@@ -493,8 +493,7 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
   auto lse_sorted = frame.take<View3<C>>(batch, items, heads);
   shared_key_scale<T>(qk, key_scale);
   const auto in = chunked_inputs<T>(qk, v, plan, key_scale, config, call);
-  detail::run_forward_chunks("lsh_attention_chunks",
-                             detail::ChunkedForward<T>{in, out_sorted, lse_sorted}, batch);
+  detail::run_forward_chunks<T>("lsh_attention_chunks", in, out_sorted, lse_sorted, batch);
   // Unsort and combine the rounds (one softmax over the union of the rounds'
   // windows): LSE_i = logsumexp_r lse_i^r,  out_i = sum_r exp(lse_i^r - LSE_i) o_i^r.
   auto undo = plan.undo;

@@ -45,11 +45,15 @@ KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, ScratchMatrix<T> m) {
 // The engine's tiles in the caller's scratch (allocated where the caller's
 // layout puts them): o [BQ, dpad], st [BK, BQ], stats [3, BQ] (per query: the
 // maximum, the sum, the last rescale factor).
-template <class T>
+// The tile sizes are the exact kernels' unless given (the streamed chunked
+// kernels use smaller ones); BQ must be a multiple of the register block width.
+template <class T, Index kQueryTile = TileTraits<T>::query_tile,
+          Index kKeyTile = TileTraits<T>::key_tile>
 struct OnlineSoftmax {
   using Traits = TileTraits<T>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index BQ = kQueryTile, BK = kKeyTile;
   static constexpr Index G = Traits::block_cols;  // queries per column group
+  static_assert(BQ % G == 0, "a query tile must be whole column groups");
   ScratchMatrix<T> o, st, stats;
 
   // Key tiles [begin, end) into the query tile at i0 of (b, h), then

@@ -2,6 +2,7 @@
 // HDF5) exercised end to end.
 #include "cli/commands.hpp"
 
+#include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
@@ -40,6 +41,19 @@ int run_info(const GlobalOptions& global) {
                                                : "none (bf16 converted to float in registers)");
   // The host's bf16 x float32 products (ops::HostBf16Gemm; REFORMER_BF16_GEMM).
   std::printf("  host bf16 GEMM     %s\n", ops::host_bf16_gemm_block());
+  // LSH and local attention's kernels (core/team_scratch.hpp; REFORMER_CHUNKED_KERNEL), and
+  // one team's scratch at the default chunk 64, n_before 1, d_head 64.
+  const auto shape = chunked_kernel_shape();
+  const auto scratch = attention::chunked_scratch_bytes(shape, 64, 1, 64, !kHostMemory);
+  std::printf(
+      "  chunked attention  %s; team scratch at chunk 64, d_head 64: %s forward, "
+      "%s backward%s\n",
+      chunked_kernel_shape_name(shape), format_bytes(scratch.forward).c_str(),
+      format_bytes(scratch.backward).c_str(),
+      kHostMemory ? ""
+      : scratch.gpu_forward_level + scratch.gpu_backward_level == 0
+          ? " (level 0)"
+          : " (level 1: a pool in device memory)");
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

@@ -11,6 +11,7 @@
 // grow more slowly than these sums; the bounds hold with room.
 #include "reformer/attention/lsh.hpp"
 #include "support/bf16_checks.hpp"
+#include "support/chunked_shape.hpp"
 
 #include <gtest/gtest.h>
 
@@ -98,6 +99,19 @@ TEST(Bf16Attention, LshWithPaddingDropoutAndFactoredBuckets) {
   Kokkos::deep_copy(c.valid, host);
   c.call.masks.key_valid = c.valid;
   compare_lsh(c, "padding, dropout, buckets 4 x 4");
+}
+
+// The streamed kernels (the GPUs' shape) hold the same bounds: their tiles
+// are float32 too, and each gradient row is added into as often.
+TEST(Bf16Attention, LshStreamedKernelsMatchFloatOnTheSameValues) {
+  const ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  for (bool causal : {false, true}) {
+    Bf16LshCase c;
+    c.config.chunk = 32;
+    c.config.n_hashes = 2;
+    c.call.masks.causal = causal;
+    compare_lsh(c, std::string("streamed") + (causal ? ", causal" : ""));
+  }
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "reformer/attention/local.hpp"
 #include "reformer/core/error.hpp"
 #include "support/attention_reference.hpp"
+#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace reformer {
 namespace {
@@ -11,8 +14,9 @@ namespace {
 using namespace reformer::testing;
 using attention::LocalAttentionConfig;
 
-struct LocalCase {
-  static constexpr Index batch = 2, length = 12, heads = 2, d = 5;
+template <Index L = 12, Index D = 5>
+struct LocalCaseOf {
+  static constexpr Index batch = 2, length = L, heads = 2, d = D;
   LocalAttentionConfig config;
   attention::AttentionCall call;
   Workspace workspace;
@@ -23,7 +27,7 @@ struct LocalCase {
   View3<double> lse{"lse", batch, length, heads};
   Kokkos::View<int**, Layout, MemSpace> valid{"valid", batch, length};
 
-  explicit LocalCase(Index chunk = 4, Index n_before = 1, bool causal = true) {
+  explicit LocalCaseOf(Index chunk = 4, Index n_before = 1, bool causal = true) {
     config.chunk = chunk;
     config.n_before = n_before;
     call.masks.causal = causal;
@@ -67,6 +71,8 @@ struct LocalCase {
                                rule);
   }
 };
+
+using LocalCase = LocalCaseOf<>;
 
 TEST(LocalAttention, ForwardMatchesDenseReference) {
   for (bool causal : {true, false})
@@ -160,6 +166,47 @@ TEST(LocalAttention, DropoutIsReplayedInBackward) {
   c.call.dropout.rate = 0;
   c.loss();
   EXPECT_GT(relative_error(dropped, to_host(c.out)), 1e-3);
+}
+
+// The streamed kernels (the GPUs' shape, core/team_scratch.hpp) on the host,
+// where their tiles are one register block wide: windows of several key
+// tiles, chunks of several query tiles or a partial one (chunk 24), padded
+// and filled head sizes, padding and dropout. Each case matches the dense
+// reference, the whole-window kernels and the finite differences.
+template <class Case>
+void check_streamed_local(Case& c, const std::string& what) {
+  const ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
+  c.backward();
+  const auto out = to_host(c.out), dq = to_host(c.dq), dk = to_host(c.dk), dv = to_host(c.dv);
+  const ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  c.backward();
+  EXPECT_LT(relative_error(to_host(c.out), out), 1e-13) << what;
+  EXPECT_LT(relative_error(to_host(c.dq), dq), 1e-13) << what;
+  EXPECT_LT(relative_error(to_host(c.dk), dk), 1e-13) << what;
+  EXPECT_LT(relative_error(to_host(c.dv), dv), 1e-13) << what;
+  if (c.call.dropout.rate == 0.0)
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-13) << what;
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << what;
+}
+
+TEST(LocalAttention, StreamedKernelsMatchReferenceWholeWindowAndFiniteDifferences) {
+  for (const bool causal : {true, false})
+    for (const Index n_before : {0, 1, 2}) {
+      LocalCaseOf<96, 5> c(24, n_before, causal);
+      check_streamed_local(
+          c, "chunk 24, n_before " + std::to_string(n_before) + (causal ? ", causal" : ""));
+    }
+  LocalCaseOf<128, 16> filled(32, 1, true);
+  check_streamed_local(filled, "chunk 32, d_head 16");
+  LocalCaseOf<96, 5> padded(24, 1, true);
+  padded.pad_positions({{0, 0}, {1, 30}, {1, 95}});
+  check_streamed_local(padded, "padding");
+  LocalCaseOf<96, 5> dropped(24, 1, true);
+  dropped.call.dropout = {0.3, {9, 4}};
+  check_streamed_local(dropped, "dropout");
 }
 
 TEST(LocalAttention, ClearErrors) {

@@ -2,6 +2,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
+#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -122,9 +123,9 @@ std::vector<double> reference_lsh(const Dims& dm, const std::vector<double>& qk,
 
 // D = 4 pads the kernels' scratch tiles (rows, slots and head columns);
 // D = 16 with chunks of 8 fills them exactly (double: blocks of 8 x 16).
-template <Index D>
+template <Index D, Index L = 16>
 struct LshCaseOf {
-  static constexpr Index batch = 2, length = 16, heads = 2, d = D;
+  static constexpr Index batch = 2, length = L, heads = 2, d = D;
   LshAttentionConfig config;
   attention::AttentionCall call;
   Workspace workspace;
@@ -235,6 +236,52 @@ TEST(LshAttention, DuplicateCorrectionAndDropoutGradients) {
   c.call.dropout.rate = 0;
   c.loss();
   EXPECT_GT(relative_error(corrected, to_host(c.out)), 1e-4);
+}
+
+// The streamed kernels (the GPUs' shape, core/team_scratch.hpp) on the host,
+// where their tiles are one register block wide: sequences long enough that a
+// window spans several key tiles and a chunk several query tiles (or ends in
+// a partial one: chunk 24), head sizes that pad the tiles or fill them. Each
+// case matches the plain reference, the finite differences, and the
+// whole-window kernels' gradients.
+template <class Case>
+void check_streamed_lsh(Case& c, const std::string& what) {
+  const ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
+  c.backward();
+  const auto out = to_host(c.out), dqk = to_host(c.dqk), dv = to_host(c.dv);
+  const ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  c.backward();
+  EXPECT_LT(relative_error(to_host(c.out), out), 1e-13) << what;
+  EXPECT_LT(relative_error(to_host(c.dqk), dqk), 1e-13) << what;
+  EXPECT_LT(relative_error(to_host(c.dv), dv), 1e-13) << what;
+  if (c.call.dropout.rate == 0.0 && !c.config.duplicate_correction)
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12) << what;
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << what;
+}
+
+TEST(LshAttention, StreamedKernelsMatchReferenceWholeWindowAndFiniteDifferences) {
+  for (const bool causal : {false, true}) {
+    LshCaseOf<4, 128> c(32, 2, {}, causal);
+    check_streamed_lsh(c, std::string("chunk 32, 2 hashes") + (causal ? ", causal" : ""));
+  }
+  LshCaseOf<4, 128> three(16, 3, {8}, true);
+  check_streamed_lsh(three, "chunk 16, 3 hashes, 8 buckets");
+  LshCaseOf<20, 96> partial(24, 2, {4}, true);
+  check_streamed_lsh(partial, "chunk 24, d_head 20");
+  LshCaseOf<16, 64> filled(16, 1, {}, false);
+  check_streamed_lsh(filled, "chunk 16, d_head 16");
+}
+
+TEST(LshAttention, StreamedKernelsWithPaddingDuplicateCorrectionAndDropout) {
+  LshCaseOf<4, 128> padded(32, 2, {}, true);
+  padded.pad({{0, 0}, {1, 70}, {1, 127}});
+  check_streamed_lsh(padded, "padding");
+  LshCaseOf<4, 128> corrected(16, 3, {8}, false);
+  corrected.config.duplicate_correction = true;
+  corrected.call.dropout = {0.2, {3, 3}};
+  check_streamed_lsh(corrected, "duplicate correction, dropout");
 }
 
 // A chunk as long as the sequence, or longer (item 12 of the reference: then

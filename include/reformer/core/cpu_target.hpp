@@ -118,8 +118,22 @@ struct CpuTarget {
 // with 256, and the pool shrank from 2.9 / 6.0 GiB to 0.8 / 1.6 GiB at 128.
 // The tiled kernels (exact and relative attention) keep AUTO: 64 threads was
 // no faster there (214 against 221 ms) and 256 took twice as long.
+//
+// The streamed shape of the same kernels (the GPU default since 2026-11-26,
+// attention/chunked_kernels.hpp; not yet timed on a GPU): a team holds
+// chunked_query_tile queries and streams its window's keys through level-0
+// scratch, chunked_forward_key_tile at a time in the forward and
+// chunked_backward_key_tile in the backward, whose team also sums the dq of its
+// whole chunk. At chunk 64 and d_head 64 in float32 that is 17.3 KiB (forward)
+// and 35.3 KiB (backward) per team, within the 40 KiB of level 0 that Kokkos 3.4
+// gives a team on CUDA and HIP, so no level-1 pool is reserved; the
+// whole-window tiles need 113 and 225 KiB. Every size is a multiple of the GPU's
+// register block width (TileTraits::block_cols, 4).
 struct GpuTarget {
   static constexpr int chunked_team_size = 128;
+  static constexpr int chunked_query_tile = 16;
+  static constexpr int chunked_forward_key_tile = 16;
+  static constexpr int chunked_backward_key_tile = 8;
 };
 
 // A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a

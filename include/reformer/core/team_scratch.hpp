@@ -7,10 +7,12 @@
 // functor serves both.
 #pragma once
 
+#include "reformer/core/error.hpp"
 #include "reformer/core/types.hpp"
 
 #include <cstddef>
 #include <cstdlib>
+#include <string>
 
 namespace reformer {
 
@@ -23,12 +25,60 @@ template <class T>
 using ScratchVector = Kokkos::View<T*, Layout, ExecSpace::scratch_memory_space,
                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// The level-0 scratch a GPU team can count on.
-constexpr std::size_t kLevel0ScratchBytes = 48 * 1024;
+// The level-0 scratch a GPU team can count on: Kokkos 3.4 gives a team 40 KiB
+// on CUDA and HIP (48 KiB of shared memory, less what its team reductions
+// keep); a kernel asking for more fails to launch. scratch_level() asks the
+// backend itself (TeamPolicy::scratch_size_max(0)); this constant is the
+// figure that the GPU shapes are sized against, and that the scratch tests
+// check on any backend.
+constexpr std::size_t kLevel0ScratchBytes = 40 * 1024;
+
+// The level-0 scratch of this backend's teams (on the host: any size).
+inline std::size_t level0_scratch_limit() {
+  if (kHostMemory) return ~std::size_t(0);
+  static const std::size_t limit =
+      std::size_t(Kokkos::TeamPolicy<ExecSpace>(1, 1).scratch_size_max(0));
+  return limit;
+}
 
 // 0 when `bytes` of tiles fit in fast scratch (always on the host), else 1.
-inline int scratch_level(std::size_t bytes) {
-  return kHostMemory || bytes <= kLevel0ScratchBytes ? 0 : 1;
+inline int scratch_level(std::size_t bytes) { return bytes <= level0_scratch_limit() ? 0 : 1; }
+
+// The two shapes of the chunked attention kernels (LSH and local attention,
+// src/attention/chunked_kernels.hpp). `whole_window`: a team holds a chunk's
+// queries and its whole window of keys and values at once (the host's
+// default: the tiles stay in L1/L2 and every product is one register-blocked
+// pass). `streamed`: a team streams the window's keys in small tiles with an
+// online softmax, so that every tile fits level-0 scratch (the default on
+// GPUs, where whole-window tiles would live in a level-1 pool of global
+// memory; tile sizes in core/cpu_target.hpp's GpuTarget). Both give the same
+// results up to rounding. REFORMER_CHUNKED_KERNEL=whole|streamed picks one
+// for a process (to compare them on one machine); tests switch with
+// set_chunked_kernel_shape().
+enum class ChunkedKernelShape { whole_window, streamed };
+
+namespace detail {
+inline ChunkedKernelShape& chunked_kernel_shape_setting() {
+  static ChunkedKernelShape shape = [] {
+    const char* text = std::getenv("REFORMER_CHUNKED_KERNEL");
+    const std::string value = text != nullptr ? text : "";
+    if (value.empty())
+      return kHostMemory ? ChunkedKernelShape::whole_window : ChunkedKernelShape::streamed;
+    if (value == "whole") return ChunkedKernelShape::whole_window;
+    if (value == "streamed") return ChunkedKernelShape::streamed;
+    throw ConfigError("REFORMER_CHUNKED_KERNEL is '" + value +
+                      "' but must be 'whole' or 'streamed' (or unset for the backend's default)");
+  }();
+  return shape;
+}
+}  // namespace detail
+
+inline ChunkedKernelShape chunked_kernel_shape() { return detail::chunked_kernel_shape_setting(); }
+inline void set_chunked_kernel_shape(ChunkedKernelShape shape) {
+  detail::chunked_kernel_shape_setting() = shape;
+}
+inline const char* chunked_kernel_shape_name(ChunkedKernelShape shape) {
+  return shape == ChunkedKernelShape::streamed ? "streamed" : "whole window";
 }
 
 // Threads per team of the fused kernels on a GPU: the number in

@@ -48,8 +48,9 @@ struct TileTraits {
       CpuTarget::vector_bytes == 0
           ? 4
           : CpuTarget::block_vectors * CpuTarget::vector_bytes / int(sizeof(T));
+  static constexpr int device_block_cols = 4;
   static constexpr int block_rows = kHostMemory ? CpuTarget::block_rows : 1;
-  static constexpr int block_cols = kHostMemory ? host_block_cols : 4;
+  static constexpr int block_cols = kHostMemory ? host_block_cols : device_block_cols;
   // Head size rounded up to whole blocks (the zero columns add nothing). Device
   // code calls it: a host-only function there compiles (nvcc only warns) into a
   // kernel whose body is dropped, which on CUDA left every LSH and local
@@ -59,6 +60,27 @@ struct TileTraits {
   }
   static_assert(query_tile % block_cols == 0 && key_tile % block_cols == 0,
                 "tiles must be whole column blocks");
+};
+
+// Tile sizes of the streamed chunked attention kernels (ChunkedKernelShape::
+// streamed, src/attention/chunked_kernels.hpp): a team holds `query` queries
+// and streams the keys of their window `forward_key` (forward) or
+// `backward_key` (backward) at a time. GPU: GpuTarget's sizes, chosen so that
+// every tile fits level-0 scratch. Host, where this shape runs only when asked
+// (tests, comparisons): one register block's width, the smallest tile that
+// team_multiply takes, so that short test sequences already span several tiles.
+template <class T>
+struct StreamTileTraits {
+  static constexpr Index query =
+      kHostMemory ? TileTraits<T>::block_cols : GpuTarget::chunked_query_tile;
+  static constexpr Index forward_key =
+      kHostMemory ? TileTraits<T>::block_cols : GpuTarget::chunked_forward_key_tile;
+  static constexpr Index backward_key =
+      kHostMemory ? TileTraits<T>::block_cols : GpuTarget::chunked_backward_key_tile;
+  // Query tiles are the columns of S^T and key tiles those of S.
+  static_assert(query % TileTraits<T>::block_cols == 0 &&
+                    backward_key % TileTraits<T>::block_cols == 0,
+                "streamed tiles must be whole register blocks");
 };
 
 namespace detail {
