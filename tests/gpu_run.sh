@@ -14,7 +14,8 @@
 #       fused SDPA layer and reformer-pytorch's LSHSelfAttention, the memory
 #       instrument's sweep, the 6-layer Reformer step against lucidrains'
 #       reformer-pytorch (wheels from .gpu/whl, if there), cached generation
-#       against rerunning the model, and kernel profiles
+#       against rerunning the model, the chunked kernels' two shapes
+#       (REFORMER_CHUNKED_KERNEL=whole|streamed), and kernel profiles
 #       (REFORMER_KERNEL_PROFILE, core/kernel_profile.hpp) of the 6-layer step
 #       and of exact attention, kernel by kernel; BENCH_PARTS="gemm team ..."
 #       runs only the parts named (see `parts=` below) for a short lease;
@@ -124,7 +125,7 @@ fi
 export PYTHONUNBUFFERED=1
 # BENCH_PARTS picks the parts (default: all of them, in this order); every step
 # has a time limit, so one that hangs or crashes costs only itself.
-parts=" ${BENCH_PARTS:-sgemm gemm sdpa team lsh_peer memory step peer_step profile generate} "
+parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape lsh_peer memory step peer_step profile generate} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 if part sgemm; then
   python3 - <<'PY' | tee "$out/sgemm.txt"
@@ -163,6 +164,19 @@ if part team; then
     REFORMER_TEAM_SIZE=$size timeout 60 "$pkg/run/bench_attention" \
       --benchmark_filter='^BM_AttentionLayer/[123]/16384/' 2>&1 | grep -E "^BM_|rror|what" |
       tee -a "$out/team_size.txt"
+  done
+fi
+if part shape; then
+  # Each run is its own process, so that each peak counts its team scratch pool.
+  echo "== the chunked kernels' two shapes (REFORMER_CHUNKED_KERNEL; streamed is the GPU default): LSH-2 and local layers at 4K and 16K, the 6-layer step at 16K"
+  for shape in whole streamed; do
+    echo "shape $shape" | tee -a "$out/chunked_shape.txt"
+    REFORMER_CHUNKED_KERNEL=$shape timeout 60 "$pkg/run/bench_attention" \
+      --benchmark_filter='^BM_AttentionLayer/[12]/(4096|16384)/' 2>&1 | grep -E "^BM_|rror|what" |
+      tee -a "$out/chunked_shape.txt"
+    REFORMER_CHUNKED_KERNEL=$shape timeout 100 "$pkg/run/reformer" memory --variants reformer \
+      --layers 6 --lengths 16384 --steps 2 --out "$out/memory_shape_$shape" 2>&1 |
+      grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
   done
 fi
 if part lsh_peer; then
@@ -215,7 +229,8 @@ echo "==== summary ($(cat "$out/gpu.txt"))"
 cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_ours.txt" 2>/dev/null | sed 's/^/cuBLAS   /'
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 's/^/portable /'
-cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/lsh_peer.jsonl" 2>/dev/null
+cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/lsh_peer.jsonl" \
+  2>/dev/null
 grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \
   "$out/memory_6_portable.txt" 2>/dev/null
 cat "$out/reformer_pytorch.jsonl" 2>/dev/null

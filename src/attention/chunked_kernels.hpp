@@ -257,13 +257,14 @@ struct ChunkedScratchBytes {
            M::shmem_size(bk, bq) + M::shmem_size(3, bq) + ScratchInts::shmem_size(bq) +
            ScratchInts::shmem_size(bk);
   }
-  // The chunk's dq sums, Q and dout rows, K rows, the dk and dv sums, K^T and
-  // V^T, P and dS, positions.
-  static size_t streamed_backward(Index c, Index bq, Index bk, Index d_head, Index cols) {
+  // The dq sums of a group of `rows` queries (or the chunk's, if smaller), Q
+  // and dout rows, K rows, the dk and dv sums, K^T and V^T, P and dS, positions.
+  static size_t streamed_backward(Index c, Index bq, Index bk, Index rows, Index d_head,
+                                  Index cols) {
     const Index d = up(d_head, cols), cq = up(c, bq);
-    return M::shmem_size(cq, d) + 2 * M::shmem_size(bq, d) + 3 * M::shmem_size(bk, d) +
-           2 * M::shmem_size(d, bk) + 2 * M::shmem_size(bq, bk) + ScratchInts::shmem_size(cq) +
-           ScratchInts::shmem_size(bk);
+    return M::shmem_size(cq < rows ? cq : rows, d) + 2 * M::shmem_size(bq, d) +
+           3 * M::shmem_size(bk, d) + 2 * M::shmem_size(d, bk) + 2 * M::shmem_size(bq, bk) +
+           ScratchInts::shmem_size(cq) + ScratchInts::shmem_size(bk);
   }
 };
 
@@ -663,17 +664,21 @@ struct StreamedForward {
 };
 
 // Backward, streamed: one team per query chunk, launched as the whole-window
-// backward is (the same colours). For each key tile of the window (BK slots)
-// the team walks the chunk's query tiles (BQ queries) and recomputes
+// backward is (the same colours). The team takes the chunk's queries in groups
+// of R = StreamTileTraits::backward_rows (one group for chunks up to R). For
+// each group and each key tile of the window (BK slots) it walks the group's
+// query tiles (BQ queries) and recomputes
 //   S = Q K^T, dP = dout V^T, P = exp(S - LSE), dS = P (drop dP - D),
-// adding dS K into the chunk's dq sums (scratch, added into dq at the end),
-// dS^T Q and dropout(P)^T dout into the tile's dk and dv sums, which go into
-// dk and dv (rows by position) when the tile is done: each gradient row is
-// added into as often as in the whole-window kernel.
+// adding dS K into the group's dq sums (scratch, added into dq when the group
+// is done), and dS^T Q and dropout(P)^T dout into the key tile's dk and dv
+// sums, which go into dk and dv (rows by position) when the tile is done: a
+// gradient row is added into once per group as often as in the whole-window
+// kernel (bf16: that many roundings).
 template <class T>
 struct StreamedBackward {
   using C = compute_t<T>;
-  static constexpr Index BQ = StreamTileTraits<C>::query, BK = StreamTileTraits<C>::backward_key;
+  using Tiles = StreamTileTraits<C>;
+  static constexpr Index BQ = Tiles::query, BK = Tiles::backward_key, R = Tiles::backward_rows;
   ChunkedInputs<T> in;
   ItemScalars<const C> lse, delta;
   ItemView<const T> dout;
@@ -682,7 +687,7 @@ struct StreamedBackward {
   int level = 0;
 
   static size_t scratch_bytes(Index chunk, Index d_head) {
-    return ChunkedScratchBytes<C>::streamed_backward(chunk, BQ, BK, d_head,
+    return ChunkedScratchBytes<C>::streamed_backward(chunk, BQ, BK, R, d_head,
                                                      TileTraits<C>::block_cols);
   }
 
@@ -693,90 +698,99 @@ struct StreamedBackward {
     const Index bh = team.league_rank() / chunks, b = bh / in.heads, h = bh % in.heads;
     const bool dropout = in.dropout.rate > 0.0;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> dqs(scratch, cq, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp),
+    Scratch2<C> dqs(scratch, cq < R ? cq : R, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp),
         ks(scratch, BK, dp), kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
         dvs(scratch, BK, dp), p(scratch, BQ, BK), ds(scratch, BQ, BK);
     ScratchInts posq(scratch, cq), posk(scratch, BK);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cq),
                          [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
-    zero<C>(team, dqs);
-    for (Index tile = 0; tile * BK < w; ++tile) {
+    for (Index g0 = 0; g0 < c; g0 += R) {
+      const Index g_end = g0 + R < c ? g0 + R : c, g_tiles = g0 + (g_end - g0 + BQ - 1) / BQ * BQ;
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        const Index slot = tile * BK + t;
-        const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
-        posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-      });
-      zero<C>(team, dks);
-      zero<C>(team, dvs);
-      team.team_barrier();
-      gather_elements<C>(
-          team, BK, dh, dp,
-          [&](Index t, C& factor) {
-            if (posk(t) < 0) return static_cast<const T*>(nullptr);
-            factor = in.scale_of(b, posk(t), h);
-            return &in.k(b, posk(t), h, 0);
-          },
-          ks, kt);
-      gather_elements<C>(
-          team, BK, dh, dp,
-          [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
-          Scratch2<C>(), vt);
-      for (Index q0 = 0; q0 < cq; q0 += BQ) {
+      zero<C>(team, dqs);
+      for (Index tile = 0; tile * BK < w; ++tile) {
         team.team_barrier();
-        gather_elements<C>(
-            team, BQ, dh, dp,
-            [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &in.q(b, posq(q0 + i), h, 0); },
-            qs, Scratch2<C>());
-        gather_elements<C>(
-            team, BQ, dh, dp,
-            [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &dout(b, posq(q0 + i), h, 0); },
-            dos, Scratch2<C>());
-        team.team_barrier();
-        // S = Q K^T, dP = dout V^T.
-        team_multiply<false>(team, BQ, BK, dp, &p(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-        team_multiply<false>(team, BQ, BK, dp, &ds(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-        team.team_barrier();
-        // p <- dropout(P), ds <- dS (0 where a mask constant replaced the score).
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
-          const Index i = e / BK, t = e % BK, pq = posq(q0 + i), pk = posk(t);
-          if (pq < 0 || pk < 0) {
-            p(i, t) = C(0);
-            ds(i, t) = C(0);
-            return;
-          }
-          bool constant = true;
-          const C score = in.mask_score(b, bh, pq, pk, p(i, t), constant);
-          const C weight = softmax_weight(score - lse(b, pq, h));
-          const C drop = dropout ? in.drop_factor(bh, qc * c + q0 + i, tile * BK + t) : C(1);
-          ds(i, t) = constant ? C(0) : weight * (drop * ds(i, t) - delta(b, pq, h));
-          p(i, t) = weight * drop;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+          const Index slot = tile * BK + t;
+          const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
+          posk(t) = item < 0 ? -1 : int(in.position(bh, item));
         });
+        zero<C>(team, dks);
+        zero<C>(team, dvs);
         team.team_barrier();
-        // dQ += dS K,  dK += dS^T Q,  dV += dropout(P)^T dout.
-        team_multiply<true>(team, BQ, dp, BK, &dqs(q0, 0), dp, &ds(0, 0), BK, 1, &ks(0, 0), dp);
-        team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &ds(0, 0), 1, BK, &qs(0, 0), dp);
-        team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &p(0, 0), 1, BK, &dos(0, 0), dp);
+        gather_elements<C>(
+            team, BK, dh, dp,
+            [&](Index t, C& factor) {
+              if (posk(t) < 0) return static_cast<const T*>(nullptr);
+              factor = in.scale_of(b, posk(t), h);
+              return &in.k(b, posk(t), h, 0);
+            },
+            ks, kt);
+        gather_elements<C>(
+            team, BK, dh, dp,
+            [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
+            Scratch2<C>(), vt);
+        for (Index q0 = g0; q0 < g_tiles; q0 += BQ) {
+          team.team_barrier();
+          gather_elements<C>(
+              team, BQ, dh, dp,
+              [&](Index i, C&) {
+                return posq(q0 + i) < 0 ? nullptr : &in.q(b, posq(q0 + i), h, 0);
+              },
+              qs, Scratch2<C>());
+          gather_elements<C>(
+              team, BQ, dh, dp,
+              [&](Index i, C&) {
+                return posq(q0 + i) < 0 ? nullptr : &dout(b, posq(q0 + i), h, 0);
+              },
+              dos, Scratch2<C>());
+          team.team_barrier();
+          // S = Q K^T, dP = dout V^T.
+          team_multiply<false>(team, BQ, BK, dp, &p(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
+          team_multiply<false>(team, BQ, BK, dp, &ds(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
+          team.team_barrier();
+          // p <- dropout(P), ds <- dS (0 where a mask constant replaced the score).
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
+            const Index i = e / BK, t = e % BK, pq = posq(q0 + i), pk = posk(t);
+            if (pq < 0 || pk < 0) {
+              p(i, t) = C(0);
+              ds(i, t) = C(0);
+              return;
+            }
+            bool constant = true;
+            const C score = in.mask_score(b, bh, pq, pk, p(i, t), constant);
+            const C weight = softmax_weight(score - lse(b, pq, h));
+            const C drop = dropout ? in.drop_factor(bh, qc * c + q0 + i, tile * BK + t) : C(1);
+            ds(i, t) = constant ? C(0) : weight * (drop * ds(i, t) - delta(b, pq, h));
+            p(i, t) = weight * drop;
+          });
+          team.team_barrier();
+          // dQ += dS K,  dK += dS^T Q,  dV += dropout(P)^T dout.
+          team_multiply<true>(team, BQ, dp, BK, &dqs(q0 - g0, 0), dp, &ds(0, 0), BK, 1, &ks(0, 0),
+                              dp);
+          team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &ds(0, 0), 1, BK, &qs(0, 0), dp);
+          team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &p(0, 0), 1, BK, &dos(0, 0), dp);
+        }
+        team.team_barrier();
+        // One thread per column, down the tile's rows (a window may hold a
+        // position twice, once per round).
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index d) {
+          for (Index t = 0; t < BK; ++t) {
+            if (posk(t) < 0) continue;
+            T& to_k = dk_scaled(b, posk(t), h, d);
+            T& to_v = dv(b, posk(t), h, d);
+            to_k = store<T>(load(to_k) + dks(t, d));
+            to_v = store<T>(load(to_v) + dvs(t, d));
+          }
+        });
       }
       team.team_barrier();
-      // One thread per column, down the tile's rows (a window may hold a
-      // position twice, once per round).
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index d) {
-        for (Index t = 0; t < BK; ++t) {
-          if (posk(t) < 0) continue;
-          T& to_k = dk_scaled(b, posk(t), h, d);
-          T& to_v = dv(b, posk(t), h, d);
-          to_k = store<T>(load(to_k) + dks(t, d));
-          to_v = store<T>(load(to_v) + dvs(t, d));
-        }
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (g_end - g0) * dh), [&](Index e) {
+        const Index i = g0 + e / dh, d = e % dh;
+        T& to = dq(b, posq(i), h, d);
+        to = store<T>(load(to) + dqs(i - g0, d));
       });
     }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c * dh), [&](Index e) {
-      const Index i = e / dh, d = e % dh;
-      T& to = dq(b, posq(i), h, d);
-      to = store<T>(load(to) + dqs(i, d));
-    });
   }
 };
 

@@ -25,7 +25,8 @@ ChunkedScratch chunked_scratch_bytes(ChunkedKernelShape shape, Index chunk, Inde
     const Index backward_key =
         gpu_tiles ? GpuTarget::chunked_backward_key_tile : Host::backward_key;
     bytes.forward = Bytes::streamed_forward(bq, forward_key, d_head, cols);
-    bytes.backward = Bytes::streamed_backward(chunk, bq, backward_key, d_head, cols);
+    const Index rows = gpu_tiles ? GpuTarget::chunked_backward_query_rows : Host::backward_rows;
+    bytes.backward = Bytes::streamed_backward(chunk, bq, backward_key, rows, d_head, cols);
   } else {
     bytes.forward = Bytes::whole_forward(chunk, slots, d_head, cols);
     bytes.backward = Bytes::whole_backward(chunk, slots, d_head, cols);

@@ -14,9 +14,9 @@ namespace {
 using attention::chunked_scratch_bytes;
 
 TEST(ChunkedScratch, StreamedGpuTilesFitLevelZeroWhereWholeWindowsDoNot) {
-  // The model defaults (chunk 64, one chunk back) and smaller chunks, at the
-  // head sizes of the benchmarks.
-  for (const Index chunk : {32, 64})
+  // The defaults (LSH: chunk 64; local attention: 128; one chunk back) and
+  // smaller chunks, at the head sizes of the benchmarks.
+  for (const Index chunk : {32, 64, 128})
     for (const Index d_head : {32, 64}) {
       const std::string what =
           "chunk " + std::to_string(chunk) + ", d_head " + std::to_string(d_head);
@@ -42,7 +42,10 @@ TEST(ChunkedScratch, StreamedForwardDoesNotGrowWithTheWindow) {
   const auto small = chunked_scratch_bytes(ChunkedKernelShape::streamed, 32, 0, 64, true);
   const auto large = chunked_scratch_bytes(ChunkedKernelShape::streamed, 128, 3, 64, true);
   EXPECT_EQ(small.forward, large.forward);
-  EXPECT_GT(large.backward, small.backward);  // the chunk's dq sums
+  EXPECT_GT(large.backward, small.backward);  // the dq sums of up to 64 queries
+  const auto larger = chunked_scratch_bytes(ChunkedKernelShape::streamed, 256, 3, 64, true);
+  // Groups of 64 queries: a longer chunk adds only its positions (4 bytes each).
+  EXPECT_LE(larger.backward, large.backward + 128 * sizeof(int));
   const auto whole_small = chunked_scratch_bytes(ChunkedKernelShape::whole_window, 32, 0, 64, true);
   const auto whole_large =
       chunked_scratch_bytes(ChunkedKernelShape::whole_window, 128, 3, 64, true);

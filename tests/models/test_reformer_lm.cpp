@@ -2,6 +2,7 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "support/checks.hpp"
+#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -124,6 +125,35 @@ TEST(ReformerLM, GradientCheckWithPaddingMask) {
   for (Index b = 0; b < 2; ++b)
     for (Index j = 0; j < (b == 0 ? 11 : 6); ++j) counted += targets(b, j) != c.ignore;
   EXPECT_EQ(c.gradients().tokens, counted);
+  expect_parameter_gradients(c, 1e-6);
+}
+
+// The GPUs' streamed LSH and local kernels (core/team_scratch.hpp), run on the
+// host: the same loss and gradients as the whole-window kernels through the
+// reversible recompute, padding, dropout and several query groups per chunk,
+// and a gradient check of their own.
+TEST(ReformerLM, StreamedChunkedKernelsGiveTheSameModel) {
+  auto config = tiny_config();
+  config.layers = 3;
+  config.attention = {AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Lsh};
+  config.max_length = 64;
+  config.axial_shape = {8, 8};
+  config.lsh.chunk = 16;
+  config.local.chunk = 32;
+  ModelCase c(config, 2, 60);
+  IdView valid("valid", 2, 60);
+  auto host_valid = Kokkos::create_mirror_view(valid);
+  for (Index b = 0; b < 2; ++b)
+    for (Index j = 0; j < 60; ++j) host_valid(b, j) = j < (b == 0 ? 60 : 41);
+  Kokkos::deep_copy(valid, host_valid);
+  c.call.valid = valid;
+  ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
+  const auto expected = c.gradients();
+  const auto grads = to_host(c.params.grads());
+  ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  const auto result = c.gradients();
+  EXPECT_NEAR(result.loss, expected.loss, 1e-12);
+  EXPECT_LT(relative_error(to_host(c.params.grads()), grads), 1e-12);
   expect_parameter_gradients(c, 1e-6);
 }
 

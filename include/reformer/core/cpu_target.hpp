@@ -123,17 +123,20 @@ struct CpuTarget {
 // attention/chunked_kernels.hpp; not yet timed on a GPU): a team holds
 // chunked_query_tile queries and streams its window's keys through level-0
 // scratch, chunked_forward_key_tile at a time in the forward and
-// chunked_backward_key_tile in the backward, whose team also sums the dq of its
-// whole chunk. At chunk 64 and d_head 64 in float32 that is 17.3 KiB (forward)
-// and 35.3 KiB (backward) per team, within the 40 KiB of level 0 that Kokkos 3.4
-// gives a team on CUDA and HIP, so no level-1 pool is reserved; the
-// whole-window tiles need 113 and 225 KiB. Every size is a multiple of the GPU's
-// register block width (TileTraits::block_cols, 4).
+// chunked_backward_key_tile in the backward, whose team also sums the dq of
+// chunked_backward_query_rows queries at a time (a chunk of 128, local
+// attention's default, takes two passes over its window). At chunk 64 or 128
+// and d_head 64 in float32 that is 17.3 KiB (forward) and 35.3 KiB (backward)
+// per team, within the 40 KiB of level 0 that Kokkos 3.4 gives a team on CUDA
+// and HIP, so no level-1 pool is reserved; the whole-window tiles need 113
+// and 225 KiB at chunk 64. Every size is a multiple of the GPU's register
+// block width (TileTraits::block_cols, 4).
 struct GpuTarget {
   static constexpr int chunked_team_size = 128;
   static constexpr int chunked_query_tile = 16;
   static constexpr int chunked_forward_key_tile = 16;
   static constexpr int chunked_backward_key_tile = 8;
+  static constexpr int chunked_backward_query_rows = 64;
 };
 
 // A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a

@@ -68,7 +68,8 @@ struct TileTraits {
 // `backward_key` (backward) at a time. GPU: GpuTarget's sizes, chosen so that
 // every tile fits level-0 scratch. Host, where this shape runs only when asked
 // (tests, comparisons): one register block's width, the smallest tile that
-// team_multiply takes, so that short test sequences already span several tiles.
+// team_multiply takes, and query groups of one tile, so that short test
+// sequences already span several tiles and groups.
 template <class T>
 struct StreamTileTraits {
   static constexpr Index query =
@@ -77,10 +78,14 @@ struct StreamTileTraits {
       kHostMemory ? TileTraits<T>::block_cols : GpuTarget::chunked_forward_key_tile;
   static constexpr Index backward_key =
       kHostMemory ? TileTraits<T>::block_cols : GpuTarget::chunked_backward_key_tile;
+  // Queries whose dq sums the backward keeps at once (a group of query tiles).
+  static constexpr Index backward_rows =
+      kHostMemory ? query : GpuTarget::chunked_backward_query_rows;
   // Query tiles are the columns of S^T and key tiles those of S.
   static_assert(query % TileTraits<T>::block_cols == 0 &&
                     backward_key % TileTraits<T>::block_cols == 0,
                 "streamed tiles must be whole register blocks");
+  static_assert(backward_rows % query == 0, "a query group must be whole query tiles");
 };
 
 namespace detail {
