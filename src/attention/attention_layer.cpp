@@ -96,14 +96,18 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Kokkos::View<const Index*, Layo
       });
 }
 
-// out(b, positions(b), :) = rows(b, :) for a cache [batch, capacity, n].
+// k_cache(b, positions(b), :) = k(b, :) and the same for v, caches [batch,
+// capacity, n]: one launch for both.
 template <class T>
-void write_cached(In2<T> rows, Kokkos::View<const Index*, Layout, MemSpace> positions,
-                  View3<T> out) {
+void write_cached(In2<T> k, In2<T> v, Kokkos::View<const Index*, Layout, MemSpace> positions,
+                  View3<T> k_cache, View3<T> v_cache) {
   using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "attention_write_cache", Policy2({0, 0}, {Index(rows.extent(0)), Index(rows.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index j) { out(b, positions(b), j) = rows(b, j); });
+      "attention_write_cache", Policy2({0, 0}, {Index(k.extent(0)), Index(k.extent(1))}),
+      KOKKOS_LAMBDA(Index b, Index j) {
+        k_cache(b, positions(b), j) = k(b, j);
+        v_cache(b, positions(b), j) = v(b, j);
+      });
 }
 
 }  // namespace
@@ -549,7 +553,8 @@ void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, In
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
                              Kokkos::View<const Index*, Layout, MemSpace> positions,
-                             Index max_position, View2<T> y, Workspace& workspace) const {
+                             Index max_position, View2<T> y, Workspace& workspace,
+                             T beta) const {
   const char* op = "AttentionLayer::step";
   const Index batch = x.extent(0), h = config_.heads, d = config_.d_head, inner = h * d;
   require_extent(op, "x", x, 1, config_.d_model);
@@ -567,8 +572,7 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   auto v = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
   project_keys(x, q, k, v, workspace);
-  write_cached<T>(k, positions, cache.k);
-  write_cached<T>(v, positions, cache.v);
+  write_cached<T>(k, v, positions, cache.k, cache.v);
   if (lsh) {
     // The query's buckets, then its windows among the cached buckets.
     const Index rounds = config_.lsh.n_hashes;
@@ -600,12 +604,12 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
     attend_cached<T>(q, cache.k, cache.v, first, positions, widest, {}, shared, h, d, scale, a,
                      workspace);
   }
-  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
+  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }
 
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
-                             View2<T> y, Workspace& workspace) const {
+                             View2<T> y, Workspace& workspace, T beta) const {
   require<ConfigError>(config_.kind != AttentionKind::Lsh, "AttentionLayer::step",
                        ": an LSH layer decodes with a cache from start_cache (its buckets and "
                        "rotations)");
@@ -616,13 +620,13 @@ void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index
   AttentionCache<T> cache;
   cache.k = k_cache;
   cache.v = v_cache;
-  step(x, cache, positions, position, y, workspace);
+  step(x, cache, positions, position, y, workspace, beta);
 }
 
 template <class T>
 void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
                                    Kokkos::View<const int**, Layout, MemSpace> key_valid,
-                                   View2<T> y, Workspace& workspace) const {
+                                   View2<T> y, Workspace& workspace, T beta) const {
   const char* op = "AttentionLayer::step_cross";
   require_cacheable(op);
   const Index batch = x.extent(0), inner = config_.heads * config_.d_head;
@@ -640,7 +644,7 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
   attend_cached<T>(q, k, v, first, last, Index(k.extent(1)), key_valid, false, config_.heads,
                    config_.d_head, scale, a, workspace);
-  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y);
+  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }
 
 template <class T>

@@ -131,19 +131,19 @@ void PreNormAttention<T>::residual_step(In2<T> x, View2<T> y, Workspace& workspa
                                         const Attend& attend) const {
   Workspace::Frame frame(workspace);
   const Index rows = x.extent(0), d = x.extent(1);
-  auto normed = frame.take<View2<T>>(rows, d), f = frame.take<View2<T>>(rows, d);
+  auto normed = frame.take<View2<T>>(rows, d);
   auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, compute_t<T>(eps_), normed, mean,
                              rstd);
-  attend(normed, f);
-  ops::axpby<T>(1, as_vector(f), 1, as_vector(y));
+  // The attention adds its output into y (x, if y is x, is read no more).
+  attend(normed, y);
 }
 
 template <class T>
 void PreNormAttention<T>::step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> v_cache,
                                Index position, Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
-    attention_.step(normed, k_cache, v_cache, position, f, workspace);
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
+    attention_.step(normed, k_cache, v_cache, position, sum, workspace, T(1));
   });
 }
 
@@ -163,8 +163,8 @@ template <class T>
 void PreNormAttention<T>::step(In2<T> x, View2<T> y, attention::AttentionCache<T>& cache,
                                Kokkos::View<const Index*, Layout, MemSpace> positions,
                                Index max_position, Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
-    attention_.step(normed, cache, positions, max_position, f, workspace);
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
+    attention_.step(normed, cache, positions, max_position, sum, workspace, T(1));
   });
 }
 
@@ -172,8 +172,8 @@ template <class T>
 void PreNormAttention<T>::step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                                      Kokkos::View<const int**, Layout, MemSpace> key_valid,
                                      Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> f) {
-    attention_.step_cross(normed, k, v, key_valid, f, workspace);
+  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
+    attention_.step_cross(normed, k, v, key_valid, sum, workspace, T(1));
   });
 }
 

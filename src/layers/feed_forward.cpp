@@ -80,8 +80,8 @@ In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& 
                                compute_t<T>(config_.layer_norm_eps), normed, mean, rstd);
     input = normed;
   }
-  ops::linear_forward<T>(input, w1_->matrix(), b1_->value, pre);
-  ops::activation_forward<T>(config_.activation, as_vector(pre), as_vector(hidden));
+  ops::linear_activation_forward<T>(input, w1_->matrix(), b1_->value, config_.activation, pre,
+                                   hidden);
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(hidden), rate, sub_key(call.key, kHiddenDropout),
                             r0 * config_.d_ff, as_vector(hidden));
@@ -109,10 +109,14 @@ void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
     auto nc = rows_of(normed, 0, n), hc = rows_of(hidden, 0, n), oc = rows_of(out, 0, n);
     auto mc = View1<compute_t<T>>(mean.data(), n), sc = View1<compute_t<T>>(rstd.data(), n);
     hidden_chunk(xc, r0, call, rate, nc, mc, sc, hc, hc);
+    if (rate == 0) {
+      // y = (h W2 + b2) + beta y in one kernel after the product.
+      ops::linear_residual_forward<T>(hc, w2_->matrix(), b2_->value, beta, oc, rows_of(y, r0, n));
+      continue;
+    }
     ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, oc);
-    if (rate > 0)
-      ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout), r0 * d,
-                              as_vector(oc));
+    ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout), r0 * d,
+                            as_vector(oc));
     ops::axpby<T>(compute_t<T>(1), as_vector(oc), beta, as_vector(rows_of(y, r0, n)));
   }
 }

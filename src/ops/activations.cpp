@@ -36,18 +36,14 @@ void activation_forward(Activation kind, In1<T> x, View1<T> y) {
       T* py = y.data();
       parallel_blocks(
           "relu_forward", n, KOKKOS_LAMBDA(Index begin, Index end) {
-            for (Index i = begin; i < end; ++i) {
-              const C v = load(px[i]);
-              py[i] = store<T>(v > C(0) ? v : C(0));
-            }
+            for (Index i = begin; i < end; ++i)
+              py[i] = store<T>(activation_value(Activation::ReLU, load(px[i])));
           });
     }
   } else {
     Kokkos::parallel_for(
-        "gelu_forward", range(n), KOKKOS_LAMBDA(Index i) {
-          const C v = load(x(i));
-          y(i) = store<T>(C(0.5) * v * (C(1) + compat::erf(v * C(0.70710678118654752440))));
-        });
+        "gelu_forward", range(n),
+        KOKKOS_LAMBDA(Index i) { y(i) = store<T>(activation_value(Activation::GELU, load(x(i)))); });
   }
 }
 

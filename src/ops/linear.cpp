@@ -3,6 +3,7 @@
 #include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
 
 namespace reformer::ops {
@@ -22,6 +23,109 @@ void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View
     Kokkos::parallel_for(
         "linear_bias", Policy({0, 0}, {n, out}),
         KOKKOS_LAMBDA(Index i, Index j) { y(i, j) += bias(j); });
+  }
+}
+
+namespace {
+
+// body(i, j0, j1) for the columns [j0, j1) of row i of an [n, cols] matrix,
+// over every element once: runs along rows on the host (the body's loop
+// vectorises), one element per thread on GPUs.
+template <class Body>
+void for_row_runs(const char* label, Index n, Index cols, const Body& body) {
+  parallel_blocks(
+      label, n * cols, KOKKOS_LAMBDA(Index begin, Index end) {
+        for (Index k = begin; k < end;) {
+          const Index i = k / cols, j0 = k % cols,
+                      j1 = j0 + (end - k) < cols ? j0 + (end - k) : cols;
+          body(i, j0, j1);
+          k += j1 - j0;
+        }
+      });
+}
+
+// One run of linear_activation_forward's kernel, with its choices taken out
+// of the loop (so that the host compiler vectorises it): v = p + b,
+// p = v (kKeep), to = f(v).
+template <bool kBias, bool kKeep, Activation kKind, class T, class B>
+KOKKOS_INLINE_FUNCTION void bias_activation_run(T* p, T* to, const B* b, Index j0, Index j1) {
+  using C = compute_t<T>;
+  for (Index j = j0; j < j1; ++j) {
+    const C v = kBias ? C(load(p[j]) + b[j]) : load(p[j]);
+    if (kKeep) p[j] = store<T>(v);
+    to[j] = store<T>(activation_value(kKind, v));
+  }
+}
+
+template <bool kBias, bool kKeep, class T, class B>
+KOKKOS_INLINE_FUNCTION void bias_activation_run(Activation kind, T* p, T* to, const B* b, Index j0,
+                                                Index j1) {
+  if (kind == Activation::ReLU)
+    bias_activation_run<kBias, kKeep, Activation::ReLU>(p, to, b, j0, j1);
+  else
+    bias_activation_run<kBias, kKeep, Activation::GELU>(p, to, b, j0, j1);
+}
+
+}  // namespace
+
+template <class T>
+void linear_activation_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias,
+                               Activation activation, View2<T> pre, View2<T> y) {
+  const char* op = "linear_activation_forward";
+  require_same_shape(op, "pre", pre, "y", y);
+  if constexpr (is_reduced_precision<T>) {
+    linear_forward<T>(x, weight, bias, pre);
+    activation_forward<T>(activation, as_vector(pre), as_vector(y));
+  } else {
+    const Index n = x.extent(0), out = weight.extent(1);
+    if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, out);
+    require_extent(op, "y", y, 1, out);
+    matmul<T>(x, Trans::No, weight, Trans::No, pre);
+    const bool keep = pre.data() != y.data(), has_bias = bias.extent(0) > 0;
+    for_row_runs(
+        "linear_bias_activation", n, out, KOKKOS_LAMBDA(Index i, Index j0, Index j1) {
+          T* p = &pre(i, 0);
+          T* to = &y(i, 0);
+          const param_t<T>* b = has_bias ? &bias(0) : nullptr;
+          if (has_bias && keep)
+            bias_activation_run<true, true>(activation, p, to, b, j0, j1);
+          else if (has_bias)
+            bias_activation_run<true, false>(activation, p, to, b, j0, j1);
+          else if (keep)
+            bias_activation_run<false, true>(activation, p, to, b, j0, j1);
+          else
+            bias_activation_run<false, false>(activation, p, to, b, j0, j1);
+        });
+  }
+}
+
+template <class T>
+void linear_residual_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias,
+                             compute_t<T> beta, View2<T> scratch, View2<T> y) {
+  const char* op = "linear_residual_forward";
+  require_same_shape(op, "scratch", scratch, "y", y);
+  if constexpr (is_reduced_precision<T>) {
+    linear_forward<T>(x, weight, bias, scratch);
+    axpby<T>(compute_t<T>(1), as_vector(scratch), beta, as_vector(y));
+  } else {
+    using C = compute_t<T>;
+    const Index n = x.extent(0), out = weight.extent(1);
+    if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, out);
+    require_extent(op, "y", y, 1, out);
+    matmul<T>(x, Trans::No, weight, Trans::No, scratch);
+    const bool has_bias = bias.extent(0) > 0;
+    for_row_runs(
+        "linear_bias_residual", n, out, KOKKOS_LAMBDA(Index i, Index j0, Index j1) {
+          const T* p = &scratch(i, 0);
+          T* to = &y(i, 0);
+          const param_t<T>* b = has_bias ? &bias(0) : nullptr;
+          if (has_bias)
+            for (Index j = j0; j < j1; ++j)
+              to[j] = store<T>(C(1) * C(load(p[j]) + b[j]) + beta * load(to[j]));
+          else
+            for (Index j = j0; j < j1; ++j)
+              to[j] = store<T>(C(1) * load(p[j]) + beta * load(to[j]));
+        });
   }
 }
 
@@ -45,9 +149,13 @@ void linear_backward(In2<T> x, In2<param_t<T>> weight, In2<T> dy, View2<T> dx,
       "linear_bias_grad", n, dbias, KOKKOS_LAMBDA(Index i, Index j) { return load(dy(i, j)); });
 }
 
-#define REFORMER_INSTANTIATE(T)                                                                  \
-  template void linear_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, View2<T>);           \
-  template void linear_backward<T>(In2<T>, In2<param_t<T>>, In2<T>, View2<T>, View2<param_t<T>>, \
+#define REFORMER_INSTANTIATE(T)                                                                    \
+  template void linear_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, View2<T>);             \
+  template void linear_activation_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, Activation, \
+                                             View2<T>, View2<T>);                                  \
+  template void linear_residual_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, compute_t<T>, \
+                                           View2<T>, View2<T>);                                    \
+  template void linear_backward<T>(In2<T>, In2<param_t<T>>, In2<T>, View2<T>, View2<param_t<T>>,   \
                                    View1<param_t<T>>);
 REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 

@@ -1,11 +1,16 @@
 #include "reformer/core/error.hpp"
+#include "reformer/ops/activations.hpp"
+#include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/linear.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dlfcn.h>
@@ -368,6 +373,83 @@ TEST(Linear, WorksWithoutBiasAndRejectsWrongBias) {
   EXPECT_EQ(to_host(c.y), to_host(expected));
   View1<double> wrong("wrong", c.out + 1);
   EXPECT_THROW(ops::linear_forward<double>(c.x, c.w, wrong, c.y), ShapeError);
+}
+
+// The fused forms (one kernel after the product instead of two) compute the
+// same numbers as the ops they fuse, bit for bit, and against a plain host
+// reference: with and without bias, keeping the pre-activation or not, ReLU
+// and GELU, residual weights 0, 1 and 0.5, shapes that end inside a block.
+template <class T>
+void check_fused_linear(Index n, Index in, Index out) {
+  View2<T> x("x", n, in), w("w", in, out), pre("pre", n, out), y("y", n, out),
+      expected("expected", n, out), expected_pre("expected_pre", n, out), scratch("s", n, out);
+  View1<T> b("b", out), none;
+  fill_uniform(x, 31);
+  fill_uniform(w, 32);
+  fill_uniform(b, 33);
+  for (const auto kind : {ops::Activation::ReLU, ops::Activation::GELU})
+    for (const bool bias : {true, false})
+      for (const bool keep : {true, false}) {
+        const auto bb = bias ? b : none;
+        const std::string what = std::string(kind == ops::Activation::ReLU ? "relu" : "gelu") +
+                                 (bias ? ", bias" : "") + (keep ? ", keep" : "") + ", n " +
+                                 std::to_string(n) + ", out " + std::to_string(out);
+        ops::linear_forward<T>(x, w, bb, expected_pre);
+        ops::activation_forward<T>(kind, as_vector(expected_pre), as_vector(expected));
+        if (keep) {
+          ops::linear_activation_forward<T>(x, w, bb, kind, pre, y);
+          EXPECT_EQ(to_host(pre), to_host(expected_pre)) << what;
+        } else {
+          ops::linear_activation_forward<T>(x, w, bb, kind, y, y);
+        }
+        EXPECT_EQ(to_host(y), to_host(expected)) << what;
+        // A plain host reference of f(x W + b).
+        const auto hx = to_host(x), hw = to_host(w), hb = to_host(b), got = to_host(y);
+        double error = 0, scale = 0;
+        for (Index i = 0; i < n; ++i)
+          for (Index j = 0; j < out; ++j) {
+            double v = bias ? hb[j] : 0.0;
+            for (Index k = 0; k < in; ++k) v += hx[i * in + k] * hw[k * out + j];
+            const double f = kind == ops::Activation::ReLU
+                                 ? std::max(v, 0.0)
+                                 : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+            error = std::max(error, std::abs(got[i * out + j] - f));
+            scale = std::max(scale, std::abs(f));
+          }
+        const double tolerance = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+        EXPECT_LT(error / scale, tolerance) << what;
+      }
+  for (const double beta : {0.0, 1.0, 0.5})
+    for (const bool bias : {true, false}) {
+      const auto bb = bias ? b : none;
+      fill_uniform(y, 34);
+      Kokkos::deep_copy(expected, y);
+      ops::linear_forward<T>(x, w, bb, scratch);
+      ops::axpby<T>(compute_t<T>(1), as_vector(scratch), compute_t<T>(beta), as_vector(expected));
+      ops::linear_residual_forward<T>(x, w, bb, compute_t<T>(beta), scratch, y);
+      EXPECT_EQ(to_host(y), to_host(expected)) << "beta " << beta << (bias ? ", bias" : "");
+    }
+}
+
+TEST(Linear, FusedActivationAndResidualFormsEqualTheOpsTheyFuse) {
+  check_fused_linear<double>(7, 5, 9);
+  check_fused_linear<double>(64, 16, 40);
+  check_fused_linear<float>(33, 12, 70);
+}
+
+TEST(Linear, FusedFormsRejectMismatchedShapes) {
+  View2<float> x("x", 4, 3), w("w", 3, 5), y("y", 4, 5), wrong("wrong", 4, 6);
+  View1<float> b("b", 5), wrong_bias("wrong_bias", 6);
+  EXPECT_THROW(ops::linear_activation_forward<float>(x, w, b, ops::Activation::ReLU, wrong, y),
+               ShapeError);
+  EXPECT_THROW(ops::linear_activation_forward<float>(x, w, wrong_bias, ops::Activation::ReLU, y, y),
+               ShapeError);
+  try {
+    ops::linear_residual_forward<float>(x, w, b, 1.0f, y, wrong);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_residual_forward"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -156,17 +156,18 @@ class AttentionLayer {
   // buckets' windows, lsh_attention_step); y [batch, d_model]. The second
   // form: one position for every row, with separate q and k caches.
   // step_cross: over keys and values from project_memory, leaving out
-  // positions where key_valid is 0.
+  // positions where key_valid is 0. With beta, y = beta y + the output (a
+  // residual added by the output projection's product: no launch of its own).
   void start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
                    AttentionCache<T>& cache, Workspace& workspace) const;
   void step(In2<T> x, AttentionCache<T>& cache,
             Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position, View2<T> y,
-            Workspace& workspace) const;
+            Workspace& workspace, T beta = T(0)) const;
   void step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, View2<T> y,
-            Workspace& workspace) const;
+            Workspace& workspace, T beta = T(0)) const;
   void step_cross(In2<T> x, In3<T> k, In3<T> v,
                   Kokkos::View<const int**, Layout, MemSpace> key_valid, View2<T> y,
-                  Workspace& workspace) const;
+                  Workspace& workspace, T beta = T(0)) const;
   // k = memory W_k, v = memory W_v, each [batch, Lk, heads * d_head].
   void project_memory(In3<T> memory, View3<T> k, View3<T> v) const;
 

@@ -95,7 +95,8 @@ class PreNormAttention {
   const attention::AttentionLayer<T>& attention() const { return attention_; }
 
  private:
-  // y += attend(LayerNorm(x)) on rows [n, d_model] (the decoding steps).
+  // y += attend(LayerNorm(x)) on rows [n, d_model] (the decoding steps): attend(normed, y)
+  // adds its output into y.
   template <class Attend>
   void residual_step(In2<T> x, View2<T> y, Workspace& workspace, const Attend& attend) const;
   double eps_;
