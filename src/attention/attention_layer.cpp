@@ -52,13 +52,22 @@ FullAttentionConfig full_config(bool shared_qk) {
   return full;
 }
 
+// The first cached position that the query at `last` sees: local attention
+// (chunk > 0) starts at the n_before-th chunk before the query's; otherwise 0.
+KOKKOS_INLINE_FUNCTION Index first_cached(Index last, Index chunk, Index n_before) {
+  if (chunk <= 0) return 0;
+  const Index start = (last / chunk - n_before) * chunk;
+  return start > 0 ? start : 0;
+}
+
 // Cached attention of one query per sequence (decoding):
 //   a(b, h) = sum_{j = first(b)..last(b)} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
-// over the positions whose key_valid is 1 (all when key_valid is empty); with
-// self_mask (shared q and k) position last(b), the query's own, scores
-// MaskValues::self. `widest` bounds last(b) - first(b) + 1.
+// with first(b) = first_cached(last(b), chunk, n_before), over the positions
+// whose key_valid is 1 (all when key_valid is empty); with self_mask (shared q
+// and k) position last(b), the query's own, scores MaskValues::self. `widest`
+// bounds last(b) - first(b) + 1.
 template <class T>
-void attend_cached(In2<T> q, In3<T> k, In3<T> v, Kokkos::View<const Index*, Layout, MemSpace> first,
+void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before,
                    Kokkos::View<const Index*, Layout, MemSpace> last, Index widest,
                    Kokkos::View<const int**, Layout, MemSpace> key_valid, bool self_mask,
                    Index heads, Index d_head, T scale, View2<T> a, Workspace& workspace) {
@@ -71,7 +80,8 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Kokkos::View<const Index*, Layo
   Kokkos::parallel_for(
       "attend_cached_scores", Policy2({0, 0}, {batch * heads, widest}),
       KOKKOS_LAMBDA(Index bh, Index j) {
-        const Index b = bh / heads, h = bh % heads, pos = first(b) + j;
+        const Index b = bh / heads, h = bh % heads;
+        const Index pos = first_cached(last(b), chunk, n_before) + j;
         // Absent and padded keys: exp underflows to 0 after the row maximum.
         if (pos > last(b) || (masked && key_valid(b, pos) == 0)) {
           scores(bh, j) = T(-1e30);
@@ -89,9 +99,10 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Kokkos::View<const Index*, Layo
   Kokkos::parallel_for(
       "attend_cached_values", Policy2({0, 0}, {batch * heads, d_head}),
       KOKKOS_LAMBDA(Index bh, Index x) {
-        const Index b = bh / heads, h = bh % heads, n = last(b) - first(b) + 1;
+        const Index b = bh / heads, h = bh % heads;
+        const Index first = first_cached(last(b), chunk, n_before), n = last(b) - first + 1;
         T sum = 0;
-        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first(b) + j, h * d_head + x);
+        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first + j, h * d_head + x);
         a(b, h * d_head + x) = sum;
       });
 }
@@ -495,10 +506,7 @@ void AttentionLayer<T>::project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> 
     // Shared q and k: the keys are the normalised queries (shared_qk.hpp).
     const View2<T> qk = q.extent(0) ? q : frame.take<View2<T>>(n, h * d);
     ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, qk);
-    auto scale = frame.take<View3<T>>(n, 1, h);
-    const auto q4 = per_head(qk, n, 1, h, d);
-    shared_key_scale<T>(q4, scale);
-    shared_keys<T>(q4, scale, per_head(k, n, 1, h, d));
+    shared_keys<T>(per_head(qk, n, 1, h, d), per_head(k, n, 1, h, d));
   }
   ops::matmul<T>(x, Trans::No, w_v_->matrix(), Trans::No, v);
 }
@@ -589,20 +597,14 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   } else {
     // Causal: positions up to this one; local: from the start of the n_before-th
     // chunk before this position's chunk.
-    auto first = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
     const bool local = config_.kind == AttentionKind::Local;
-    const Index chunk = config_.local.chunk, n_before = config_.local.n_before;
-    Kokkos::parallel_for(
-        "attention_step_first", range(batch), KOKKOS_LAMBDA(Index b) {
-          const Index start = (positions(b) / chunk - n_before) * chunk;
-          first(b) = local && start > 0 ? start : 0;
-        });
+    const Index chunk = local ? config_.local.chunk : 0, n_before = config_.local.n_before;
     const Index widest =
         local ? std::min(max_position + 1, (n_before + 1) * chunk) : max_position + 1;
     const bool shared = !w_k_;
     const T scale = detail::dense_score_scale<T>(full_config(shared), d);
-    attend_cached<T>(q, cache.k, cache.v, first, positions, widest, {}, shared, h, d, scale, a,
-                     workspace);
+    attend_cached<T>(q, cache.k, cache.v, chunk, n_before, positions, widest, {}, shared, h, d,
+                     scale, a, workspace);
   }
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }
@@ -636,13 +638,11 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  auto first = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
   auto last = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
-  Kokkos::deep_copy(first, Index(0));
   Kokkos::deep_copy(last, Index(k.extent(1)) - 1);
   ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
   const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
-  attend_cached<T>(q, k, v, first, last, Index(k.extent(1)), key_valid, false, config_.heads,
+  attend_cached<T>(q, k, v, 0, 0, last, Index(k.extent(1)), key_valid, false, config_.heads,
                    config_.d_head, scale, a, workspace);
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }

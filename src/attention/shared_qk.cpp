@@ -7,18 +7,35 @@
 namespace reformer::attention {
 namespace {
 constexpr double kNormEps = 1e-6;
+
+// a_i / sqrt(d_head) of the query x (d_head values).
+template <class T>
+KOKKOS_INLINE_FUNCTION compute_t<T> shared_key_factor(const T* x, Index dh) {
+  using C = compute_t<T>;
+  const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
+  return C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
+}
 }  // namespace
 
 template <class T>
 void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale) {
-  using C = compute_t<T>;
   const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
   Kokkos::parallel_for(
       "shared_key_scale", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
         const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
-        const T* x = &qk(b, i, h, 0);
-        const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
-        scale(b, i, h) = C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
+        scale(b, i, h) = shared_key_factor(&qk(b, i, h, 0), dh);
+      });
+}
+
+template <class T>
+void shared_keys(In4<T> qk, View4<T> k) {
+  using C = compute_t<T>;
+  const Index length = qk.extent(1), heads = qk.extent(2), dh = qk.extent(3);
+  Kokkos::parallel_for(
+      "shared_keys_scaled", range(Index(qk.extent(0)) * length * heads), KOKKOS_LAMBDA(Index idx) {
+        const Index h = idx % heads, i = idx / heads % length, b = idx / (heads * length);
+        const C s = shared_key_factor(&qk(b, i, h, 0), dh);
+        for (Index d = 0; d < dh; ++d) k(b, i, h, d) = store<T>(load(qk(b, i, h, d)) * s);
       });
 }
 
@@ -56,6 +73,7 @@ void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T
 #define REFORMER_INSTANTIATE(T)                                      \
   template void shared_key_scale<T>(In4<T>, View3<compute_t<T>>);    \
   template void shared_keys<T>(In4<T>, In3<compute_t<T>>, View4<T>); \
+  template void shared_keys<T>(In4<T>, View4<T>);                     \
   template void shared_keys_backward<T>(In4<T>, In3<compute_t<T>>, In4<T>, View4<T>);
 REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 

@@ -21,6 +21,11 @@ void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale);
 template <class T>
 void shared_keys(In4<T> qk, In3<compute_t<T>> scale, View4<T> k);
 
+// The same with the scale computed in the same kernel, where it is not kept
+// (one launch instead of two: the decoding steps).
+template <class T>
+void shared_keys(In4<T> qk, View4<T> k);
+
 // Backward of the normalisation: dqk += dk_i * d k_i / d q_i,
 //   dq_i += s_i (dk_i - q_i a_i^2 mean_d(dk_i * q_i)),   s_i = a_i / sqrt(d_head).
 template <class T>
