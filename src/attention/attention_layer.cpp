@@ -75,35 +75,35 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before,
   const bool masked = key_valid.extent(0) > 0;
   Workspace::Frame frame(workspace);
   auto scores = frame.take<View2<T>>(batch * heads, widest);
-  auto probs = frame.take<View2<T>>(batch * heads, widest);
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  // One team per (batch, head), one launch: scores, softmax, values.
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(
-      "attend_cached_scores", Policy2({0, 0}, {batch * heads, widest}),
-      KOKKOS_LAMBDA(Index bh, Index j) {
-        const Index b = bh / heads, h = bh % heads;
-        const Index pos = first_cached(last(b), chunk, n_before) + j;
-        // Absent and padded keys: exp underflows to 0 after the row maximum.
-        if (pos > last(b) || (masked && key_valid(b, pos) == 0)) {
-          scores(bh, j) = T(-1e30);
-          return;
-        }
-        if (self_mask && pos == last(b)) {
-          scores(bh, j) = T(MaskValues<T>::self);
-          return;
-        }
-        T s = 0;
-        for (Index x = 0; x < d_head; ++x) s += q(b, h * d_head + x) * k(b, pos, h * d_head + x);
-        scores(bh, j) = scale * s;
-      });
-  ops::softmax_forward<T>(scores, probs);
-  Kokkos::parallel_for(
-      "attend_cached_values", Policy2({0, 0}, {batch * heads, d_head}),
-      KOKKOS_LAMBDA(Index bh, Index x) {
-        const Index b = bh / heads, h = bh % heads;
+      "attend_cached", Policy(batch * heads, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Policy::member_type& team) {
+        const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
         const Index first = first_cached(last(b), chunk, n_before), n = last(b) - first + 1;
-        T sum = 0;
-        for (Index j = 0; j < n; ++j) sum += probs(bh, j) * v(b, first + j, h * d_head + x);
-        a(b, h * d_head + x) = sum;
+        T* row = &scores(bh, 0);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index j) {
+          const Index pos = first + j;
+          if (masked && key_valid(b, pos) == 0) {
+            row[j] = T(-1e30);  // padded: exp underflows to 0 after the row maximum
+          } else if (self_mask && pos == last(b)) {
+            row[j] = T(MaskValues<T>::self);
+          } else {
+            T s = 0;
+            for (Index x = 0; x < d_head; ++x)
+              s += q(b, h * d_head + x) * k(b, pos, h * d_head + x);
+            row[j] = scale * s;
+          }
+        });
+        team.team_barrier();
+        ops::team_softmax_row<false>(team, row, row, n);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index x) {
+          T sum = 0;
+          for (Index j = 0; j < n; ++j) sum += row[j] * v(b, first + j, h * d_head + x);
+          a(b, h * d_head + x) = sum;
+        });
       });
 }
 
@@ -561,8 +561,7 @@ void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, In
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
                              Kokkos::View<const Index*, Layout, MemSpace> positions,
-                             Index max_position, View2<T> y, Workspace& workspace,
-                             T beta) const {
+                             Index max_position, View2<T> y, Workspace& workspace, T beta) const {
   const char* op = "AttentionLayer::step";
   const Index batch = x.extent(0), h = config_.heads, d = config_.d_head, inner = h * d;
   require_extent(op, "x", x, 1, config_.d_model);

@@ -23,18 +23,7 @@ void forward(const char* label, In2<T> x, View2<T> y) {
   Kokkos::parallel_for(
       label, TeamPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const Index i = team.league_rank();
-        T row_max = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](Index j, T& m) { m = x(i, j) > m ? x(i, j) : m; },
-            Kokkos::Max<T>(row_max));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
-            [&](Index j, T& acc) { acc += compat::exp(x(i, j) - row_max); }, sum);
-        const T lse = row_max + compat::log(sum);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
-          y(i, j) = kLog ? x(i, j) - lse : compat::exp(x(i, j) - lse);
-        });
+        team_softmax_row<kLog>(team, &x(i, 0), &y(i, 0), d);
       });
 }
 
