@@ -10,7 +10,7 @@
 #      tests at a time
 #   3. CUDA build (sm_80): library, CLI and test binaries compiled and linked;
 #      each must contain sm_80 device code (nothing runs on a GPU here)
-#   4. HIP build (gfx908): library and CLI, checked for gfx908 code objects
+#   4. HIP build (gfx908 and gfx90a): library and CLI, checked for both code objects
 #   5. aarch64 cross build (Arm NEON, -march=armv8-a, REFORMER_CORE_ONLY): the
 #      core, ops and attention tests, run under qemu-user at 1 thread (ctest),
 #      all but the slowest
@@ -218,13 +218,18 @@ for backend in $backends; do
     fi
     ;;
   hip)
-    step "HIP (gfx908): compile and link"
+    step "HIP (gfx908 and gfx90a): compile and link"
     # The library (every kernel) and the program. The test sources are the ones
     # the CUDA step compiles with a device compiler already, and no AMD GPU runs
     # them here, so compiling them again for gfx908 would check nothing new.
+    # Our code is compiled for gfx90a (MI200) as well as Kokkos' own gfx908
+    # (MI100): Kokkos 3.4 is built without relocatable device code, so every
+    # kernel's device code comes from our objects.
     if configure_and_build hip -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ROOT="$DEPS/hip" \
-      -DKokkosKernels_ROOT="$DEPS/hip" -DREFORMER_ENABLE_TESTS=OFF -DREFORMER_ENABLE_BENCH=OFF; then
+      -DKokkosKernels_ROOT="$DEPS/hip" -DREFORMER_ENABLE_TESTS=OFF -DREFORMER_ENABLE_BENCH=OFF \
+      -DCMAKE_CXX_FLAGS=--offload-arch=gfx90a; then
       check_device_code "HIP gfx908 device code" "$build/hip" no amdgcn-amd-amdhsa--gfx908 roc-obj-ls
+      check_device_code "HIP gfx90a device code" "$build/hip" no amdgcn-amd-amdhsa--gfx90a roc-obj-ls
     fi
     ;;
   aarch64)
