@@ -250,12 +250,11 @@ struct ChunkedScratchBytes {
     return 2 * M::shmem_size(c, d) + 2 * M::shmem_size(d, w) + M::shmem_size(w, d) +
            3 * M::shmem_size(c, w) + ScratchInts::shmem_size(c) + ScratchInts::shmem_size(w);
   }
-  // Q^T, the output sums, K and V rows, S^T, the softmax statistics, positions.
+  // Q^T, K and V rows, positions, and the online softmax's tiles.
   static size_t streamed_forward(Index bq, Index bk, Index d_head, Index cols) {
     const Index d = up(d_head, cols);
-    return M::shmem_size(d, bq) + M::shmem_size(bq, d) + 2 * M::shmem_size(bk, d) +
-           M::shmem_size(bk, bq) + M::shmem_size(3, bq) + ScratchInts::shmem_size(bq) +
-           ScratchInts::shmem_size(bk);
+    return M::shmem_size(d, bq) + 2 * M::shmem_size(bk, d) + ScratchInts::shmem_size(bq) +
+           ScratchInts::shmem_size(bk) + OnlineSoftmax<C>::tile_bytes(bq, bk, d);
   }
   // The dq sums of a group of `rows` queries (or the chunk's, if smaller), Q
   // and dout rows, K rows, the dk and dv sums, K^T and V^T, P and dS, positions.

@@ -372,11 +372,11 @@ struct ExactForward {
   View3<C> lse;
   int level = 0;
 
+  // Qs^T, K and V rows, and the online softmax's tiles.
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(BQ, dp) +
-           2 * Scratch2<C>::shmem_size(BK, dp) + Scratch2<C>::shmem_size(BK, BQ) +
-           Scratch2<C>::shmem_size(3, BQ);
+    return Scratch2<C>::shmem_size(dp, BQ) + 2 * Scratch2<C>::shmem_size(BK, dp) +
+           detail::OnlineSoftmax<C>::tile_bytes(BQ, BK, dp);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {

@@ -56,6 +56,14 @@ struct OnlineSoftmax {
   static_assert(BQ % G == 0, "a query tile must be whole column groups");
   ScratchMatrix<T> o, st, stats;
 
+  // Bytes of the engine's tiles (o, st, stats) for tiles of bq queries and bk
+  // keys and heads padded to dp columns (any sizes: a host build accounts for
+  // a GPU's tiles with it).
+  static size_t tile_bytes(Index bq, Index bk, Index dp) {
+    return ScratchMatrix<T>::shmem_size(bq, dp) + ScratchMatrix<T>::shmem_size(bk, bq) +
+           ScratchMatrix<T>::shmem_size(3, bq);
+  }
+
   // Key tiles [begin, end) into the query tile at i0 of (b, h), then
   // out(b, i, h, :) and lse(b, i, h) for its queries i < lq.
   template <class Scores, class Out, class Lse>

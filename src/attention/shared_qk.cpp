@@ -73,7 +73,7 @@ void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T
 #define REFORMER_INSTANTIATE(T)                                      \
   template void shared_key_scale<T>(In4<T>, View3<compute_t<T>>);    \
   template void shared_keys<T>(In4<T>, In3<compute_t<T>>, View4<T>); \
-  template void shared_keys<T>(In4<T>, View4<T>);                     \
+  template void shared_keys<T>(In4<T>, View4<T>);                    \
   template void shared_keys_backward<T>(In4<T>, In3<compute_t<T>>, In4<T>, View4<T>);
 REFORMER_INSTANTIATE_STORAGE_TYPES(REFORMER_INSTANTIATE)
 

@@ -81,7 +81,7 @@ In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& 
     input = normed;
   }
   ops::linear_activation_forward<T>(input, w1_->matrix(), b1_->value, config_.activation, pre,
-                                   hidden);
+                                    hidden);
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(hidden), rate, sub_key(call.key, kHiddenDropout),
                             r0 * config_.d_ff, as_vector(hidden));

@@ -42,8 +42,9 @@ void activation_forward(Activation kind, In1<T> x, View1<T> y) {
     }
   } else {
     Kokkos::parallel_for(
-        "gelu_forward", range(n),
-        KOKKOS_LAMBDA(Index i) { y(i) = store<T>(activation_value(Activation::GELU, load(x(i)))); });
+        "gelu_forward", range(n), KOKKOS_LAMBDA(Index i) {
+          y(i) = store<T>(activation_value(Activation::GELU, load(x(i))));
+        });
   }
 }
 

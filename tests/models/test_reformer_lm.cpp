@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace reformer {
 namespace {
@@ -73,6 +74,27 @@ struct ModelCase {
   }
 };
 
+// Three layers, LSH, local and LSH, for sequences up to max_length (axial
+// positions of that shape).
+ReformerConfig mixed_layers_config(Index max_length, std::vector<Index> axial_shape) {
+  auto config = tiny_config();
+  config.layers = 3;
+  config.attention = {AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Lsh};
+  config.max_length = max_length;
+  config.axial_shape = axial_shape;
+  return config;
+}
+
+// A mask whose row b keeps its first real[b] positions.
+IdView valid_prefixes(Index length, const std::vector<Index>& real) {
+  IdView valid("valid", Index(real.size()), length);
+  auto host_valid = Kokkos::create_mirror_view(valid);
+  for (Index b = 0; b < Index(real.size()); ++b)
+    for (Index j = 0; j < length; ++j) host_valid(b, j) = j < real[std::size_t(b)];
+  Kokkos::deep_copy(valid, host_valid);
+  return valid;
+}
+
 void expect_parameter_gradients(ModelCase& c, double tolerance) {
   c.gradients();
   auto loss = [&] { return c.loss(); };
@@ -106,19 +128,10 @@ TEST(ReformerLM, GradientCheckTiedLearnedNonReversible) {
 // 16): LSH windows that skip padding-only chunks and cross rounds, in the
 // reversible backward's recompute and the chunked backward's colours.
 TEST(ReformerLM, GradientCheckWithPaddingMask) {
-  auto config = tiny_config();
-  config.layers = 3;
-  config.attention = {AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Lsh};
-  config.max_length = 16;
-  config.axial_shape = {4, 4};
+  auto config = mixed_layers_config(16, {4, 4});
   config.lsh.n_before = 2;
   ModelCase c(config, 2, 14);
-  IdView valid("valid", 2, 14);
-  auto host_valid = Kokkos::create_mirror_view(valid);
-  for (Index b = 0; b < 2; ++b)
-    for (Index j = 0; j < 14; ++j) host_valid(b, j) = j < (b == 0 ? 11 : 6);
-  Kokkos::deep_copy(valid, host_valid);
-  c.call.valid = valid;
+  c.call.valid = valid_prefixes(14, {11, 6});
   // Only real positions whose target is not the ignore id count.
   auto targets = Kokkos::create_mirror_view_and_copy(HostSpace(), c.targets);
   Index counted = 0;
@@ -133,20 +146,11 @@ TEST(ReformerLM, GradientCheckWithPaddingMask) {
 // reversible recompute, padding, dropout and several query groups per chunk,
 // and a gradient check of their own.
 TEST(ReformerLM, StreamedChunkedKernelsGiveTheSameModel) {
-  auto config = tiny_config();
-  config.layers = 3;
-  config.attention = {AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Lsh};
-  config.max_length = 64;
-  config.axial_shape = {8, 8};
+  auto config = mixed_layers_config(64, {8, 8});
   config.lsh.chunk = 16;
   config.local.chunk = 32;
   ModelCase c(config, 2, 60);
-  IdView valid("valid", 2, 60);
-  auto host_valid = Kokkos::create_mirror_view(valid);
-  for (Index b = 0; b < 2; ++b)
-    for (Index j = 0; j < 60; ++j) host_valid(b, j) = j < (b == 0 ? 60 : 41);
-  Kokkos::deep_copy(valid, host_valid);
-  c.call.valid = valid;
+  c.call.valid = valid_prefixes(60, {60, 41});
   ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
   const auto expected = c.gradients();
   const auto grads = to_host(c.params.grads());
