@@ -223,6 +223,9 @@ if part generate; then
   echo "== cached generation against rerunning the model (4K)"
   timeout 90 "$pkg/run/bench_decode" --benchmark_filter='^BM_LmGenerate/cached:[01]/L:4096' |
     tee "$out/generate.txt"
+  # Launches and allocations per token on the GPU (the CPU counts: docs/benchmarks.md).
+  timeout 60 "$pkg/run/bench_decode" --benchmark_filter='^BM_LmGenerateLaunches/rows:1/positions:0' |
+    tee -a "$out/generate.txt"
 fi
 echo
 echo "==== summary ($(cat "$out/gpu.txt"))"
