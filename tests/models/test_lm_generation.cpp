@@ -241,6 +241,13 @@ TEST(LmGeneration, StepsAfterTheFirstAllocateNothingAndWaitForNoReduction) {
   // synchronisation per token): the tokens are checked on the host.
   EXPECT_EQ(tracker.launches().parallel_reduce, 0) << "reductions in 33 generation steps";
   EXPECT_GT(tracker.launches().parallel_for, 0) << "the launch counter did not count";
+  // Few launches per token (issue 31: on a GPU each costs microseconds): at
+  // most 9 per layer (an LSH layer: its layer norms, hash, bucket write, key,
+  // cache write, step kernel and the feed-forward's two epilogues; a local or
+  // full layer needs 6) and 5 for the embedding, positions and head. Per-row
+  // loops of launches, or unfused epilogues (13 per local layer before), fail it.
+  const double per_token = double(tracker.launches().ours()) / 33.0;
+  EXPECT_LE(per_token, 9.0 * 3 + 5) << "kernel launches per generated token";
   // And the logits are still those of a full forward pass.
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
   const auto full = lm.logits_at(ids, 1, 40, 39, {3, 4});
