@@ -95,6 +95,26 @@ struct ChunkedInputs {
   KOKKOS_INLINE_FUNCTION C scale_of(Index b, Index pos, Index h) const {
     return key_scale.extent(0) ? key_scale(b, pos, h) : key_scale_constant;
   }
+  // Position of query i of chunk qc, or -1 past the chunk (a tile's padded rows).
+  KOKKOS_INLINE_FUNCTION int query_position(Index bh, Index qc, Index i) const {
+    return i < window.chunk ? int(position(bh, qc * window.chunk + i)) : -1;
+  }
+  // Position of key slot `slot` of query chunk qc (batch row b), or -1 when
+  // the slot is absent or past the window (a tile's padded slots).
+  KOKKOS_INLINE_FUNCTION int key_position(Index b, Index bh, Index qc, Index slot) const {
+    const Index item = slot < window.slots() ? key_item(b, qc, slot) : Index(-1);
+    return item < 0 ? -1 : int(position(bh, item));
+  }
+  // Row sources for the gathers: the key at position pk with its scale in
+  // `factor`, and the value; nullptr (a zero row) for pk = -1.
+  KOKKOS_INLINE_FUNCTION const T* key_row(Index b, Index h, int pk, C& factor) const {
+    if (pk < 0) return nullptr;
+    factor = scale_of(b, pk, h);
+    return &k(b, pk, h, 0);
+  }
+  KOKKOS_INLINE_FUNCTION const T* value_row(Index b, Index h, int pk) const {
+    return pk < 0 ? nullptr : &v(b, pk, h, 0);
+  }
   // LSH with padding: the number of real (unpadded) items of each batch row in
   // every round [batch], or empty. Padding is sorted behind the real items of
   // its round, and a real chunk's window skips the chunks that hold only
@@ -267,15 +287,9 @@ struct ChunkedScratchBytes {
   }
 };
 
-// Gathers rows [0, n) of a tile of C (the compute type): row r is factor * the
-// d values at source(r, factor) (nullptr: a zero row; any storage type, loaded
-// into C), then zeros up to d_pad columns; written as
-// rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
-// The transposed copy takes 8 rows at a time, so that each column of the
-// group is one contiguous run of 8 stores instead of 8 stores n apart.
-// gather_rows with one thread per element, neighbouring threads on
-// neighbouring columns (coalesced loads on a GPU, where gather_rows uses it;
-// the streamed kernels use it on every backend).
+// gather_rows (below) with one thread per element, neighbouring threads on
+// neighbouring columns: coalesced loads on a GPU, where gather_rows uses it;
+// the streamed kernels use it on every backend.
 template <class T, class Source>
 KOKKOS_INLINE_FUNCTION void gather_elements(const TeamMember& team, Index n, Index d, Index d_pad,
                                             Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
@@ -289,6 +303,12 @@ KOKKOS_INLINE_FUNCTION void gather_elements(const TeamMember& team, Index n, Ind
   });
 }
 
+// Gathers rows [0, n) of a tile of C (the compute type): row r is factor * the
+// d values at source(r, factor) (nullptr: a zero row; any storage type, loaded
+// into C), then zeros up to d_pad columns; written as
+// rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
+// On the host the transposed copy takes 8 rows at a time, so that each column
+// of the group is one contiguous run of 8 stores instead of 8 stores n apart.
 template <class T, class Source>
 KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
                                         Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
@@ -365,14 +385,11 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
                                         const ChunkTiles<T>& tile, Index bh, Index qc, Ints posq,
                                         Ints posk, Rows q_rows, Rows k_rows, Rows k_cols,
                                         Rows v_rows, Rows v_cols) {
-  const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head;
-  const Index b = bh / in.heads, h = bh % in.heads;
+  const Index dh = in.d_head, b = bh / in.heads, h = bh % in.heads;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.c),
-                       [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w), [&](Index t) {
-    const Index item = t < w ? in.key_item(b, qc, t) : Index(-1);
-    posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-  });
+                       [&](Index i) { posq(i) = in.query_position(bh, qc, i); });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile.w),
+                       [&](Index t) { posk(t) = in.key_position(b, bh, qc, t); });
   team.team_barrier();
   prefetch_window_rows(team, tile.c, tile.w, b, h, dh, posq, posk, in.q, in.k, in.v, false);
   gather_rows<compute_t<T>>(
@@ -381,15 +398,10 @@ KOKKOS_INLINE_FUNCTION void load_window(const TeamMember& team, const ChunkedInp
       q_rows, Rows());
   gather_rows<compute_t<T>>(
       team, tile.w, dh, tile.d,
-      [&](Index t, compute_t<T>& factor) {
-        if (posk(t) < 0) return static_cast<const T*>(nullptr);
-        factor = in.scale_of(b, posk(t), h);
-        return &in.k(b, posk(t), h, 0);
-      },
-      k_rows, k_cols);
+      [&](Index t, compute_t<T>& factor) { return in.key_row(b, h, posk(t), factor); }, k_rows,
+      k_cols);
   gather_rows<compute_t<T>>(
-      team, tile.w, dh, tile.d,
-      [&](Index t, compute_t<T>&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
+      team, tile.w, dh, tile.d, [&](Index t, compute_t<T>&) { return in.value_row(b, h, posk(t)); },
       v_rows, v_cols);
   team.team_barrier();
 }
@@ -582,24 +594,15 @@ struct StreamedScores {
   KOKKOS_INLINE_FUNCTION C weight(C score, C base) const { return softmax_weight(score - base); }
   KOKKOS_INLINE_FUNCTION const C* scores(const TeamMember& team, Index kt, Scratch2<C> st,
                                          Index& vld) const {
-    const Index w = in.window.slots(), dp = ks.extent(1);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-      const Index slot = kt * BK + t;
-      const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
-      posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-    });
+    const Index dp = ks.extent(1);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                         [&](Index t) { posk(t) = in.key_position(b, bh, qc, kt * BK + t); });
     team.team_barrier();
     gather_elements<C>(
         team, BK, in.d_head, dp,
-        [&](Index t, C& factor) {
-          if (posk(t) < 0) return static_cast<const T*>(nullptr);
-          factor = in.scale_of(b, posk(t), h);
-          return &in.k(b, posk(t), h, 0);
-        },
-        ks, Scratch2<C>());
+        [&](Index t, C& factor) { return in.key_row(b, h, posk(t), factor); }, ks, Scratch2<C>());
     gather_elements<C>(
-        team, BK, in.d_head, dp,
-        [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); }, vs,
+        team, BK, in.d_head, dp, [&](Index t, C&) { return in.value_row(b, h, posk(t)); }, vs,
         Scratch2<C>());
     team.team_barrier();
     // S^T = K Q^T
@@ -647,9 +650,8 @@ struct StreamedForward {
     Scratch2<C> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
         st(scratch, BK, BQ), stats(scratch, 3, BQ);
     ScratchInts posq(scratch, BQ), posk(scratch, BK);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
-      posq(q) = first + q < end ? int(in.position(bh, first + q)) : -1;
-    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ),
+                         [&](Index q) { posq(q) = in.query_position(bh, qc, tile * BQ + q); });
     team.team_barrier();
     gather_elements<C>(
         team, BQ, in.d_head, dp,
@@ -672,7 +674,8 @@ struct StreamedForward {
 // is done), and dS^T Q and dropout(P)^T dout into the key tile's dk and dv
 // sums, which go into dk and dv (rows by position) when the tile is done: a
 // gradient row is added into once per group as often as in the whole-window
-// kernel (bf16: that many roundings).
+// kernel (bf16: that many roundings). The query and dout tiles are gathered
+// again for every key tile: holding the chunk's would not fit level 0.
 template <class T>
 struct StreamedBackward {
   using C = compute_t<T>;
@@ -702,32 +705,23 @@ struct StreamedBackward {
         dvs(scratch, BK, dp), p(scratch, BQ, BK), ds(scratch, BQ, BK);
     ScratchInts posq(scratch, cq), posk(scratch, BK);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cq),
-                         [&](Index i) { posq(i) = i < c ? int(in.position(bh, qc * c + i)) : -1; });
+                         [&](Index i) { posq(i) = in.query_position(bh, qc, i); });
     for (Index g0 = 0; g0 < c; g0 += R) {
       const Index g_end = g0 + R < c ? g0 + R : c, g_tiles = g0 + (g_end - g0 + BQ - 1) / BQ * BQ;
       team.team_barrier();
       zero<C>(team, dqs);
       for (Index tile = 0; tile * BK < w; ++tile) {
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-          const Index slot = tile * BK + t;
-          const Index item = slot < w ? in.key_item(b, qc, slot) : Index(-1);
-          posk(t) = item < 0 ? -1 : int(in.position(bh, item));
-        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                             [&](Index t) { posk(t) = in.key_position(b, bh, qc, tile * BK + t); });
         zero<C>(team, dks);
         zero<C>(team, dvs);
         team.team_barrier();
         gather_elements<C>(
-            team, BK, dh, dp,
-            [&](Index t, C& factor) {
-              if (posk(t) < 0) return static_cast<const T*>(nullptr);
-              factor = in.scale_of(b, posk(t), h);
-              return &in.k(b, posk(t), h, 0);
-            },
+            team, BK, dh, dp, [&](Index t, C& factor) { return in.key_row(b, h, posk(t), factor); },
             ks, kt);
         gather_elements<C>(
-            team, BK, dh, dp,
-            [&](Index t, C&) { return posk(t) < 0 ? nullptr : &in.v(b, posk(t), h, 0); },
+            team, BK, dh, dp, [&](Index t, C&) { return in.value_row(b, h, posk(t)); },
             Scratch2<C>(), vt);
         for (Index q0 = g0; q0 < g_tiles; q0 += BQ) {
           team.team_barrier();

@@ -183,8 +183,8 @@ TEST_P(PackedBf16Gemm, ThePathIsTheOneAskedFor) {
     EXPECT_EQ(block, "none (BLAS)");
   else
     EXPECT_NE(block, "none (BLAS)");
-  // vdpbf16ps is named exactly where it was asked for and the build's target
-  // has it (with its own vector width: no tile override).
+    // vdpbf16ps is named exactly where it was asked for and the build's target
+    // has it (with its own vector width: no tile override).
 #ifdef REFORMER_TILE_VECTOR_BYTES
   constexpr bool tile_override = true;
 #else
