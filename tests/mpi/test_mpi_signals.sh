@@ -25,16 +25,21 @@ export OMP_NUM_THREADS=1
 source "$(dirname "${BASH_SOURCE[0]}")/mpi_run_config.sh"
 mpi_run_config "$work/run.toml" "$work/unused" 100000
 
-# record_exit <folder> <program> <args...>: runs the program and writes its exit
-# code to <folder>/rank<R>.rc (mpirun itself reports one code for the job).
-# mpirun signals each process's group, this shell included: the trap keeps the
-# shell waiting for the program instead of ending with the signal.
+# record_exit <folder> <program> <args...>: runs the program with its output in
+# <folder>/rank<R>.log and writes its exit code to <folder>/rank<R>.rc (mpirun
+# itself reports one code for the job). mpirun signals each process's group,
+# this shell included: the trap keeps the shell waiting for the program instead
+# of ending with the signal. The output goes to a file of its own because
+# mpirun stops forwarding the processes' output when a signal tears the job
+# down: on some machines (AMD EPYC Zen 5, Open MPI 4.1.4) the last lines (the
+# checkpoint, "interrupted: stopped after step N") were lost from its log and
+# a process writing them into the full pipe was killed before its exit.
 cat >"$work/record_exit" <<'SH'
 #!/usr/bin/env bash
 folder=$1
 shift
 trap ':' INT TERM
-"$@"
+"$@" >"$folder/rank${OMPI_COMM_WORLD_RANK:-unknown}.log" 2>&1
 rc=$?
 echo "$rc" >"$folder/rank${OMPI_COMM_WORLD_RANK:-unknown}.rc"
 exit "$rc"
@@ -52,6 +57,9 @@ with open(sys.argv[1]) as f:
 PY
 }
 
+# What the job printed: mpirun's log and every process's own.
+job_log() { cat "$work/$signal.log" "$work/rc-$signal"/rank*.log 2>/dev/null; }
+
 declare -A stopped_at
 for signal in INT TERM; do
   run=$work/$signal
@@ -64,11 +72,11 @@ for signal in INT TERM; do
   launcher=$!
   set +m
   for _ in $(seq 1 600); do
-    grep -q "^step 3/" "$work/$signal.log" 2>/dev/null && break
+    job_log | grep -q "^step 3/" && break
     sleep 0.1
   done
-  grep -q "^step 3/" "$work/$signal.log" && pass "$signal: running" ||
-    { tail -20 "$work/$signal.log"; fail "$signal: running"; }
+  job_log | grep -q "^step 3/" && pass "$signal: running" ||
+    { job_log | tail -20; fail "$signal: running"; }
   kill -"$signal" "$launcher"
   for _ in $(seq 1 600); do
     kill -0 "$launcher" 2>/dev/null || break
@@ -83,7 +91,7 @@ for signal in INT TERM; do
   # mpirun's own code is Open MPI's: 1 for a job it was told to stop, whatever
   # the processes returned (130 where a launcher passes the processes' code on).
   [ "$rc" -eq 1 ] || [ "$rc" -eq 130 ] && pass "$signal: mpirun_exit_1_or_130 ($rc)" ||
-    { grep -v "^step " "$work/$signal.log" | tail -20; fail "$signal: mpirun_exit_1_or_130 (exit $rc)"; }
+    { job_log | grep -v "^step " | tail -20; fail "$signal: mpirun_exit_1_or_130 (exit $rc)"; }
   for rank in 0 1; do
     code=$(cat "$work/rc-$signal/rank$rank.rc" 2>/dev/null)
     [ -n "$code" ] || code=none
@@ -98,13 +106,13 @@ for signal in INT TERM; do
     if [ "$code" = 130 ]; then
       pass "$signal: process_${rank}_exit_130"
     elif [ "$code" = none ] &&
-      grep -q "^reformer: process $rank of 2 ends with exit code 130" "$work/$signal.log"; then
+      job_log | grep -q "^reformer: process $rank of 2 ends with exit code 130"; then
       pass "$signal: process_${rank}_exit_130 (killed by mpirun at its exit, after the checkpoint)"
     elif [ "$code" = none ] &&
-      grep -q "^reformer: process [0-9] of 2 ends with exit code 130" "$work/$signal.log"; then
+      job_log | grep -q "^reformer: process [0-9] of 2 ends with exit code 130"; then
       pass "$signal: process_${rank}_exit_130 (killed by mpirun's teardown after the run stopped)"
     else
-      grep -v "^step " "$work/$signal.log" | tail -20
+      job_log | grep -v "^step " | tail -20
       fail "$signal: process_${rank}_exit_130 (exit $code)"
     fi
   done
@@ -114,13 +122,13 @@ for signal in INT TERM; do
     { ps -o pid,args -p ${left// /,} 2>/dev/null; fail "$signal: no_process_left ($left)"; }
 
   # Exactly one checkpoint, at the step the run stopped after.
-  stopped=$(sed -n 's/^interrupted: stopped after step \([0-9]*\),.*/\1/p' "$work/$signal.log")
+  stopped=$(job_log | sed -n 's/^interrupted: stopped after step \([0-9]*\),.*/\1/p' | head -n 1)
   files=$(cd "$run/checkpoints" 2>/dev/null && ls)
   want=$(printf 'step_%08d.h5' "${stopped:-0}")
   if [ -n "$stopped" ] && [ "$files" = "$want" ]; then
     pass "$signal: one_checkpoint_at_the_stopping_step ($want)"
   else
-    tail -5 "$work/$signal.log"
+    job_log | tail -5
     fail "$signal: one_checkpoint_at_the_stopping_step (stopped after '${stopped}', files: $files)"
     continue
   fi
