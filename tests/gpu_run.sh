@@ -15,7 +15,8 @@
 #       instrument's sweep, the 6-layer Reformer step against lucidrains'
 #       reformer-pytorch (wheels from .gpu/whl, if there), cached generation
 #       against rerunning the model, the chunked kernels' two shapes
-#       (REFORMER_CHUNKED_KERNEL=whole|streamed), and kernel profiles
+#       (REFORMER_CHUNKED_KERNEL=whole|streamed), the tiles' passes by rows
+#       and by elements (REFORMER_TILE_LOOPS=rows|elements), and kernel profiles
 #       (REFORMER_KERNEL_PROFILE, core/kernel_profile.hpp) of the 6-layer step
 #       and of exact attention, kernel by kernel; BENCH_PARTS="gemm team ..."
 #       runs only the parts named (see `parts=` below) for a short lease;
@@ -125,7 +126,7 @@ fi
 export PYTHONUNBUFFERED=1
 # BENCH_PARTS picks the parts (default: all of them, in this order); every step
 # has a time limit, so one that hangs or crashes costs only itself.
-parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape lsh_peer memory step peer_step profile generate} "
+parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape loops lsh_peer memory step peer_step profile generate} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 if part sgemm; then
   python3 - <<'PY' | tee "$out/sgemm.txt"
@@ -179,6 +180,17 @@ if part shape; then
       grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
   done
 fi
+if part loops; then
+  # The passes inside tiles by rows (the host's loops, and the GPU code before
+  # 2026-11-27) or a thread per element (the GPU default since), same bits.
+  echo "== the tiles' elementwise passes (REFORMER_TILE_LOOPS; elements is the GPU default): LSH-2 (streamed) and exact layers at 4K and 16K"
+  for loops in rows elements; do
+    echo "loops $loops" | tee -a "$out/tile_loops.txt"
+    REFORMER_TILE_LOOPS=$loops timeout 90 "$pkg/run/bench_attention" \
+      --benchmark_filter='^BM_AttentionLayer/[13]/(4096|16384)/' 2>&1 | grep -E "^BM_|rror|what" |
+      tee -a "$out/tile_loops.txt"
+  done
+fi
 if part lsh_peer; then
   echo "== reformer-pytorch's LSHSelfAttention layer (2 rounds, bucket 64, causal)"
   for length in 4096 16384; do
@@ -226,6 +238,12 @@ if part generate; then
   # Launches and allocations per token on the GPU (the CPU counts: docs/benchmarks.md).
   timeout 60 "$pkg/run/bench_decode" --benchmark_filter='^BM_LmGenerateLaunches/rows:1/positions:0' |
     tee -a "$out/generate.txt"
+  # Where a cached token's time goes, kernel by kernel (the prompt's forward
+  # pass is in the table too: its kernels run once per benchmark iteration).
+  REFORMER_KERNEL_PROFILE="$out/profile_generate4k.txt" timeout 90 "$pkg/run/bench_decode" \
+    --benchmark_filter='^BM_LmGenerate/cached:1/L:4096' >/dev/null
+  head -n 30 "$out/profile_generate4k.txt"
+  tail -n 1 "$out/profile_generate4k.txt"
 fi
 echo
 echo "==== summary ($(cat "$out/gpu.txt"))"

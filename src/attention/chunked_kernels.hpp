@@ -634,6 +634,7 @@ struct StreamedForward {
   ItemView<T> out;
   ItemScalars<C> lse;
   int level = 0;
+  bool elements = false;  // TileLoops::elements for the online softmax's passes
 
   static size_t scratch_bytes(Index d_head) {
     return ChunkedScratchBytes<C>::streamed_forward(BQ, BK, d_head, TileTraits<C>::block_cols);
@@ -659,8 +660,8 @@ struct StreamedForward {
         qt);
     const Scores scores{in, b, h, bh, qc, end, posq, posk, ks, vs, qt};
     const Index key_tiles = (in.window.slots() + BK - 1) / BK;
-    OnlineSoftmax<C, BQ, BK>{o, st, stats}.run(team, scores, 0, key_tiles, in.dropout.rate > 0.0, b,
-                                               h, first, end, in.d_head, out, lse);
+    OnlineSoftmax<C, BQ, BK>{o, st, stats, elements}.run(
+        team, scores, 0, key_tiles, in.dropout.rate > 0.0, b, h, first, end, in.d_head, out, lse);
   }
 };
 
@@ -795,6 +796,7 @@ void run_forward_chunks(const char* label, const ChunkedInputs<T>& in, ItemView<
   const Index teams = batch * in.heads * in.window.n_chunks;
   if (chunked_kernel_shape() == ChunkedKernelShape::streamed) {
     StreamedForward<T> kernel{in, out, lse};
+    kernel.elements = tile_loops() == TileLoops::elements;
     const size_t bytes = StreamedForward<T>::scratch_bytes(in.d_head);
     kernel.level = scratch_level(bytes);
     Kokkos::parallel_for(

@@ -50,6 +50,9 @@ struct ExactInputs {
   // only padding: every score is the mask constant, so, as in full attention,
   // they attend uniformly to every key, and no key tile may be skipped for them.
   Ints1 first_valid;
+  // TileLoops::elements (core/team_scratch.hpp): the passes between the
+  // products take a thread per element of a tile instead of a row.
+  bool elements = false;
 
   KOKKOS_INLINE_FUNCTION bool uniform_row(Index b, Index i) const {
     if (in.self_mask || first_valid.extent(0) == 0) return false;
@@ -89,6 +92,13 @@ struct ExactInputs {
                                         Index first, Index rows, Index length, C factor,
                                         Scratch2<C> dst) const {
     const Index dh = in.d_head;
+    if (elements) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * dh), [&](Index e) {
+        const Index r = e / dh, c = e % dh;
+        dst(r, c) = first + r < length ? C(load(x(b, first + r, h, c))) * factor : C(0);
+      });
+      return;
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
       C* to = &dst(r, 0);
       if (first + r >= length) {
@@ -217,6 +227,36 @@ struct ExactInputs {
       }
     }
   }
+  // query_row_gradients for one pair (query i, row r of its tile; the key at
+  // position pk, -1 for none), a thread per element: the same arithmetic in
+  // the same order, so the same bits.
+  KOKKOS_INLINE_FUNCTION void query_pair_gradient(Index b, Index bh, Index i, int pk,
+                                                  Scratch2<C> ld, Index r, bool dropout, bool plain,
+                                                  C& score, C& dscore) const {
+    if (i >= lq) {
+      score = dscore = C(0);
+      return;
+    }
+    const C base = ld(0, r), d_i = ld(1, r), rest = ld(2, r);
+    if (plain && !dropout) {
+      const C p = softmax_weight((score - base) - rest);
+      dscore = p * (dscore - d_i);
+      score = p;
+      return;
+    }
+    bool constant = true;
+    const C masked = pk < 0 ? C(-1e30) : in.mask_score(b, bh, i, pk, score, constant);
+    const C grad = pk < 0 || constant ? C(0) : C(1);
+    const C p = softmax_weight((masked - base) - rest);
+    if (dropout) {
+      const C keep = pk < 0 ? C(0) : drop(bh, i, pk);
+      dscore = p * grad * (keep * dscore - d_i);
+      score = p * keep;
+    } else {
+      dscore = p * grad * (dscore - d_i);
+      score = p;
+    }
+  }
   // The tiles of a team that holds key tile kc (kt, vt: K and V transposed)
   // and streams query tiles past it.
   struct KeyTileScratch {
@@ -241,10 +281,17 @@ struct ExactInputs {
     team_multiply<false>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0), BK);
     team_multiply<false>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1, &t.vt(0, 0), BK);
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-      query_row_gradients(b, bh, qc * BQ + r, &posk(0), t.ld, r, dropout, plain, &t.s(r, 0),
-                          &t.dps(r, 0), &t.grad_masks(r, 0));
-    });
+    if (elements)
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
+        const Index r = e / BK, c = e % BK;
+        query_pair_gradient(b, bh, qc * BQ + r, posk(c), t.ld, r, dropout, plain, t.s(r, c),
+                            t.dps(r, c));
+      });
+    else
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+        query_row_gradients(b, bh, qc * BQ + r, &posk(0), t.ld, r, dropout, plain, &t.s(r, 0),
+                            &t.dps(r, 0), &t.grad_masks(r, 0));
+      });
     team.team_barrier();
     team_multiply<true>(team, BK, dp, BQ, &t.dvs(0, 0), dp, &t.s(0, 0), 1, BK, &t.dos(0, 0), dp);
     team_multiply<true>(team, BK, dp, BQ, &t.dks(0, 0), dp, &t.dps(0, 0), 1, BK, &t.qs(0, 0), dp);
@@ -254,6 +301,15 @@ struct ExactInputs {
                                                   Index kc, Scratch2<C> dks, Scratch2<C> dvs,
                                                   const View4<T>& dk, const View4<T>& dv) const {
     const Index dh = in.d_head;
+    if (elements) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * dh), [&](Index e) {
+        const Index t = e / dh, c = e % dh, j = kc * BK + t;
+        if (j >= lk) return;
+        dk(b, j, h, c) = store<T>(dks(t, c));
+        dv(b, j, h, c) = store<T>(dvs(t, c));
+      });
+      return;
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
       const Index j = kc * BK + t;
       if (j >= lk) return;
@@ -317,6 +373,36 @@ struct ExactInputs {
         drow[s] = p * grad * (drow[s] - d[s]);
         srow[s] = p;
       }
+    }
+  }
+  // key_row_gradients for one pair (key j, query i = first + s), a thread per
+  // element: the same arithmetic in the same order, so the same bits.
+  KOKKOS_INLINE_FUNCTION void key_pair_gradient(Index b, Index bh, Index j, Index i, Scratch2<C> ld,
+                                                Index s, bool plain, C& score, C& dscore) const {
+    if (j >= lk) {
+      score = dscore = C(0);
+      return;
+    }
+    const C base = ld(0, s), d = ld(1, s), rest = ld(2, s);
+    if (plain && in.dropout.rate == 0.0) {
+      const C p = softmax_weight((score - base) - rest);
+      dscore = p * (dscore - d);
+      score = p;
+      return;
+    }
+    const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
+    const bool self = in.self_mask && i == j, constant = padded || (in.causal && j > i);
+    const C value = self ? C(MaskValues<C>::self) : constant ? C(MaskValues<C>::masked) : score;
+    if (in.dropout.rate > 0.0) {
+      const C p = i >= lq ? C(0) : softmax_weight((value - base) - rest);
+      const C keep = i >= lq ? C(0) : drop(bh, i, j);
+      dscore = self || constant ? C(0) : p * (keep * dscore - d);
+      score = p * keep;
+    } else {
+      const C grad = self || constant ? C(0) : C(1);
+      const C p = softmax_weight(((i >= lq ? C(kNoScore) : value) - base) - rest);
+      dscore = p * grad * (dscore - d);
+      score = p;
     }
   }
 };
@@ -395,9 +481,9 @@ struct ExactForward {
     team.team_barrier();
     x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, x.lq, x.scale, qt);
     const ExactScores<T> scores{x, b, h, bh, qc, qt, ks, vs};
-    detail::OnlineSoftmax<C>{o, st, stats}.run(team, scores, 0, x.key_tiles(b, qc),
-                                               x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh,
-                                               out, lse);
+    detail::OnlineSoftmax<C>{o, st, stats, x.elements}.run(team, scores, 0, x.key_tiles(b, qc),
+                                                           x.in.dropout.rate > 0.0, b, h, qc * BQ,
+                                                           x.lq, dh, out, lse);
   }
 };
 
@@ -510,14 +596,27 @@ struct ExactBackwardQueries {
       team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
       team.team_barrier();
       const bool plain = x.plain_tile(qc, kc);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, plain, &st(t, 0), &dpt(t, 0));
-      });
+      if (x.elements)
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ), [&](Index e) {
+          const Index t = e / BQ, c = e % BQ;
+          x.key_pair_gradient(b, bh, kc * BK + t, qc * BQ + c, ld, c, plain, st(t, c), dpt(t, c));
+        });
+      else
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+          x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, plain, &st(t, 0), &dpt(t, 0));
+        });
       team.team_barrier();
       team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
     }
     team.team_barrier();
     const C scale = x.scale;
+    if (x.elements) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * dh), [&](Index e) {
+        const Index r = e / dh, c = e % dh, i = qc * BQ + r;
+        if (i < lq) dq(b, i, h, c) = store<T>(dqs(r, c) * scale);
+      });
+      return;
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
       const Index i = qc * BQ + r;
       if (i >= lq) return;
@@ -635,6 +734,7 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
   x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
   x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
   x.scale = detail::dense_score_scale<C>(config, q.extent(3));
+  x.elements = tile_loops() == TileLoops::elements;
   if (call.masks.key_valid.extent(0)) {
     const Index lk = x.lk;
     const auto valid = call.masks.key_valid;

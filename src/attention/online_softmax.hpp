@@ -33,10 +33,16 @@
 
 namespace reformer::attention::detail {
 
-// Zeroes a scratch matrix (the padding of a tile stays zero afterwards).
+// Zeroes a scratch matrix (the padding of a tile stays zero afterwards): by
+// rows on the host, a thread per element on GPUs.
 template <class T>
 KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, ScratchMatrix<T> m) {
   const Index cols = m.extent(1);
+  if constexpr (!kHostMemory) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0)) * cols),
+                         [&](Index e) { m(e / cols, e % cols) = T(0); });
+    return;
+  }
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index r) {
     for (Index c = 0; c < cols; ++c) m(r, c) = T(0);
   });
@@ -55,6 +61,9 @@ struct OnlineSoftmax {
   static constexpr Index G = Traits::block_cols;  // queries per column group
   static_assert(BQ % G == 0, "a query tile must be whole column groups");
   ScratchMatrix<T> o, st, stats;
+  // TileLoops::elements (core/team_scratch.hpp): the passes between the
+  // products take a thread per query or per element instead of G queries.
+  bool elements = false;
 
   // Bytes of the engine's tiles (o, st, stats) for tiles of bq queries and bk
   // keys and heads padded to dp columns (any sizes: a host build accounts for
@@ -80,6 +89,35 @@ struct OnlineSoftmax {
       team.team_barrier();
       Index vld = dp;
       const T* vp = scores.scores(team, kc, st, vld);
+      if (elements) {
+        // One thread per query for the statistics (the weights are summed
+        // here and formed again below: the same values, so the same result as
+        // by rows), then one per element for the weights and the rescale.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+          T m_new = stats(0, s), sum = T(0);
+          for (Index t = 0; t < BK; ++t) m_new = st(t, s) > m_new ? st(t, s) : m_new;
+          for (Index t = 0; t < BK; ++t) sum += scores.weight(st(t, s), m_new);
+          const T alpha = scores.weight(stats(0, s), m_new);
+          stats(1, s) = stats(1, s) * alpha + sum;
+          stats(2, s) = alpha;
+          stats(0, s) = m_new;
+        });
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ + BQ * dp), [&](Index e) {
+          if (e < BK * BQ) {
+            const Index t = e / BQ, s = e % BQ;
+            T w = scores.weight(st(t, s), stats(0, s));
+            if (dropout) w *= scores.keep(i0 + s, kc * BK + t);
+            st(t, s) = w;
+          } else {
+            const Index s = (e - BK * BQ) / dp, c = (e - BK * BQ) % dp;
+            o(s, c) *= stats(2, s);
+          }
+        });
+        team.team_barrier();
+        team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+        continue;
+      }
       // Online softmax per query (column), G columns per thread.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
         T* m = &stats(0, g * G);
@@ -123,6 +161,18 @@ struct OnlineSoftmax {
       team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
     }
     team.team_barrier();
+    if (elements) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * d_head), [&](Index e) {
+        const Index s = e / d_head, c = e % d_head, i = i0 + s;
+        if (i >= lq) return;
+        const T sum = stats(1, s);
+        auto& dst = out(b, i, h, c);
+        using Stored = std::remove_reference_t<decltype(dst)>;
+        dst = store<Stored>(o(s, c) * (T(1) / sum));
+        if (c == 0) lse(b, i, h) = stats(0, s) + compat::log(sum);
+      });
+      return;
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
       const Index i = i0 + s;
       if (i >= lq) return;

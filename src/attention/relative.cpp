@@ -229,6 +229,7 @@ struct RelativeForward {
   View4<T> out;
   View3<C> lse;
   int level = 0;
+  bool elements = false;  // TileLoops::elements for the online softmax's passes
 
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
@@ -251,8 +252,8 @@ struct RelativeForward {
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
     const RelativeScores<T> scores{x, b, h, bh, i0, qut, qvt, ks, vs, rw, bt};
-    detail::OnlineSoftmax<C>{o, st, stats}.run(team, scores, begin, end, x.dropout.rate > 0.0, b, h,
-                                               i0, x.lq, x.d_head, out, lse);
+    detail::OnlineSoftmax<C>{o, st, stats, elements}.run(
+        team, scores, begin, end, x.dropout.rate > 0.0, b, h, i0, x.lq, x.d_head, out, lse);
   }
 };
 
@@ -616,6 +617,7 @@ void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<para
   (void)workspace;
   RelativeForward<T> kernel{relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout), out,
                             lse};
+  kernel.elements = tile_loops() == TileLoops::elements;
   const size_t bytes = kernel.scratch_bytes();
   kernel.level = scratch_level(bytes);
   const Index league = Index(q.extent(0)) * q.extent(2) * kernel.x.nq;

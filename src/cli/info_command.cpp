@@ -54,6 +54,10 @@ int run_info(const GlobalOptions& global) {
       : scratch.gpu_forward_level + scratch.gpu_backward_level == 0
           ? " (level 0)"
           : " (level 1: a pool in device memory)");
+  // The elementwise passes inside the fused kernels' tiles (REFORMER_TILE_LOOPS).
+  std::printf("  tile loops         %s\n", tile_loops() == TileLoops::elements
+                                               ? "elements (a thread per element)"
+                                               : "rows (a thread per row, vectorised)");
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

@@ -11,7 +11,7 @@
 // grow more slowly than these sums; the bounds hold with room.
 #include "reformer/attention/lsh.hpp"
 #include "support/bf16_checks.hpp"
-#include "support/chunked_shape.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 

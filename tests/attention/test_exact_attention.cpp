@@ -12,6 +12,7 @@
 #include "support/attention_reference.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -161,6 +162,62 @@ TEST(ExactAttention, BothBackwardSchedulesMatchFullAttention) {
     single.schedule = schedule;
     expect_same(single.exact(), single.full(), 1e-5, name + " float");
   }
+}
+
+// A thread per element in the passes inside tiles (TileLoops::elements, the
+// GPUs' default) gives the same bits as a thread per row (the host's), in the
+// forward (out and lse) and in both backward schedules, with every mask,
+// dropout, shared q/k, cross-attention and head sizes read in place (16) or
+// padded (5); and full attention's results.
+TEST(ExactAttention, ElementLoopsGiveTheSameBitsAsRowLoops) {
+  using attention::ExactBackwardSchedule;
+  struct Setting {
+    Index lq, lk, d;
+    bool causal, padded, shared;
+    double dropout;
+  };
+  const Index n = 2 * kQueryTile + 3;
+  for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass})
+    for (const Setting& s :
+         std::vector<Setting>{{n, n, 16, true, false, false, 0.0},
+                              {n, n, 5, true, true, false, 0.2},
+                              {n, n, 16, false, true, false, 0.0},
+                              {kQueryTile + 9, kQueryTile + 9, 8, true, false, true, 0.0},
+                              {70, kQueryTile + 50, 16, false, true, false, 0.1},
+                              {9, 9, 4, true, false, false, 0.0}}) {
+      const std::string what = "Lq " + std::to_string(s.lq) + " Lk " + std::to_string(s.lk) +
+                               " d " + std::to_string(s.d) + (s.causal ? " causal" : "") +
+                               (s.padded ? " padded" : "") + (s.shared ? " shared" : "") +
+                               " dropout " + std::to_string(s.dropout) +
+                               (schedule == ExactBackwardSchedule::OnePass ? " one pass" : "");
+      ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
+      c.schedule = schedule;
+      if (s.shared) c.share_qk();
+      if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}});
+      c.call.dropout = {s.dropout, {3, 4}};
+      const auto rows = c.exact();
+      const auto rows_lse = to_host(c.lse);
+      Grads<double> elements;
+      {
+        ScopedTileLoops loops(TileLoops::elements);
+        elements = c.exact();
+      }
+      EXPECT_EQ(elements.out, rows.out) << what;
+      EXPECT_EQ(to_host(c.lse), rows_lse) << what;
+      EXPECT_EQ(elements.dq, rows.dq) << what;
+      EXPECT_EQ(elements.dk, rows.dk) << what;
+      EXPECT_EQ(elements.dv, rows.dv) << what;
+      expect_same(elements, c.full(), 1e-12, what);
+    }
+  ExactCase<float> single(1, 300, 300, 2, 64, true);
+  single.schedule = ExactBackwardSchedule::TwoPass;
+  const auto rows = single.exact();
+  ScopedTileLoops loops(TileLoops::elements);
+  const auto elements = single.exact();
+  EXPECT_EQ(elements.out, rows.out);
+  EXPECT_EQ(elements.dq, rows.dq);
+  EXPECT_EQ(elements.dk, rows.dk);
+  EXPECT_EQ(elements.dv, rows.dv);
 }
 
 // Auto takes one pass where the (batch, head) pairs fill the host threads

@@ -1,8 +1,8 @@
 #include "reformer/attention/local.hpp"
 #include "reformer/core/error.hpp"
 #include "support/attention_reference.hpp"
-#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -179,6 +179,15 @@ void check_streamed_local(Case& c, const std::string& what) {
   c.backward();
   const auto out = to_host(c.out), dq = to_host(c.dq), dk = to_host(c.dk), dv = to_host(c.dv);
   const ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  {
+    // The online softmax with a thread per row and per element (TileLoops): the same bits.
+    const ScopedTileLoops rows(TileLoops::rows);
+    c.backward();
+    const auto rows_out = to_host(c.out);
+    const ScopedTileLoops elements(TileLoops::elements);
+    c.backward();
+    EXPECT_EQ(to_host(c.out), rows_out) << what;
+  }
   c.backward();
   EXPECT_LT(relative_error(to_host(c.out), out), 1e-13) << what;
   EXPECT_LT(relative_error(to_host(c.dq), dq), 1e-13) << what;

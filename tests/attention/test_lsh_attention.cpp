@@ -2,8 +2,8 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
-#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -250,6 +250,17 @@ void check_streamed_lsh(Case& c, const std::string& what) {
   c.backward();
   const auto out = to_host(c.out), dqk = to_host(c.dqk), dv = to_host(c.dv);
   const ScopedChunkedShape streamed(ChunkedKernelShape::streamed);
+  {
+    // The online softmax with a thread per row and per element (core/team_scratch.hpp's
+    // TileLoops; elements is the GPUs' default): the same bits.
+    const ScopedTileLoops rows(TileLoops::rows);
+    c.backward();
+    const auto rows_out = to_host(c.out), rows_dqk = to_host(c.dqk);
+    const ScopedTileLoops elements(TileLoops::elements);
+    c.backward();
+    EXPECT_EQ(to_host(c.out), rows_out) << what;
+    EXPECT_EQ(to_host(c.dqk), rows_dqk) << what;
+  }
   c.backward();
   EXPECT_LT(relative_error(to_host(c.out), out), 1e-13) << what;
   EXPECT_LT(relative_error(to_host(c.dqk), dqk), 1e-13) << what;

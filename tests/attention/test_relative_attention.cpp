@@ -14,6 +14,7 @@
 #include "reformer/ops/dropout.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -239,6 +240,27 @@ TEST(RelativeAttention, MatchesPerPairReferenceInDouble) {
                                  " M " + std::to_string(memory) + " d " + std::to_string(d);
         expect_same(c.run(), reference(c), 1e-12, what);
       }
+}
+
+// The forward's online softmax with a thread per element (TileLoops::elements,
+// the GPUs' default) gives the bits of a thread per row (the host's).
+TEST(RelativeAttention, ElementLoopsGiveTheSameBitsAsRowLoops) {
+  for (const Variant& variant : variants()) {
+    RelativeAttentionConfig config;
+    config.clamp_len = variant.clamp_len;
+    config.same_length = variant.same_length;
+    config.mem_len = variant.mem_len >= 0 ? variant.mem_len : kTile + 5;
+    RelativeCase<double> c(2, 2 * kTile + 1, kTile + 5, 2, 5, config, /*extra_rows=*/2);
+    c.dropout = {variant.dropout, {11, 12}};
+    const ScopedTileLoops rows(TileLoops::rows);
+    const Result by_rows = c.run();
+    const ScopedTileLoops elements(TileLoops::elements);
+    const Result by_elements = c.run();
+    EXPECT_EQ(by_elements.out, by_rows.out) << variant.name;
+    EXPECT_EQ(by_elements.lse, by_rows.lse) << variant.name;
+    EXPECT_EQ(by_elements.dq, by_rows.dq) << variant.name;
+    EXPECT_EQ(by_elements.dr, by_rows.dr) << variant.name;
+  }
 }
 
 TEST(RelativeAttention, MatchesPerPairReferenceInFloat) {

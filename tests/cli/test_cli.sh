@@ -9,6 +9,14 @@ expect help 0 "info" -- --help
 expect version 0 "0." -- --version
 expect info 0 "memory tracker" -- info
 expect info_backend 0 "Kokkos" -- info
+# The kernel settings read from the environment: named in `info`; a bad value is
+# an error that names the variable, the value and the choices.
+REFORMER_TILE_LOOPS=elements expect info_tile_loops 0 "tile loops         elements" -- info
+REFORMER_TILE_LOOPS=columns expect bad_tile_loops 1 \
+  "REFORMER_TILE_LOOPS is 'columns' but must be 'rows' or 'elements'" -- info
+REFORMER_CHUNKED_KERNEL=streamed expect info_chunked_shape 0 "chunked attention  streamed" -- info
+REFORMER_CHUNKED_KERNEL=half expect bad_chunked_shape 1 \
+  "REFORMER_CHUNKED_KERNEL is 'half' but must be 'whole' or 'streamed'" -- info
 expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus
 expect unknown_option 2 "--frobnicate" -- --frobnicate info

@@ -2,8 +2,8 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "support/checks.hpp"
-#include "support/chunked_shape.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 

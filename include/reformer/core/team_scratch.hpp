@@ -57,21 +57,58 @@ inline int scratch_level(std::size_t bytes) { return bytes <= level0_scratch_lim
 // set_chunked_kernel_shape().
 enum class ChunkedKernelShape { whole_window, streamed };
 
+// How the elementwise passes inside the fused attention kernels' tiles (the
+// online softmax's weights and rescaling, the backward's rows of P and dS,
+// loads and stores of tile rows) divide among a team's threads. `rows`: a
+// thread takes whole rows of a tile, and the loop along a row vectorises (the
+// host's default, where a team is one thread). `elements`: a thread per
+// element, neighbouring threads on neighbouring columns (the default on GPUs,
+// where a team of 64-256 threads meets tiles of 16 rows: by rows most of it
+// would wait, and each thread would read its own row of global memory). Both
+// give the same results bit for bit. REFORMER_TILE_LOOPS=rows|elements picks
+// one for a process (to time both on one GPU); tests switch with
+// set_tile_loops().
+enum class TileLoops { rows, elements };
+
 namespace detail {
+// A process-wide choice read once from the environment variable `name`: the
+// value whose spelling matches, `fallback` when unset, else a ConfigError that
+// names the variable, the value and the spellings.
+template <class E, std::size_t N>
+E environment_choice(const char* name, const char* const (&spellings)[N], const E (&values)[N],
+                     E fallback) {
+  const char* text = std::getenv(name);
+  const std::string value = text != nullptr ? text : "";
+  if (value.empty()) return fallback;
+  std::string allowed;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (value == spellings[i]) return values[i];
+    allowed += (i == 0 ? "'" : i + 1 == N ? "' or '" : "', '") + std::string(spellings[i]);
+  }
+  throw ConfigError(std::string(name) + " is '" + value + "' but must be " + allowed +
+                    "' (or unset for the backend's default)");
+}
+
 inline ChunkedKernelShape& chunked_kernel_shape_setting() {
-  static ChunkedKernelShape shape = [] {
-    const char* text = std::getenv("REFORMER_CHUNKED_KERNEL");
-    const std::string value = text != nullptr ? text : "";
-    if (value.empty())
-      return kHostMemory ? ChunkedKernelShape::whole_window : ChunkedKernelShape::streamed;
-    if (value == "whole") return ChunkedKernelShape::whole_window;
-    if (value == "streamed") return ChunkedKernelShape::streamed;
-    throw ConfigError("REFORMER_CHUNKED_KERNEL is '" + value +
-                      "' but must be 'whole' or 'streamed' (or unset for the backend's default)");
-  }();
+  static ChunkedKernelShape shape = environment_choice(
+      "REFORMER_CHUNKED_KERNEL", {"whole", "streamed"},
+      {ChunkedKernelShape::whole_window, ChunkedKernelShape::streamed},
+      kHostMemory ? ChunkedKernelShape::whole_window : ChunkedKernelShape::streamed);
   return shape;
 }
+inline TileLoops& tile_loops_setting() {
+  static TileLoops loops = environment_choice("REFORMER_TILE_LOOPS", {"rows", "elements"},
+                                              {TileLoops::rows, TileLoops::elements},
+                                              kHostMemory ? TileLoops::rows : TileLoops::elements);
+  return loops;
+}
 }  // namespace detail
+
+inline TileLoops tile_loops() { return detail::tile_loops_setting(); }
+inline void set_tile_loops(TileLoops loops) { detail::tile_loops_setting() = loops; }
+inline const char* tile_loops_name(TileLoops loops) {
+  return loops == TileLoops::elements ? "elements" : "rows";
+}
 
 inline ChunkedKernelShape chunked_kernel_shape() { return detail::chunked_kernel_shape_setting(); }
 inline void set_chunked_kernel_shape(ChunkedKernelShape shape) {

@@ -1,0 +1,29 @@
+// Runs the fused attention kernels with a given backend setting for a scope
+// (core/team_scratch.hpp), so that host tests run what GPUs run by default:
+// the streamed shape of the chunked kernels (LSH and local attention), and a
+// thread per element in the passes inside tiles.
+#pragma once
+
+#include "reformer/core/team_scratch.hpp"
+
+namespace reformer::testing {
+
+// Sets a process-wide setting through `set` and puts the old value back at the
+// end of the scope.
+template <class Value, Value (*kGet)(), void (*kSet)(Value)>
+class ScopedSetting {
+ public:
+  explicit ScopedSetting(Value value) : saved_(kGet()) { kSet(value); }
+  ~ScopedSetting() { kSet(saved_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
+
+ private:
+  Value saved_;
+};
+
+using ScopedChunkedShape =
+    ScopedSetting<ChunkedKernelShape, chunked_kernel_shape, set_chunked_kernel_shape>;
+using ScopedTileLoops = ScopedSetting<TileLoops, tile_loops, set_tile_loops>;
+
+}  // namespace reformer::testing
