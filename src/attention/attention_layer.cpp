@@ -581,18 +581,11 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   project_keys(x, q, k, v, workspace);
   write_cached<T>(k, v, positions, cache.k, cache.v);
   if (lsh) {
-    // The query's buckets, then its windows among the cached buckets.
-    const Index rounds = config_.lsh.n_hashes;
-    const auto planned = frame.take<LshPlan::Ints>(batch * h, rounds);
-    lsh_hash<T>(per_head(q, batch, 1, h, d), cache.rotations, config_.lsh, {}, planned);
-    const auto buckets = cache.buckets;
-    using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-    Kokkos::parallel_for(
-        "attention_step_buckets", Policy2({0, 0}, {batch * h, rounds}),
-        KOKKOS_LAMBDA(Index bh, Index r) { buckets(bh, r, positions(bh / h)) = planned(bh, r); });
-    lsh_attention_step<T>(View3<T>(q.data(), batch, h, d), cache.k, cache.v, cache.buckets,
-                          positions, max_position, config_.lsh, View3<T>(a.data(), batch, h, d),
-                          workspace);
+    // One launch: the query's buckets into the cache, then its windows among
+    // the cached buckets.
+    lsh_attention_step<T>(View3<T>(q.data(), batch, h, d), cache.rotations, cache.k, cache.v,
+                          cache.buckets, positions, max_position, config_.lsh,
+                          View3<T>(a.data(), batch, h, d), workspace);
   } else {
     // Causal: positions up to this one; local: from the start of the n_before-th
     // chunk before this position's chunk.

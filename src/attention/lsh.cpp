@@ -28,8 +28,29 @@ void check_length(const char* op, const LshAttentionConfig& config, Index length
   detail::check_chunking(op, length, effective_chunk(config, length));
 }
 
-// Buckets of every (batch, position, head, round): argmax over [x R ; -x R]
-// per factor, combined as h1 + b1 * h2. Padding positions get bucket n_buckets.
+// The bucket of one item from its projections p = x R (width columns: the
+// factors' n_buckets / 2 each, in order): argmax over [p ; -p] per factor,
+// combined as h1 + b1 * h2.
+template <class C>
+KOKKOS_INLINE_FUNCTION int combined_bucket(const C* p, Index factors, Index b1, Index b2) {
+  Index combined = 0, stride = 1, column = 0;
+  for (Index f = 0; f < factors; ++f) {
+    const Index nb = f == 0 ? b1 : b2, half = nb / 2;
+    C best = p[column];
+    Index arg = 0;
+    for (Index c = 0; c < half; ++c) {
+      if (p[column + c] > best) best = p[column + c], arg = c;
+      if (-p[column + c] > best) best = -p[column + c], arg = c + half;
+    }
+    combined += arg * stride;
+    stride *= nb;
+    column += half;
+  }
+  return int(combined);
+}
+
+// Buckets of every (batch, position, head, round) (combined_bucket). Padding
+// positions get bucket n_buckets.
 // One team hashes kRows positions of one (batch, head, round): the rotation
 // [d_head, width] and the projections [kRows, width] live in scratch, and the
 // projection loop runs over contiguous rotation columns so that it vectorises.
@@ -69,20 +90,7 @@ struct HashKernel {
       C* p = &proj(row, 0);
       for (Index c = 0; c < width; ++c) p[c] = 0;
       accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
-      Index combined = 0, stride = 1, column = 0;
-      for (Index f = 0; f < factors; ++f) {
-        const Index nb = f == 0 ? b1 : b2, half = nb / 2;
-        C best = p[column];
-        Index arg = 0;
-        for (Index c = 0; c < half; ++c) {
-          if (p[column + c] > best) best = p[column + c], arg = c;
-          if (-p[column + c] > best) best = -p[column + c], arg = c + half;
-        }
-        combined += arg * stride;
-        stride *= nb;
-        column += half;
-      }
-      buckets(bh, r * length + i) = int(combined);
+      buckets(bh, r * length + i) = combined_bucket(p, factors, b1, b2);
     });
   }
 };
@@ -162,6 +170,26 @@ struct StepKernel {
   IntView3 perm, counts, slots;  // counts [bh, bins, slices]
   IntView2 ranks;                // the query's rank in every round's order
   Index heads, dh, rounds, bins, slices, chunk, n_before;
+  // With rotations [heads, d_head, rounds, width]: the kernel hashes the query
+  // first (as lsh_hash does, the same bits) and writes its buckets at its
+  // position into query_buckets, the same View as buckets; projections
+  // [bh, rounds * width] is the hashing's scratch. Empty: the buckets are there.
+  Kokkos::View<const T****, Layout, MemSpace> rotations;
+  IntView3 query_buckets;
+  View2<T> projections;
+  Index factors = 1, b1 = 0, b2 = 1;
+
+  KOKKOS_INLINE_FUNCTION void hash_query(const TeamMember& team, Index bh, Index t) const {
+    const Index b = bh / heads, h = bh % heads, width = rotations.extent(3);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rounds), [&](Index r) {
+      T* p = &projections(bh, r * width);
+      for (Index c = 0; c < width; ++c) p[c] = 0;
+      accumulate_rows(p, &rotations(h, 0, r, 0), Index(rotations.stride(1)), &q(b, h, 0), 1, dh,
+                      width);
+      query_buckets(bh, r, t) = combined_bucket(p, factors, b1, b2);
+    });
+    team.team_barrier();
+  }
 
   // Raw pointers and local copies keep the loops' bounds and strides in
   // registers (an int store could alias a view's int fields).
@@ -204,6 +232,7 @@ struct StepKernel {
     // The chunk of this sequence's forward pass: one chunk when n <= chunk.
     const Index c = n <= chunk ? n : chunk, rc = (n + c - 1) / c, cycle = rounds * rc;
     const Index reach = rc == 1 ? 0 : (n_before < cycle - 1 ? n_before : cycle - 1);
+    if (rotations.extent(0)) hash_query(team, bh, t);
     sort(team, bh, t, n);
     const T* qv = &q(b, h, 0);
     T lse[kMaxHashes];
@@ -568,12 +597,16 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
   shared_keys_backward<T>(qk, key_scale, dk, dqk);
 }
 
+namespace {
+
+// Both lsh_attention_step forms: with rotations (non-empty) the kernel hashes
+// the query into query_buckets (the View of buckets) first.
 template <class T>
-void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
-                        Kokkos::View<const int***, Layout, MemSpace> buckets,
-                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
-                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
-                        Index sort_slices) {
+void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
+                  Kokkos::View<const int***, Layout, MemSpace> buckets, IntView3 query_buckets,
+                  Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                  const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                  Index sort_slices) {
   const char* op = "lsh_attention_step";
   config.validate();
   require<ConfigError>(!config.n_buckets.empty(), op,
@@ -621,13 +654,57 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
   kernel.counts = frame.take<IntView3>(batch * heads, bins, most_slices);
   kernel.slots = frame.take<IntView3>(batch * heads, rounds, window);
   kernel.ranks = frame.take<IntView2>(batch * heads, rounds);
+  if (rotations.extent(0)) {
+    const auto factors = lsh_bucket_factors(config, capacity);
+    const Index width = lsh_rotation_width(config, capacity);
+    require<ShapeError>(
+        Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
+            Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
+        op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
+        ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, sum of n_buckets / 2)");
+    kernel.rotations = rotations;
+    kernel.query_buckets = query_buckets;
+    kernel.projections = frame.take<View2<T>>(batch * heads, rounds * width);
+    kernel.factors = Index(factors.size());
+    kernel.b1 = factors[0];
+    kernel.b2 = factors.size() > 1 ? factors[1] : 1;
+  }
   Kokkos::parallel_for("lsh_attention_step", Kokkos::TeamPolicy<ExecSpace>(batch * heads, threads),
                        kernel);
+}
+
+}  // namespace
+
+template <class T>
+void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
+                        Kokkos::View<const int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices) {
+  run_lsh_step<T>(q, {}, keys, values, buckets, {}, positions, max_position, config, out, workspace,
+                  sort_slices);
+}
+
+template <class T>
+void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
+                        Kokkos::View<int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices) {
+  require<ShapeError>(rotations.extent(0) > 0, "lsh_attention_step",
+                      ": the rotations are empty; fill them with lsh_random_rotations (the "
+                      "layer's start_cache does)");
+  run_lsh_step<T>(q, rotations, keys, values, buckets, buckets, positions, max_position, config,
+                  out, workspace, sort_slices);
 }
 
 #define REFORMER_INSTANTIATE_STEP(T)                                                           \
   template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                  \
                                       Kokkos::View<const int***, Layout, MemSpace>,            \
+                                      Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
+                                      const LshAttentionConfig&, View3<T>, Workspace&, Index); \
+  template void lsh_attention_step<T>(In3<T>, In4<T>, In3<T>, In3<T>,                          \
+                                      Kokkos::View<int***, Layout, MemSpace>,                  \
                                       Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
                                       const LshAttentionConfig&, View3<T>, Workspace&, Index); \
   template void lsh_random_rotations<T>(RandomKey, View4<T>);

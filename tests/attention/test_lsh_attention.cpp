@@ -2,6 +2,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
+#include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
 
@@ -619,6 +620,88 @@ TEST(LshAttention, StepSortMatchesSerialReferenceOnLongCaches) {
     else
       EXPECT_EQ(got, first);  // the same order, hence the same sums
   }
+}
+
+// Cached buckets for the step tests: bucket (i * 7919) % 128 at flat index i.
+int pattern_bucket(Index i) { return int((i * 7919) % 128); }
+void fill_pattern(Kokkos::View<int***, Layout, MemSpace> buckets) {
+  Kokkos::parallel_for(
+      "test_buckets", range(buckets.size()),
+      KOKKOS_LAMBDA(Index i) { buckets.data()[i] = int((i * 7919) % 128); });
+}
+// buckets(bh, r, positions(bh / heads)) = planned(bh, r), as the layer's step
+// stored them before the step hashed its own query.
+void write_query_buckets(Kokkos::View<int***, Layout, MemSpace> buckets,
+                         Kokkos::View<const int**, Layout, MemSpace> planned,
+                         Kokkos::View<const Index*, Layout, MemSpace> positions, Index heads) {
+  const Index rounds = buckets.extent(1);
+  Kokkos::parallel_for(
+      "test_write_buckets", range(buckets.extent(0) * rounds), KOKKOS_LAMBDA(Index i) {
+        const Index bh = i / rounds, r = i % rounds;
+        buckets(bh, r, positions(bh / heads)) = planned(bh, r);
+      });
+}
+
+// The step that hashes its own query (one launch: AttentionLayer::step's form)
+// writes the buckets that lsh_hash computes into the cache, and gives the
+// output of lsh_hash, a bucket write and the step, bit for bit; wrong
+// rotations are refused by name.
+TEST(LshAttention, StepHashingItsQueryEqualsHashThenStep) {
+  const Index batch = 2, heads = 3, dh = 8, capacity = 3000, rounds = 3;
+  LshAttentionConfig config;
+  config.chunk = 32;
+  config.n_hashes = rounds;
+  config.n_before = 1;
+  config.n_buckets = {16, 8};
+  const std::vector<Index> positions = {2900, 1234 + 17};
+  const Index width = attention::lsh_rotation_width(config, capacity);
+  View4<double> q4("q", batch, 1, heads, dh), rotations("rotations", heads, dh, rounds, width);
+  View3<double> q(q4.data(), batch, heads, dh), k("k", batch, capacity, heads * dh),
+      v("v", batch, capacity, heads * dh);
+  fill_uniform(q4, 41);
+  fill_uniform(k, 42);
+  fill_uniform(v, 43);
+  attention::lsh_random_rotations<double>({44, 1}, rotations);
+  // The cached positions' buckets: any bucket below 128.
+  Kokkos::View<int***, Layout, MemSpace> hashed("hashed", batch * heads, rounds, capacity);
+  fill_pattern(hashed);
+  Kokkos::View<int***, Layout, MemSpace> separate("separate", batch * heads, rounds, capacity);
+  Kokkos::deep_copy(separate, hashed);
+  Kokkos::View<Index*, Layout, MemSpace> pos("pos", batch);
+  Kokkos::deep_copy(pos, Kokkos::View<const Index*, Layout, HostSpace>(positions.data(), batch));
+  Workspace workspace;
+  // lsh_hash, the bucket write, then the step on the buckets.
+  Kokkos::View<int**, Layout, MemSpace> planned("planned", batch * heads, rounds);
+  attention::lsh_hash<double>(q4, rotations, config, {}, planned);
+  write_query_buckets(separate, planned, pos, heads);
+  View3<double> want("want", batch, heads, dh), got("got", batch, heads, dh);
+  attention::lsh_attention_step<double>(q, k, v, separate, pos, positions[0], config, want,
+                                        workspace);
+  attention::lsh_attention_step<double>(q, rotations, k, v, hashed, pos, positions[0], config, got,
+                                        workspace);
+  const auto ints = [](const auto& view) {
+    auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), view);
+    return std::vector<int>(h.data(), h.data() + h.size());
+  };
+  EXPECT_EQ(ints(hashed), ints(separate));
+  EXPECT_EQ(to_host(got), to_host(want));
+  // The query's buckets were written: they differ from what the cache held
+  // there in at least one (bh, round).
+  const auto after = ints(hashed);
+  int changed = 0;
+  for (Index bh = 0; bh < batch * heads; ++bh)
+    for (Index r = 0; r < rounds; ++r) {
+      const Index at = (bh * rounds + r) * capacity + positions[std::size_t(bh / heads)];
+      changed += after[std::size_t(at)] != pattern_bucket(at);
+    }
+  EXPECT_GT(changed, 0);
+  View4<double> wrong("wrong", heads, dh, rounds, width - 1);
+  expect_error<ShapeError>(
+      [&] {
+        attention::lsh_attention_step<double>(q, wrong, k, v, hashed, pos, positions[0], config,
+                                              got, workspace);
+      },
+      {"rotations have shape", "n_hashes"});
 }
 
 // A reversible network rebuilds a layer's input by subtraction, which is not

@@ -133,4 +133,16 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                         const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
                         Index sort_slices = 0);
 
+// The same, hashing the query in the same launch: its bucket in every round
+// (the rotations [heads, d_head, n_hashes, sum of n_buckets / 2] as lsh_hash
+// applies them, the same bits) is written into buckets at position t first, so
+// that a decoding step needs no lsh_hash launch and no launch to store its
+// buckets (AttentionLayer::step uses this form).
+template <class T>
+void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
+                        Kokkos::View<int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices = 0);
+
 }  // namespace reformer::attention
