@@ -128,6 +128,15 @@ export PYTHONUNBUFFERED=1
 # has a time limit, so one that hangs or crashes costs only itself.
 parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape loops lsh_peer memory step peer_step profile generate} "
 part() { [[ "$parts" == *" $1 "* ]]; }
+# time_layers <file> <seconds> <filter> [VAR=value ...]: our attention layers
+# (BM_AttentionLayer matching the filter) with the given settings, one process,
+# appended to $out/<file>.
+time_layers() {
+  local file=$1 seconds=$2 filter=$3
+  shift 3
+  env "$@" timeout "$seconds" "$pkg/run/bench_attention" --benchmark_filter="$filter" 2>&1 |
+    grep -E "^BM_|rror|what" | tee -a "$out/$file"
+}
 if part sgemm; then
   python3 - <<'PY' | tee "$out/sgemm.txt"
 import time, torch
@@ -162,9 +171,7 @@ if part team; then
   echo "== threads per team of the fused kernels at 16K (REFORMER_TEAM_SIZE; 0: the default, core/cpu_target.hpp)"
   for size in ${TEAM_SIZES:-0 64 256}; do
     echo "team size $size" | tee -a "$out/team_size.txt"
-    REFORMER_TEAM_SIZE=$size timeout 60 "$pkg/run/bench_attention" \
-      --benchmark_filter='^BM_AttentionLayer/[123]/16384/' 2>&1 | grep -E "^BM_|rror|what" |
-      tee -a "$out/team_size.txt"
+    time_layers team_size.txt 60 '^BM_AttentionLayer/[123]/16384/' REFORMER_TEAM_SIZE=$size
   done
 fi
 if part shape; then
@@ -172,9 +179,8 @@ if part shape; then
   echo "== the chunked kernels' two shapes (REFORMER_CHUNKED_KERNEL; streamed is the GPU default): LSH-2 and local layers at 4K and 16K, the 6-layer step at 16K"
   for shape in whole streamed; do
     echo "shape $shape" | tee -a "$out/chunked_shape.txt"
-    REFORMER_CHUNKED_KERNEL=$shape timeout 60 "$pkg/run/bench_attention" \
-      --benchmark_filter='^BM_AttentionLayer/[12]/(4096|16384)/' 2>&1 | grep -E "^BM_|rror|what" |
-      tee -a "$out/chunked_shape.txt"
+    time_layers chunked_shape.txt 60 '^BM_AttentionLayer/[12]/(4096|16384)/' \
+      REFORMER_CHUNKED_KERNEL=$shape
     REFORMER_CHUNKED_KERNEL=$shape timeout 100 "$pkg/run/reformer" memory --variants reformer \
       --layers 6 --lengths 16384 --steps 2 --out "$out/memory_shape_$shape" 2>&1 |
       grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
@@ -182,13 +188,12 @@ if part shape; then
 fi
 if part loops; then
   # The passes inside tiles by rows (the host's loops, and the GPU code before
-  # 2026-11-27) or a thread per element (the GPU default since), same bits.
+  # 2026-11-26) or a thread per element (the GPU default since), same bits.
   echo "== the tiles' elementwise passes (REFORMER_TILE_LOOPS; elements is the GPU default): LSH-2 (streamed) and exact layers at 4K and 16K"
   for loops in rows elements; do
     echo "loops $loops" | tee -a "$out/tile_loops.txt"
-    REFORMER_TILE_LOOPS=$loops timeout 90 "$pkg/run/bench_attention" \
-      --benchmark_filter='^BM_AttentionLayer/[13]/(4096|16384)/' 2>&1 | grep -E "^BM_|rror|what" |
-      tee -a "$out/tile_loops.txt"
+    time_layers tile_loops.txt 90 '^BM_AttentionLayer/[13]/(4096|16384)/' \
+      REFORMER_TILE_LOOPS=$loops
   done
 fi
 if part lsh_peer; then
