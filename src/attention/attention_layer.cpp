@@ -108,16 +108,23 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before,
 }
 
 // k_cache(b, positions(b), :) = k(b, :) and the same for v, caches [batch,
-// capacity, n]: one launch for both.
+// capacity, heads * d_head]: one launch for both, a thread per (row, head).
+// shared: k holds the projected queries, and each head's key is its query
+// normalised (shared_qk.hpp, the same bits as shared_keys) in the same launch.
 template <class T>
 void write_cached(In2<T> k, In2<T> v, Kokkos::View<const Index*, Layout, MemSpace> positions,
-                  View3<T> k_cache, View3<T> v_cache) {
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+                  Index heads, bool shared, View3<T> k_cache, View3<T> v_cache) {
+  using C = compute_t<T>;
+  const Index dh = k.extent(1) / heads;
   Kokkos::parallel_for(
-      "attention_write_cache", Policy2({0, 0}, {Index(k.extent(0)), Index(k.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index j) {
-        k_cache(b, positions(b), j) = k(b, j);
-        v_cache(b, positions(b), j) = v(b, j);
+      "attention_write_cache", range(Index(k.extent(0)) * heads), KOKKOS_LAMBDA(Index bh) {
+        const Index b = bh / heads, h = bh % heads, p = positions(b);
+        const T* from = &k(b, h * dh);
+        const C s = shared ? detail::shared_key_factor(from, dh) : C(1);
+        for (Index d = 0; d < dh; ++d) {
+          k_cache(b, p, h * dh + d) = shared ? store<T>(load(from[d]) * s) : from[d];
+          v_cache(b, p, h * dh + d) = v(b, h * dh + d);
+        }
       });
 }
 
@@ -503,10 +510,11 @@ void AttentionLayer<T>::project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> 
     if (q.extent(0)) ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
     ops::matmul<T>(x, Trans::No, w_k_->matrix(), Trans::No, k);
   } else {
-    // Shared q and k: the keys are the normalised queries (shared_qk.hpp).
+    // Shared q and k: the keys are the normalised queries (shared_qk.hpp);
+    // without k (a decoding step) the cache write forms them.
     const View2<T> qk = q.extent(0) ? q : frame.take<View2<T>>(n, h * d);
     ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, qk);
-    shared_keys<T>(per_head(qk, n, 1, h, d), per_head(k, n, 1, h, d));
+    if (k.extent(0)) shared_keys<T>(per_head(qk, n, 1, h, d), per_head(k, n, 1, h, d));
   }
   ops::matmul<T>(x, Trans::No, w_v_->matrix(), Trans::No, v);
 }
@@ -578,8 +586,10 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   auto k = frame.take<View2<T>>(batch, inner);
   auto v = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  project_keys(x, q, k, v, workspace);
-  write_cached<T>(k, v, positions, cache.k, cache.v);
+  // Shared QK: the key is the query normalised, formed by the cache write.
+  const bool shared_qk = !w_k_;
+  project_keys(x, q, shared_qk ? View2<T>() : k, v, workspace);
+  write_cached<T>(shared_qk ? q : k, v, positions, h, shared_qk, cache.k, cache.v);
   if (lsh) {
     // One launch: the query's buckets into the cache, then its windows among
     // the cached buckets.

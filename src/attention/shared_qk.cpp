@@ -5,17 +5,7 @@
 #include "reformer/core/vector_loops.hpp"
 
 namespace reformer::attention {
-namespace {
-constexpr double kNormEps = 1e-6;
-
-// a_i / sqrt(d_head) of the query x (d_head values).
-template <class T>
-KOKKOS_INLINE_FUNCTION compute_t<T> shared_key_factor(const T* x, Index dh) {
-  using C = compute_t<T>;
-  const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
-  return C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
-}
-}  // namespace
+using detail::shared_key_factor;
 
 template <class T>
 void shared_key_scale(In4<T> qk, View3<compute_t<T>> scale) {

@@ -177,6 +177,8 @@ class AttentionLayer {
   void require_cacheable(const char* op) const;
   // Keys (normalised when shared) and values of rows x [n, d_model] into
   // k and v [n, heads * d_head]; q gets the queries when it is not empty.
+  // Shared q/k with k empty: only q (the decoding step's cache write forms
+  // the keys from it).
   void project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v, Workspace& workspace) const;
   void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
            Save save, bool reuse_plan) const;

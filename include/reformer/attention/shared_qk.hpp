@@ -8,10 +8,24 @@
 // compute precision (float32 for bf16 tensors: core/precision.hpp).
 #pragma once
 
+#include "reformer/core/kokkos_compat.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
+#include "reformer/core/vector_loops.hpp"
 
 namespace reformer::attention {
+
+namespace detail {
+// a_i / sqrt(d_head) of the query x (d_head values): the factor that turns q_i
+// into k_i. Every kernel that forms shared keys calls this one.
+template <class T>
+KOKKOS_INLINE_FUNCTION compute_t<T> shared_key_factor(const T* x, Index dh) {
+  using C = compute_t<T>;
+  constexpr double kNormEps = 1e-6;
+  const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
+  return C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
+}
+}  // namespace detail
 
 // scale(b, i, h) = a_i / sqrt(d_head), the factor that turns q_i into k_i.
 template <class T>
