@@ -583,12 +583,12 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
                        ": the LSH cache has no rotations; fill it with start_cache first");
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
-  auto k = frame.take<View2<T>>(batch, inner);
+  // Shared QK: no key here; the cache write forms it from the query.
+  const bool shared_qk = !w_k_;
+  auto k = shared_qk ? View2<T>() : frame.take<View2<T>>(batch, inner);
   auto v = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  // Shared QK: the key is the query normalised, formed by the cache write.
-  const bool shared_qk = !w_k_;
-  project_keys(x, q, shared_qk ? View2<T>() : k, v, workspace);
+  project_keys(x, q, k, v, workspace);
   write_cached<T>(shared_qk ? q : k, v, positions, h, shared_qk, cache.k, cache.v);
   if (lsh) {
     // One launch: the query's buckets into the cache, then its windows among

@@ -401,6 +401,17 @@ void lsh_random_rotations(RandomKey key, View4<T> rotations) {
 
 // The inputs of the hashing: qk, the sequence length, the masks and the
 // rotations' shape; ShapeError or ConfigError naming `op` otherwise.
+// Rotations must be [heads, d_head, n_hashes, width].
+template <class R>
+void check_rotations(const char* op, const R& rotations, Index heads, Index dh, Index rounds,
+                     Index width) {
+  require<ShapeError>(
+      Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
+          Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
+      op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
+      ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, sum of n_buckets / 2)");
+}
+
 template <class T>
 void check_hash_inputs(const char* op, In4<T> qk, In4<compute_t<T>> rotations,
                        const LshAttentionConfig& config, const MaskOptions& masks) {
@@ -409,12 +420,7 @@ void check_hash_inputs(const char* op, In4<T> qk, In4<compute_t<T>> rotations,
   const Index dh = qk.extent(3), rounds = config.n_hashes;
   check_length(op, config, length);
   detail::check_masks(op, masks, batch, length);
-  const Index width = lsh_rotation_width(config, length);
-  require<ShapeError>(
-      Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
-          Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
-      op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
-      ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, ", "sum of n_buckets / 2)");
+  check_rotations(op, rotations, heads, dh, rounds, lsh_rotation_width(config, length));
 }
 
 template <class T>
@@ -657,11 +663,7 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
   if (rotations.extent(0)) {
     const auto factors = lsh_bucket_factors(config, capacity);
     const Index width = lsh_rotation_width(config, capacity);
-    require<ShapeError>(
-        Index(rotations.extent(0)) == heads && Index(rotations.extent(1)) == dh &&
-            Index(rotations.extent(2)) == rounds && Index(rotations.extent(3)) == width,
-        op, ": rotations have shape ", shape_string(rotations), " but must be [", heads, ", ", dh,
-        ", ", rounds, ", ", width, "] (heads, d_head, n_hashes, sum of n_buckets / 2)");
+    check_rotations(op, rotations, heads, dh, rounds, width);
     kernel.rotations = rotations;
     kernel.query_buckets = query_buckets;
     kernel.projections = frame.take<View2<T>>(batch * heads, rounds * width);
