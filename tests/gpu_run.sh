@@ -16,7 +16,8 @@
 #       reformer-pytorch (wheels from .gpu/whl, if there), cached generation
 #       against rerunning the model, the chunked kernels' two shapes
 #       (REFORMER_CHUNKED_KERNEL=whole|streamed), the tiles' passes by rows
-#       and by elements (REFORMER_TILE_LOOPS=rows|elements), and kernel profiles
+#       and by elements (REFORMER_TILE_LOOPS=rows|elements), exact attention's
+#       two GPU tilings (REFORMER_EXACT_TILES=gpu|gpu-wide), and kernel profiles
 #       (REFORMER_KERNEL_PROFILE, core/kernel_profile.hpp) of the 6-layer step
 #       and of exact attention, kernel by kernel; BENCH_PARTS="gemm team ..."
 #       runs only the parts named (see `parts=` below) for a short lease;
@@ -126,7 +127,7 @@ fi
 export PYTHONUNBUFFERED=1
 # BENCH_PARTS picks the parts (default: all of them, in this order); every step
 # has a time limit, so one that hangs or crashes costs only itself.
-parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape loops lsh_peer memory step peer_step profile generate} "
+parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step profile generate} "
 part() { [[ "$parts" == *" $1 "* ]]; }
 # time_layers <file> <seconds> <filter> [VAR=value ...]: our attention layers
 # (BM_AttentionLayer matching the filter) with the given settings, one process,
@@ -196,6 +197,21 @@ if part loops; then
       REFORMER_TILE_LOOPS=$loops
   done
 fi
+if part tiles; then
+  # Exact attention's two GPU tilings (core/cpu_target.hpp's GpuTarget): 16 x 16
+  # tiles with 1 x 4 blocks, or the wide one (a 32 x 32 forward with 4 x 4
+  # blocks), the latter at three team sizes (0: its own, 128).
+  echo "== exact attention's tilings (REFORMER_EXACT_TILES; gpu is the default): the exact layer at 4K and 16K"
+  for setting in gpu:0 gpu-wide:0 gpu-wide:64 gpu-wide:256; do
+    echo "tiles ${setting%:*} team size ${setting#*:}" | tee -a "$out/exact_tiles.txt"
+    time_layers exact_tiles.txt 90 '^BM_AttentionLayer/3/(4096|16384)/' \
+      REFORMER_EXACT_TILES="${setting%:*}" REFORMER_TEAM_SIZE="${setting#*:}"
+  done
+  REFORMER_EXACT_TILES=gpu-wide REFORMER_KERNEL_PROFILE="$out/profile_exact16k_wide.txt" \
+    timeout 100 "$pkg/run/reformer" memory --variants exact --lengths 16384 --steps 0 \
+    --out "$out/profile_exact_wide" >/dev/null
+  head -n 12 "$out/profile_exact16k_wide.txt"
+fi
 if part lsh_peer; then
   echo "== reformer-pytorch's LSHSelfAttention layer (2 rounds, bucket 64, causal)"
   for length in 4096 16384; do
@@ -255,8 +271,8 @@ echo "==== summary ($(cat "$out/gpu.txt"))"
 cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_ours.txt" 2>/dev/null | sed 's/^/cuBLAS   /'
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 's/^/portable /'
-cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/lsh_peer.jsonl" \
-  2>/dev/null
+cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/tile_loops.txt" \
+  "$out/exact_tiles.txt" "$out/lsh_peer.jsonl" 2>/dev/null
 grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \
   "$out/memory_6_portable.txt" 2>/dev/null
 cat "$out/reformer_pytorch.jsonl" 2>/dev/null

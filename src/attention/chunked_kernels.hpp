@@ -660,8 +660,10 @@ struct StreamedForward {
         qt);
     const Scores scores{in, b, h, bh, qc, end, posq, posk, ks, vs, qt};
     const Index key_tiles = (in.window.slots() + BK - 1) / BK;
-    OnlineSoftmax<C, BQ, BK>{o, st, stats, elements}.run(
-        team, scores, 0, key_tiles, in.dropout.rate > 0.0, b, h, first, end, in.d_head, out, lse);
+    OnlineSoftmax<C, TileShape<BQ, BK, TileTraits<C>::block_rows, TileTraits<C>::block_cols>>{
+        o, st, stats, elements}
+        .run(team, scores, 0, key_tiles, in.dropout.rate > 0.0, b, h, first, end, in.d_head, out,
+             lse);
   }
 };
 

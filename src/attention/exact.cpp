@@ -35,11 +35,10 @@ constexpr double kNoScore = -1e30;
 // What every exact kernel reads: the inputs and masks (as the chunked kernels'
 // inputs, whose mask_row applies the masks to a row of scores), the tiling and
 // the first non-padding key of each batch entry.
-template <class T>
+template <class T, class Shape>
 struct ExactInputs {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
 
   detail::ChunkedInputs<T> in;
   Index lq = 0, lk = 0, dpad = 0, nq = 0, nk = 0;
@@ -53,6 +52,23 @@ struct ExactInputs {
   // TileLoops::elements (core/team_scratch.hpp): the passes between the
   // products take a thread per element of a tile instead of a row.
   bool elements = false;
+
+  // The same inputs tiled by Other (the backward's passes may tile otherwise
+  // than the forward).
+  template <class Other>
+  ExactInputs<T, Other> tiled() const {
+    ExactInputs<T, Other> y;
+    y.in = in;
+    y.lq = lq;
+    y.lk = lk;
+    y.dpad = Other::pad_columns(in.d_head);
+    y.nq = (lq + Other::query_tile - 1) / Other::query_tile;
+    y.nk = (lk + Other::key_tile - 1) / Other::key_tile;
+    y.scale = scale;
+    y.first_valid = first_valid;
+    y.elements = elements;
+    return y;
+  }
 
   KOKKOS_INLINE_FUNCTION bool uniform_row(Index b, Index i) const {
     if (in.self_mask || first_valid.extent(0) == 0) return false;
@@ -278,8 +294,10 @@ struct ExactInputs {
     load_rows(team, in.q, b, h, qc * BQ, BQ, lq, scale, t.qs);
     load_rows(team, dout, b, h, qc * BQ, BQ, lq, C(1), t.dos);
     team.team_barrier();
-    team_multiply<false>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0), BK);
-    team_multiply<false>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1, &t.vt(0, 0), BK);
+    team_multiply<false, Shape>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0),
+                                BK);
+    team_multiply<false, Shape>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1,
+                                &t.vt(0, 0), BK);
     team.team_barrier();
     if (elements)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
@@ -293,8 +311,10 @@ struct ExactInputs {
                             &t.dps(r, 0), &t.grad_masks(r, 0));
       });
     team.team_barrier();
-    team_multiply<true>(team, BK, dp, BQ, &t.dvs(0, 0), dp, &t.s(0, 0), 1, BK, &t.dos(0, 0), dp);
-    team_multiply<true>(team, BK, dp, BQ, &t.dks(0, 0), dp, &t.dps(0, 0), 1, BK, &t.qs(0, 0), dp);
+    team_multiply<true, Shape>(team, BK, dp, BQ, &t.dvs(0, 0), dp, &t.s(0, 0), 1, BK, &t.dos(0, 0),
+                               dp);
+    team_multiply<true, Shape>(team, BK, dp, BQ, &t.dks(0, 0), dp, &t.dps(0, 0), 1, BK, &t.qs(0, 0),
+                               dp);
   }
   // Writes the sums of key tile kc into dk and dv (rows past lk are padding).
   KOKKOS_INLINE_FUNCTION void store_key_gradients(const TeamMember& team, Index b, Index h,
@@ -411,13 +431,12 @@ struct ExactInputs {
 // K Qs^T of a key tile against the team's queries qt, with the masks of full
 // attention (tiles that need none skip the pass). K and V are read in place
 // where they can be, else loaded into ks and vs.
-template <class T>
+template <class T, class Shape>
 struct ExactScores {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
   static constexpr double no_score = kNoScore;
-  const ExactInputs<T>& x;
+  const ExactInputs<T, Shape>& x;
   Index b, h, bh, qc;
   Scratch2<C> qt, ks, vs;
 
@@ -429,7 +448,7 @@ struct ExactScores {
     const C* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, x.lk, ks, kld);
     const C* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, x.lk, vs, vld);
     team.team_barrier();
-    team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
+    team_multiply<false, Shape>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
     team.team_barrier();
     if (!x.plain_tile(qc, kc)) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
@@ -448,12 +467,11 @@ struct ExactScores {
 // S^T = K Qs^T, so that only contiguous rows are loaded per key tile. The
 // online softmax (online_softmax.hpp) runs down the columns of S^T (one per
 // query), vectorised along the row.
-template <class T>
+template <class T, class Shape>
 struct ExactForward {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
-  ExactInputs<T> x;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  ExactInputs<T, Shape> x;
   View4<T> out;
   View3<C> lse;
   int level = 0;
@@ -462,7 +480,7 @@ struct ExactForward {
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
     return Scratch2<C>::shmem_size(dp, BQ) + 2 * Scratch2<C>::shmem_size(BK, dp) +
-           detail::OnlineSoftmax<C>::tile_bytes(BQ, BK, dp);
+           detail::OnlineSoftmax<C, Shape>::tile_bytes(BQ, BK, dp);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -480,10 +498,10 @@ struct ExactForward {
     }
     team.team_barrier();
     x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, x.lq, x.scale, qt);
-    const ExactScores<T> scores{x, b, h, bh, qc, qt, ks, vs};
-    detail::OnlineSoftmax<C>{o, st, stats, x.elements}.run(team, scores, 0, x.key_tiles(b, qc),
-                                                           x.in.dropout.rate > 0.0, b, h, qc * BQ,
-                                                           x.lq, dh, out, lse);
+    const ExactScores<T, Shape> scores{x, b, h, bh, qc, qt, ks, vs};
+    detail::OnlineSoftmax<C, Shape>{o, st, stats, x.elements}.run(
+        team, scores, 0, x.key_tiles(b, qc), x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh, out,
+        lse);
   }
 };
 
@@ -492,12 +510,11 @@ struct ExactForward {
 // S = Qs K^T, dP = dout V^T (rows: queries, masked by the chunked kernels'
 // mask_row), then dV += dropout(P)^T dout and dK += dS^T Qs, with P and dS read
 // transposed. The sums stay in scratch.
-template <class T>
+template <class T, class Shape>
 struct ExactBackwardKeys {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
-  ExactInputs<T> x;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dk, dv;
@@ -546,12 +563,11 @@ struct ExactBackwardKeys {
 // keeps its queries and output gradients transposed and streams the key tiles
 // it sees as rows: S^T = K Qs^T, dP^T = V dout^T (rows: keys), then
 // dQ += dS K with dS read transposed; dQ = scale dQ at the end.
-template <class T>
+template <class T, class Shape>
 struct ExactBackwardQueries {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
-  ExactInputs<T> x;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq;
@@ -592,8 +608,9 @@ struct ExactBackwardQueries {
       x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, C(1), ks);
       x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vs);
       team.team_barrier();
-      team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
-      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
+      team_multiply<false, Shape>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
+      team_multiply<false, Shape>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0),
+                                  BQ);
       team.team_barrier();
       const bool plain = x.plain_tile(qc, kc);
       if (x.elements)
@@ -606,7 +623,8 @@ struct ExactBackwardQueries {
           x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, plain, &st(t, 0), &dpt(t, 0));
         });
       team.team_barrier();
-      team_multiply<true>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
+      team_multiply<true, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0),
+                                 dp);
     }
     team.team_barrier();
     const C scale = x.scale;
@@ -631,12 +649,11 @@ struct ExactBackwardQueries {
 // that see it (S = Qs K^T, dP = dout V^T, masked by mask_row as in the keys
 // pass), sums dV += dropout(P)^T dout and dK += dS^T Qs in scratch, and adds
 // dS K into dq rows that only this team writes (scaled once at the end).
-template <class T>
+template <class T, class Shape>
 struct ExactBackwardOnePass {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  static constexpr Index BQ = Traits::query_tile, BK = Traits::key_tile;
-  ExactInputs<T> x;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq, dk, dv;
@@ -684,7 +701,8 @@ struct ExactBackwardOnePass {
         if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
         x.key_tile_gradients(team, lse, delta, dout, b, bh, qc, kc, posk,
                              {kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs});
-        team_multiply<false>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0), dp);
+        team_multiply<false, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0),
+                                    dp);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
           const Index i = qc * BQ + r;
@@ -711,13 +729,57 @@ struct ExactBackwardOnePass {
   }
 };
 
-// The kernels' inputs; first_valid is filled when causal attention has padding.
-template <class T>
-ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
-                            const AttentionCall& call, Workspace::Frame& frame) {
+// The tilings of the kernels (ExactTiles, core/team_scratch.hpp): the shape
+// of the forward, of the backward's keys pass (also the one-pass kernel's)
+// and of its queries pass, and the GPU team size (0: AUTO).
+template <class C>
+struct CpuTiling {
+  using Forward = TileTraits<C>;
+  using Keys = TileTraits<C>;
+  using Queries = TileTraits<C>;
+  static constexpr int team_size = 0;
+};
+struct GpuTiling {
+  using Forward = TileShape<GpuTarget::exact_tile, GpuTarget::exact_tile,
+                            GpuTarget::exact_block_rows, GpuTarget::block_cols>;
+  using Keys = Forward;
+  using Queries = Forward;
+  static constexpr int team_size = 0;
+};
+struct WideGpuTiling {
+  using Forward = TileShape<GpuTarget::wide_forward_tile, GpuTarget::wide_forward_tile,
+                            GpuTarget::wide_forward_block_rows, GpuTarget::block_cols>;
+  using Keys = TileShape<GpuTarget::wide_keys_query_tile, GpuTarget::wide_keys_key_tile,
+                         GpuTarget::wide_backward_block_rows, GpuTarget::block_cols>;
+  using Queries = TileShape<GpuTarget::wide_queries_query_tile, GpuTarget::wide_queries_key_tile,
+                            GpuTarget::wide_backward_block_rows, GpuTarget::block_cols>;
+  static constexpr int team_size = GpuTarget::wide_team_size;
+};
+
+// Calls f(tiling) with the tiling named by `tiles`; GPU builds compile no
+// cpu tiling (set_exact_tiles refuses it there).
+template <class C, class F>
+void with_tiling(ExactTiles tiles, F&& f) {
+  switch (tiles) {
+    case ExactTiles::cpu:
+      if constexpr (kHostMemory) return f(CpuTiling<C>{});
+      break;
+    case ExactTiles::gpu:
+      return f(GpuTiling{});
+    case ExactTiles::gpu_wide:
+      return f(WideGpuTiling{});
+  }
+  throw ConfigError(std::string("exact attention has no '") + exact_tiles_name(tiles) +
+                    "' tiling in this build (REFORMER_EXACT_TILES)");
+}
+
+// The kernels' inputs, tiled by Shape; first_valid is filled when causal
+// attention has padding.
+template <class T, class Shape>
+ExactInputs<T, Shape> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionConfig& config,
+                                   const AttentionCall& call, Workspace::Frame& frame) {
   using C = compute_t<T>;
-  using Traits = TileTraits<C>;
-  ExactInputs<T> x;
+  ExactInputs<T, Shape> x;
   x.in.q = q;
   x.in.k = k;
   x.in.v = v;
@@ -730,9 +792,9 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
   x.in.dropout = call.dropout;
   x.lq = q.extent(1);
   x.lk = k.extent(1);
-  x.dpad = Traits::pad_columns(q.extent(3));
-  x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
-  x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
+  x.dpad = Shape::pad_columns(q.extent(3));
+  x.nq = (x.lq + Shape::query_tile - 1) / Shape::query_tile;
+  x.nk = (x.lk + Shape::key_tile - 1) / Shape::key_tile;
   x.scale = detail::dense_score_scale<C>(config, q.extent(3));
   x.elements = tile_loops() == TileLoops::elements;
   if (call.masks.key_valid.extent(0)) {
@@ -752,6 +814,29 @@ ExactInputs<T> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionCo
 
 }  // namespace
 
+ExactTilingInfo exact_tiling_info(ExactTiles tiles, Index d_head) {
+  ExactTilingInfo info;
+  with_tiling<float>(tiles, [&](auto tiling) {
+    using Tiling = decltype(tiling);
+    using F = typename Tiling::Forward;
+    using K = typename Tiling::Keys;
+    using Q = typename Tiling::Queries;
+    ExactForward<float, F> forward;
+    forward.x.dpad = F::pad_columns(d_head);
+    ExactBackwardKeys<float, K> keys;
+    keys.x.dpad = K::pad_columns(d_head);
+    ExactBackwardQueries<float, Q> queries;
+    queries.x.dpad = Q::pad_columns(d_head);
+    info.forward = {F::query_tile, F::key_tile, F::block_rows, F::block_cols,
+                    forward.scratch_bytes()};
+    info.keys = {K::query_tile, K::key_tile, K::block_rows, K::block_cols, keys.scratch_bytes()};
+    info.queries = {Q::query_tile, Q::key_tile, Q::block_rows, Q::block_cols,
+                    queries.scratch_bytes()};
+    info.team_size = Tiling::team_size;
+  });
+  return info;
+}
+
 bool exact_backward_one_pass(Index batch_heads, Index concurrency, ExactBackwardSchedule schedule) {
   if (schedule != ExactBackwardSchedule::Auto) return schedule == ExactBackwardSchedule::OnePass;
   // One team per (batch, head): only worth it where those fill the threads
@@ -769,11 +854,16 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
   require_same_shape(op, "q", q, "out", out);
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
-  ExactForward<T> kernel{exact_inputs<T>(q, k, v, config, call, frame), out, lse};
-  const size_t bytes = kernel.scratch_bytes();
-  kernel.level = scratch_level(bytes);
-  const Index league = Index(q.extent(0)) * q.extent(2) * kernel.x.nq;
-  Kokkos::parallel_for("exact_attention_forward", dynamic_team_policy(league, bytes), kernel);
+  with_tiling<compute_t<T>>(exact_tiles(), [&](auto tiling) {
+    using Tiling = decltype(tiling);
+    using Shape = typename Tiling::Forward;
+    ExactForward<T, Shape> kernel{exact_inputs<T, Shape>(q, k, v, config, call, frame), out, lse};
+    const size_t bytes = kernel.scratch_bytes();
+    kernel.level = scratch_level(bytes);
+    const Index league = Index(q.extent(0)) * q.extent(2) * kernel.x.nq;
+    Kokkos::parallel_for("exact_attention_forward",
+                         dynamic_team_policy(league, bytes, Tiling::team_size), kernel);
+  });
 }
 
 template <class T>
@@ -791,32 +881,42 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<comp
   require_same_shape(op, "v", v, "dv", dv);
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
-  const auto x = exact_inputs<T>(q, k, v, config, call, frame);
   auto delta = frame.take<View3<C>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
   const Index bhs = Index(q.extent(0)) * q.extent(2);
-  if (exact_backward_one_pass(bhs, ExecSpace().concurrency(), schedule)) {
-    View4<C> dq_sum;
+  const bool one_pass = exact_backward_one_pass(bhs, ExecSpace().concurrency(), schedule);
+  View4<C> dq_sum;
+  if (one_pass) {
     if constexpr (is_reduced_precision<T>)
       dq_sum = frame.take<View4<C>>(dq.extent(0), dq.extent(1), dq.extent(2), dq.extent(3));
     else
       dq_sum = dq;
-    ExactBackwardOnePass<T> kernel{x, lse, delta, dout, dq, dk, dv, dq_sum};
-    const size_t bytes = kernel.scratch_bytes();
-    kernel.level = scratch_level(bytes);
-    Kokkos::parallel_for("exact_attention_backward_one_pass", team_policy(bhs, bytes), kernel);
-    return;
   }
-  ExactBackwardKeys<T> keys{x, lse, delta, dout, dk, dv};
-  const size_t key_bytes = keys.scratch_bytes();
-  keys.level = scratch_level(key_bytes);
-  Kokkos::parallel_for("exact_attention_backward_keys", dynamic_team_policy(bhs * x.nk, key_bytes),
-                       keys);
-  ExactBackwardQueries<T> queries{x, lse, delta, dout, dq};
-  const size_t query_bytes = queries.scratch_bytes();
-  queries.level = scratch_level(query_bytes);
-  Kokkos::parallel_for("exact_attention_backward_queries",
-                       dynamic_team_policy(bhs * x.nq, query_bytes), queries);
+  with_tiling<C>(exact_tiles(), [&](auto tiling) {
+    using Tiling = decltype(tiling);
+    using Keys = typename Tiling::Keys;
+    using Queries = typename Tiling::Queries;
+    const auto x = exact_inputs<T, Keys>(q, k, v, config, call, frame);
+    if (one_pass) {
+      ExactBackwardOnePass<T, Keys> kernel{x, lse, delta, dout, dq, dk, dv, dq_sum};
+      const size_t bytes = kernel.scratch_bytes();
+      kernel.level = scratch_level(bytes);
+      Kokkos::parallel_for("exact_attention_backward_one_pass",
+                           team_policy(bhs, bytes, Tiling::team_size), kernel);
+      return;
+    }
+    ExactBackwardKeys<T, Keys> keys{x, lse, delta, dout, dk, dv};
+    const size_t key_bytes = keys.scratch_bytes();
+    keys.level = scratch_level(key_bytes);
+    Kokkos::parallel_for("exact_attention_backward_keys",
+                         dynamic_team_policy(bhs * x.nk, key_bytes, Tiling::team_size), keys);
+    ExactBackwardQueries<T, Queries> queries{x.template tiled<Queries>(), lse, delta, dout, dq};
+    const size_t query_bytes = queries.scratch_bytes();
+    queries.level = scratch_level(query_bytes);
+    Kokkos::parallel_for("exact_attention_backward_queries",
+                         dynamic_team_policy(bhs * queries.x.nq, query_bytes, Tiling::team_size),
+                         queries);
+  });
 }
 
 #define REFORMER_INSTANTIATE(T)                                                                 \

@@ -51,14 +51,14 @@ KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, ScratchMatrix<T> m) {
 // The engine's tiles in the caller's scratch (allocated where the caller's
 // layout puts them): o [BQ, dpad], st [BK, BQ], stats [3, BQ] (per query: the
 // maximum, the sum, the last rescale factor).
-// The tile sizes are the exact kernels' unless given (the streamed chunked
-// kernels use smaller ones); BQ must be a multiple of the register block width.
-template <class T, Index kQueryTile = TileTraits<T>::query_tile,
-          Index kKeyTile = TileTraits<T>::key_tile>
+// Shape (a TileShape or TileTraits) gives the tile sizes and the register
+// blocks of O += P V: TileTraits' unless given (exact attention's tilings, the
+// streamed chunked kernels' smaller tiles); BQ must be a multiple of the
+// register block width.
+template <class T, class Shape = TileTraits<T>>
 struct OnlineSoftmax {
-  using Traits = TileTraits<T>;
-  static constexpr Index BQ = kQueryTile, BK = kKeyTile;
-  static constexpr Index G = Traits::block_cols;  // queries per column group
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  static constexpr Index G = Shape::block_cols;  // queries per column group
   static_assert(BQ % G == 0, "a query tile must be whole column groups");
   ScratchMatrix<T> o, st, stats;
   // TileLoops::elements (core/team_scratch.hpp): the passes between the
@@ -115,7 +115,7 @@ struct OnlineSoftmax {
           }
         });
         team.team_barrier();
-        team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+        team_multiply<true, Shape>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
         continue;
       }
       // Online softmax per query (column), G columns per thread.
@@ -158,7 +158,7 @@ struct OnlineSoftmax {
       });
       team.team_barrier();
       // O += P V, P read transposed out of S^T.
-      team_multiply<true>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+      team_multiply<true, Shape>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
     }
     team.team_barrier();
     if (elements) {

@@ -3,6 +3,7 @@
 #include "cli/commands.hpp"
 
 #include "reformer/attention/chunked_scratch.hpp"
+#include "reformer/attention/exact.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
@@ -58,6 +59,23 @@ int run_info(const GlobalOptions& global) {
   std::printf("  tile loops         %s\n", tile_loops() == TileLoops::elements
                                                ? "elements (a thread per element)"
                                                : "rows (a thread per row, vectorised)");
+  // Exact attention's tiling (REFORMER_EXACT_TILES) and its kernels' team
+  // scratch at d_head 64.
+  {
+    const auto tiles = exact_tiles();
+    const auto info = attention::exact_tiling_info(tiles, 64);
+    auto kernel = [](const attention::ExactKernelTiles& k) {
+      return std::to_string(k.queries) + " x " + std::to_string(k.keys) + " (" +
+             std::to_string(k.block_rows) + " x " + std::to_string(k.block_cols) + " blocks, " +
+             format_bytes(std::int64_t(k.scratch_bytes)) + ")";
+    };
+    std::printf(
+        "  exact tiles        %s: forward %s, backward keys %s, queries %s at d_head 64; "
+        "GPU teams of %s threads\n",
+        exact_tiles_name(tiles), kernel(info.forward).c_str(), kernel(info.keys).c_str(),
+        kernel(info.queries).c_str(),
+        info.team_size > 0 ? std::to_string(info.team_size).c_str() : "AUTO");
+  }
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -218,6 +219,105 @@ TEST(ExactAttention, ElementLoopsGiveTheSameBitsAsRowLoops) {
   EXPECT_EQ(elements.dq, rows.dq);
   EXPECT_EQ(elements.dk, rows.dk);
   EXPECT_EQ(elements.dv, rows.dv);
+}
+
+// The GPU tilings (ExactTiles::gpu: 16 x 16 tiles and 1 x 4 blocks;
+// gpu_wide: a 32 x 32 forward with 4 x 4 blocks, backward passes of 16 x 16
+// and 32 x 16 tiles with 2 x 4 blocks) run here as on a GPU: full attention's
+// results with every mask, dropout, shared q/k, cross-attention, head sizes
+// padded to whole blocks (5, 6) or not, lengths that are not whole tiles, both
+// backward schedules; and within a tiling, rows and elements give the same
+// bits.
+TEST(ExactAttention, GpuTilingsMatchFullAttention) {
+  using attention::ExactBackwardSchedule;
+  struct Setting {
+    Index lq, lk, d;
+    bool causal, padded, shared;
+    double dropout;
+  };
+  const Index n = 2 * GpuTarget::wide_forward_tile + 3;
+  for (ExactTiles tiles : {ExactTiles::gpu, ExactTiles::gpu_wide}) {
+    const ScopedExactTiles scoped(tiles);
+    for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass})
+      for (const Setting& s : std::vector<Setting>{{n, n, 16, true, false, false, 0.0},
+                                                   {n, n, 5, true, true, false, 0.2},
+                                                   {n, n, 6, false, true, false, 0.0},
+                                                   {45, 45, 8, true, false, true, 0.0},
+                                                   {40, 100, 16, false, true, false, 0.1},
+                                                   {9, 9, 4, true, false, false, 0.0}}) {
+        const std::string what = std::string(exact_tiles_name(tiles)) + " Lq " +
+                                 std::to_string(s.lq) + " Lk " + std::to_string(s.lk) + " d " +
+                                 std::to_string(s.d) + (s.causal ? " causal" : "") +
+                                 (s.padded ? " padded" : "") + (s.shared ? " shared" : "") +
+                                 " dropout " + std::to_string(s.dropout) +
+                                 (schedule == ExactBackwardSchedule::OnePass ? " one pass" : "");
+        ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
+        c.schedule = schedule;
+        if (s.shared) c.share_qk();
+        if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}});
+        c.call.dropout = {s.dropout, {3, 4}};
+        Grads<double> rows, elements;
+        {
+          const ScopedTileLoops loops(TileLoops::rows);
+          rows = c.exact();
+        }
+        const auto rows_lse = to_host(c.lse);
+        {
+          const ScopedTileLoops loops(TileLoops::elements);
+          elements = c.exact();
+        }
+        EXPECT_EQ(elements.out, rows.out) << what;
+        EXPECT_EQ(to_host(c.lse), rows_lse) << what;
+        EXPECT_EQ(elements.dq, rows.dq) << what;
+        EXPECT_EQ(elements.dk, rows.dk) << what;
+        EXPECT_EQ(elements.dv, rows.dv) << what;
+        expect_same(rows, c.full(), 1e-12, what);
+      }
+    // float, d_head 64: K and V rows read in place.
+    ExactCase<float> single(1, 300, 300, 2, 64, true);
+    single.schedule = ExactBackwardSchedule::TwoPass;
+    expect_same(single.exact(), single.full(), 1e-5,
+                std::string(exact_tiles_name(tiles)) + " float");
+  }
+}
+
+// What each tiling asks of its kernels: the GPU tilings' tiles fit the level-0
+// scratch of a GPU team at d_head 64 (so no level-1 pool) and their sizes are
+// GpuTarget's; the cpu tiling has TileTraits' and is refused by GPU builds,
+// as is an unknown tiling by name.
+TEST(ExactAttention, TilingsAndTheirScratch) {
+  for (ExactTiles tiles : {ExactTiles::gpu, ExactTiles::gpu_wide}) {
+    const auto info = attention::exact_tiling_info(tiles, 64);
+    for (const auto* k : {&info.forward, &info.keys, &info.queries}) {
+      EXPECT_LE(k->scratch_bytes, kLevel0ScratchBytes) << exact_tiles_name(tiles);
+      EXPECT_GT(k->scratch_bytes, size_t(0)) << exact_tiles_name(tiles);
+      EXPECT_EQ(k->block_cols, GpuTarget::block_cols);
+    }
+  }
+  const auto small = attention::exact_tiling_info(ExactTiles::gpu, 64);
+  EXPECT_EQ(small.forward.queries, GpuTarget::exact_tile);
+  EXPECT_EQ(small.queries.keys, GpuTarget::exact_tile);
+  EXPECT_EQ(small.forward.block_rows, GpuTarget::exact_block_rows);
+  const auto wide = attention::exact_tiling_info(ExactTiles::gpu_wide, 64);
+  EXPECT_EQ(wide.forward.queries, GpuTarget::wide_forward_tile);
+  EXPECT_EQ(wide.forward.keys, GpuTarget::wide_forward_tile);
+  EXPECT_EQ(wide.forward.block_rows, GpuTarget::wide_forward_block_rows);
+  EXPECT_EQ(wide.keys.keys, GpuTarget::wide_keys_key_tile);
+  EXPECT_EQ(wide.queries.queries, GpuTarget::wide_queries_query_tile);
+  EXPECT_EQ(wide.queries.block_rows, GpuTarget::wide_backward_block_rows);
+  EXPECT_EQ(wide.team_size, GpuTarget::wide_team_size);
+  // The wide forward holds 4x the scores of the small one.
+  EXPECT_GT(wide.forward.scratch_bytes, small.forward.scratch_bytes);
+  if (kHostMemory) {
+    const auto cpu = attention::exact_tiling_info(ExactTiles::cpu, 64);
+    EXPECT_EQ(cpu.forward.queries, TileTraits<float>::query_tile);
+    EXPECT_EQ(cpu.forward.block_rows, TileTraits<float>::block_rows);
+    if (std::getenv("REFORMER_EXACT_TILES") == nullptr) EXPECT_EQ(exact_tiles(), ExactTiles::cpu);
+  } else {
+    EXPECT_THROW(attention::exact_tiling_info(ExactTiles::cpu, 64), ConfigError);
+    EXPECT_THROW(set_exact_tiles(ExactTiles::cpu), ConfigError);
+    if (std::getenv("REFORMER_EXACT_TILES") == nullptr) EXPECT_EQ(exact_tiles(), ExactTiles::gpu);
+  }
 }
 
 // Auto takes one pass where the (batch, head) pairs fill the host threads

@@ -14,6 +14,10 @@ expect info_backend 0 "Kokkos" -- info
 REFORMER_TILE_LOOPS=elements expect info_tile_loops 0 "tile loops         elements" -- info
 REFORMER_TILE_LOOPS=columns expect bad_tile_loops 1 \
   "REFORMER_TILE_LOOPS is 'columns' but must be 'rows' or 'elements'" -- info
+REFORMER_EXACT_TILES=gpu-wide expect info_exact_tiles 0 \
+  "exact tiles        gpu-wide: forward 32 x 32 (4 x 4 blocks" -- info
+REFORMER_EXACT_TILES=wide expect bad_exact_tiles 1 \
+  "REFORMER_EXACT_TILES is 'wide' but must be 'cpu', 'gpu' or 'gpu-wide'" -- info
 REFORMER_CHUNKED_KERNEL=streamed expect info_chunked_shape 0 "chunked attention  streamed" -- info
 REFORMER_CHUNKED_KERNEL=half expect bad_chunked_shape 1 \
   "REFORMER_CHUNKED_KERNEL is 'half' but must be 'whole' or 'streamed'" -- info

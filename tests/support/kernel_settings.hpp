@@ -1,7 +1,8 @@
 // Runs the fused attention kernels with a given backend setting for a scope
 // (core/team_scratch.hpp), so that host tests run what GPUs run by default:
-// the streamed shape of the chunked kernels (LSH and local attention), and a
-// thread per element in the passes inside tiles.
+// the streamed shape of the chunked kernels (LSH and local attention), a
+// thread per element in the passes inside tiles, and exact attention's GPU
+// tilings.
 #pragma once
 
 #include "reformer/core/team_scratch.hpp"
@@ -25,5 +26,6 @@ class ScopedSetting {
 using ScopedChunkedShape =
     ScopedSetting<ChunkedKernelShape, chunked_kernel_shape, set_chunked_kernel_shape>;
 using ScopedTileLoops = ScopedSetting<TileLoops, tile_loops, set_tile_loops>;
+using ScopedExactTiles = ScopedSetting<ExactTiles, exact_tiles, set_exact_tiles>;
 
 }  // namespace reformer::testing

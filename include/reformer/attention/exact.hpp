@@ -20,7 +20,11 @@
 // Causal: key tiles wholly above the diagonal are skipped, not masked (except
 // for queries whose every visible key is padding: full attention lets those
 // attend uniformly to all keys, and so does this).
-// Tile sizes come from TileTraits (core/tile_multiply.hpp).
+// Tiles and register blocks: one of three tilings (ExactTiles,
+// core/team_scratch.hpp; REFORMER_EXACT_TILES): the host's vector blocks on
+// 128 x 128 tiles, or one of two GPU tilings sized for level-0 scratch
+// (core/cpu_target.hpp's GpuTarget). Every tiling runs on every backend except
+// the cpu one on GPUs, and gives full attention's result up to rounding.
 //
 // Tensors are [batch, length, heads, d_head]; keys and values may have another
 // length than queries (cross-attention, not causal). With bf16 tensors (issue
@@ -31,6 +35,7 @@
 
 #include "reformer/attention/full.hpp"
 #include "reformer/core/precision.hpp"
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/core/workspace.hpp"
 
 namespace reformer::attention {
@@ -53,6 +58,22 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
 enum class ExactBackwardSchedule { Auto, OnePass, TwoPass };
 bool exact_backward_one_pass(Index batch_heads, Index concurrency,
                              ExactBackwardSchedule schedule = ExactBackwardSchedule::Auto);
+
+// What a tiling asks of each kernel at a head size (float32 tiles: bf16
+// tensors use them too), from the kernels' own sizes: the forward's tiles, the
+// backward keys pass's (also the one-pass kernel's tiles) and its queries
+// pass's, and the GPU threads per team (0: Kokkos' AUTO). Throws a ConfigError
+// for the cpu tiling in a GPU build.
+struct ExactKernelTiles {
+  Index queries = 0, keys = 0;
+  int block_rows = 0, block_cols = 0;
+  size_t scratch_bytes = 0;
+};
+struct ExactTilingInfo {
+  ExactKernelTiles forward, keys, queries;
+  int team_size = 0;
+};
+ExactTilingInfo exact_tiling_info(ExactTiles tiles, Index d_head);
 
 // Gradients of q, k and v (overwritten) from the forward's out and lse.
 template <class T>

@@ -131,12 +131,36 @@ struct CpuTarget {
 // and HIP, so no level-1 pool is reserved; the whole-window tiles need 113
 // and 225 KiB at chunk 64. Every size is a multiple of the GPU's register
 // block width (TileTraits::block_cols, 4).
+//
+// Exact attention (attention/exact.cpp) has two GPU tilings, picked at run
+// time (REFORMER_EXACT_TILES, core/team_scratch.hpp's ExactTiles), so that one
+// GPU run can time both:
+//  - `gpu` (the default): 16 x 16 tiles in every kernel, one thread per 1 x 4
+//    register block. On the H200 (2026-11-26) the forward ran at 2-3 TFLOP/s:
+//    a 16 x 16 x 64 tile product is 16K multiply-adds between team barriers,
+//    and a 1 x 4 block loads 5 scratch values per 4 multiply-adds;
+//  - `gpu-wide` (not yet timed on a GPU): a forward of 32 x 32 tiles with
+//    4 x 4 blocks (4x the work per barrier, 8 loads per 16 multiply-adds;
+//    36.4 KiB of level 0 at d_head 64), and backward passes of 2 x 4 blocks on
+//    16 x 16 (keys pass: 32 x 32 would need 60 KiB) and 32 x 16 tiles
+//    (queries pass, 36.4 KiB). Teams of wide_team_size threads.
+// Block columns are 4 everywhere (a head is padded to whole blocks).
 struct GpuTarget {
   static constexpr int chunked_team_size = 128;
   static constexpr int chunked_query_tile = 16;
   static constexpr int chunked_forward_key_tile = 16;
   static constexpr int chunked_backward_key_tile = 8;
   static constexpr int chunked_backward_query_rows = 64;
+
+  static constexpr int block_cols = 4;
+  static constexpr int exact_tile = 16;
+  static constexpr int exact_block_rows = 1;
+  static constexpr int wide_forward_tile = 32;
+  static constexpr int wide_forward_block_rows = 4;
+  static constexpr int wide_keys_query_tile = 16, wide_keys_key_tile = 16;
+  static constexpr int wide_queries_query_tile = 32, wide_queries_key_tile = 16;
+  static constexpr int wide_backward_block_rows = 2;
+  static constexpr int wide_team_size = 128;
 };
 
 // A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a

@@ -70,6 +70,16 @@ enum class ChunkedKernelShape { whole_window, streamed };
 // set_tile_loops().
 enum class TileLoops { rows, elements };
 
+// The tiling of exact attention's kernels (attention/exact.cpp; tile and
+// register-block sizes in core/cpu_target.hpp). `cpu`: 128 x 128 tiles and
+// CpuTarget's vector blocks (host builds only, and their default). `gpu`:
+// 16 x 16 tiles and 1 x 4 blocks (the GPUs' default). `gpu_wide`: larger
+// tiles and 4 x 4 / 2 x 4 blocks (GpuTarget's wide_* sizes). Every tiling
+// gives full attention's result up to rounding, on any backend; a host build
+// runs the GPU tilings for tests. REFORMER_EXACT_TILES=cpu|gpu|gpu-wide picks
+// one for a process; tests switch with set_exact_tiles().
+enum class ExactTiles { cpu, gpu, gpu_wide };
+
 namespace detail {
 // A process-wide choice read once from the environment variable `name`: the
 // value whose spelling matches, `fallback` when unset, else a ConfigError that
@@ -102,7 +112,31 @@ inline TileLoops& tile_loops_setting() {
                                               kHostMemory ? TileLoops::rows : TileLoops::elements);
   return loops;
 }
+// The cpu tiling's 128 x 128 tiles would need a level-1 pool of about 200 KiB
+// per team on a GPU, so GPU builds leave it out.
+inline ExactTiles checked_exact_tiles(ExactTiles tiles) {
+  if (!kHostMemory && tiles == ExactTiles::cpu)
+    throw ConfigError(
+        "exact attention's tiling is 'cpu' but a GPU build has only 'gpu' and 'gpu-wide' "
+        "(REFORMER_EXACT_TILES): pick one of them, or leave it unset");
+  return tiles;
+}
+inline ExactTiles& exact_tiles_setting() {
+  static ExactTiles tiles = checked_exact_tiles(
+      environment_choice("REFORMER_EXACT_TILES", {"cpu", "gpu", "gpu-wide"},
+                         {ExactTiles::cpu, ExactTiles::gpu, ExactTiles::gpu_wide},
+                         kHostMemory ? ExactTiles::cpu : ExactTiles::gpu));
+  return tiles;
+}
 }  // namespace detail
+
+inline const char* exact_tiles_name(ExactTiles tiles) {
+  return tiles == ExactTiles::cpu ? "cpu" : tiles == ExactTiles::gpu ? "gpu" : "gpu-wide";
+}
+inline ExactTiles exact_tiles() { return detail::exact_tiles_setting(); }
+inline void set_exact_tiles(ExactTiles tiles) {
+  detail::exact_tiles_setting() = detail::checked_exact_tiles(tiles);
+}
 
 inline TileLoops tile_loops() { return detail::tile_loops_setting(); }
 inline void set_tile_loops(TileLoops loops) { detail::tile_loops_setting() = loops; }

@@ -24,6 +24,7 @@
 #include "reformer/core/team_scratch.hpp"
 
 #include <cstring>
+#include <type_traits>
 
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
     !defined(__SYCL_DEVICE_ONLY__)
@@ -32,24 +33,37 @@
 
 namespace reformer {
 
-// Tile sizes of the fused kernels for the default execution space. Host: 64 x
-// 64 tiles (a tile of floats is 16 KiB: the working set of one tile pair stays
-// in L2, the rows streamed by a block in L1) and blocks of CpuTarget's shape:
-// block_rows rows, two vectors wide (8 x 32 floats on AVX-512, 6 x 16 on AVX2,
-// 8 x 8 on NEON; 4 x 4 plain loops without a known vector unit). GPU: 16 x 16
-// tiles, so that every tile of the backward pass fits the 48 KiB of level-0
-// scratch for d_head <= 64 (d_head 128 falls back to level 1), and one thread
-// per 1 x 4 block.
+// A tiling of a fused kernel: tiles of query_tile queries and key_tile keys,
+// and register blocks of block_rows x block_cols elements of C in
+// team_multiply. Kernels that take a shape as a template argument (exact
+// attention's ExactTiles, the streamed chunked kernels) run with any of them.
+template <Index kQuery, Index kKey, int kRows, int kCols>
+struct TileShape {
+  static constexpr Index query_tile = kQuery, key_tile = kKey;
+  static constexpr int block_rows = kRows, block_cols = kCols;
+  KOKKOS_INLINE_FUNCTION static constexpr Index pad_columns(Index d) {
+    return (d + block_cols - 1) / block_cols * block_cols;
+  }
+  static_assert(kQuery % kCols == 0 && kKey % kCols == 0, "tiles must be whole column blocks");
+};
+
+// Tile sizes of the fused kernels for the default execution space. Host: 128 x
+// 128 tiles and blocks of CpuTarget's shape: block_rows rows, two vectors wide
+// (8 x 32 floats on AVX-512, 6 x 16 on AVX2, 8 x 8 on NEON; 4 x 4 plain loops
+// without a known vector unit). GPU: GpuTarget's small tiles (16 x 16, so
+// that every tile of the backward pass fits level-0 scratch for d_head <= 64;
+// d_head 128 falls back to level 1) and one thread per 1 x 4 block.
 template <class T>
 struct TileTraits {
-  static constexpr Index query_tile = kHostMemory ? 128 : 16;
-  static constexpr Index key_tile = kHostMemory ? 128 : 16;
+  static constexpr Index query_tile = kHostMemory ? 128 : GpuTarget::exact_tile;
+  static constexpr Index key_tile = kHostMemory ? 128 : GpuTarget::exact_tile;
   static constexpr int host_block_cols =
       CpuTarget::vector_bytes == 0
           ? 4
           : CpuTarget::block_vectors * CpuTarget::vector_bytes / int(sizeof(T));
-  static constexpr int device_block_cols = 4;
-  static constexpr int block_rows = kHostMemory ? CpuTarget::block_rows : 1;
+  static constexpr int device_block_cols = GpuTarget::block_cols;
+  static constexpr int block_rows =
+      kHostMemory ? CpuTarget::block_rows : GpuTarget::exact_block_rows;
   static constexpr int block_cols = kHostMemory ? host_block_cols : device_block_cols;
   // Head size rounded up to whole blocks (the zero columns add nothing). Device
   // code calls it: a host-only function there compiles (nvcc only warns) into a
@@ -170,11 +184,14 @@ KOKKOS_INLINE_FUNCTION void multiply_rest(int rows, T* c, Index ldc, const T* a,
 
 }  // namespace detail
 
-template <bool kAdd, class T>
+// Shape: a TileShape (or TileTraits) whose block_rows x block_cols blocks
+// to use; by default TileTraits<T>'s.
+template <bool kAdd, class Shape = void, class T>
 KOKKOS_INLINE_FUNCTION void team_multiply(const TeamMember& team, Index m, Index n, Index count,
                                           T* c, Index ldc, const T* a, Index a_row, Index a_col,
                                           const T* b, Index ldb) {
-  constexpr int R = TileTraits<T>::block_rows, W = TileTraits<T>::block_cols;
+  using Blocks = std::conditional_t<std::is_void_v<Shape>, TileTraits<T>, Shape>;
+  constexpr int R = Blocks::block_rows, W = Blocks::block_cols;
   const Index col_blocks = n / W, row_blocks = (m + R - 1) / R;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, row_blocks * col_blocks), [&](Index block) {
     const Index r = block / col_blocks * R, w = block % col_blocks * W;
