@@ -112,6 +112,21 @@ if [ "$mode" = tests ]; then
   run_tests "$limit" "${TEST_JOBS:-1}" "$@"
   exit
 fi
+# BENCH_PARTS picks the parts (default: all of them); every step has a time
+# limit, so one that hangs or crashes costs only itself. The parts run in the
+# order below, the issue's done-when figures first (the files written so far
+# come back from a lease that runs out): the GEMM rate, the layers against SDPA
+# and reformer-pytorch, the 6-layer step against reformer-pytorch, cached
+# generation; then the choices to make (tilings, loops, shapes, team sizes),
+# profiles, and the rest.
+parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step generate tiles loops shape profile gemm team memory} "
+known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step profile generate "
+for name in $parts; do
+  if [[ "$known" != *" $name "* ]]; then
+    echo "gpu_run.sh: BENCH_PARTS names '$name' but the parts are:$known" >&2
+    exit 2
+  fi
+done
 tests_status=0
 if [ "$mode" = all ]; then
   echo "== tests (every binary at once)"
@@ -125,10 +140,6 @@ if ls "$root"/.gpu/whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/reformer-gpu/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONUNBUFFERED=1
-# BENCH_PARTS picks the parts (default: all of them, in this order); every step
-# has a time limit, so one that hangs or crashes costs only itself.
-parts=" ${BENCH_PARTS:-sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step profile generate} "
-part() { [[ "$parts" == *" $1 "* ]]; }
 # time_layers <file> <seconds> <filter> [VAR=value ...]: our attention layers
 # (BM_AttentionLayer matching the filter) with the given settings, one process,
 # appended to $out/<file>.
@@ -138,7 +149,7 @@ time_layers() {
   env "$@" timeout "$seconds" "$pkg/run/bench_attention" --benchmark_filter="$filter" 2>&1 |
     grep -E "^BM_|rror|what" | tee -a "$out/$file"
 }
-if part sgemm; then
+part_sgemm() {
   python3 - <<'PY' | tee "$out/sgemm.txt"
 import time, torch
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -154,28 +165,28 @@ print(f"{torch.cuda.get_device_name()}: float32 sgemm (no TF32), torch {torch.__
       f"[65536, 1024] x [1024, 1024] {rate(65536, 1024, 1024, 20):.1f} TFLOP/s; "
       f"[16384, 256] x [256, 256] {rate(16384, 256, 256, 50):.1f} TFLOP/s")
 PY
-fi
-if part gemm; then
+}
+part_gemm() {
   echo "== our products: cuBLAS loaded at run time, then Kokkos Kernels' gemm (REFORMER_DEVICE_BLAS=off)"
   gemm_filter='^(BM_Matmul/(65536/1024|16384/256)/|BM_DenseProduct<float>)'
   timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" | tee "$out/gemm_ours.txt"
   REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" |
     tee "$out/gemm_portable.txt"
-fi
-if part sdpa; then
+}
+part_sdpa() {
   echo "== attention layers against PyTorch's fused SDPA layer (forward + backward, L x 256, causal)"
   timeout 200 python3 "$root/bench/torch_attention.py" --impl sdpa --device cuda --ours-layer \
     --ours "$pkg/run/bench_attention" --ours-kinds full lsh local exact \
     --lengths 1024 4096 16384 | tee "$out/sdpa_layer.md"
-fi
-if part team; then
+}
+part_team() {
   echo "== threads per team of the fused kernels at 16K (REFORMER_TEAM_SIZE; 0: the default, core/cpu_target.hpp)"
   for size in ${TEAM_SIZES:-0 64 256}; do
     echo "team size $size" | tee -a "$out/team_size.txt"
     time_layers team_size.txt 60 '^BM_AttentionLayer/[123]/16384/' REFORMER_TEAM_SIZE=$size
   done
-fi
-if part shape; then
+}
+part_shape() {
   # Each run is its own process, so that each peak counts its team scratch pool.
   echo "== the chunked kernels' two shapes (REFORMER_CHUNKED_KERNEL; streamed is the GPU default): LSH-2 and local layers at 4K and 16K, the 6-layer step at 16K"
   for shape in whole streamed; do
@@ -186,8 +197,8 @@ if part shape; then
       --layers 6 --lengths 16384 --steps 2 --out "$out/memory_shape_$shape" 2>&1 |
       grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
   done
-fi
-if part loops; then
+}
+part_loops() {
   # The passes inside tiles by rows (the host's loops, and the GPU code before
   # 2026-11-26) or a thread per element (the GPU default since), same bits.
   echo "== the tiles' elementwise passes (REFORMER_TILE_LOOPS; elements is the GPU default): LSH-2 (streamed) and exact layers at 4K and 16K"
@@ -196,8 +207,8 @@ if part loops; then
     time_layers tile_loops.txt 90 '^BM_AttentionLayer/[13]/(4096|16384)/' \
       REFORMER_TILE_LOOPS=$loops
   done
-fi
-if part tiles; then
+}
+part_tiles() {
   # Exact attention's two GPU tilings (core/cpu_target.hpp's GpuTarget): 16 x 16
   # tiles with 1 x 4 blocks, or the wide one (a 32 x 32 forward with 4 x 4
   # blocks), the latter at three team sizes (0: its own, 128).
@@ -211,37 +222,44 @@ if part tiles; then
     timeout 100 "$pkg/run/reformer" memory --variants exact --lengths 16384 --steps 0 \
     --out "$out/profile_exact_wide" >/dev/null
   head -n 12 "$out/profile_exact16k_wide.txt"
-fi
-if part lsh_peer; then
+}
+part_lsh_peer() {
   echo "== reformer-pytorch's LSHSelfAttention layer (2 rounds, bucket 64, causal)"
   for length in 4096 16384; do
     timeout 60 python3 "$root/bench/peer_layers.py" --layer lsh --length "$length" --device cuda |
       tee -a "$out/lsh_peer.jsonl"
   done
-fi
-if part memory; then
+}
+part_memory() {
   echo "== the memory instrument on the GPU (2 layers)"
   timeout 120 "$pkg/run/reformer" memory --variants full,lsh-2,local,exact,reformer \
     --lengths 16384 --steps 1 --out "$out/memory_lm" | tee "$out/memory_lm.txt"
-fi
-if part step; then
+}
+part_step() {
   echo "== the 6-layer Reformer step: ours (cuBLAS; then the portable gemm at 16K)"
   # One process per length, so that each peak counts the team scratch pool.
   for length in ${STEP_LENGTHS:-16384 65536}; do
     timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
       --steps 2 --out "$out/memory_6_$length" | tee -a "$out/memory_6.txt"
   done
+  # The feed-forward chunked as reformer-pytorch's is below (ff_chunks 8: L / 8
+  # rows a chunk, instead of our default 1024): fewer, larger products.
+  for length in ${STEP_LENGTHS:-16384 65536}; do
+    timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
+      --steps 2 --out "$out/memory_6_ff8_$length" "model.ff_chunk=$((length / 8))" |
+      tee -a "$out/memory_6_ff8.txt"
+  done
   REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/reformer" memory --variants reformer --layers 6 \
     --lengths 16384 --steps 2 --out "$out/memory_6_portable" | tee "$out/memory_6_portable.txt"
-fi
-if part peer_step; then
+}
+part_peer_step() {
   echo "== the 6-layer step of lucidrains' reformer-pytorch"
   for length in ${PEER_LENGTHS:-16384 65536}; do
     timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
       --device cuda --steps 2 | tee -a "$out/reformer_pytorch.jsonl"
   done
-fi
-if part profile; then
+}
+part_profile() {
   echo "== kernel profiles (every kernel fenced: slower than the plain runs above)"
   REFORMER_KERNEL_PROFILE="$out/profile_step16k.txt" timeout 100 "$pkg/run/reformer" memory \
     --variants reformer --layers 6 --lengths 16384 --steps 0 --out "$out/profile_step" >/dev/null
@@ -251,8 +269,8 @@ if part profile; then
     --variants exact --lengths 16384 --steps 0 --out "$out/profile_exact" >/dev/null
   head -n 12 "$out/profile_exact16k.txt"
   tail -n 1 "$out/profile_exact16k.txt"
-fi
-if part generate; then
+}
+part_generate() {
   echo "== cached generation against rerunning the model (4K)"
   timeout 90 "$pkg/run/bench_decode" --benchmark_filter='^BM_LmGenerate/cached:[01]/L:4096' |
     tee "$out/generate.txt"
@@ -265,7 +283,8 @@ if part generate; then
     --benchmark_filter='^BM_LmGenerate/cached:1/L:4096' >/dev/null
   head -n 30 "$out/profile_generate4k.txt"
   tail -n 1 "$out/profile_generate4k.txt"
-fi
+}
+for name in $parts; do "part_$name"; done
 echo
 echo "==== summary ($(cat "$out/gpu.txt"))"
 cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
@@ -274,7 +293,7 @@ grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 
 cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/tile_loops.txt" \
   "$out/exact_tiles.txt" "$out/lsh_peer.jsonl" 2>/dev/null
 grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \
-  "$out/memory_6_portable.txt" 2>/dev/null
+  "$out/memory_6_ff8.txt" "$out/memory_6_portable.txt" 2>/dev/null
 cat "$out/reformer_pytorch.jsonl" 2>/dev/null
 grep -hE "^BM_" "$out/generate.txt" 2>/dev/null
 if [ "$mode" = all ]; then cat "$out/tests_total.txt"; fi
