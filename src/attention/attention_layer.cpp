@@ -60,6 +60,17 @@ KOKKOS_INLINE_FUNCTION Index first_cached(Index last, Index chunk, Index n_befor
   return start > 0 ? start : 0;
 }
 
+// The position of each row in a decoding step: per_row(b), or `all` for every
+// row when per_row is empty (one position for the whole batch, as in the
+// fixed-position step and cross-attention: no view to fill, so no launch).
+struct RowPositions {
+  Kokkos::View<const Index*, Layout, MemSpace> per_row;
+  Index all = 0;
+  KOKKOS_INLINE_FUNCTION Index operator()(Index b) const {
+    return per_row.extent(0) > 0 ? per_row(b) : all;
+  }
+};
+
 // Cached attention of one query per sequence (decoding):
 //   a(b, h) = sum_{j = first(b)..last(b)} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
 // with first(b) = first_cached(last(b), chunk, n_before), over the positions
@@ -67,10 +78,10 @@ KOKKOS_INLINE_FUNCTION Index first_cached(Index last, Index chunk, Index n_befor
 // and k) position last(b), the query's own, scores MaskValues::self. `widest`
 // bounds last(b) - first(b) + 1.
 template <class T>
-void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before,
-                   Kokkos::View<const Index*, Layout, MemSpace> last, Index widest,
-                   Kokkos::View<const int**, Layout, MemSpace> key_valid, bool self_mask,
-                   Index heads, Index d_head, T scale, View2<T> a, Workspace& workspace) {
+void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before, RowPositions last,
+                   Index widest, Kokkos::View<const int**, Layout, MemSpace> key_valid,
+                   bool self_mask, Index heads, Index d_head, T scale, View2<T> a,
+                   Workspace& workspace) {
   const Index batch = q.extent(0);
   const bool masked = key_valid.extent(0) > 0;
   Workspace::Frame frame(workspace);
@@ -112,8 +123,8 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before,
 // shared: k holds the projected queries, and each head's key is its query
 // normalised (shared_qk.hpp, the same bits as shared_keys) in the same launch.
 template <class T>
-void write_cached(In2<T> k, In2<T> v, Kokkos::View<const Index*, Layout, MemSpace> positions,
-                  Index heads, bool shared, View3<T> k_cache, View3<T> v_cache) {
+void write_cached(In2<T> k, In2<T> v, RowPositions positions, Index heads, bool shared,
+                  View3<T> k_cache, View3<T> v_cache) {
   using C = compute_t<T>;
   const Index dh = k.extent(1) / heads;
   Kokkos::parallel_for(
@@ -575,12 +586,17 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   require_extent(op, "x", x, 1, config_.d_model);
   require<ShapeError>(Index(cache.k.extent(0)) == batch && Index(cache.k.extent(2)) == inner &&
                           max_position >= 0 && max_position < cache.capacity() &&
-                          Index(positions.extent(0)) == batch,
+                          (positions.extent(0) == 0 || Index(positions.extent(0)) == batch),
                       op, ": position ", max_position, " does not fit the cache of shape ",
-                      shape_string(cache.k), " for a batch of ", batch);
+                      shape_string(cache.k), " for a batch of ", batch, " and ",
+                      positions.extent(0), " row positions (expected ", batch,
+                      ", or none for every row at position ", max_position, ")");
   const bool lsh = config_.kind == AttentionKind::Lsh;
   require<ConfigError>(!lsh || cache.rotations.extent(0) > 0, op,
                        ": the LSH cache has no rotations; fill it with start_cache first");
+  require<ShapeError>(!lsh || positions.extent(0) > 0, op,
+                      ": an LSH step needs the position of each row (got none)");
+  const RowPositions rows{positions, max_position};
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
   // Shared QK: no key here; the cache write forms it from the query.
@@ -589,7 +605,7 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   auto v = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
   project_keys(x, q, k, v, workspace);
-  write_cached<T>(shared_qk ? q : k, v, positions, h, shared_qk, cache.k, cache.v);
+  write_cached<T>(shared_qk ? q : k, v, rows, h, shared_qk, cache.k, cache.v);
   if (lsh) {
     // One launch: the query's buckets into the cache, then its windows among
     // the cached buckets.
@@ -605,8 +621,8 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
         local ? std::min(max_position + 1, (n_before + 1) * chunk) : max_position + 1;
     const bool shared = !w_k_;
     const T scale = detail::dense_score_scale<T>(full_config(shared), d);
-    attend_cached<T>(q, cache.k, cache.v, chunk, n_before, positions, widest, {}, shared, h, d,
-                     scale, a, workspace);
+    attend_cached<T>(q, cache.k, cache.v, chunk, n_before, rows, widest, {}, shared, h, d, scale, a,
+                     workspace);
   }
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }
@@ -617,14 +633,11 @@ void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index
   require<ConfigError>(config_.kind != AttentionKind::Lsh, "AttentionLayer::step",
                        ": an LSH layer decodes with a cache from start_cache (its buckets and "
                        "rotations)");
-  const Index batch = x.extent(0);
-  Workspace::Frame frame(workspace);
-  auto positions = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
-  Kokkos::deep_copy(positions, position);
   AttentionCache<T> cache;
   cache.k = k_cache;
   cache.v = v_cache;
-  step(x, cache, positions, position, y, workspace, beta);
+  // Every row at `position`: no positions view (and no launch to fill one).
+  step(x, cache, {}, position, y, workspace, beta);
 }
 
 template <class T>
@@ -640,10 +653,10 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  auto last = frame.take<Kokkos::View<Index*, Layout, MemSpace>>(batch);
-  Kokkos::deep_copy(last, Index(k.extent(1)) - 1);
   ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
   const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
+  // Every row's query sees every memory position: the last one is Lk - 1.
+  const RowPositions last{{}, Index(k.extent(1)) - 1};
   attend_cached<T>(q, k, v, 0, 0, last, Index(k.extent(1)), key_valid, false, config_.heads,
                    config_.d_head, scale, a, workspace);
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);

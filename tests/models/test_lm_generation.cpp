@@ -315,6 +315,15 @@ TEST(LshGeneration, LayerStepEqualsForwardAtEveryPosition) {
           worst = std::max(worst, std::abs(got(b, j) - want(b, t, j)));
     }
     EXPECT_LT(worst, 1e-12);
+    // An LSH step needs each row's position: no positions view (every row at
+    // one position, as dense layers allow) is an error, and so is a view for
+    // another batch.
+    View2<double> x0("x0", batch, config.d_model);
+    expect_error<ShapeError>([&] { layer.step(x0, cache, {}, length - 1, y, workspace); },
+                             {"needs the position of each row"});
+    Kokkos::View<Index*, Layout, MemSpace> three("three", 3);
+    expect_error<ShapeError>([&] { layer.step(x0, cache, three, length - 1, y, workspace); },
+                             {"3 row positions (expected 2"});
   }
 }
 

@@ -3,6 +3,7 @@
 // rerunning the decoder on the whole prefix, beam size 1 against greedy, and
 // the errors of bad input.
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/transformer.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
@@ -252,6 +253,46 @@ TEST(TransformerDecoding, CacheEqualsRerunningThePrefix) {
     expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6);
     expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12, /*reversible=*/true);
     expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6, /*reversible=*/true);
+  }
+}
+
+// A decoding step allocates nothing and launches few kernels (issue 31: on a
+// GPU each launch costs microseconds): per decoder layer at most its three
+// layer norms, the self-attention's key/value write and cached attention, the
+// cross-attention's cached attention and the feed-forward's two epilogues (8),
+// and 6 for the token check, embedding, positions, final layer norm, output
+// bias and log-softmax. Products on the host BLAS are not Kokkos launches.
+// And no copy or fill of Kokkos' own: step_cross and the fixed-position step
+// filled a positions view per layer before.
+TEST(TransformerDecoding, FewLaunchesAndNoAllocationsPerStep) {
+  for (const auto decoder : {AttentionKind::Full, AttentionKind::Local}) {
+    SCOPED_TRACE(attention::to_string(decoder));
+    auto config = tiny(AttentionKind::Full, decoder, AttentionKind::Full);
+    ParameterSet<float> params;
+    EncoderDecoder<float> model(config, params);
+    model.init({9, 9});
+    const Pairs pairs;
+    const Index capacity = 12, batch = 2;
+    models::DecodeCache<float> cache;
+    model.start_decoding(pairs.source, pairs.source_valid, capacity, cache);
+    Kokkos::View<int*, Layout, MemSpace> tokens("tokens", batch);
+    Kokkos::deep_copy(tokens, kStart);
+    View2<float> log_probs("log_probs", batch, config.target_vocab);
+    model.decode_step(tokens, cache, log_probs);
+    auto& tracker = MemoryTracker::instance();
+    const auto allocations = [&] {
+      return tracker.space(MemSpace::name()).allocations +
+             tracker.space(HostSpace::name()).allocations;
+    };
+    const std::int64_t before = allocations();
+    tracker.reset_launches();
+    const Index steps = capacity - 1;
+    for (Index t = 1; t < capacity; ++t) model.decode_step(tokens, cache, log_probs);
+    EXPECT_EQ(allocations() - before, 0) << "allocations in " << steps << " decoding steps";
+    EXPECT_GT(tracker.launches().parallel_for, 0) << "the launch counter did not count";
+    const double per_step = double(tracker.launches().ours()) / double(steps);
+    EXPECT_LE(per_step, 8.0 * config.decoder_layers + 6) << "kernel launches per decoding step";
+    EXPECT_EQ(tracker.launches().internal, 0) << "copies and fills in " << steps << " steps";
   }
 }
 

@@ -153,7 +153,8 @@ class AttentionLayer {
   // then its query attends to the cached positions its mask allows, exactly
   // as forward on positions 0..positions(b) attends from the last one
   // (causal; local: its chunk and the n_before chunks before it; LSH: its
-  // buckets' windows, lsh_attention_step); y [batch, d_model]. The second
+  // buckets' windows, lsh_attention_step); y [batch, d_model]. An empty
+  // `positions` puts every row at max_position (not for LSH). The second
   // form: one position for every row, with separate q and k caches.
   // step_cross: over keys and values from project_memory, leaving out
   // positions where key_valid is 0. With beta, y = beta y + the output (a
