@@ -6,6 +6,7 @@
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -87,10 +88,9 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before, Ro
   Workspace::Frame frame(workspace);
   auto scores = frame.take<View2<T>>(batch * heads, widest);
   // One team per (batch, head), one launch: scores, softmax, values.
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(
-      "attend_cached", Policy(batch * heads, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Policy::member_type& team) {
+      "attend_cached", TeamPolicy(batch * heads, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const TeamMember& team) {
         const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
         const Index first = first_cached(last(b), chunk, n_before), n = last(b) - first + 1;
         T* row = &scores(bh, 0);

@@ -504,11 +504,13 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
   auto counts = frame.take<IntView3>(rows, bins, blocks);
   const SortPass sort{plan.buckets, plan.perm, plan.undo, counts,    length,
                       rounds,       bins,      blocks,    block_size};
-  Kokkos::parallel_for("lsh_sort_count",
-                       Kokkos::RangePolicy<ExecSpace, SortPass::Count>(0, rows * blocks), sort);
-  Kokkos::parallel_for("lsh_sort_scan", Kokkos::TeamPolicy<ExecSpace>(rows, Kokkos::AUTO), sort);
-  Kokkos::parallel_for("lsh_sort_scatter",
-                       Kokkos::RangePolicy<ExecSpace, SortPass::Scatter>(0, rows * blocks), sort);
+  Kokkos::parallel_for(
+      "lsh_sort_count",
+      Kokkos::RangePolicy<ExecSpace, SortPass::Count, LaunchHint>(0, rows * blocks), sort);
+  Kokkos::parallel_for("lsh_sort_scan", TeamPolicy(rows, Kokkos::AUTO), sort);
+  Kokkos::parallel_for(
+      "lsh_sort_scatter",
+      Kokkos::RangePolicy<ExecSpace, SortPass::Scatter, LaunchHint>(0, rows * blocks), sort);
 }
 
 template <class T>
@@ -646,7 +648,7 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                        {}, {},   heads,  dh,      rounds,    bins, 1,  chunk, n_before};
   // A team per (batch, head); the sort takes one slice of positions per thread,
   // slices of at least 64 positions.
-  const int threads = Kokkos::TeamPolicy<ExecSpace>(batch * heads, Kokkos::AUTO)
+  const int threads = TeamPolicy(batch * heads, Kokkos::AUTO)
                           .team_size_recommended(kernel, Kokkos::ParallelForTag());
   kernel.slices =
       sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, n_max / 64));
@@ -671,8 +673,7 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
     kernel.b1 = factors[0];
     kernel.b2 = factors.size() > 1 ? factors[1] : 1;
   }
-  Kokkos::parallel_for("lsh_attention_step", Kokkos::TeamPolicy<ExecSpace>(batch * heads, threads),
-                       kernel);
+  Kokkos::parallel_for("lsh_attention_step", TeamPolicy(batch * heads, threads), kernel);
 }
 
 }  // namespace

@@ -176,14 +176,16 @@ Policy sized_team_policy(Index league, std::size_t bytes, int team_size) {
 
 // A team policy of `league` teams with `bytes` of scratch per team at the level
 // they fit in, and `team_size` threads per team on a GPU (0: AUTO).
-inline Kokkos::TeamPolicy<ExecSpace> team_policy(Index league, std::size_t bytes,
-                                                 int team_size = 0) {
-  return sized_team_policy<Kokkos::TeamPolicy<ExecSpace>>(league, bytes, team_size);
+// (Launched as LaunchHint says: core/types.hpp.)
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace, LaunchHint>;
+inline TeamPolicy team_policy(Index league, std::size_t bytes, int team_size = 0) {
+  return sized_team_policy<TeamPolicy>(league, bytes, team_size);
 }
 
 // The same with teams handed out one at a time in league order, for leagues
 // whose teams have unequal work (put the largest first).
-using DynamicTeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+using DynamicTeamPolicy =
+    Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>, LaunchHint>;
 inline DynamicTeamPolicy dynamic_team_policy(Index league, std::size_t bytes, int team_size = 0) {
   return sized_team_policy<DynamicTeamPolicy>(league, bytes, team_size);
 }

@@ -42,10 +42,19 @@ using In4 = typename NonDeduced<Kokkos::View<const T****, Layout, MemSpace>>::ty
 
 using Index = std::int64_t;
 
+// How our kernels are launched on CUDA: the functor goes to the kernel as an
+// argument (up to 4 KiB), never through constant memory. Kokkos 3.4 copies a
+// functor of 512 bytes or more into constant memory, and before doing so waits
+// for the previous kernel launched that way to finish (cudaEventSynchronize):
+// the host cannot queue launches ahead of the GPU, and the GPU idles for each
+// launch's host-side cost. The fused attention kernels' functors are 500-700
+// bytes. Other backends ignore the hint (HIP always passes the functor
+// through device memory).
+using LaunchHint = Kokkos::Experimental::WorkItemProperty::HintLightWeight_t;
+using RangePolicy = Kokkos::RangePolicy<ExecSpace, LaunchHint>;
+
 // Range policy over [0, n) on the default execution space.
-inline Kokkos::RangePolicy<ExecSpace> range(Index n) {
-  return Kokkos::RangePolicy<ExecSpace>(0, n);
-}
+inline RangePolicy range(Index n) { return RangePolicy(0, n); }
 
 // Memory of the default execution space is host memory (Serial, OpenMP).
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
