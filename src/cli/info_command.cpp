@@ -59,6 +59,12 @@ int run_info(const GlobalOptions& global) {
   std::printf("  tile loops         %s\n", tile_loops() == TileLoops::elements
                                                ? "elements (a thread per element)"
                                                : "rows (a thread per row, vectorised)");
+  // Row-wise kernels (REFORMER_ROW_KERNELS).
+  if (row_kernels() == RowKernels::lanes)
+    std::printf("  row kernels        lanes (a row per %d vector lanes, %d rows per team)\n",
+                GpuTarget::row_lanes, GpuTarget::rows_per_team);
+  else
+    std::printf("  row kernels        threads (a thread per row, vectorised)\n");
   // Exact attention's tiling (REFORMER_EXACT_TILES) and its kernels' team
   // scratch at d_head 64.
   {

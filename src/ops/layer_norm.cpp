@@ -1,15 +1,25 @@
 #include "reformer/ops/layer_norm.hpp"
 
 #include "ops/column_sums.hpp"
+#include "reformer/core/cpu_target.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/core/vector_loops.hpp"
 
 namespace reformer::ops {
 namespace {
 
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Member = TeamPolicy::member_type;
+// RowKernels::lanes (core/team_scratch.hpp): teams of GpuTarget::rows_per_team
+// rows, each row on GpuTarget::row_lanes vector lanes. A host team is one
+// thread with one lane, which takes the team's rows in turn (the same kernel,
+// run serially: what the tests check).
+constexpr int kRowsPerTeam = GpuTarget::rows_per_team;
+TeamPolicy row_lane_policy(Index n) {
+  const Index league = (n + kRowsPerTeam - 1) / kRowsPerTeam;
+  return kHostMemory ? TeamPolicy(league, 1, 1)
+                     : TeamPolicy(league, kRowsPerTeam, GpuTarget::row_lanes);
+}
 
 template <class P>
 void check_parameters(const char* op, Index d, const In1<P>& gamma, const In1<P>& beta) {
@@ -32,7 +42,7 @@ void layer_norm_forward(In2<T> x, In1<param_t<T>> gamma, In1<param_t<T>> beta, c
   require_extent(op, "mean", mean, 0, n);
   require_extent(op, "rstd", rstd, 0, n);
   require<ConfigError>(eps > C(0), op, ": eps is ", eps, " but must be positive");
-  if constexpr (kHostMemory) {
+  if (row_kernels() == RowKernels::threads) {
     // One thread per row, loops over the row that vectorise (a team per row
     // costs more than the row itself at small widths). In place (y = x) is fine.
     Kokkos::parallel_for(
@@ -49,29 +59,33 @@ void layer_norm_forward(In2<T> x, In1<param_t<T>> gamma, In1<param_t<T>> beta, c
         });
     return;
   }
-  // One team per row; two team reductions for the mean and the variance.
+  // A row per group of lanes: the mean and the variance are lane reductions.
   Kokkos::parallel_for(
-      "layer_norm_forward", TeamPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-        const Index i = team.league_rank();
-        C sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](Index j, C& acc) { acc += load(x(i, j)); }, sum);
-        const C mu = sum / d;
-        C sq = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
-            [&](Index j, C& acc) {
-              const C c = load(x(i, j)) - mu;
-              acc += c * c;
-            },
-            sq);
-        const C r = C(1) / compat::sqrt(sq / d + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
-          y(i, j) = store<T>((load(x(i, j)) - mu) * r * gamma(j) + beta(j));
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&] {
-          mean(i) = mu;
-          rstd(i) = r;
+      "layer_norm_forward", row_lane_policy(n), KOKKOS_LAMBDA(const TeamMember& team) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowsPerTeam), [&](Index r) {
+          const Index i = team.league_rank() * kRowsPerTeam + r;
+          if (i >= n) return;
+          C sum = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, d), [&](Index j, C& acc) { acc += load(x(i, j)); },
+              sum);
+          const C mu = sum / C(d);
+          C sq = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, d),
+              [&](Index j, C& acc) {
+                const C c = load(x(i, j)) - mu;
+                acc += c * c;
+              },
+              sq);
+          const C rs = C(1) / compat::sqrt(sq / C(d) + eps);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
+            y(i, j) = store<T>((load(x(i, j)) - mu) * rs * gamma(j) + beta(j));
+          });
+          Kokkos::single(Kokkos::PerThread(team), [&] {
+            mean(i) = mu;
+            rstd(i) = rs;
+          });
         });
       });
 }
@@ -91,7 +105,7 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   require_same_shape(op, "x", x, "dx", dx);
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
-  if constexpr (kHostMemory) {
+  if (row_kernels() == RowKernels::threads) {
     // One thread per row (see the forward pass). float and double: dx holds
     // dy * gamma first. bf16: dx cannot hold it (a rounding), so the sums read
     // dy and gamma again; each element of dy is read before the same element
@@ -121,23 +135,29 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           }
         });
   } else {
+    // A row per group of lanes (see the forward pass); dx may be dy: each lane
+    // reads its elements of dy before it writes the same elements of dx.
     Kokkos::parallel_for(
-        "layer_norm_backward_input", TeamPolicy(n, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const Member& team) {
-          const Index i = team.league_rank();
-          const C mu = mean(i), r = rstd(i);
-          C sum_g = 0, sum_gx = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, d),
-              [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j); }, sum_g);
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, d),
-              [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * r; },
-              sum_gx);
-          const C mean_g = sum_g / d, mean_gx = sum_gx / d;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](Index j) {
-            const C xhat = (load(x(i, j)) - mu) * r;
-            dx(i, j) = store<T>(r * (load(dy(i, j)) * gamma(j) - mean_g - xhat * mean_gx));
+        "layer_norm_backward_input", row_lane_policy(n), KOKKOS_LAMBDA(const TeamMember& team) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowsPerTeam), [&](Index r) {
+            const Index i = team.league_rank() * kRowsPerTeam + r;
+            if (i >= n) return;
+            const C mu = mean(i), rs = rstd(i);
+            C sum_g = 0, sum_gx = 0;
+            Kokkos::parallel_reduce(
+                Kokkos::ThreadVectorRange(team, d),
+                [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j); }, sum_g);
+            Kokkos::parallel_reduce(
+                Kokkos::ThreadVectorRange(team, d),
+                [&](Index j, C& acc) {
+                  acc += load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * rs;
+                },
+                sum_gx);
+            const C mean_g = sum_g / C(d), mean_gx = sum_gx / C(d);
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
+              const C xhat = (load(x(i, j)) - mu) * rs;
+              dx(i, j) = store<T>(rs * (load(dy(i, j)) * gamma(j) - mean_g - xhat * mean_gx));
+            });
           });
         });
   }

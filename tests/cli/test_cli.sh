@@ -14,6 +14,9 @@ expect info_backend 0 "Kokkos" -- info
 REFORMER_TILE_LOOPS=elements expect info_tile_loops 0 "tile loops         elements" -- info
 REFORMER_TILE_LOOPS=columns expect bad_tile_loops 1 \
   "REFORMER_TILE_LOOPS is 'columns' but must be 'rows' or 'elements'" -- info
+REFORMER_ROW_KERNELS=lanes expect info_row_kernels 0 "row kernels        lanes" -- info
+REFORMER_ROW_KERNELS=warps expect bad_row_kernels 1 \
+  "REFORMER_ROW_KERNELS is 'warps' but must be 'threads' or 'lanes'" -- info
 REFORMER_EXACT_TILES=gpu-wide expect info_exact_tiles 0 \
   "exact tiles        gpu-wide: forward 32 x 32 (4 x 4 blocks" -- info
 REFORMER_EXACT_TILES=wide expect bad_exact_tiles 1 \

@@ -1,6 +1,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -107,6 +108,60 @@ TEST(LayerNorm, ParameterGradientsOverManyRowsMatchHostSums) {
   EXPECT_LT(parameter_gradient_error<double>(3000, 45), 1e-13);
   EXPECT_LT(parameter_gradient_error<float>(3000, 45), 1e-5);
   EXPECT_LT(parameter_gradient_error<double>(1, 3), 1e-14);
+}
+
+// Both row kernels (RowKernels: a thread per row, the host's; a row per group
+// of vector lanes, the GPUs') give the same results up to the order of the
+// sums: y, the row statistics, dx (also in place, dx = dy) and the parameter
+// gradients, over a row count that leaves a partial team; and the lanes'
+// gradients match finite differences.
+template <class T>
+void expect_row_kernels_agree(Index n, Index d, double tolerance) {
+  using C = compute_t<T>;
+  using P = param_t<T>;
+  const C eps = C(1e-5);
+  View2<T> x("x", n, d), dy("dy", n, d);
+  View1<P> gamma("gamma", d), beta("beta", d);
+  fill_uniform(x, 41, -2, 3);
+  fill_uniform(gamma, 42, 0.5, 1.5);
+  fill_uniform(beta, 43);
+  fill_uniform(dy, 44);
+  struct Result {
+    std::vector<double> y, mean, rstd, dx, in_place, dgamma, dbeta;
+  };
+  auto run = [&](RowKernels kernels) {
+    const ScopedRowKernels scoped(kernels);
+    View2<T> y("y", n, d), dx("dx", n, d), inout("inout", n, d);
+    View1<C> mean("mean", n), rstd("rstd", n);
+    View1<P> dgamma("dgamma", d), dbeta("dbeta", d);
+    ops::layer_norm_forward<T>(x, gamma, beta, eps, y, mean, rstd);
+    ops::layer_norm_backward<T>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    Kokkos::deep_copy(inout, dy);
+    ops::layer_norm_backward<T>(x, gamma, mean, rstd, inout, inout, dgamma, dbeta);
+    return Result{to_host(y),     to_host(mean),   to_host(rstd), to_host(dx),
+                  to_host(inout), to_host(dgamma), to_host(dbeta)};
+  };
+  const Result threads = run(RowKernels::threads), lanes = run(RowKernels::lanes);
+  EXPECT_LT(relative_error(lanes.y, threads.y), tolerance);
+  EXPECT_LT(relative_error(lanes.mean, threads.mean), tolerance);
+  EXPECT_LT(relative_error(lanes.rstd, threads.rstd), tolerance);
+  EXPECT_LT(relative_error(lanes.dx, threads.dx), tolerance);
+  EXPECT_LT(relative_error(lanes.in_place, threads.dx), tolerance);
+  EXPECT_LT(relative_error(lanes.dgamma, threads.dgamma), tolerance);
+  EXPECT_LT(relative_error(lanes.dbeta, threads.dbeta), tolerance);
+}
+
+TEST(LayerNorm, RowKernelsAgree) {
+  expect_row_kernels_agree<double>(7, 13, 1e-14);
+  expect_row_kernels_agree<double>(1, 256, 1e-14);
+  expect_row_kernels_agree<float>(41, 256, 1e-6);
+  expect_row_kernels_agree<bf16>(9, 64, 1e-2);
+  const ScopedRowKernels lanes(RowKernels::lanes);
+  LayerNormCase c;
+  c.backward();
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.x, c.dx, loss), 1e-6);
+  EXPECT_LT(gradient_error(c.gamma, c.dgamma, loss), 1e-6);
 }
 
 TEST(LayerNorm, RejectsBadShapesAndEps) {

@@ -1,8 +1,8 @@
 // Runs the fused attention kernels with a given backend setting for a scope
 // (core/team_scratch.hpp), so that host tests run what GPUs run by default:
 // the streamed shape of the chunked kernels (LSH and local attention), a
-// thread per element in the passes inside tiles, and exact attention's GPU
-// tilings.
+// thread per element in the passes inside tiles, exact attention's GPU
+// tilings, and rows on vector lanes.
 #pragma once
 
 #include "reformer/core/team_scratch.hpp"
@@ -27,5 +27,6 @@ using ScopedChunkedShape =
     ScopedSetting<ChunkedKernelShape, chunked_kernel_shape, set_chunked_kernel_shape>;
 using ScopedTileLoops = ScopedSetting<TileLoops, tile_loops, set_tile_loops>;
 using ScopedExactTiles = ScopedSetting<ExactTiles, exact_tiles, set_exact_tiles>;
+using ScopedRowKernels = ScopedSetting<RowKernels, row_kernels, set_row_kernels>;
 
 }  // namespace reformer::testing

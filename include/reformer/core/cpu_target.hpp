@@ -161,6 +161,13 @@ struct GpuTarget {
   static constexpr int wide_queries_query_tile = 32, wide_queries_key_tile = 16;
   static constexpr int wide_backward_block_rows = 2;
   static constexpr int wide_team_size = 128;
+
+  // Row-wise kernels (RowKernels::lanes, core/team_scratch.hpp): a row per 32
+  // vector lanes (a warp; HIP's wavefronts of 64 take two rows), 4 rows per
+  // team. Not yet timed on a GPU: the layer norms took 16.3 ms of a 198 ms
+  // profiled 16K step on the H200 with a team (Kokkos' AUTO size) per row.
+  static constexpr int row_lanes = 32;
+  static constexpr int rows_per_team = 4;
 };
 
 // A build for a target without AVX-512 (x86-64-v3) may carry a second copy of a

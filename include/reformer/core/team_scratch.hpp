@@ -70,6 +70,16 @@ enum class ChunkedKernelShape { whole_window, streamed };
 // set_tile_loops().
 enum class TileLoops { rows, elements };
 
+// How row-wise kernels (layer norm forward and backward) divide a row of d
+// features. `threads`: a thread per row, its loops along the row vectorised
+// (the host's default). `lanes`: a row per group of GpuTarget::row_lanes
+// vector lanes (a warp on NVIDIA), GpuTarget::rows_per_team rows per team, the
+// row's sums reduced across the lanes (shuffles: no shared memory, no team
+// barrier; the GPUs' default). The sums are added in another order, so the
+// results agree to rounding, not bit for bit. REFORMER_ROW_KERNELS=
+// threads|lanes picks one for a process; tests switch with set_row_kernels().
+enum class RowKernels { threads, lanes };
+
 // The tiling of exact attention's kernels (attention/exact.cpp; tile and
 // register-block sizes in core/cpu_target.hpp). `cpu`: 128 x 128 tiles and
 // CpuTarget's vector blocks (host builds only, and their default). `gpu`:
@@ -129,6 +139,20 @@ inline ExactTiles& exact_tiles_setting() {
   return tiles;
 }
 }  // namespace detail
+
+namespace detail {
+inline RowKernels& row_kernels_setting() {
+  static RowKernels kernels = environment_choice(
+      "REFORMER_ROW_KERNELS", {"threads", "lanes"}, {RowKernels::threads, RowKernels::lanes},
+      kHostMemory ? RowKernels::threads : RowKernels::lanes);
+  return kernels;
+}
+}  // namespace detail
+inline RowKernels row_kernels() { return detail::row_kernels_setting(); }
+inline void set_row_kernels(RowKernels kernels) { detail::row_kernels_setting() = kernels; }
+inline const char* row_kernels_name(RowKernels kernels) {
+  return kernels == RowKernels::lanes ? "lanes" : "threads";
+}
 
 inline const char* exact_tiles_name(ExactTiles tiles) {
   return tiles == ExactTiles::cpu ? "cpu" : tiles == ExactTiles::gpu ? "gpu" : "gpu-wide";
