@@ -165,6 +165,46 @@ TEST(ExactAttention, BothBackwardSchedulesMatchFullAttention) {
   }
 }
 
+// One problem of the loop and tiling checks below.
+struct LoopCase {
+  Index lq, lk, d;
+  bool causal, padded, shared;
+  double dropout;
+};
+
+// Solves s (double, batch 2, 2 heads) by rows and by elements in the
+// process's tiling: the same bits in out, lse and every gradient, and full
+// attention's results to 1e-12.
+void expect_elements_equal_rows(const LoopCase& s, attention::ExactBackwardSchedule schedule,
+                                const std::string& prefix) {
+  const std::string what =
+      prefix + "Lq " + std::to_string(s.lq) + " Lk " + std::to_string(s.lk) + " d " +
+      std::to_string(s.d) + (s.causal ? " causal" : "") + (s.padded ? " padded" : "") +
+      (s.shared ? " shared" : "") + " dropout " + std::to_string(s.dropout) +
+      (schedule == attention::ExactBackwardSchedule::OnePass ? " one pass" : "");
+  ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
+  c.schedule = schedule;
+  if (s.shared) c.share_qk();
+  if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}});
+  c.call.dropout = {s.dropout, {3, 4}};
+  Grads<double> rows, elements;
+  {
+    const ScopedTileLoops loops(TileLoops::rows);
+    rows = c.exact();
+  }
+  const auto rows_lse = to_host(c.lse);
+  {
+    const ScopedTileLoops loops(TileLoops::elements);
+    elements = c.exact();
+  }
+  EXPECT_EQ(elements.out, rows.out) << what;
+  EXPECT_EQ(to_host(c.lse), rows_lse) << what;
+  EXPECT_EQ(elements.dq, rows.dq) << what;
+  EXPECT_EQ(elements.dk, rows.dk) << what;
+  EXPECT_EQ(elements.dv, rows.dv) << what;
+  expect_same(elements, c.full(), 1e-12, what);
+}
+
 // A thread per element in the passes inside tiles (TileLoops::elements, the
 // GPUs' default) gives the same bits as a thread per row (the host's), in the
 // forward (out and lse) and in both backward schedules, with every mask,
@@ -172,44 +212,16 @@ TEST(ExactAttention, BothBackwardSchedulesMatchFullAttention) {
 // padded (5); and full attention's results.
 TEST(ExactAttention, ElementLoopsGiveTheSameBitsAsRowLoops) {
   using attention::ExactBackwardSchedule;
-  struct Setting {
-    Index lq, lk, d;
-    bool causal, padded, shared;
-    double dropout;
-  };
   const Index n = 2 * kQueryTile + 3;
   for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass})
-    for (const Setting& s :
-         std::vector<Setting>{{n, n, 16, true, false, false, 0.0},
-                              {n, n, 5, true, true, false, 0.2},
-                              {n, n, 16, false, true, false, 0.0},
-                              {kQueryTile + 9, kQueryTile + 9, 8, true, false, true, 0.0},
-                              {70, kQueryTile + 50, 16, false, true, false, 0.1},
-                              {9, 9, 4, true, false, false, 0.0}}) {
-      const std::string what = "Lq " + std::to_string(s.lq) + " Lk " + std::to_string(s.lk) +
-                               " d " + std::to_string(s.d) + (s.causal ? " causal" : "") +
-                               (s.padded ? " padded" : "") + (s.shared ? " shared" : "") +
-                               " dropout " + std::to_string(s.dropout) +
-                               (schedule == ExactBackwardSchedule::OnePass ? " one pass" : "");
-      ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
-      c.schedule = schedule;
-      if (s.shared) c.share_qk();
-      if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}});
-      c.call.dropout = {s.dropout, {3, 4}};
-      const auto rows = c.exact();
-      const auto rows_lse = to_host(c.lse);
-      Grads<double> elements;
-      {
-        ScopedTileLoops loops(TileLoops::elements);
-        elements = c.exact();
-      }
-      EXPECT_EQ(elements.out, rows.out) << what;
-      EXPECT_EQ(to_host(c.lse), rows_lse) << what;
-      EXPECT_EQ(elements.dq, rows.dq) << what;
-      EXPECT_EQ(elements.dk, rows.dk) << what;
-      EXPECT_EQ(elements.dv, rows.dv) << what;
-      expect_same(elements, c.full(), 1e-12, what);
-    }
+    for (const LoopCase& s :
+         std::vector<LoopCase>{{n, n, 16, true, false, false, 0.0},
+                               {n, n, 5, true, true, false, 0.2},
+                               {n, n, 16, false, true, false, 0.0},
+                               {kQueryTile + 9, kQueryTile + 9, 8, true, false, true, 0.0},
+                               {70, kQueryTile + 50, 16, false, true, false, 0.1},
+                               {9, 9, 4, true, false, false, 0.0}})
+      expect_elements_equal_rows(s, schedule, "");
   ExactCase<float> single(1, 300, 300, 2, 64, true);
   single.schedule = ExactBackwardSchedule::TwoPass;
   const auto rows = single.exact();
@@ -230,49 +242,17 @@ TEST(ExactAttention, ElementLoopsGiveTheSameBitsAsRowLoops) {
 // bits.
 TEST(ExactAttention, GpuTilingsMatchFullAttention) {
   using attention::ExactBackwardSchedule;
-  struct Setting {
-    Index lq, lk, d;
-    bool causal, padded, shared;
-    double dropout;
-  };
   const Index n = 2 * GpuTarget::wide_forward_tile + 3;
   for (ExactTiles tiles : {ExactTiles::gpu, ExactTiles::gpu_wide}) {
     const ScopedExactTiles scoped(tiles);
     for (auto schedule : {ExactBackwardSchedule::OnePass, ExactBackwardSchedule::TwoPass})
-      for (const Setting& s : std::vector<Setting>{{n, n, 16, true, false, false, 0.0},
-                                                   {n, n, 5, true, true, false, 0.2},
-                                                   {n, n, 6, false, true, false, 0.0},
-                                                   {45, 45, 8, true, false, true, 0.0},
-                                                   {40, 100, 16, false, true, false, 0.1},
-                                                   {9, 9, 4, true, false, false, 0.0}}) {
-        const std::string what = std::string(exact_tiles_name(tiles)) + " Lq " +
-                                 std::to_string(s.lq) + " Lk " + std::to_string(s.lk) + " d " +
-                                 std::to_string(s.d) + (s.causal ? " causal" : "") +
-                                 (s.padded ? " padded" : "") + (s.shared ? " shared" : "") +
-                                 " dropout " + std::to_string(s.dropout) +
-                                 (schedule == ExactBackwardSchedule::OnePass ? " one pass" : "");
-        ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
-        c.schedule = schedule;
-        if (s.shared) c.share_qk();
-        if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}});
-        c.call.dropout = {s.dropout, {3, 4}};
-        Grads<double> rows, elements;
-        {
-          const ScopedTileLoops loops(TileLoops::rows);
-          rows = c.exact();
-        }
-        const auto rows_lse = to_host(c.lse);
-        {
-          const ScopedTileLoops loops(TileLoops::elements);
-          elements = c.exact();
-        }
-        EXPECT_EQ(elements.out, rows.out) << what;
-        EXPECT_EQ(to_host(c.lse), rows_lse) << what;
-        EXPECT_EQ(elements.dq, rows.dq) << what;
-        EXPECT_EQ(elements.dk, rows.dk) << what;
-        EXPECT_EQ(elements.dv, rows.dv) << what;
-        expect_same(rows, c.full(), 1e-12, what);
-      }
+      for (const LoopCase& s : std::vector<LoopCase>{{n, n, 16, true, false, false, 0.0},
+                                                     {n, n, 5, true, true, false, 0.2},
+                                                     {n, n, 6, false, true, false, 0.0},
+                                                     {45, 45, 8, true, false, true, 0.0},
+                                                     {40, 100, 16, false, true, false, 0.1},
+                                                     {9, 9, 4, true, false, false, 0.0}})
+        expect_elements_equal_rows(s, schedule, std::string(exact_tiles_name(tiles)) + " ");
     // float, d_head 64: K and V rows read in place.
     ExactCase<float> single(1, 300, 300, 2, 64, true);
     single.schedule = ExactBackwardSchedule::TwoPass;
