@@ -619,10 +619,9 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
     const Index chunk = local ? config_.local.chunk : 0, n_before = config_.local.n_before;
     const Index widest =
         local ? std::min(max_position + 1, (n_before + 1) * chunk) : max_position + 1;
-    const bool shared = !w_k_;
-    const T scale = detail::dense_score_scale<T>(full_config(shared), d);
-    attend_cached<T>(q, cache.k, cache.v, chunk, n_before, rows, widest, {}, shared, h, d, scale, a,
-                     workspace);
+    const T scale = detail::dense_score_scale<T>(full_config(shared_qk), d);
+    attend_cached<T>(q, cache.k, cache.v, chunk, n_before, rows, widest, {}, shared_qk, h, d, scale,
+                     a, workspace);
   }
   ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
 }

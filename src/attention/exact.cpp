@@ -53,6 +53,12 @@ struct ExactInputs {
   // products take a thread per element of a tile instead of a row.
   bool elements = false;
 
+  // The padded head size and the tile counts of Shape, from d_head, lq, lk.
+  void count_tiles() {
+    dpad = Shape::pad_columns(in.d_head);
+    nq = (lq + BQ - 1) / BQ;
+    nk = (lk + BK - 1) / BK;
+  }
   // The same inputs tiled by Other (the backward's passes may tile otherwise
   // than the forward).
   template <class Other>
@@ -61,12 +67,10 @@ struct ExactInputs {
     y.in = in;
     y.lq = lq;
     y.lk = lk;
-    y.dpad = Other::pad_columns(in.d_head);
-    y.nq = (lq + Other::query_tile - 1) / Other::query_tile;
-    y.nk = (lk + Other::key_tile - 1) / Other::key_tile;
     y.scale = scale;
     y.first_valid = first_valid;
     y.elements = elements;
+    y.count_tiles();
     return y;
   }
 
@@ -792,9 +796,7 @@ ExactInputs<T, Shape> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAtte
   x.in.dropout = call.dropout;
   x.lq = q.extent(1);
   x.lk = k.extent(1);
-  x.dpad = Shape::pad_columns(q.extent(3));
-  x.nq = (x.lq + Shape::query_tile - 1) / Shape::query_tile;
-  x.nk = (x.lk + Shape::key_tile - 1) / Shape::key_tile;
+  x.count_tiles();
   x.scale = detail::dense_score_scale<C>(config, q.extent(3));
   x.elements = tile_loops() == TileLoops::elements;
   if (call.masks.key_valid.extent(0)) {
@@ -822,11 +824,10 @@ ExactTilingInfo exact_tiling_info(ExactTiles tiles, Index d_head) {
     using K = typename Tiling::Keys;
     using Q = typename Tiling::Queries;
     ExactForward<float, F> forward;
-    forward.x.dpad = F::pad_columns(d_head);
-    ExactBackwardKeys<float, K> keys;
-    keys.x.dpad = K::pad_columns(d_head);
-    ExactBackwardQueries<float, Q> queries;
-    queries.x.dpad = Q::pad_columns(d_head);
+    forward.x.in.d_head = d_head;
+    forward.x.count_tiles();
+    ExactBackwardKeys<float, K> keys{forward.x.template tiled<K>()};
+    ExactBackwardQueries<float, Q> queries{forward.x.template tiled<Q>()};
     info.forward = {F::query_tile, F::key_tile, F::block_rows, F::block_cols,
                     forward.scratch_bytes()};
     info.keys = {K::query_tile, K::key_tile, K::block_rows, K::block_cols, keys.scratch_bytes()};

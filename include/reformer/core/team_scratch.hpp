@@ -138,9 +138,6 @@ inline ExactTiles& exact_tiles_setting() {
                          kHostMemory ? ExactTiles::cpu : ExactTiles::gpu));
   return tiles;
 }
-}  // namespace detail
-
-namespace detail {
 inline RowKernels& row_kernels_setting() {
   static RowKernels kernels = environment_choice(
       "REFORMER_ROW_KERNELS", {"threads", "lanes"}, {RowKernels::threads, RowKernels::lanes},
