@@ -40,6 +40,14 @@ step() {
 mkdir -p "$build"
 summary=$build/summary.txt
 : >"$summary"
+# Every failure, with the failing tests' own messages, printed again after the
+# closing table: a log cut to its last lines still names what failed.
+failures=$build/failures.txt
+: >"$failures"
+say_fail() {  # say_fail <text>: print a failure now and keep it for the end
+  echo "FAIL $*"
+  echo "FAIL $*" >>"$failures"
+}
 passed=0 failed=0 skipped=0
 # record <step> <passed> <failed> <skipped>: one row of the closing table.
 record() {
@@ -49,7 +57,7 @@ record() {
   printf '%-44s %6d %6d %7d %6ds\n' "$1" "$2" "$3" "$4" $(($(date +%s) - step_start)) >>"$summary"
 }
 fail_step() {  # fail_step <step> <message>: a step that could not run counts as one failure
-  echo "FAIL $1: $2"
+  say_fail "$1: $2"
   record "$1" 0 1 0
 }
 
@@ -60,7 +68,7 @@ fi
 step "dependencies: $backends"
 # shellcheck disable=SC2086
 if ! "$root/cmake/install-deps.sh" testing $backends; then
-  echo "FAIL dependencies: cmake/install-deps.sh failed; nothing was built"
+  say_fail "dependencies: cmake/install-deps.sh failed; nothing was built"
   echo "total: 0 passed, 1 failed"
   exit 1
 fi
@@ -104,7 +112,8 @@ run_ctest() {
   local name=$1 dir=$2
   shift 2
   step_start=$(date +%s)
-  python3 "$root/tests/harness/ctest_step.py" "$dir" --name "$name" --result "$dir/result.txt" "$@"
+  python3 "$root/tests/harness/ctest_step.py" "$dir" --name "$name" --result "$dir/result.txt" \
+    --failures "$failures" "$@"
   if [ -s "$dir/result.txt" ]; then
     # shellcheck disable=SC2046
     record "$name" $(cat "$dir/result.txt")
@@ -129,12 +138,12 @@ check_device_code() {
       [ "$kind" = gtest ] && exes+=("$path")
     done <"$dir/tests/test_manifest.txt"
   else
-    echo "FAIL $name: $dir/tests/test_manifest.txt is missing (tests not configured)"
+    say_fail "$name: $dir/tests/test_manifest.txt is missing (tests not configured)"
     bad=$((bad + 1))
   fi
   for exe in "${exes[@]}"; do
     if [ ! -x "$exe" ]; then
-      echo "FAIL $(basename "$exe") is missing ($exe)"
+      say_fail "$(basename "$exe") is missing ($exe)"
       bad=$((bad + 1))
       continue
     fi
@@ -144,7 +153,7 @@ check_device_code() {
       echo "ok   $(basename "$exe") contains $pattern device code"
       ok=$((ok + 1))
     else
-      echo "FAIL $(basename "$exe") has no $pattern device code"
+      say_fail "$(basename "$exe") has no $pattern device code"
       bad=$((bad + 1))
     fi
   done
@@ -171,12 +180,12 @@ for backend in $backends; do
       ok=0 bad=0
       for guard in "${guards[@]}"; do
         if [ ! -x "$build/openmp/bench/$guard" ]; then
-          echo "FAIL $guard was not built ($build/openmp/bench/$guard)"
+          say_fail "$guard was not built ($build/openmp/bench/$guard)"
           bad=$((bad + 1))
         elif OMP_NUM_THREADS=2 timeout 300 "$build/openmp/bench/$guard"; then
           ok=$((ok + 1))
         else
-          echo "FAIL $guard"
+          say_fail "$guard"
           bad=$((bad + 1))
         fi
       done
@@ -278,6 +287,13 @@ fi
 step "done"
 if [ ${#launcher[@]} -gt 0 ]; then
   ccache --show-stats 2>/dev/null | grep -iE "hits|misses|cache size" | head -n 6 || true
+fi
+if [ -s "$failures" ]; then
+  # The first ten with their messages, then every name (the names last, so
+  # that a cut log keeps them).
+  printf '\n=== failures: %d (printed above as well)\n' "$(grep -c '^FAIL' "$failures")"
+  awk '/^FAIL/ { n++ } n <= 10' "$failures"
+  [ "$(grep -c '^FAIL' "$failures")" -le 10 ] || grep '^FAIL' "$failures"
 fi
 printf '\n%-44s %6s %6s %7s %7s\n' "step" passed failed skipped time
 cat "$summary"

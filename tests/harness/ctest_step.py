@@ -20,7 +20,9 @@ with a JUnit report, and the step fails when
 Skipped tests (GTEST_SKIP, a script's exit 77, a disabled test, or one left out
 with --exclude) are listed by name with their reason and not counted as passed.
 The step ends with one line `NAME: P passed, F failed, S skipped (expected E)`;
---result FILE receives "P F S" for the caller's total.
+--result FILE receives "P F S" for the caller's total, and --failures FILE gets
+each failure appended with the first lines of the test's own failure message,
+for the caller to print again at the end of its log.
 """
 import argparse
 import os
@@ -83,6 +85,16 @@ def skip_reason(case):
     return lines[-1].strip() if lines else "no reason printed"
 
 
+def failure_excerpt(case, limit=16):
+    """The first lines of a failed test's message (GoogleTest's 'Failure' onwards), or its last lines."""
+    lines = [line.rstrip() for line in (case.findtext("system-out") or "").splitlines()]
+    noise = ("[----------]", "[==========]", "[  PASSED  ]", "[ RUN      ]", "[       OK ]")
+    lines = [line for line in lines if line.strip() and not line.startswith(noise)]
+    start = next((i for i, line in enumerate(lines) if "Failure" in line or "error" in line.lower()),
+                 max(0, len(lines) - limit))
+    return lines[start:start + limit]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("build")
@@ -93,6 +105,7 @@ def main():
     p.add_argument("--timeout", type=int, default=600,
                    help="ctest's limit for a test that sets none of its own")
     p.add_argument("--result")
+    p.add_argument("--failures", help="append each failure, with its message, to this file")
     p.add_argument("ctest_args", nargs="*")
     a = p.parse_args()
     a.build = os.path.abspath(a.build)
@@ -144,6 +157,7 @@ def main():
                 timeouts.add(m.group(1))
 
     passed, failed, skipped = [], [], []
+    excerpts = {}
     if not os.path.exists(junit):
         problems.append(f"ctest wrote no report ({junit}); exit status {rc}")
     else:
@@ -153,6 +167,7 @@ def main():
                 passed.append(name)
             elif status == "fail":
                 failed.append(name + (" (timed out)" if name in timeouts else ""))
+                excerpts[failed[-1]] = failure_excerpt(case)
             else:
                 skipped.append((name, skip_reason(case)))
     ran = len(passed) + len(failed) + len(skipped)
@@ -174,6 +189,13 @@ def main():
     n_skipped = len(skipped) + len(excluded)
     print(f"{a.name}: {len(passed)} passed, {n_failed} failed, {n_skipped} skipped "
           f"(expected {expected + len(excluded)})")
+    if a.failures and n_failed:
+        with open(a.failures, "a", encoding="utf-8") as f:
+            for name in failed:
+                f.write(f"FAIL {a.name}: {name}\n")
+                f.writelines(f"    {line}\n" for line in excerpts.get(name, []))
+            for problem in problems:
+                f.write(f"FAIL {a.name}: {problem}\n")
     if a.result:
         with open(a.result, "w", encoding="utf-8") as f:
             f.write(f"{len(passed)} {n_failed} {n_skipped}\n")
