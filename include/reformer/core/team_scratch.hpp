@@ -147,9 +147,6 @@ inline RowKernels& row_kernels_setting() {
 }  // namespace detail
 inline RowKernels row_kernels() { return detail::row_kernels_setting(); }
 inline void set_row_kernels(RowKernels kernels) { detail::row_kernels_setting() = kernels; }
-inline const char* row_kernels_name(RowKernels kernels) {
-  return kernels == RowKernels::lanes ? "lanes" : "threads";
-}
 
 inline const char* exact_tiles_name(ExactTiles tiles) {
   return tiles == ExactTiles::cpu ? "cpu" : tiles == ExactTiles::gpu ? "gpu" : "gpu-wide";
