@@ -98,6 +98,12 @@ using CublasSetMathMode = int (*)(void* handle, int mode);         // cublasSetM
 using CublasSgemm = int (*)(void* handle, int transa, int transb,  // cublasSgemm_v2
                             int m, int n, int k, const float* alpha, const float* a, int lda,
                             const float* b, int ldb, const float* beta, float* c, int ldc);
+// cublasSgemmStridedBatched / cublasDgemmStridedBatched: strides are long long.
+template <class T>
+using CublasGemmStridedBatched = int (*)(void* handle, int transa, int transb, int m, int n, int k,
+                                         const T* alpha, const T* a, int lda, long long stride_a,
+                                         const T* b, int ldb, long long stride_b, const T* beta,
+                                         T* c, int ldc, long long stride_c, int batch_count);
 using CublasGemmEx = int (*)(void* handle, int transa, int transb,  // cublasGemmEx
                              int m, int n, int k, const void* alpha, const void* a, int a_type,
                              int lda, const void* b, int b_type, int ldb, const void* beta, void* c,
@@ -116,6 +122,13 @@ using RocblasSetStream = int (*)(void* handle, void* stream);         // rocblas
 using RocblasSgemm = int (*)(void* handle, int trans_a, int trans_b,  // rocblas_sgemm
                              int m, int n, int k, const float* alpha, const float* a, int lda,
                              const float* b, int ldb, const float* beta, float* c, int ldc);
+// rocblas_sgemm_strided_batched / rocblas_dgemm_strided_batched (rocblas_stride: int64).
+template <class T>
+using RocblasGemmStridedBatched = int (*)(void* handle, int trans_a, int trans_b, int m, int n,
+                                          int k, const T* alpha, const T* a, int lda,
+                                          std::int64_t stride_a, const T* b, int ldb,
+                                          std::int64_t stride_b, const T* beta, T* c, int ldc,
+                                          std::int64_t stride_c, int batch_count);
 using RocblasGemmEx = int (*)(void* handle, int trans_a, int trans_b,  // rocblas_gemm_ex
                               int m, int n, int k, const void* alpha, const void* a, int a_type,
                               int lda, const void* b, int b_type, int ldb, const void* beta,
@@ -145,6 +158,10 @@ struct Api {
   CublasGemmEx cublas_gemm_ex = nullptr;
   RocblasSgemm rocblas_sgemm = nullptr;
   RocblasGemmEx rocblas_gemm_ex = nullptr;
+  // The strided-batched products (chunk attention's batched shape, issue 46):
+  // optional, looked up without failing; absent, batched_matmul stays portable.
+  void* sgemm_strided_batched = nullptr;
+  void* dgemm_strided_batched = nullptr;
 };
 
 struct State {
@@ -216,12 +233,16 @@ void load(State& s) {
     api.set_math_mode = symbol<CublasSetMathMode>(api.library, "cublasSetMathMode");
     api.cublas_sgemm = symbol<CublasSgemm>(api.library, "cublasSgemm_v2");
     api.cublas_gemm_ex = symbol<CublasGemmEx>(api.library, "cublasGemmEx");
+    api.sgemm_strided_batched = dlsym(api.library.handle, "cublasSgemmStridedBatched");
+    api.dgemm_strided_batched = dlsym(api.library.handle, "cublasDgemmStridedBatched");
   } else {
     api.create = symbol<RocblasCreate>(api.library, "rocblas_create_handle");
     api.destroy = symbol<RocblasDestroy>(api.library, "rocblas_destroy_handle");
     api.set_stream = symbol<RocblasSetStream>(api.library, "rocblas_set_stream");
     api.rocblas_sgemm = symbol<RocblasSgemm>(api.library, "rocblas_sgemm");
     api.rocblas_gemm_ex = symbol<RocblasGemmEx>(api.library, "rocblas_gemm_ex");
+    api.sgemm_strided_batched = dlsym(api.library.handle, "rocblas_sgemm_strided_batched");
+    api.dgemm_strided_batched = dlsym(api.library.handle, "rocblas_dgemm_strided_batched");
   }
   s.api = api;
   s.info.loaded = true;
@@ -532,6 +553,63 @@ bool device_sgemm(In2<float> a, Trans trans_a, In2<float> b, Trans trans_b, View
   vendor_sum<float>({{oa, ob, k}}, c, alpha, beta, In1<float>());
   return true;
 }
+
+template <class T>
+bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c,
+                                 T alpha, T beta) {
+  if (kHostMemory || !device_blas_loaded()) return false;
+  const Index count = c.extent(0), m = c.extent(1), n = c.extent(2);
+  const Index k = trans_a == Trans::No ? a.extent(2) : a.extent(1);
+  const auto fits = [](const auto& v) {
+    return Index(v.extent(1)) <= INT_MAX && Index(v.extent(2)) <= INT_MAX &&
+           Index(v.stride(1)) <= INT_MAX && Index(v.stride(2)) == 1;
+  };
+  if (count == 0 || count > INT_MAX || !fits(a) || !fits(b) || !fits(c)) return false;
+  Api& api = api_for_products();
+  void* function =
+      std::is_same<T, float>::value ? api.sgemm_strided_batched : api.dgemm_strided_batched;
+  if (function == nullptr) return false;
+  const bool cublas = api.vendor == Vendor::Cublas;
+  char label[128];
+  std::snprintf(label, sizeof label, "%s gemm strided batched %c%c m %lld n %lld k %lld x %lld%s",
+                cublas ? "cublas" : "rocblas", trans_a == Trans::No ? 'N' : 'T',
+                trans_b == Trans::No ? 'N' : 'T', static_cast<long long>(m),
+                static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(count),
+                std::is_same<T, float>::value ? "" : " double");
+  const ProfileRegion region(label);
+  check_status(cublas ? "cublasSetStream_v2" : "rocblas_set_stream",
+               api.set_stream(api.handle, device::default_stream()), n, m, k);
+  // Row-major C_i = op(A_i) op(B_i) is the column-major C_i^T = op(B_i)^T op(A_i)^T
+  // (row_major_gemm above), for every batch entry i at its stride.
+  if (cublas) {
+    const auto op = [](Trans t) { return t == Trans::No ? kCublasOpN : kCublasOpT; };
+    check_status(
+        std::is_same<T, float>::value ? "cublasSgemmStridedBatched" : "cublasDgemmStridedBatched",
+        reinterpret_cast<CublasGemmStridedBatched<T>>(function)(
+            api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data(),
+            int(b.stride(1)), static_cast<long long>(b.stride(0)), a.data(), int(a.stride(1)),
+            static_cast<long long>(a.stride(0)), &beta, c.data(), int(c.stride(1)),
+            static_cast<long long>(c.stride(0)), int(count)),
+        n, m, k);
+    return true;
+  }
+  const auto op = [](Trans t) {
+    return t == Trans::No ? kRocblasOperationNone : kRocblasOperationTranspose;
+  };
+  check_status(std::is_same<T, float>::value ? "rocblas_sgemm_strided_batched"
+                                             : "rocblas_dgemm_strided_batched",
+               reinterpret_cast<RocblasGemmStridedBatched<T>>(function)(
+                   api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data(),
+                   int(b.stride(1)), std::int64_t(b.stride(0)), a.data(), int(a.stride(1)),
+                   std::int64_t(a.stride(0)), &beta, c.data(), int(c.stride(1)),
+                   std::int64_t(c.stride(0)), int(count)),
+               n, m, k);
+  return true;
+}
+template bool device_gemm_strided_batched<float>(In3<float>, Trans, In3<float>, Trans, View3<float>,
+                                                 float, float);
+template bool device_gemm_strided_batched<double>(In3<double>, Trans, In3<double>, Trans,
+                                                  View3<double>, double, double);
 
 #define REFORMER_INSTANTIATE_DEVICE_MIXED(TA, TB, TC)                                             \
   template bool device_mixed_matmul<TA, TB, TC>(In2<TA>, Trans, In2<TB>, Trans, View2<TC>, float, \

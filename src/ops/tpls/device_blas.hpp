@@ -44,4 +44,12 @@ bool device_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<floa
 bool device_sgemm(In2<float> a, Trans trans_a, In2<float> b, Trans trans_b, View2<float> c,
                   float alpha, float beta);
 
+// batched_matmul<T> (T float or double, Structure::Dense) through the vendor's
+// strided-batched GEMM (cublas[SD]gemmStridedBatched, rocblas_[sd]gemm_strided_
+// batched): one call for every batch entry. Each operand's rows must be
+// contiguous; false when the path does not apply or the library lacks it.
+template <class T>
+bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c,
+                                 T alpha, T beta);
+
 }  // namespace reformer::ops::tpls
