@@ -36,6 +36,7 @@
 #pragma once
 
 #include "attention/online_softmax.hpp"
+#include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/team_scratch.hpp"
@@ -790,11 +791,25 @@ struct StreamedBackward {
   }
 };
 
+// The batched shape (ChunkProducts::batched; chunked_batched.hpp, included
+// below).
+template <class T>
+void batched_forward(const ChunkedInputs<T>& in, ItemView<T> out, ItemScalars<compute_t<T>> lse,
+                     Index batch);
+template <class T>
+void batched_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>> lse,
+                      ItemScalars<const compute_t<T>> delta, ItemView<const T> dout, ItemView<T> dq,
+                      ItemView<T> dk_scaled, ItemView<T> dv);
+
 // Runs the forward: one team per (batch, head, chunk), or per (batch, head,
-// chunk, query tile) in the streamed shape.
+// chunk, query tile) in the streamed shape; or the batched shape.
 template <class T>
 void run_forward_chunks(const char* label, const ChunkedInputs<T>& in, ItemView<T> out,
                         ItemScalars<compute_t<T>> lse, Index batch) {
+  if (chunk_products() == ChunkProducts::batched) {
+    batched_forward<T>(in, out, lse, batch);
+    return;
+  }
   const Index teams = batch * in.heads * in.window.n_chunks;
   if (chunked_kernel_shape() == ChunkedKernelShape::streamed) {
     StreamedForward<T> kernel{in, out, lse};
@@ -834,6 +849,10 @@ template <class T>
 void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>> lse,
                       ItemScalars<const compute_t<T>> delta, ItemView<const T> dout, ItemView<T> dq,
                       ItemView<T> dk_scaled, ItemView<T> dv) {
+  if (chunk_products() == ChunkProducts::batched) {
+    batched_backward<T>(in, lse, delta, dout, dq, dk_scaled, dv);
+    return;
+  }
   Kokkos::deep_copy(dq, store<T>(0));
   Kokkos::deep_copy(dk_scaled, store<T>(0));
   Kokkos::deep_copy(dv, store<T>(0));
@@ -870,3 +889,5 @@ void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>
 }
 
 }  // namespace reformer::attention::detail
+
+#include "attention/chunked_batched.hpp"

@@ -55,6 +55,13 @@ int run_info(const GlobalOptions& global) {
       : scratch.gpu_forward_level + scratch.gpu_backward_level == 0
           ? " (level 0)"
           : " (level 1: a pool in device memory)");
+  // Where the chunked kernels' products run (REFORMER_CHUNK_PRODUCTS) and, in the
+  // batched shape, the slice budget (REFORMER_CHUNK_SLICE_MIB).
+  if (attention::chunk_products() == attention::ChunkProducts::batched)
+    std::printf("  chunk products     batched (strided-batched products, slices of at most %s)\n",
+                format_bytes(std::int64_t(attention::chunk_slice_budget())).c_str());
+  else
+    std::printf("  chunk products     fused (in the chunked kernels' teams)\n");
   // The elementwise passes inside the fused kernels' tiles (REFORMER_TILE_LOOPS).
   std::printf("  tile loops         %s\n", tile_loops() == TileLoops::elements
                                                ? "elements (a thread per element)"

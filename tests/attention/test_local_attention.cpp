@@ -1,6 +1,7 @@
 #include "reformer/attention/local.hpp"
 #include "reformer/core/error.hpp"
 #include "support/attention_reference.hpp"
+#include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
 
@@ -216,6 +217,51 @@ TEST(LocalAttention, StreamedKernelsMatchReferenceWholeWindowAndFiniteDifference
   LocalCaseOf<96, 5> dropped(24, 1, true);
   dropped.call.dropout = {0.3, {9, 4}};
   check_streamed_local(dropped, "dropout");
+}
+
+// The batched shape (ChunkProducts::batched) against the fused kernels in
+// double, with every chunk in one slice and with one chunk per slice, then
+// the dense reference and the finite differences.
+template <class Case>
+void check_batched_local(Case& c, const std::string& what) {
+  const ScopedChunkProducts fused(attention::ChunkProducts::fused);
+  c.backward();
+  const auto out = to_host(c.out), lse = to_host(c.lse), dq = to_host(c.dq), dk = to_host(c.dk),
+             dv = to_host(c.dv);
+  const ScopedChunkProducts batched(attention::ChunkProducts::batched);
+  for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(1)}) {
+    const ScopedChunkSlice slice(budget);
+    Kokkos::deep_copy(c.out, 7.0);
+    c.backward();
+    EXPECT_LT(relative_error(to_host(c.out), out), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.lse), lse), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.dq), dq), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.dk), dk), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.dv), dv), 1e-12) << what << ", slice " << budget;
+  }
+  if (c.call.dropout.rate == 0.0)
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12) << what;
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << what;
+}
+
+TEST(LocalAttention, BatchedChunksMatchFusedKernelsReferenceAndFiniteDifferences) {
+  for (const bool causal : {true, false})
+    for (const Index n_before : {0, 1, 2}) {
+      LocalCase c(4, n_before, causal);
+      check_batched_local(
+          c, "chunk 4, n_before " + std::to_string(n_before) + (causal ? ", causal" : ""));
+    }
+  LocalCase padded(4, 1, true);
+  padded.pad_positions({{0, 0}, {1, 5}, {1, 11}});
+  check_batched_local(padded, "padding");
+  LocalCase dropped(4, 1, true);
+  dropped.call.dropout = {0.3, {9, 4}};
+  check_batched_local(dropped, "dropout");
+  LocalCase whole(12, 1, false);
+  check_batched_local(whole, "one chunk");
 }
 
 TEST(LocalAttention, ClearErrors) {

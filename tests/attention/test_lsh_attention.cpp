@@ -3,6 +3,7 @@
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
 #include "support/checks.hpp"
+#include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
 
@@ -294,6 +295,70 @@ TEST(LshAttention, StreamedKernelsWithPaddingDuplicateCorrectionAndDropout) {
   corrected.config.duplicate_correction = true;
   corrected.call.dropout = {0.2, {3, 3}};
   check_streamed_lsh(corrected, "duplicate correction, dropout");
+}
+
+// The batched shape (ChunkProducts::batched: gathered chunks and strided-
+// batched products, the GPUs' alternative to the fused kernels) against the
+// fused kernels, in double: the same outputs, logsumexps and gradients to
+// 1e-12, with every chunk in one slice, one chunk per slice, and slices of
+// three chunks (the last one partial); then the plain reference and the
+// finite differences in the batched shape.
+template <class Case>
+void check_batched_lsh(Case& c, const std::string& what) {
+  const ScopedChunkProducts fused(attention::ChunkProducts::fused);
+  c.backward();
+  const auto out = to_host(c.out), lse = to_host(c.lse), dqk = to_host(c.dqk), dv = to_host(c.dv);
+  const ScopedChunkProducts batched(attention::ChunkProducts::batched);
+  const auto per_chunk =
+      attention::chunk_batched_bytes(c.config.chunk, c.config.n_before, c.d, 1, sizeof(double), 1)
+          .per_chunk_backward;
+  for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(1), 3 * per_chunk}) {
+    const ScopedChunkSlice slice(budget);
+    Kokkos::deep_copy(c.out, 7.0);
+    Kokkos::deep_copy(c.dqk, 7.0);
+    c.backward();
+    EXPECT_LT(relative_error(to_host(c.out), out), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.lse), lse), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.dqk), dqk), 1e-12) << what << ", slice " << budget;
+    EXPECT_LT(relative_error(to_host(c.dv), dv), 1e-12) << what << ", slice " << budget;
+  }
+  if (c.call.dropout.rate == 0.0 && !c.config.duplicate_correction)
+    EXPECT_LT(relative_error(to_host(c.out), c.reference()), 1e-12) << what;
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << what;
+}
+
+TEST(LshAttention, BatchedChunksMatchFusedKernelsReferenceAndFiniteDifferences) {
+  for (const bool causal : {false, true})
+    for (const Index hashes : {1, 2, 3, 5, 8}) {
+      LshCase c(4, hashes, {4}, causal);
+      check_batched_lsh(
+          c, "chunk 4, " + std::to_string(hashes) + " hashes" + (causal ? ", causal" : ""));
+    }
+  LshCaseOf<20, 96> partial(24, 2, {4}, true);
+  check_batched_lsh(partial, "chunk 24, d_head 20");
+  LshCase two_back(4, 2, {4}, false);
+  two_back.config.n_before = 2;
+  check_batched_lsh(two_back, "n_before 2");
+  LshCase single(16, 2, {}, true);
+  check_batched_lsh(single, "one chunk (no look-back)");
+}
+
+TEST(LshAttention, BatchedChunksWithPaddingDuplicateCorrectionAndDropout) {
+  LshCase c(4, 2, {4}, true);
+  c.pad({{0, 0}, {1, 7}, {1, 15}});
+  check_batched_lsh(c, "padding");
+  LshCaseOf<4, 128> padded(32, 2, {}, true);
+  padded.pad({{0, 0}, {1, 70}, {1, 127}});
+  check_batched_lsh(padded, "padding, 2 real chunks of 4");
+  LshCaseOf<4, 64> tail(8, 3, {4}, false);
+  tail.pad({{0, 20}, {0, 21}, {0, 63}, {1, 9}});
+  check_batched_lsh(tail, "padding, 3 hashes, a partial real chunk");
+  LshCase all(4, 2, {4}, false);
+  all.config.duplicate_correction = true;
+  all.call.dropout = {0.2, {3, 3}};
+  check_batched_lsh(all, "duplicate correction, dropout");
 }
 
 // A chunk as long as the sequence, or longer (item 12 of the reference: then

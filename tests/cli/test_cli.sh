@@ -24,6 +24,12 @@ REFORMER_EXACT_TILES=wide expect bad_exact_tiles 1 \
 REFORMER_CHUNKED_KERNEL=streamed expect info_chunked_shape 0 "chunked attention  streamed" -- info
 REFORMER_CHUNKED_KERNEL=half expect bad_chunked_shape 1 \
   "REFORMER_CHUNKED_KERNEL is 'half' but must be 'whole' or 'streamed'" -- info
+REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=8 expect info_chunk_products 0 \
+  "chunk products     batched (strided-batched products, slices of at most 8.00 MiB)" -- info
+REFORMER_CHUNK_PRODUCTS=cublas expect bad_chunk_products 1 \
+  "REFORMER_CHUNK_PRODUCTS is 'cublas' but must be 'fused' or 'batched'" -- info
+REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=-2 expect bad_chunk_slice 1 \
+  "REFORMER_CHUNK_SLICE_MIB is '-2' but must be a positive number of MiB" -- info
 expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus
 expect unknown_option 2 "--frobnicate" -- --frobnicate info

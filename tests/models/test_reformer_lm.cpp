@@ -2,6 +2,7 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "support/checks.hpp"
+#include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
 
@@ -158,6 +159,31 @@ TEST(ReformerLM, StreamedChunkedKernelsGiveTheSameModel) {
   const auto result = c.gradients();
   EXPECT_NEAR(result.loss, expected.loss, 1e-12);
   EXPECT_LT(relative_error(to_host(c.params.grads()), grads), 1e-12);
+  expect_parameter_gradients(c, 1e-6);
+}
+
+// The batched shape of the LSH and local layers (ChunkProducts::batched:
+// gathered chunks, strided-batched products) in the whole model: the fused
+// kernels' loss and gradients through the reversible recompute (which reuses
+// the forward's LSH plan), padding, dropout and n_before 2, in slices of one
+// chunk and of everything, and a gradient check of its own.
+TEST(ReformerLM, BatchedChunkProductsGiveTheSameModel) {
+  auto config = mixed_layers_config(64, {8, 8});
+  config.lsh.chunk = 16;
+  config.lsh.n_before = 2;
+  config.local.chunk = 32;
+  ModelCase c(config, 2, 60);
+  c.call.valid = valid_prefixes(60, {60, 41});
+  ScopedChunkProducts fused(attention::ChunkProducts::fused);
+  const auto expected = c.gradients();
+  const auto grads = to_host(c.params.grads());
+  ScopedChunkProducts batched(attention::ChunkProducts::batched);
+  for (const std::size_t budget : {std::size_t(1), std::size_t(64) << 20}) {
+    ScopedChunkSlice slice(budget);
+    const auto result = c.gradients();
+    EXPECT_NEAR(result.loss, expected.loss, 1e-12) << budget;
+    EXPECT_LT(relative_error(to_host(c.params.grads()), grads), 1e-12) << budget;
+  }
   expect_parameter_gradients(c, 1e-6);
 }
 

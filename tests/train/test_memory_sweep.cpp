@@ -2,6 +2,7 @@
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/train/memory_sweep.hpp"
 #include "support/checks.hpp"
+#include "support/chunk_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,35 @@ TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
         expect_prediction_matches(p);
         EXPECT_GT(p.seconds_per_step, 0.0);
       }
+}
+
+// The batched chunk shape (attention/chunked_scratch.hpp) holds its slices in
+// a workspace of its own: the prediction adds the largest slice, and still
+// matches the measured peak; with a slice budget far below the whole problem
+// the peak is the fused one's plus that budget, so it stays O(L).
+TEST(MemorySweep, BatchedChunkSlicesArePredictedAndBounded) {
+  train::SweepOptions options;
+  options.timed_steps = 1;
+  const Index length = 1024;
+  ScopedChunkProducts fused(attention::ChunkProducts::fused);
+  const auto base = train::run_sweep_point("lsh-2", small_base(), 2, length, options);
+  ScopedChunkProducts batched(attention::ChunkProducts::batched);
+  for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(256) << 10}) {
+    ScopedChunkSlice slice(budget);
+    for (const char* variant : {"lsh-2", "local", "reformer"}) {
+      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
+      ASSERT_TRUE(p.ran) << variant << ": " << p.skipped;
+      SCOPED_TRACE(std::string(variant) + ", slices of " + std::to_string(budget) + " bytes");
+      expect_prediction_matches(p);
+    }
+    const auto p = train::run_sweep_point("lsh-2", small_base(), 2, length, options);
+    // Every chunk of the LSH layer (2 x 2 heads x 2 rounds x 1024 / 32).
+    const auto whole = attention::chunk_batched_bytes(32, 1, 16, 256, 4, budget);
+    const double added = double(p.predicted.peak() - base.predicted.peak());
+    EXPECT_NEAR(added, double(std::max(whole.forward, whole.backward)), 1.0);
+    EXPECT_LE(std::max(whole.forward, whole.backward),
+              std::max<std::size_t>(budget, whole.per_chunk_backward));
+  }
 }
 
 // bf16 activations (train.precision = "bf16") about halve the step of every

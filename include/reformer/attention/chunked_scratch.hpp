@@ -29,4 +29,41 @@ struct ChunkedScratch {
 ChunkedScratch chunked_scratch_bytes(ChunkedKernelShape shape, Index chunk, Index n_before,
                                      Index d_head, bool gpu_tiles);
 
+// Where the chunked kernels compute their products (issue 46).
+// `fused`: inside the team kernels, in one of the two ChunkedKernelShapes.
+// `batched`: as reformer-pytorch does, a slice of chunks at a time: the
+// chunks' queries and their windows' keys and values are gathered into
+// contiguous buffers, the chunk scores S = Q K^T and the products P V (and in
+// the backward dO V^T, P^T dO, dS K, dS^T Q) run as strided-batched products
+// (ops::batched_matmul: the vendor's strided-batched GEMM on a GPU whose
+// vendor BLAS is loaded, the portable kernel elsewhere), and the masks,
+// softmax, logsumexp and dropout run in row kernels between them. Both give
+// the same results up to rounding. REFORMER_CHUNK_PRODUCTS=fused|batched picks
+// one for a process (default: fused); tests switch with set_chunk_products().
+enum class ChunkProducts { fused, batched };
+ChunkProducts chunk_products();
+void set_chunk_products(ChunkProducts products);
+const char* chunk_products_name(ChunkProducts products);
+
+// The batched shape holds at most this many bytes of slice buffers at once
+// (at least one chunk's): REFORMER_CHUNK_SLICE_MIB when set (a positive
+// number of MiB), else 64 MiB. Tests set it with set_chunk_slice_budget().
+std::size_t chunk_slice_budget();
+void set_chunk_slice_budget(std::size_t bytes);
+
+// The batched shape's buffers for `chunks` chunks (every (batch, head) and
+// round) of `chunk` queries that look back `n_before` chunks, heads of
+// d_head, in compute_bytes-byte elements (float32 for float and bf16 tensors):
+// bytes per chunk forward (Q, K, V, S and the positions and logsumexps) and
+// backward (Q, dO, K, V, S, dP and the positions), the chunks of one slice
+// under `budget`, and the bytes a forward and a backward call take from the
+// workspace (a whole slice, or every chunk when fewer).
+struct ChunkBatchedBytes {
+  std::size_t per_chunk_forward = 0, per_chunk_backward = 0;
+  Index forward_slice = 0, backward_slice = 0;  // chunks per slice
+  std::size_t forward = 0, backward = 0;
+};
+ChunkBatchedBytes chunk_batched_bytes(Index chunk, Index n_before, Index d_head, Index chunks,
+                                      std::size_t compute_bytes, std::size_t budget);
+
 }  // namespace reformer::attention

@@ -3,6 +3,7 @@
 // variants (the rows of the paper's Table 3 plus local and exact attention).
 #include "reformer/train/memory_sweep.hpp"
 
+#include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/tile_multiply.hpp"
@@ -170,6 +171,9 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   const double loss_rows = std::min(double(c.loss_chunk), x);
   // Per kind (the largest layer of the stack decides the workspace); bytes.
   double stored = 0, plans = 0, scratch = 0, ws_forward = 0, ws_backward = 0;
+  // The batched chunk shape's own workspace (attention/chunked_scratch.hpp):
+  // its largest slice over the LSH and local layers.
+  double chunk_slices = 0;
   for (Index i = 0; i < c.layers; ++i) {
     const AttentionKind kind = c.layer_kind(i);
     const auto layer = c.attention_config(i);
@@ -184,6 +188,18 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     plans += plan_bytes;
     if (!c.reversible) stored += 2 * x * d * a + attention_state;  // + block inputs
     scratch = std::max(scratch, c.reversible ? attention_state : 0.0);
+    if (attention::chunk_products() == attention::ChunkProducts::batched &&
+        (kind == AttentionKind::Lsh || kind == AttentionKind::Local)) {
+      const bool lsh = kind == AttentionKind::Lsh;
+      const Index chunk = lsh ? std::min(c.lsh.chunk, length) : c.local.chunk;
+      const Index n_chunks = (lsh ? c.lsh.n_hashes : 1) * length / chunk;
+      const Index n_before = lsh ? (chunk >= length ? 0 : std::min(c.lsh.n_before, n_chunks - 1))
+                                 : std::min(c.local.n_before, n_chunks - 1);
+      const auto slices =
+          attention::chunk_batched_bytes(chunk, n_before, c.d_head, batch * c.heads * n_chunks,
+                                         std::size_t(s), attention::chunk_slice_budget());
+      chunk_slices = std::max(chunk_slices, double(std::max(slices.forward, slices.backward)));
+    }
     // Temporaries of the attention kernels.
     const double shared_keys =
         (full || kind == AttentionKind::Exact) && !k_sep ? (2 * x * inner + x * heads) * a : 0;
@@ -245,8 +261,8 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   // plans, the recompute state and the workspace at its high-water mark. Every
   // phase holds all of that; the loss adds one chunk of logits and the per-row
   // losses, which are not workspace.
-  const double alive =
-      4 * x * d * a + stored + plans + scratch + std::max({ws_forward, ws_loss, ws_backward});
+  const double alive = 4 * x * d * a + stored + plans + scratch + chunk_slices +
+                       std::max({ws_forward, ws_loss, ws_backward});
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + panels);
   m.loss = saturated_bytes(alive + loss_panels + (loss_rows * v + x) * s);
