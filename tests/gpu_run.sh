@@ -79,8 +79,13 @@ run_tests() {
   local limit=$1 jobs=$2
   shift 2
   local binaries=("$@")
-  [ ${#binaries[@]} -gt 0 ] || binaries=(test_core test_ops test_attention test_layers test_models
-    test_train test_data test_io test_config)
+  if [ ${#binaries[@]} -eq 0 ]; then
+    # Every test binary in the package (tests/gpu_pack.sh's PACK_BINARIES may leave some out).
+    for name in test_core test_ops test_attention test_layers test_models test_train test_data \
+      test_io test_config; do
+      if [ -x "$pkg/bin/$name" ]; then binaries+=("$name"); else echo "not in the package: $name"; fi
+    done
+  fi
   local running=0 name
   for name in "${binaries[@]}"; do
     run_test_binary "$limit" "$name" &
@@ -119,8 +124,8 @@ fi
 # and reformer-pytorch, the 6-layer step against reformer-pytorch, cached
 # generation; then the choices to make (tilings, loops, shapes, team sizes),
 # profiles, and the rest.
-parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step generate tiles loops shape profile gemm team memory} "
-known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step profile generate "
+parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step products generate tiles loops shape profile gemm team memory} "
+known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step products profile generate "
 for name in $parts; do
   if [[ "$known" != *" $name "* ]]; then
     echo "gpu_run.sh: BENCH_PARTS names '$name' but the parts are:$known" >&2
@@ -197,6 +202,29 @@ part_shape() {
       --layers 6 --lengths 16384 --steps 2 --out "$out/memory_shape_$shape" 2>&1 |
       grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
   done
+}
+part_products() {
+  # Where the chunked kernels' products run (REFORMER_CHUNK_PRODUCTS, issue 46):
+  # fused team kernels (streamed, the GPU default) or gathered chunks and the
+  # vendor's strided-batched products. Each run is its own process, so that
+  # each peak counts its own scratch pool or slice workspace.
+  echo "== chunk products (REFORMER_CHUNK_PRODUCTS): LSH-2 and local layers at 4K and 16K, the 6-layer step at 16K and 64K"
+  for products in fused batched; do
+    echo "products $products" | tee -a "$out/chunk_products.txt"
+    time_layers chunk_products.txt 60 '^BM_AttentionLayer/[12]/(4096|16384)/' \
+      REFORMER_CHUNK_PRODUCTS=$products
+    for length in 16384 65536; do
+      REFORMER_CHUNK_PRODUCTS=$products timeout 100 "$pkg/run/reformer" memory --variants reformer \
+        --layers 6 --lengths "$length" --steps 2 --out "$out/memory_products_${products}_$length" \
+        "model.ff_chunk=$((length / 8))" 2>&1 | grep -E "^(variant|reformer) |rror" |
+        tee -a "$out/chunk_products.txt"
+    done
+  done
+  REFORMER_CHUNK_PRODUCTS=batched REFORMER_KERNEL_PROFILE="$out/profile_step16k_batched.txt" \
+    timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths 16384 \
+    --steps 0 --out "$out/profile_batched" "model.ff_chunk=2048" >/dev/null
+  head -n 30 "$out/profile_step16k_batched.txt"
+  tail -n 1 "$out/profile_step16k_batched.txt"
 }
 part_loops() {
   # The passes inside tiles by rows (the host's loops, and the GPU code before
@@ -290,7 +318,8 @@ echo "==== summary ($(cat "$out/gpu.txt"))"
 cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_ours.txt" 2>/dev/null | sed 's/^/cuBLAS   /'
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 's/^/portable /'
-cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/tile_loops.txt" \
+cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/chunk_products.txt" \
+  "$out/tile_loops.txt" \
   "$out/exact_tiles.txt" "$out/lsh_peer.jsonl" 2>/dev/null
 grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \
   "$out/memory_6_ff8.txt" "$out/memory_6_portable.txt" 2>/dev/null
