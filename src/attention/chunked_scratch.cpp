@@ -44,7 +44,8 @@ namespace {
 ChunkProducts& chunk_products_setting() {
   static ChunkProducts products = reformer::detail::environment_choice(
       "REFORMER_CHUNK_PRODUCTS", {"fused", "batched"},
-      {ChunkProducts::fused, ChunkProducts::batched}, ChunkProducts::fused);
+      {ChunkProducts::fused, ChunkProducts::batched},
+      kHostMemory ? ChunkProducts::fused : ChunkProducts::batched);
   return products;
 }
 
@@ -76,6 +77,8 @@ Workspace& chunk_batched_workspace() {
   return *workspace;
 }
 }  // namespace detail
+
+void release_chunk_batched_workspace() { detail::chunk_batched_workspace().release(); }
 
 ChunkProducts chunk_products() { return chunk_products_setting(); }
 void set_chunk_products(ChunkProducts products) { chunk_products_setting() = products; }

@@ -3,6 +3,7 @@
 // with its prediction and budget, a variant's spec, and saturated byte counts.
 #pragma once
 
+#include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/memory_tracker.hpp"
@@ -56,6 +57,9 @@ template <class Step, class Config>
 SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& options) {
   auto& tracker = MemoryTracker::instance();
   tracker.install();
+  // The batched chunk shape's workspace outlives a step: free it, so that
+  // this point counts its own slices (not an earlier point's high-water mark).
+  attention::release_chunk_batched_workspace();
   const std::string space = MemSpace::name();
   const std::int64_t start = tracker.space(space).current_bytes;
   Step synthetic(config, point.batch, point.length);

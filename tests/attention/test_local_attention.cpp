@@ -176,6 +176,8 @@ TEST(LocalAttention, DropoutIsReplayedInBackward) {
 // reference, the whole-window kernels and the finite differences.
 template <class Case>
 void check_streamed_local(Case& c, const std::string& what) {
+  // The fused kernels (GPUs default to the batched products).
+  const ScopedChunkProducts fused(attention::ChunkProducts::fused);
   const ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
   c.backward();
   const auto out = to_host(c.out), dq = to_host(c.dq), dk = to_host(c.dk), dv = to_host(c.dv);

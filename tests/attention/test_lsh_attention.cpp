@@ -248,6 +248,8 @@ TEST(LshAttention, DuplicateCorrectionAndDropoutGradients) {
 // whole-window kernels' gradients.
 template <class Case>
 void check_streamed_lsh(Case& c, const std::string& what) {
+  // The fused kernels (GPUs default to the batched products).
+  const ScopedChunkProducts fused(attention::ChunkProducts::fused);
   const ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
   c.backward();
   const auto out = to_host(c.out), dqk = to_host(c.dqk), dv = to_host(c.dv);

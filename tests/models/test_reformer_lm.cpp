@@ -152,6 +152,7 @@ TEST(ReformerLM, StreamedChunkedKernelsGiveTheSameModel) {
   config.local.chunk = 32;
   ModelCase c(config, 2, 60);
   c.call.valid = valid_prefixes(60, {60, 41});
+  ScopedChunkProducts fused(attention::ChunkProducts::fused);
   ScopedChunkedShape whole(ChunkedKernelShape::whole_window);
   const auto expected = c.gradients();
   const auto grads = to_host(c.params.grads());
