@@ -77,6 +77,9 @@ def main():
     parser.add_argument("--ff-chunks", type=int, default=8)
     parser.add_argument("--irreversible", action="store_true")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--autocast-bf16", action="store_true",
+                        help="forward and loss under torch.autocast(dtype=torch.bfloat16): "
+                             "the peer of train.precision = \"bf16\"")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     if cuda:
@@ -106,8 +109,9 @@ def main():
     def step():
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        logits = model(ids)
-        loss = F.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1))
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast_bf16):
+            logits = model(ids)
+            loss = F.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1))
         loss.backward()
         optimizer.step()
         loss.item()
@@ -117,6 +121,7 @@ def main():
     times = [step() for _ in range(args.steps)]
     print(json.dumps({
         "model": args.model, "reversible": args.model == "reformer" and not args.irreversible,
+        "autocast_bf16": args.autocast_bf16,
         "length": args.length, "layers": args.layers, "ff_chunks": args.ff_chunks,
         "seconds_per_step": statistics.median(times), "step_seconds": times,
         "warmup_seconds": warmup, "peak_rss_growth_MiB": max_rss_mib() - baseline,

@@ -124,8 +124,8 @@ fi
 # and reformer-pytorch, the 6-layer step against reformer-pytorch, cached
 # generation; then the choices to make (tilings, loops, shapes, team sizes),
 # profiles, and the rest.
-parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step products generate tiles loops shape profile gemm team memory} "
-known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step products profile generate "
+parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step products bf16 generate tiles loops shape profile gemm team memory} "
+known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step products bf16 profile generate "
 for name in $parts; do
   if [[ "$known" != *" $name "* ]]; then
     echo "gpu_run.sh: BENCH_PARTS names '$name' but the parts are:$known" >&2
@@ -226,6 +226,18 @@ part_products() {
   head -n 30 "$out/profile_step16k_batched.txt"
   tail -n 1 "$out/profile_step16k_batched.txt"
 }
+part_bf16() {
+  # bf16 activations (train.precision = "bf16") against reformer-pytorch under
+  # torch.autocast(bfloat16), the same GPU, the 6-layer step at 16K and 64K.
+  echo "== bf16: the 6-layer step (ours --precision bf16; reformer-pytorch under autocast)"
+  for length in 16384 65536; do
+    timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
+      --precision bf16 --steps 2 --out "$out/memory_bf16_$length" "model.ff_chunk=$((length / 8))" \
+      2>&1 | grep -E "^(variant|reformer) |rror" | tee -a "$out/bf16_step.txt"
+    timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
+      --device cuda --steps 2 --autocast-bf16 | tee -a "$out/bf16_step.txt"
+  done
+}
 part_loops() {
   # The passes inside tiles by rows (the host's loops, and the GPU code before
   # 2026-11-26) or a thread per element (the GPU default since), same bits.
@@ -319,6 +331,7 @@ cat "$out/device_blas.txt" "$out/sgemm.txt" 2>/dev/null
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_ours.txt" 2>/dev/null | sed 's/^/cuBLAS   /'
 grep -hE "^BM_(Matmul|DenseProduct)" "$out/gemm_portable.txt" 2>/dev/null | sed 's/^/portable /'
 cat "$out/sdpa_layer.md" "$out/team_size.txt" "$out/chunked_shape.txt" "$out/chunk_products.txt" \
+  "$out/bf16_step.txt" \
   "$out/tile_loops.txt" \
   "$out/exact_tiles.txt" "$out/lsh_peer.jsonl" 2>/dev/null
 grep -hE "^(variant|full|lsh-[0-9]+|local|exact|reformer) " "$out/memory_lm.txt" "$out/memory_6.txt" \

@@ -43,6 +43,24 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
   return bytes;
 }
 
+double chunk_slice_bytes(attention::AttentionKind kind, const attention::LshAttentionConfig& lsh,
+                         const attention::LocalAttentionConfig& local, Index batch, Index heads,
+                         Index d_head, Index length, double s) {
+  const bool is_lsh = kind == attention::AttentionKind::Lsh;
+  if (attention::chunk_products() != attention::ChunkProducts::batched ||
+      !(is_lsh || kind == attention::AttentionKind::Local))
+    return 0.0;
+  // The chunking of lsh.cpp's chunked_inputs and local.cpp's local_inputs.
+  const Index chunk = is_lsh ? std::min(lsh.chunk, length) : local.chunk;
+  const Index n_chunks = (is_lsh ? lsh.n_hashes : 1) * length / chunk;
+  const Index n_before = is_lsh ? (chunk >= length ? 0 : std::min(lsh.n_before, n_chunks - 1))
+                                : std::min(local.n_before, n_chunks - 1);
+  const auto slices =
+      attention::chunk_batched_bytes(chunk, n_before, d_head, batch * heads * n_chunks,
+                                     std::size_t(s), attention::chunk_slice_budget());
+  return double(std::max(slices.forward, slices.backward));
+}
+
 double mixed_panel_bytes(std::initializer_list<MixedProduct> products) {
   // On a GPU with its vendor BLAS (ops/tpls/device_blas.hpp), a product widens
   // a panel of its bf16 rows ([panel, k]; all of them when they are read

@@ -3,7 +3,10 @@
 // with its prediction and budget, a variant's spec, and saturated byte counts.
 #pragma once
 
+#include "reformer/attention/attention_layer.hpp"
 #include "reformer/attention/chunked_scratch.hpp"
+#include "reformer/attention/local.hpp"
+#include "reformer/attention/lsh.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/memory_tracker.hpp"
@@ -36,6 +39,14 @@ std::int64_t phase_peak(const std::vector<PhaseMemory>& phases, const std::strin
 std::int64_t backend_bytes(const std::vector<LabelBytes>& composition);
 
 void check_point(const SweepOptions& options, Index batch, Index length);
+
+// Bytes of the batched chunk shape's workspace (attention/chunked_scratch.hpp)
+// for one LSH or local attention layer of `heads` heads of d_head over
+// [batch, length], s-byte compute values: its largest slice, forward or
+// backward; 0 for other kinds or with the fused products.
+double chunk_slice_bytes(attention::AttentionKind kind, const attention::LshAttentionConfig& lsh,
+                         const attention::LocalAttentionConfig& local, Index batch, Index heads,
+                         Index d_head, Index length, double s);
 
 // Bytes of the float32 sub-panels that products of bf16 activations widen,
 // outside the workspace (a bf16 step's only activation-sized float32 scratch

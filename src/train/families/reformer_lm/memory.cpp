@@ -3,7 +3,6 @@
 // variants (the rows of the paper's Table 3 plus local and exact attention).
 #include "reformer/train/memory_sweep.hpp"
 
-#include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/tile_multiply.hpp"
@@ -188,18 +187,8 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
     plans += plan_bytes;
     if (!c.reversible) stored += 2 * x * d * a + attention_state;  // + block inputs
     scratch = std::max(scratch, c.reversible ? attention_state : 0.0);
-    if (attention::chunk_products() == attention::ChunkProducts::batched &&
-        (kind == AttentionKind::Lsh || kind == AttentionKind::Local)) {
-      const bool lsh = kind == AttentionKind::Lsh;
-      const Index chunk = lsh ? std::min(c.lsh.chunk, length) : c.local.chunk;
-      const Index n_chunks = (lsh ? c.lsh.n_hashes : 1) * length / chunk;
-      const Index n_before = lsh ? (chunk >= length ? 0 : std::min(c.lsh.n_before, n_chunks - 1))
-                                 : std::min(c.local.n_before, n_chunks - 1);
-      const auto slices =
-          attention::chunk_batched_bytes(chunk, n_before, c.d_head, batch * c.heads * n_chunks,
-                                         std::size_t(s), attention::chunk_slice_budget());
-      chunk_slices = std::max(chunk_slices, double(std::max(slices.forward, slices.backward)));
-    }
+    chunk_slices = std::max(chunk_slices, sweep::chunk_slice_bytes(kind, c.lsh, c.local, batch,
+                                                                   c.heads, c.d_head, length, s));
     // Temporaries of the attention kernels.
     const double shared_keys =
         (full || kind == AttentionKind::Exact) && !k_sep ? (2 * x * inner + x * heads) * a : 0;
