@@ -96,37 +96,77 @@ struct ChunkIndex {
       : bh(g / n_chunks), qc(g % n_chunks), b(bh / heads), h(bh % heads) {}
 };
 
+// Every kernel below works by rows: a row per group of GpuTarget::row_lanes
+// vector lanes (a warp on NVIDIA), GpuTarget::rows_per_team rows per team, the
+// lanes along the row (d_head columns or window slots), so that the index
+// arithmetic (64-bit divisions, the window's chunk walk) runs once per row
+// rather than once per element. On the host a team is one thread with one
+// lane, which takes the team's rows in turn.
+constexpr Index kChunkRowsPerTeam = GpuTarget::rows_per_team;
+constexpr Index kChunkLanes = kHostMemory ? 1 : GpuTarget::row_lanes;
+
+// body(team, row) for every row < rows.
+template <class Body>
+void for_chunk_rows(const char* label, Index rows, const Body& body) {
+  const Index league = (rows + kChunkRowsPerTeam - 1) / kChunkRowsPerTeam;
+  const TeamPolicy policy =
+      kHostMemory ? TeamPolicy(league, 1, 1) : TeamPolicy(league, kChunkRowsPerTeam, kChunkLanes);
+  Kokkos::parallel_for(
+      label, policy, KOKKOS_LAMBDA(const TeamMember& team) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kChunkRowsPerTeam), [&](Index r) {
+          const Index row = team.league_rank() * kChunkRowsPerTeam + r;
+          if (row < rows) body(team, row);
+        });
+      });
+}
+
 // Gathers the slice's queries (and, in the backward, dout at their
 // positions), its windows' scaled keys and values, and their positions.
 template <class T>
 void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice,
                         ItemView<const T> dout) {
+  using C = compute_t<T>;
   const Index c = in.window.chunk, w = in.window.slots(), dh = in.d_head, rows = c + w;
   const Index n_chunks = in.window.n_chunks, first = slice.first;
   const bool backward = dout.extent(0) > 0;
   const auto s = slice;
   const auto input = in;
-  Kokkos::parallel_for(
-      "chunk_batched_gather", range(slice.count * rows * dh), KOKKOS_LAMBDA(Index e) {
-        const Index col = e % dh, row = e / dh % rows, n = e / dh / rows;
+  for_chunk_rows(
+      "chunk_batched_gather", slice.count * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
+        const Index row = e % rows, n = e / rows;
         const ChunkIndex at(first + n, n_chunks, input.heads);
         if (row < c) {
           const int pq = input.query_position(at.bh, at.qc, row);
-          if (col == 0) s.posq(n, row) = pq;
-          s.q(n, row, col) = load(input.q(at.b, pq, at.h, col));
-          if (backward) s.dout(n, row, col) = load(dout(at.b, pq, at.h, col));
+          const T* from = &input.q(at.b, pq, at.h, 0);
+          const T* from_dout = backward ? &dout(at.b, pq, at.h, 0) : nullptr;
+          C* to = &s.q(n, row, 0);
+          C* to_dout = backward ? &s.dout(n, row, 0) : nullptr;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index x) {
+            to[x] = load(from[x]);
+            if (backward) to_dout[x] = load(from_dout[x]);
+          });
+          Kokkos::single(Kokkos::PerThread(team), [&]() { s.posq(n, row) = pq; });
           return;
         }
         const Index t = row - c;
         const int pk = input.key_position(at.b, at.bh, at.qc, t);
-        if (col == 0) s.posk(n, t) = pk;
+        Kokkos::single(Kokkos::PerThread(team), [&]() { s.posk(n, t) = pk; });
+        C* to_k = &s.k(n, t, 0);
+        C* to_v = &s.v(n, t, 0);
         if (pk < 0) {
-          s.k(n, t, col) = 0;
-          s.v(n, t, col) = 0;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index x) {
+            to_k[x] = C(0);
+            to_v[x] = C(0);
+          });
           return;
         }
-        s.k(n, t, col) = load(input.k(at.b, pk, at.h, col)) * input.scale_of(at.b, pk, at.h);
-        s.v(n, t, col) = load(input.v(at.b, pk, at.h, col));
+        const C scale = input.scale_of(at.b, pk, at.h);
+        const T* from_k = &input.k(at.b, pk, at.h, 0);
+        const T* from_v = &input.v(at.b, pk, at.h, 0);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index x) {
+          to_k[x] = load(from_k[x]) * scale;
+          to_v[x] = load(from_v[x]);
+        });
       });
 }
 
@@ -138,50 +178,41 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
 template <class T>
 void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice) {
   using C = compute_t<T>;
-  constexpr Index kRows = GpuTarget::rows_per_team;
-  const Index c = in.window.chunk, w = in.window.slots(), total = slice.count * c;
+  const Index c = in.window.chunk, w = in.window.slots();
   const Index n_chunks = in.window.n_chunks, first = slice.first;
   const auto s = slice;
   const auto input = in;
-  const Index league = (total + kRows - 1) / kRows;
-  const TeamPolicy policy =
-      kHostMemory ? TeamPolicy(league, 1, 1) : TeamPolicy(league, kRows, GpuTarget::row_lanes);
-  Kokkos::parallel_for(
-      "chunk_batched_softmax", policy, KOKKOS_LAMBDA(const TeamMember& team) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRows), [&](Index r) {
-          const Index row = team.league_rank() * kRows + r;
-          if (row >= total) return;
-          const Index n = row / c, i = row % c;
-          const ChunkIndex at(first + n, n_chunks, input.heads);
-          const int pq = s.posq(n, i);
-          C* scores = &s.s(n, i, 0);
-          const int* posk = &s.posk(n, 0);
-          C top = C(-1e30);
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, w),
-              [&](Index t, C& most) {
-                bool constant = true;
-                const C x = posk[t] < 0
-                                ? C(-1e30)
-                                : input.mask_score(at.b, at.bh, pq, posk[t], scores[t], constant);
-                scores[t] = x;
-                most = x > most ? x : most;
-              },
-              Kokkos::Max<C>(top));
-          C sum = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, w),
-              [&](Index t, C& acc) { acc += softmax_weight(scores[t] - top); }, sum);
-          // P = exp(S - top) / sum rather than exp(S - lse): a row whose every
-          // key is masked (top = -1e9) keeps its exact uniform weights.
-          const C lse = top + compat::log(sum), inverse = C(1) / sum;
-          const Index item = at.qc * c + i;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, w), [&](Index t) {
-            scores[t] =
-                softmax_weight(scores[t] - top) * inverse * input.drop_factor(at.bh, item, t);
-          });
-          Kokkos::single(Kokkos::PerThread(team), [&]() { s.lse(n, i) = lse; });
+  for_chunk_rows(
+      "chunk_batched_softmax", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
+        const Index n = row / c, i = row % c;
+        const ChunkIndex at(first + n, n_chunks, input.heads);
+        const int pq = s.posq(n, i);
+        C* scores = &s.s(n, i, 0);
+        const int* posk = &s.posk(n, 0);
+        C top = C(-1e30);
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, w),
+            [&](Index t, C& most) {
+              bool constant = true;
+              const C x = posk[t] < 0
+                              ? C(-1e30)
+                              : input.mask_score(at.b, at.bh, pq, posk[t], scores[t], constant);
+              scores[t] = x;
+              most = x > most ? x : most;
+            },
+            Kokkos::Max<C>(top));
+        C sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, w),
+            [&](Index t, C& acc) { acc += softmax_weight(scores[t] - top); }, sum);
+        // P = exp(S - top) / sum rather than exp(S - lse): a row whose every
+        // key is masked (top = -1e9) keeps its exact uniform weights.
+        const C lse = top + compat::log(sum), inverse = C(1) / sum;
+        const Index item = at.qc * c + i;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, w), [&](Index t) {
+          scores[t] = softmax_weight(scores[t] - top) * inverse * input.drop_factor(at.bh, item, t);
         });
+        Kokkos::single(Kokkos::PerThread(team), [&]() { s.lse(n, i) = lse; });
       });
 }
 
@@ -192,13 +223,16 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const Index c = in.window.chunk, dh = in.d_head, n_chunks = in.window.n_chunks;
   const Index first = slice.first, heads = in.heads;
   const auto s = slice;
-  Kokkos::parallel_for(
-      "chunk_batched_outputs", range(slice.count * c * dh), KOKKOS_LAMBDA(Index e) {
-        const Index col = e % dh, i = e / dh % c, n = e / dh / c;
+  for_chunk_rows(
+      "chunk_batched_outputs", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
+        const Index n = row / c, i = row % c;
         const ChunkIndex at(first + n, n_chunks, heads);
         const Index item = at.qc * c + i;
-        out(at.b, item, at.h, col) = store<T>(s.q(n, i, col));
-        if (col == 0) lse(at.b, item, at.h) = s.lse(n, i);
+        const auto* from = &s.q(n, i, 0);
+        T* to = &out(at.b, item, at.h, 0);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
+                             [&](Index x) { to[x] = store<T>(from[x]); });
+        Kokkos::single(Kokkos::PerThread(team), [&]() { lse(at.b, item, at.h) = s.lse(n, i); });
       });
 }
 
@@ -214,22 +248,30 @@ void chunk_score_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const bool dropout = in.dropout.rate > 0.0;
   const auto s = slice;
   const auto input = in;
-  Kokkos::parallel_for(
-      "chunk_batched_score_grad", range(slice.count * c * w), KOKKOS_LAMBDA(Index e) {
-        const Index t = e % w, i = e / w % c, n = e / w / c;
+  for_chunk_rows(
+      "chunk_batched_score_grad", slice.count * c,
+      KOKKOS_LAMBDA(const TeamMember& team, Index row) {
+        const Index n = row / c, i = row % c;
         const ChunkIndex at(first + n, n_chunks, input.heads);
-        const int pq = s.posq(n, i), pk = s.posk(n, t);
-        if (pk < 0) {
-          s.s(n, i, t) = C(0);
-          s.dp(n, i, t) = C(0);
-          return;
-        }
-        bool constant = true;
-        const C score = input.mask_score(at.b, at.bh, pq, pk, s.s(n, i, t), constant);
-        const C weight = softmax_weight(score - lse(at.b, pq, at.h));
-        const C drop = dropout ? input.drop_factor(at.bh, at.qc * c + i, t) : C(1);
-        s.dp(n, i, t) = constant ? C(0) : weight * (drop * s.dp(n, i, t) - delta(at.b, pq, at.h));
-        s.s(n, i, t) = weight * drop;
+        const int pq = s.posq(n, i);
+        const C row_lse = lse(at.b, pq, at.h), row_delta = delta(at.b, pq, at.h);
+        const Index item = at.qc * c + i;
+        C* p = &s.s(n, i, 0);
+        C* ds = &s.dp(n, i, 0);
+        const int* posk = &s.posk(n, 0);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, w), [&](Index t) {
+          if (posk[t] < 0) {
+            p[t] = C(0);
+            ds[t] = C(0);
+            return;
+          }
+          bool constant = true;
+          const C score = input.mask_score(at.b, at.bh, pq, posk[t], p[t], constant);
+          const C weight = softmax_weight(score - row_lse);
+          const C drop = dropout ? input.drop_factor(at.bh, item, t) : C(1);
+          ds[t] = constant ? C(0) : weight * (drop * ds[t] - row_delta);
+          p[t] = weight * drop;
+        });
       });
 }
 
@@ -261,50 +303,58 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
   const Index bh0 = first / n_chunks, bh1 = (end - 1) / n_chunks + 1;
   const auto s = slice;
   const auto input = in;
-  Kokkos::parallel_for(
-      "chunk_batched_grad_reduce", range((bh1 - bh0) * length * dh), KOKKOS_LAMBDA(Index e) {
-        const Index col = e % dh, i = e / dh % length, bh = bh0 + e / dh / length;
+  // Each lane sums its own columns (lane, lane + kChunkLanes, ...) in registers.
+  constexpr Index kColumns = (kMaxHeadDim + kChunkLanes - 1) / kChunkLanes;
+  for_chunk_rows(
+      "chunk_batched_grad_reduce", (bh1 - bh0) * length,
+      KOKKOS_LAMBDA(const TeamMember& team, Index row) {
+        const Index i = row % length, bh = bh0 + row / length;
         const Index b = bh / heads, h = bh % heads, nb = input.window.n_before;
-        C sq = 0, sk = 0, sv = 0;
-        for (Index r = 0; r < input.rounds; ++r) {
-          const Index item = input.undo.extent(0) ? Index(input.undo(bh, r * length + i)) : i;
-          const Index kc = item / c, row = item % c;
-          const Index g = bh * n_chunks + kc;
-          if (g >= first && g < end) sq += s.dout(g - first, row, col);
-          for (Index back = 0; back <= nb; ++back) {
-            const Index slot = back * c + row;
-            // The plain window: qc = kc + back.
-            Index qc = kc + back;
-            if (qc >= n_chunks) qc = input.window.wrap ? qc - n_chunks : -1;
-            if (qc >= 0 && plain_window(input, b, qc) && input.key_item(b, qc, slot) == item) {
-              const Index gq = bh * n_chunks + qc;
-              if (gq >= first && gq < end) {
-                sk += s.k(gq - first, slot, col);
-                sv += s.v(gq - first, slot, col);
-              }
-            }
-            // The cycle of real chunks (padding): back chunks on from kc.
-            if (input.real.extent(0) == 0) continue;
-            const Index n = input.real(b), per_round = length / c, rc = (n + c - 1) / c;
-            if (n == 0 || kc % per_round >= rc) continue;
-            const Index cycle = input.rounds * rc;
-            const Index v = (kc / per_round * rc + kc % per_round + back) % cycle;
-            const Index qr = v / rc * per_round + v % rc;
-            if (!plain_window(input, b, qr) && input.key_item(b, qr, slot) == item) {
-              const Index gq = bh * n_chunks + qr;
-              if (gq >= first && gq < end) {
-                sk += s.k(gq - first, slot, col);
-                sv += s.v(gq - first, slot, col);
-              }
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kChunkLanes), [&](Index lane) {
+          C sq[kColumns], sk[kColumns], sv[kColumns];
+          for (Index j = 0; j < kColumns; ++j) sq[j] = sk[j] = sv[j] = C(0);
+          const auto add = [&](C* sums, const C* from) {
+            for (Index j = 0, x = lane; x < dh; ++j, x += kChunkLanes) sums[j] += from[x];
+          };
+          // Window slot `slot` of query chunk qc, if it is in the slice.
+          const auto add_slot = [&](Index qc, Index slot) {
+            const Index gq = bh * n_chunks + qc;
+            if (gq < first || gq >= end) return;
+            add(sk, &s.k(gq - first, slot, 0));
+            add(sv, &s.v(gq - first, slot, 0));
+          };
+          for (Index r = 0; r < input.rounds; ++r) {
+            const Index item = input.undo.extent(0) ? Index(input.undo(bh, r * length + i)) : i;
+            const Index kc = item / c, at = item % c;
+            const Index g = bh * n_chunks + kc;
+            if (g >= first && g < end) add(sq, &s.dout(g - first, at, 0));
+            for (Index back = 0; back <= nb; ++back) {
+              const Index slot = back * c + at;
+              // The plain window: qc = kc + back.
+              Index qc = kc + back;
+              if (qc >= n_chunks) qc = input.window.wrap ? qc - n_chunks : -1;
+              if (qc >= 0 && plain_window(input, b, qc) && input.key_item(b, qc, slot) == item)
+                add_slot(qc, slot);
+              // The cycle of real chunks (padding): back chunks on from kc.
+              if (input.real.extent(0) == 0) continue;
+              const Index n = input.real(b), per_round = length / c, rc = (n + c - 1) / c;
+              if (n == 0 || kc % per_round >= rc) continue;
+              const Index cycle = input.rounds * rc;
+              const Index v = (kc / per_round * rc + kc % per_round + back) % cycle;
+              const Index qr = v / rc * per_round + v % rc;
+              if (!plain_window(input, b, qr) && input.key_item(b, qr, slot) == item)
+                add_slot(qr, slot);
             }
           }
-        }
-        T& to_q = dq(b, i, h, col);
-        T& to_k = dk_scaled(b, i, h, col);
-        T& to_v = dv(b, i, h, col);
-        to_q = store<T>(load(to_q) + sq);
-        to_k = store<T>(load(to_k) + sk);
-        to_v = store<T>(load(to_v) + sv);
+          T* to_q = &dq(b, i, h, 0);
+          T* to_k = &dk_scaled(b, i, h, 0);
+          T* to_v = &dv(b, i, h, 0);
+          for (Index j = 0, x = lane; x < dh; ++j, x += kChunkLanes) {
+            to_q[x] = store<T>(load(to_q[x]) + sq[j]);
+            to_k[x] = store<T>(load(to_k[x]) + sk[j]);
+            to_v[x] = store<T>(load(to_v[x]) + sv[j]);
+          }
+        });
       });
 }
 
