@@ -154,6 +154,21 @@ time_layers() {
   env "$@" timeout "$seconds" "$pkg/run/bench_attention" --benchmark_filter="$filter" 2>&1 |
     grep -E "^BM_|rror|what" | tee -a "$out/$file"
 }
+# time_step <file> <length> <name> [VAR=value ...] [-- reformer memory arguments]:
+# the 6-layer Reformer step at one length in its own process (so that its peak
+# counts its own scratch pool or slice workspace), appended to $out/<file>.
+time_step() {
+  local file=$1 length=$2 name=$3 vars=()
+  shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    vars+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  env "${vars[@]}" timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 \
+    --lengths "$length" --steps 2 --out "$out/$name" "$@" 2>&1 |
+    grep -E "^(variant|reformer) |rror" | tee -a "$out/$file"
+}
 part_sgemm() {
   python3 - <<'PY' | tee "$out/sgemm.txt"
 import time, torch
@@ -198,9 +213,7 @@ part_shape() {
     echo "shape $shape" | tee -a "$out/chunked_shape.txt"
     time_layers chunked_shape.txt 60 '^BM_AttentionLayer/[12]/(4096|16384)/' \
       REFORMER_CHUNKED_KERNEL=$shape
-    REFORMER_CHUNKED_KERNEL=$shape timeout 100 "$pkg/run/reformer" memory --variants reformer \
-      --layers 6 --lengths 16384 --steps 2 --out "$out/memory_shape_$shape" 2>&1 |
-      grep -E "^(variant|reformer) |rror" | tee -a "$out/chunked_shape.txt"
+    time_step chunked_shape.txt 16384 "memory_shape_$shape" REFORMER_CHUNKED_KERNEL=$shape
   done
 }
 part_products() {
@@ -214,10 +227,8 @@ part_products() {
     time_layers chunk_products.txt 60 '^BM_AttentionLayer/[12]/(4096|16384)/' \
       REFORMER_CHUNK_PRODUCTS=$products
     for length in 16384 65536; do
-      REFORMER_CHUNK_PRODUCTS=$products timeout 100 "$pkg/run/reformer" memory --variants reformer \
-        --layers 6 --lengths "$length" --steps 2 --out "$out/memory_products_${products}_$length" \
-        "model.ff_chunk=$((length / 8))" 2>&1 | grep -E "^(variant|reformer) |rror" |
-        tee -a "$out/chunk_products.txt"
+      time_step chunk_products.txt "$length" "memory_products_${products}_$length" \
+        REFORMER_CHUNK_PRODUCTS=$products -- "model.ff_chunk=$((length / 8))"
     done
   done
   REFORMER_CHUNK_PRODUCTS=batched REFORMER_KERNEL_PROFILE="$out/profile_step16k_batched.txt" \
@@ -231,9 +242,8 @@ part_bf16() {
   # torch.autocast(bfloat16), the same GPU, the 6-layer step at 16K and 64K.
   echo "== bf16: the 6-layer step (ours --precision bf16; reformer-pytorch under autocast)"
   for length in 16384 65536; do
-    timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
-      --precision bf16 --steps 2 --out "$out/memory_bf16_$length" "model.ff_chunk=$((length / 8))" \
-      2>&1 | grep -E "^(variant|reformer) |rror" | tee -a "$out/bf16_step.txt"
+    time_step bf16_step.txt "$length" "memory_bf16_$length" -- --precision bf16 \
+      "model.ff_chunk=$((length / 8))"
     timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
       --device cuda --steps 2 --autocast-bf16 | tee -a "$out/bf16_step.txt"
   done

@@ -17,7 +17,7 @@
 //             dK = dS^T Q (strided-batched), and one kernel that adds to every
 //             position's dq, dk and dv the rows of its items: dq over the
 //             rounds, dk and dv over every window slot that holds the item.
-// The reduction is a gather, one thread per gradient element, the slots in a
+// The reduction is a gather, a row of lanes per position, the slots in a
 // fixed order: no atomics, the same sums for every backend and thread count.
 // Window slots keep the fused kernels' numbering (slot / c chunks back), so
 // dropout draws the same bits.
@@ -172,9 +172,7 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
 
 // Forward: the masked scores of each query row become P = softmax(S) drop,
 // lse = logsumexp of the row (absent slots score -1e30 and weigh nothing;
-// the chunk's own keys are always present). A row per group of vector lanes
-// (GpuTarget::row_lanes), GpuTarget::rows_per_team rows per team; on the host
-// a team is one thread that takes its rows in turn.
+// the chunk's own keys are always present).
 template <class T>
 void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice) {
   using C = compute_t<T>;
@@ -303,7 +301,9 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
   const Index bh0 = first / n_chunks, bh1 = (end - 1) / n_chunks + 1;
   const auto s = slice;
   const auto input = in;
-  // Each lane sums its own columns (lane, lane + kChunkLanes, ...) in registers.
+  // Each lane sums its own columns (lane, lane + kChunkLanes, ...) in registers;
+  // every lane walks the position's slots itself (on a GPU the candidate
+  // search runs once per lane, not once per row as in the other kernels).
   constexpr Index kColumns = (kMaxHeadDim + kChunkLanes - 1) / kChunkLanes;
   for_chunk_rows(
       "chunk_batched_grad_reduce", (bh1 - bh0) * length,

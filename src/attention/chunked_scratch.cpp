@@ -3,12 +3,30 @@
 #include "reformer/attention/chunked_scratch.hpp"
 
 #include "attention/chunked_kernels.hpp"
+#include "reformer/attention/local.hpp"
+#include "reformer/attention/lsh.hpp"
 #include "reformer/core/error.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 
 namespace reformer::attention {
+
+ChunkGeometry lsh_chunk_geometry(const LshAttentionConfig& config, Index length) {
+  ChunkGeometry g;
+  g.chunk = std::min(config.chunk, length);
+  g.n_chunks = config.n_hashes * length / g.chunk;
+  g.n_before = g.chunk >= length ? 0 : std::min(config.n_before, g.n_chunks - 1);
+  return g;
+}
+
+ChunkGeometry local_chunk_geometry(const LocalAttentionConfig& config, Index length) {
+  ChunkGeometry g;
+  g.chunk = config.chunk;
+  g.n_chunks = length / config.chunk;
+  g.n_before = std::min(config.n_before, g.n_chunks - 1);
+  return g;
+}
 
 ChunkedScratch chunked_scratch_bytes(ChunkedKernelShape shape, Index chunk, Index n_before,
                                      Index d_head, bool gpu_tiles) {

@@ -30,8 +30,8 @@ detail::ChunkedInputs<T> local_inputs(const char* op, In4<T> q, In4<T> k, In4<T>
   in.heads = q.extent(2);
   in.d_head = q.extent(3);
   in.dropout = call.dropout;
-  const Index n_chunks = length / config.chunk;
-  in.window = {length, config.chunk, n_chunks, std::min(config.n_before, n_chunks - 1), false};
+  const auto g = local_chunk_geometry(config, length);
+  in.window = {length, g.chunk, g.n_chunks, g.n_before, false};
   return in;
 }
 

@@ -20,7 +20,7 @@ constexpr Index kMaxUnfactorisedBuckets = 128;
 
 // The chunk actually used: a sequence shorter than the chunk is one chunk.
 Index effective_chunk(const LshAttentionConfig& config, Index length) {
-  return std::min(config.chunk, length);
+  return lsh_chunk_geometry(config, length).chunk;
 }
 
 void check_length(const char* op, const LshAttentionConfig& config, Index length) {
@@ -335,10 +335,8 @@ detail::ChunkedInputs<T> chunked_inputs(In4<T> qk, In4<T> v, const LshPlan& plan
   in.d_head = qk.extent(3);
   in.dropout = call.dropout;
   // A chunk as long as the sequence is plain shared-QK attention: no look-back.
-  const Index chunk = effective_chunk(config, length), items = rounds * length;
-  const Index n_chunks = items / chunk;
-  const Index n_before = chunk >= length ? 0 : std::min(config.n_before, n_chunks - 1);
-  in.window = {items, chunk, n_chunks, n_before, true};
+  const auto g = lsh_chunk_geometry(config, length);
+  in.window = {rounds * length, g.chunk, g.n_chunks, g.n_before, true};
   return in;
 }
 

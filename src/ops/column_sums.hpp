@@ -122,7 +122,7 @@ void add_column_sums(const char* label, Index n, View1<T> out, const Value& valu
   if (n_blocks == 1) return;
   const auto blocks = kernel.blocks;
   Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace>(0, d), KOKKOS_LAMBDA(Index j) {
+      label, range(d), KOKKOS_LAMBDA(Index j) {
         T total = 0;
         for (Index b = 0; b < n_blocks; ++b) total += blocks(b, j);
         out(j) += total;

@@ -50,13 +50,10 @@ double chunk_slice_bytes(attention::AttentionKind kind, const attention::LshAtte
   if (attention::chunk_products() != attention::ChunkProducts::batched ||
       !(is_lsh || kind == attention::AttentionKind::Local))
     return 0.0;
-  // The chunking of lsh.cpp's chunked_inputs and local.cpp's local_inputs.
-  const Index chunk = is_lsh ? std::min(lsh.chunk, length) : local.chunk;
-  const Index n_chunks = (is_lsh ? lsh.n_hashes : 1) * length / chunk;
-  const Index n_before = is_lsh ? (chunk >= length ? 0 : std::min(lsh.n_before, n_chunks - 1))
-                                : std::min(local.n_before, n_chunks - 1);
+  const auto g = is_lsh ? attention::lsh_chunk_geometry(lsh, length)
+                        : attention::local_chunk_geometry(local, length);
   const auto slices =
-      attention::chunk_batched_bytes(chunk, n_before, d_head, batch * heads * n_chunks,
+      attention::chunk_batched_bytes(g.chunk, g.n_before, d_head, batch * heads * g.n_chunks,
                                      std::size_t(s), attention::chunk_slice_budget());
   return double(std::max(slices.forward, slices.backward));
 }

@@ -11,6 +11,20 @@
 
 namespace reformer::attention {
 
+struct LshAttentionConfig;
+struct LocalAttentionConfig;
+
+// How LSH and local attention cut a sequence of `length` positions into the
+// chunks of the chunked kernels: items per chunk, chunks per (batch, head)
+// over every round, and the chunks each chunk looks back (clipped as the
+// kernels clip it). One place for the kernels and the memory prediction.
+struct ChunkGeometry {
+  Index chunk = 0, n_chunks = 0, n_before = 0;
+};
+// LSH: a sequence shorter than the chunk is one chunk with no look-back.
+ChunkGeometry lsh_chunk_geometry(const LshAttentionConfig& config, Index length);
+ChunkGeometry local_chunk_geometry(const LocalAttentionConfig& config, Index length);
+
 // Bytes of team scratch that one team of the forward and of the backward
 // kernel asks for, and the level each gets on a CUDA or HIP build (0: fast
 // on-chip scratch; 1: a pool in global memory, reserved for every team that
