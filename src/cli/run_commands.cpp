@@ -115,8 +115,17 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     const auto config = config::parse_run_config(io::read_checkpoint_meta(checkpoint).config,
                                                  checkpoint, args.overrides);
     config.validate();
-    for (std::size_t i = 0; i < args.prompts.size(); ++i)
-      require<ConfigError>(!args.prompts[i].empty(), "generate: --prompt ", i + 1, " is empty");
+    // An empty or blank prompt is refused: the family would read it as no
+    // prompt and silently continue the validation text instead.
+    for (std::size_t i = 0; i < args.prompts.size(); ++i) {
+      const auto& text = args.prompts[i];
+      const bool blank = text.find_first_not_of(" \t\n\r\v\f") == std::string::npos;
+      require<ConfigError>(!blank, "generate: --prompt number ", i + 1, " is ",
+                           text.empty() ? "empty" : "only white space ('" + text + "')",
+                           ": a prompt needs at least one token (token ids such as --prompt '5 17 "
+                           "3', or text for a byte-level model); leave --prompt out to continue "
+                           "the validation text");
+    }
     train::model_family(config).read_prompts(config, args.prompts, options);
     for (const auto id : args.stop) options.stop.push_back(int(id));
   } catch (const ConfigError& e) {

@@ -1,13 +1,27 @@
 #include "io/hdf5.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace reformer::io::hdf5 {
 
+namespace {
+
+// HDF5 closes itself at exit and, when a damaged file left blocks it cannot
+// free, prints "HDF5: infinite loop closing library" unless automatic error
+// printing is off then. This handler, registered after HDF5's own (the first
+// QuietErrors is made after HDF5 has started), runs before it and turns the
+// printing off: a refused checkpoint prints our one line and nothing of HDF5's.
+void quiet_at_exit() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+}  // namespace
+
 QuietErrors::QuietErrors() {
   H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  static const bool registered = std::atexit(quiet_at_exit) == 0;
+  (void)registered;
 }
 
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }

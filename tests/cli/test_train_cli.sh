@@ -82,7 +82,43 @@ expect generate_rerun 0 "rerunning the prefix" -- generate "$work/run" --prompt 
 expect generate_top_p 0 "generated:" -- generate "$work/run" --tokens 3 --temperature 1 --top-p 0.9 --stop 1
 expect generate_top_p_range 2 "--top-p" -- generate "$work/run" --top-p 1.5
 expect generate_stop_range 1 "stop id 9" -- generate "$work/run" --stop 9
+# A blank prompt would read as no prompt (the validation text): refused by name.
+expect generate_blank_prompt 2 "--prompt number 1 is only white space ('   ')" -- \
+  generate "$work/run" --prompt '   '
+expect generate_empty_prompt 2 "--prompt number 2 is empty: a prompt needs at least one token" -- \
+  generate "$work/run" --prompt "0 1" --prompt ''
 expect eval_missing_run 2 "does not exist" -- eval "$work/none"
+# Damaged checkpoints: 40 copies of the last one, each with one bit flipped
+# (spread over the file, fixed positions); each one refused prints our one
+# error line and nothing of HDF5's (HDF5 would add "infinite loop closing
+# library" at exit after some of them).
+mkdir -p "$work/damaged/checkpoints"
+cp "$work/run/config.toml" "$work/damaged/"
+last=$(ls "$work/run/checkpoints"/*.h5 | tail -n 1)
+refused=0 noisy=0
+for i in $(seq 0 39); do
+  python3 - "$last" "$work/damaged/checkpoints/step_00000012.h5" "$i" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+i = int(sys.argv[3])
+pos = (i * 7919 + 613) * len(data) // (40 * 7919 + 613)
+data[pos] ^= 1 << (i % 8)
+open(sys.argv[2], "wb").write(data)
+PY
+  out=$(OMP_NUM_THREADS=1 "$bin" eval "$work/damaged/checkpoints/step_00000012.h5" --batches 1 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    refused=$((refused + 1))
+    if [ "$(grep -c . <<<"$out")" -ne 1 ] || ! grep -q "^reformer: error: " <<<"$out"; then
+      noisy=$((noisy + 1))
+      echo "flip $i (exit $rc) printed more than our one line:"
+      echo "$out" | head -n 5
+    fi
+  fi
+done
+[ "$refused" -gt 0 ] && [ "$noisy" -eq 0 ] &&
+  pass "damaged_checkpoints_one_line ($refused of 40 refused)" ||
+  fail "damaged_checkpoints_one_line ($refused of 40 refused, $noisy with more than our line)"
 expect eval_mismatch 1 "embed.table" -- eval "$work/run" model.d_model=32 model.d_ff=32
 
 # The loss sequence of an uninterrupted run, step by step, from metrics (log_every 1).
