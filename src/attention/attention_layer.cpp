@@ -234,6 +234,11 @@ double AttentionLayer<T>::attention_rate(const AttentionLayerCall& call) const {
 }
 
 template <class T>
+AttentionDropout AttentionLayer<T>::attention_dropout(const AttentionLayerCall& call) const {
+  return {attention_rate(call), sub_key(call.key, kAttentionDropout), call.first_row};
+}
+
+template <class T>
 double AttentionLayer<T>::output_rate(const AttentionLayerCall& call) const {
   return call.training ? config_.output_dropout : 0.0;
 }
@@ -270,9 +275,8 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   }
   const auto qh = per_head(q, batch, lq, h, d), kh = per_head(k, batch, lk, h, d);
   const auto vh = per_head(v, batch, lk, h, d), out = per_head(attended, batch, lq, h, d);
-  const AttentionCall call{
-      {config_.causal && !state.cross, state.call.key_valid},
-      {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
+  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
+                           attention_dropout(state.call)};
   auto lse = [&] {
     return keep ? ensure_view(state.lse, "attention_lse", batch, lq, h)
                 : frame.take<View3<C>>(batch, lq, h);
@@ -318,8 +322,9 @@ void AttentionLayer<T>::run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<
   auto yr = as_rows<T>(y);
   ops::product<T, P, T>(attended, Trans::No, w_o_->matrix(), Trans::No, yr);
   if (output_rate(state.call) > 0)
-    ops::dropout_forward<T>(as_vector(yr), output_rate(state.call),
-                            sub_key(state.call.key, kOutputDropout), 0, as_vector(yr));
+    ops::dropout_forward<T>(
+        as_vector(yr), output_rate(state.call), sub_key(state.call.key, kOutputDropout),
+        ops::dropout_offset(state.call.first_row, row_elements(y)), as_vector(yr));
   state.batch = batch;
   state.length_q = lq;
   state.length_k = lk;
@@ -382,8 +387,9 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   Kokkos::View<const T**, Layout, MemSpace> dy_rows = as_rows<T>(dy);
   if (output_rate(state.call) > 0) {
     auto dropped = frame.take<View2<T>>(batch * lq, config_.d_model);
-    ops::dropout_backward<T>(as_vector(dy_rows), output_rate(state.call),
-                             sub_key(state.call.key, kOutputDropout), 0, as_vector(dropped));
+    ops::dropout_backward<T>(
+        as_vector(dy_rows), output_rate(state.call), sub_key(state.call.key, kOutputDropout),
+        ops::dropout_offset(state.call.first_row, row_elements(dy)), as_vector(dropped));
     dy_rows = dropped;
   }
   auto dattended = frame.take<View2<T>>(batch * lq, inner);
@@ -396,9 +402,8 @@ void AttentionLayer<T>::attention_backward(const AttentionState<T>& state, In3<T
   const auto out = per_head(state.attended, batch, lq, h, d);
   const auto dout = per_head(dattended, batch, lq, h, d);
   const auto gq = per_head(dq, batch, lq, h, d), gv = per_head(dv, batch, lk, h, d);
-  const AttentionCall call{
-      {config_.causal && !state.cross, state.call.key_valid},
-      {attention_rate(state.call), sub_key(state.call.key, kAttentionDropout)}};
+  const AttentionCall call{{config_.causal && !state.cross, state.call.key_valid},
+                           attention_dropout(state.call)};
   switch (config_.kind) {
     case AttentionKind::Full:
     case AttentionKind::Exact: {

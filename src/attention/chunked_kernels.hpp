@@ -208,10 +208,7 @@ struct ChunkedInputs {
     }
   }
   KOKKOS_INLINE_FUNCTION C drop_factor(Index bh, Index s, Index slot) const {
-    if (dropout.rate == 0.0) return C(1);
-    const std::uint64_t index = (std::uint64_t(bh) * window.items + s) * window.slots() + slot;
-    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? C(1.0 / (1.0 - dropout.rate))
-                                                                : C(0);
+    return dropout.template factor<C>(bh, heads, s, slot, window.items, window.slots());
   }
 };
 

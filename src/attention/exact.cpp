@@ -97,11 +97,7 @@ struct ExactInputs {
     return last / BK + 1;
   }
   KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
-    if (in.dropout.rate == 0.0) return C(1);
-    const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
-    return ops::dropout_keeps(in.dropout.key, index, in.dropout.rate)
-               ? C(1.0 / (1.0 - in.dropout.rate))
-               : C(0);
+    return in.dropout.template factor<C>(bh, in.heads, i, j, lq, lk);
   }
   // Loads `rows` rows of x [batch, length, heads, d] starting at `first` into
   // scratch, times `factor`; rows past `length` are zero. As rows: contiguous

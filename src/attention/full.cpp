@@ -62,10 +62,6 @@ struct ScoreMask {
   }
 };
 
-KOKKOS_INLINE_FUNCTION std::uint64_t score_index(Index bh, Index i, Index j, Index lq, Index lk) {
-  return (std::uint64_t(bh) * lq + i) * lk + j;
-}
-
 // Row i of (bh) in place: S -> softmax(masked S). The loops over the row
 // vectorise.
 template <class T>
@@ -103,21 +99,20 @@ void masked_softmax(View3<T> s, ScoreMask mask) {
 // compute precision (bf16 P is widened; with rate 0, dropped = P). dropped may
 // be p itself.
 template <class T>
-void apply_dropout(In3<T> p, const AttentionDropout& dropout, View3<compute_t<T>> dropped) {
+void apply_dropout(In3<T> p, const AttentionDropout& dropout, Index heads,
+                   View3<compute_t<T>> dropped) {
   using C = compute_t<T>;
   const Index lq = p.extent(1), lk = p.extent(2);
   const double rate = dropout.rate;
-  const RandomKey key = dropout.key;
   const C scale = C(1.0 / (1.0 - rate));
   using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
   Kokkos::parallel_for(
       "full_attention_dropout", Policy({0, 0, 0}, {Index(p.extent(0)), lq, lk}),
       KOKKOS_LAMBDA(Index bh, Index i, Index j) {
         const C value = load(p(bh, i, j));
-        dropped(bh, i, j) = rate == 0.0 ? value
-                            : ops::dropout_keeps(key, score_index(bh, i, j, lq, lk), rate)
-                                ? value * scale
-                                : C(0);
+        dropped(bh, i, j) = rate == 0.0                              ? value
+                            : dropout.keeps(bh, heads, i, j, lq, lk) ? value * scale
+                                                                     : C(0);
       });
 }
 
@@ -131,8 +126,7 @@ KOKKOS_INLINE_FUNCTION void softmax_backward_row(const T* prow, C* g, const Scor
   if (dropout.rate > 0.0) {
     const C scale = C(1.0 / (1.0 - dropout.rate));
     for (Index j = 0; j < lk; ++j)
-      g[j] *= ops::dropout_keeps(dropout.key, score_index(bh, i, j, lq, lk), dropout.rate) ? scale
-                                                                                           : C(0);
+      g[j] *= dropout.keeps(bh, mask.heads, i, j, lq, lk) ? scale : C(0);
   }
   // Masked probabilities are exactly 0, so they add nothing to the dot product.
   const C dot = dot_values(prow, g, lk);
@@ -178,11 +172,10 @@ using HostRange = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>;
 // P' = dropout(P) of score (bh, i, j).
 template <class T>
 KOKKOS_INLINE_FUNCTION T dropped_probability(T p, const AttentionDropout& dropout, T keep_scale,
-                                             Index bh, Index i, Index j, Index lq, Index lk) {
+                                             Index bh, Index heads, Index i, Index j, Index lq,
+                                             Index lk) {
   if (dropout.rate <= 0.0) return p;
-  return ops::dropout_keeps(dropout.key, score_index(bh, i, j, lq, lk), dropout.rate)
-             ? p * keep_scale
-             : T(0);
+  return dropout.keeps(bh, heads, i, j, lq, lk) ? p * keep_scale : T(0);
 }
 
 // cols[c][j] = x[j * stride + c] for the n rows of x [n, d] (row stride `stride`),
@@ -260,7 +253,8 @@ void short_attention_forward(In4<T> q, In4<T> k, In4<T> v, compute_t<T> scale, S
           const C* p = row;
           if (dropout.rate > 0) {
             for (Index j = 0; j < lk; ++j)
-              dropped[j] = dropped_probability(row[j], dropout, keep_scale, bh, i, j, lq, lk);
+              dropped[j] =
+                  dropped_probability(row[j], dropout, keep_scale, bh, heads, i, j, lq, lk);
             p = dropped;
           }
           C* o = result_row(&out(b, i, h, 0), o_row);
@@ -297,7 +291,7 @@ void short_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> probs, In4<T>
           for (Index j = 0; j < lk; ++j) {
             g[j] = 0;
             dropped[i][j] =
-                dropped_probability(load(prow[j]), dropout, keep_scale, bh, i, j, lq, lk);
+                dropped_probability(load(prow[j]), dropout, keep_scale, bh, heads, i, j, lq, lk);
           }
           accumulate_rows(g, &vt[0][0], kShortLength, &dout(b, i, h, 0), 1, d, lk);
           softmax_backward_row(prow, g, mask, bh, i, lq, lk, dropout);
@@ -407,11 +401,11 @@ void full_attention_forward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionCon
     Kokkos::parallel_for(
         "full_attention_store_probs", range(to.extent(0)),
         KOKKOS_LAMBDA(Index e) { to(e) = store<T>(from(e)); });
-    if (dropout) apply_dropout<C>(scores, call.dropout, scores);
+    if (dropout) apply_dropout<C>(scores, call.dropout, heads, scores);
     ops::batched_matmul<C>(scores, Trans::No, vh, Trans::No, oh, C(1), C(0), lower_a);
   } else if (dropout) {
     auto dropped = frame.take<View3<T>>(batch * heads, lq, lk);
-    apply_dropout<T>(saved.probs, call.dropout, dropped);
+    apply_dropout<T>(saved.probs, call.dropout, heads, dropped);
     ops::batched_matmul<T>(dropped, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
   } else {
     ops::batched_matmul<T>(saved.probs, Trans::No, vh, Trans::No, oh, T(1), T(0), lower_a);
@@ -459,7 +453,7 @@ void full_attention_backward(In4<T> q, In4<T> k, In4<T> v, const FullAttentionSa
   // needed; bf16 P is widened there).
   auto dvh = frame.take<View3<C>>(batch * heads, lk, v.extent(3));
   if (call.dropout.rate > 0 || is_reduced_precision<T>) {
-    apply_dropout<T>(saved.probs, call.dropout, grad);
+    apply_dropout<T>(saved.probs, call.dropout, heads, grad);
     ops::batched_matmul<C>(grad, Trans::Yes, doh, Trans::No, dvh, C(1), C(0), upper_p);
   } else if constexpr (!is_reduced_precision<T>) {
     ops::batched_matmul<T>(saved.probs, Trans::Yes, doh, Trans::No, dvh, T(1), T(0), upper_p);

@@ -75,10 +75,7 @@ struct RelativeInputs {
     return clamp_len > 0 && d > clamp_len ? clamp_len : d;
   }
   KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
-    if (dropout.rate == 0.0) return C(1);
-    const std::uint64_t index = (std::uint64_t(bh) * lq + i) * lk + j;
-    return ops::dropout_keeps(dropout.key, index, dropout.rate) ? C(1.0 / (1.0 - dropout.rate))
-                                                                : C(0);
+    return dropout.template factor<C>(bh, heads, i, j, lq, lk);
   }
   // Key tiles [begin, end) with an allowed key for query tile qc.
   KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {

@@ -16,11 +16,17 @@ using attention::Save;
 enum Stream : std::uint64_t { kAttention = 1, kFeedForward = 2 };
 
 AttentionLayerCall attention_call(const BlockCall& call) {
-  return {{call.key.seed, stream_id(call.key.stream, kAttention)}, call.key_valid, call.training};
+  return {{call.key.seed, stream_id(call.key.stream, kAttention)},
+          call.key_valid,
+          call.training,
+          call.first_row};
 }
 
-FeedForwardCall feed_forward_call(const BlockCall& call) {
-  return {{call.key.seed, stream_id(call.key.stream, kFeedForward)}, call.training};
+// The feed-forward's rows are the positions of the [batch, length] streams.
+FeedForwardCall feed_forward_call(const BlockCall& call, Index length) {
+  return {{call.key.seed, stream_id(call.key.stream, kFeedForward)},
+          call.training,
+          call.first_row * length};
 }
 
 template <class T>
@@ -202,7 +208,8 @@ void ReversibleBlock<T>::forward(View3<T> x1, View3<T> x2, const BlockCall& call
   if (state.stored) keep_copy<T>(state.f_input, x2, "block_f_input");
   f_.forward(x2, x1, attention_call(call), state.attention, workspace, save);
   if (state.stored) keep_copy<T>(state.g_input, x1, "block_g_input");
-  feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call), workspace, 1);
+  feed_forward_.forward(as_matrix(x1), as_matrix(x2), feed_forward_call(call, x1.extent(1)),
+                        workspace, 1);
 }
 
 template <class T>
@@ -218,7 +225,7 @@ void ReversibleBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> 
   auto g = like(y1, frame);
   // G: dy1 += dG/dy1^T dy2 and g = G(y1), from one recomputation; x2 = y2 - G(y1).
   feed_forward_.backward(as_matrix(y1), as_matrix(dy2), as_matrix(dy1),
-                         feed_forward_call(state.call), workspace, 1, as_matrix(g));
+                         feed_forward_call(state.call, y1.extent(1)), workspace, 1, as_matrix(g));
   ops::axpby<T>(-1, as_vector(g), 1, as_vector(y2));
   // F: recompute Attention(LayerNorm(x2)) with the saved plan and dropout
   // stream; x1 = y1 - F(x2); dx2 = dy2 + dF/dx2^T dy1.
@@ -241,7 +248,7 @@ void ReversibleBlock<T>::backward_stored(View3<T> dy1, View3<T> dy2, const Block
   require_same_shape(op, "dy1", dy1, "dy2", dy2);
   require_same_shape(op, "stored input", state.f_input, "dy1", dy1);
   feed_forward_.backward(as_matrix(state.g_input), as_matrix(dy2), as_matrix(dy1),
-                         feed_forward_call(state.call), workspace, 1);
+                         feed_forward_call(state.call, dy1.extent(1)), workspace, 1);
   f_.backward(state.f_input, dy1, dy2, state.attention, workspace);
 }
 
@@ -265,8 +272,8 @@ void ResidualBlock<T>::forward(View3<T> x, const BlockCall& call, BlockState<T>&
   keep_copy<T>(state.f_input, x, "block_f_input");
   block_.f_.forward(state.f_input, x, attention_call(call), state.attention, workspace, Save::All);
   keep_copy<T>(state.g_input, x, "block_g_input");
-  block_.feed_forward_.forward(as_matrix(state.g_input), as_matrix(x), feed_forward_call(call),
-                               workspace, 1);
+  block_.feed_forward_.forward(as_matrix(state.g_input), as_matrix(x),
+                               feed_forward_call(call, x.extent(1)), workspace, 1);
 }
 
 template <class T>
@@ -280,7 +287,7 @@ void ResidualBlock<T>::backward(View3<T> dz, const BlockState<T>& state,
   // dy = dz + dG/dy^T dz, then dx = dy + dF/dx^T dy.
   Kokkos::deep_copy(upstream, dz);
   block_.feed_forward_.backward(as_matrix(state.g_input), as_matrix(upstream), as_matrix(dz),
-                                feed_forward_call(state.call), workspace, 1);
+                                feed_forward_call(state.call, dz.extent(1)), workspace, 1);
   Kokkos::deep_copy(upstream, dz);
   block_.f_.backward(state.f_input, upstream, dz, state.attention, workspace);
 }
@@ -324,11 +331,14 @@ enum DecoderStream : std::uint64_t { kSelf = 1, kCross = 2, kDecoderFeedForward 
 AttentionLayerCall decoder_attention_call(const DecoderBlockCall& call, bool cross) {
   return {{call.key.seed, stream_id(call.key.stream, cross ? kCross : kSelf)},
           cross ? call.source_valid : call.target_valid,
-          call.training};
+          call.training,
+          call.first_row};
 }
 
-FeedForwardCall decoder_feed_forward_call(const DecoderBlockCall& call) {
-  return {{call.key.seed, stream_id(call.key.stream, kDecoderFeedForward)}, call.training};
+FeedForwardCall decoder_feed_forward_call(const DecoderBlockCall& call, Index length) {
+  return {{call.key.seed, stream_id(call.key.stream, kDecoderFeedForward)},
+          call.training,
+          call.first_row * length};
 }
 }  // namespace
 
@@ -368,8 +378,8 @@ void DecoderBlock<T>::forward(View3<T> x, In3<T> memory, const DecoderBlockCall&
   cross_.forward(state.cross_input, x, decoder_attention_call(call, true), state.cross, workspace,
                  Save::All, memory);
   keep_copy<T>(state.ff_input, x, "decoder_ff_input");
-  feed_forward_.forward(as_matrix(state.ff_input), as_matrix(x), decoder_feed_forward_call(call),
-                        workspace, 1);
+  feed_forward_.forward(as_matrix(state.ff_input), as_matrix(x),
+                        decoder_feed_forward_call(call, x.extent(1)), workspace, 1);
 }
 
 template <class T>
@@ -385,7 +395,7 @@ void DecoderBlock<T>::backward(View3<T> dx, In3<T> memory, View3<T> dmemory,
   // dx = dy + dSelf/dx^T dy.
   Kokkos::deep_copy(upstream, dx);
   feed_forward_.backward(as_matrix(state.ff_input), as_matrix(upstream), as_matrix(dx),
-                         decoder_feed_forward_call(state.call), workspace, 1);
+                         decoder_feed_forward_call(state.call, dx.extent(1)), workspace, 1);
   Kokkos::deep_copy(upstream, dx);
   cross_.backward(state.cross_input, upstream, dx, state.cross, workspace, memory, dmemory);
   Kokkos::deep_copy(upstream, dx);
@@ -415,8 +425,8 @@ void DecoderBlock<T>::forward_reversible(View3<T> x1, View3<T> x2, In3<T> memory
   self_.forward(x2, x1, decoder_attention_call(call, false), state.self, workspace, Save::PlanOnly);
   cross_.forward(x1, x2, decoder_attention_call(call, true), state.cross, workspace, Save::PlanOnly,
                  memory);
-  feed_forward_.forward(as_matrix(x2), as_matrix(x1), decoder_feed_forward_call(call), workspace,
-                        1);
+  feed_forward_.forward(as_matrix(x2), as_matrix(x1), decoder_feed_forward_call(call, x1.extent(1)),
+                        workspace, 1);
 }
 
 template <class T>
@@ -434,7 +444,8 @@ void DecoderBlock<T>::backward_reversible(View3<T> y1, View3<T> y2, View3<T> dy1
   auto g = like(y1, frame);
   // G: dy2 += dG/dy2^T dy1 and g = G(y2), one recomputation; a = y1 - G(y2).
   feed_forward_.backward(as_matrix(y2), as_matrix(dy1), as_matrix(dy2),
-                         decoder_feed_forward_call(state.call), workspace, 1, as_matrix(g));
+                         decoder_feed_forward_call(state.call, y1.extent(1)), workspace, 1,
+                         as_matrix(g));
   ops::axpby<T>(-1, as_vector(g), 1, as_vector(y1));
   // Cross: recomputed at a with the saved call (masks, dropout stream);
   // x2 = y2 - Cross(LN(a), m); da += dCross/da^T dy2; dmemory accumulates.

@@ -84,7 +84,8 @@ In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& 
                                     hidden);
   if (rate > 0)
     ops::dropout_forward<T>(as_vector(hidden), rate, sub_key(call.key, kHiddenDropout),
-                            r0 * config_.d_ff, as_vector(hidden));
+                            ops::dropout_offset(call.first_row + r0, config_.d_ff),
+                            as_vector(hidden));
   return input;
 }
 
@@ -115,8 +116,8 @@ void FeedForward<T>::forward(In2<T> x, View2<T> y, const FeedForwardCall& call,
       continue;
     }
     ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, oc);
-    ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout), r0 * d,
-                            as_vector(oc));
+    ops::dropout_forward<T>(as_vector(oc), rate, sub_key(call.key, kOutputDropout),
+                            ops::dropout_offset(call.first_row + r0, d), as_vector(oc));
     ops::axpby<T>(compute_t<T>(1), as_vector(oc), beta, as_vector(rows_of(y, r0, n)));
   }
 }
@@ -155,21 +156,21 @@ void FeedForward<T>::backward(In2<T> x, In2<T> dy, View2<T> dx, const FeedForwar
       auto rc = rows_of(recomputed, r0, n);
       ops::linear_forward<T>(hc, w2_->matrix(), b2_->value, rc);
       if (rate > 0)
-        ops::dropout_forward<T>(as_vector(rc), rate, sub_key(call.key, kOutputDropout), r0 * d,
-                                as_vector(rc));
+        ops::dropout_forward<T>(as_vector(rc), rate, sub_key(call.key, kOutputDropout),
+                                ops::dropout_offset(call.first_row + r0, d), as_vector(rc));
     }
     // Output dropout and the second projection.
     Kokkos::View<const T**, Layout, MemSpace> g = dyc;
     if (rate > 0) {
-      ops::dropout_backward<T>(as_vector(dyc), rate, sub_key(call.key, kOutputDropout), r0 * d,
-                               as_vector(doc));
+      ops::dropout_backward<T>(as_vector(dyc), rate, sub_key(call.key, kOutputDropout),
+                               ops::dropout_offset(call.first_row + r0, d), as_vector(doc));
       g = doc;
     }
     ops::linear_backward<T>(hc, w2_->matrix(), g, dhc, w2_->grad_matrix(), b2_->grad);
     // Hidden dropout, activation, first projection.
     if (rate > 0)
-      ops::dropout_backward<T>(as_vector(dhc), rate, sub_key(call.key, kHiddenDropout), r0 * f,
-                               as_vector(dhc));
+      ops::dropout_backward<T>(as_vector(dhc), rate, sub_key(call.key, kHiddenDropout),
+                               ops::dropout_offset(call.first_row + r0, f), as_vector(dhc));
     ops::activation_backward<T>(config_.activation, as_vector(pc), as_vector(dhc), as_vector(dhc));
     // LayerNorm, then dx = beta * dx + the chunk's input gradient.
     auto dxc = rows_of(dx, r0, n);

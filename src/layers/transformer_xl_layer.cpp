@@ -20,8 +20,13 @@ RandomKey sub_key(RandomKey key, Stream stream) {
   return {key.seed, stream_id(key.stream, stream)};
 }
 
-FeedForwardCall feed_forward_call(const TransformerXLLayerCall& call) {
-  return {sub_key(call.key, kFeedForward), call.training};
+// The feed-forward's rows are the positions of the [batch, length] segment.
+FeedForwardCall feed_forward_call(const TransformerXLLayerCall& call, Index length) {
+  return {sub_key(call.key, kFeedForward), call.training, call.first_row * length};
+}
+
+attention::AttentionDropout attention_dropout(const TransformerXLLayerCall& call, double rate) {
+  return {call.training ? rate : 0.0, sub_key(call.key, kAttentionDropout), call.first_row};
 }
 
 // c(b, j, :) = m(b, j, :) for j < M, x(b, j - M, :) after.
@@ -230,8 +235,7 @@ void TransformerXLLayer<T>::forward(View3<T> x, In3<T> memory, const Transformer
   // Relative attention.
   auto attended = ensure_view(state.attended, "txl_attended", batch * length, inner);
   auto lse = ensure_view(state.lse, "txl_lse", batch, length, h);
-  const attention::AttentionDropout dropout{call.training ? config_.attention_dropout : 0.0,
-                                            sub_key(call.key, kAttentionDropout)};
+  const auto dropout = attention_dropout(call, config_.attention_dropout);
   attention::relative_attention_forward<T>(
       heads_of(q, batch, length, h, dh), heads_of(k, batch, keys, h, dh),
       heads_of(v, batch, keys, h, dh), View3<T>(rk.data(), positions, h, dh), bias_u_->matrix(),
@@ -277,13 +281,15 @@ void TransformerXLLayer<T>::attention_output(View3<T> x, View2<T> attended,
   ops::product<T, param_t<T>, T>(attended, Trans::No, w_o_->matrix(), Trans::No, as_matrix(o));
   const double rate = call.training ? config_.dropout : 0.0;
   if (rate > 0)
-    ops::dropout_forward<T>(as_vector(o), rate, sub_key(call.key, kOutputDropout), 0, as_vector(o));
+    ops::dropout_forward<T>(as_vector(o), rate, sub_key(call.key, kOutputDropout),
+                            ops::dropout_offset(call.first_row, row_elements(o)), as_vector(o));
   if (config_.pre_norm) {
     // y = x + o; out = y + FF(y).
     Kokkos::deep_copy(ff_input, x);
     ops::axpby<T>(1, as_vector(o), 1, as_vector(ff_input));
     Kokkos::deep_copy(x, ff_input);
-    feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call), workspace, 1);
+    feed_forward_.forward(as_matrix(ff_input), as_matrix(x), feed_forward_call(call, length),
+                          workspace, 1);
   } else {
     // y = LN_attn(x + o); out = LN_ff(y + FF(y)).
     Kokkos::deep_copy(residual, x);
@@ -293,8 +299,8 @@ void TransformerXLLayer<T>::attention_output(View3<T> x, View2<T> attended,
     ops::layer_norm_forward<T>(as_matrix(residual), attn_gamma_->value, attn_beta_->value, eps,
                                as_matrix(ff_input), mean, rstd);
     Kokkos::deep_copy(ff_residual, ff_input);
-    feed_forward_.forward(as_matrix(ff_input), as_matrix(ff_residual), feed_forward_call(call),
-                          workspace, 1);
+    feed_forward_.forward(as_matrix(ff_input), as_matrix(ff_residual),
+                          feed_forward_call(call, length), workspace, 1);
     ops::layer_norm_forward<T>(as_matrix(ff_residual), ff_gamma_->value, ff_beta_->value, eps,
                                as_matrix(x), mean, rstd);
   }
@@ -422,7 +428,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
       d, "]");
   using C = compute_t<T>;
   const auto eps = C(config_.layer_norm_eps);
-  const auto ff_call = feed_forward_call(state.call);
+  const auto ff_call = feed_forward_call(state.call, length);
   Workspace::Frame frame(workspace);
   auto mean = frame.take<View1<C>>(batch * keys), rstd = frame.take<View1<C>>(batch * keys);
   auto mean_l = View1<C>(mean.data(), rows), rstd_l = View1<C>(rstd.data(), rows);
@@ -457,7 +463,8 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
   auto dout = as_matrix(upstream);
   const double rate = state.call.training ? config_.dropout : 0.0;
   if (rate > 0)
-    ops::dropout_backward<T>(as_vector(dx), rate, sub_key(state.call.key, kOutputDropout), 0,
+    ops::dropout_backward<T>(as_vector(dx), rate, sub_key(state.call.key, kOutputDropout),
+                             ops::dropout_offset(state.call.first_row, row_elements(dx)),
                              as_vector(upstream));
   else
     Kokkos::deep_copy(upstream, dx);
@@ -472,8 +479,7 @@ void TransformerXLLayer<T>::backward(View3<T> dx, const TransformerXLLayerState<
   auto dv = frame.take<View2<T>>(batch * keys, inner);
   auto dr = frame.take<View2<T>>(positions, inner);
   auto du = frame.take<View2<param_t<T>>>(h, dh), dbv = frame.take<View2<param_t<T>>>(h, dh);
-  const attention::AttentionDropout dropout{state.call.training ? config_.attention_dropout : 0.0,
-                                            sub_key(state.call.key, kAttentionDropout)};
+  const auto dropout = attention_dropout(state.call, config_.attention_dropout);
   attention::relative_attention_backward<T>(
       heads_of(state.q, batch, length, h, dh), heads_of(state.k, batch, keys, h, dh),
       heads_of(state.v, batch, keys, h, dh), View3<T>(state.rk.data(), positions, h, dh),

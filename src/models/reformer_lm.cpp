@@ -211,7 +211,8 @@ layers::BlockCall ReformerLM<T>::block_call(const ModelCall& call, Index layer,
                                             const ReformerState<T>& state) const {
   return {{call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(layer))},
           state.valid,
-          call.training};
+          call.training,
+          call.first_row};
 }
 
 template <class T>
@@ -272,7 +273,8 @@ void ReformerLM<T>::embed(IdMatrix ids, const ModelCall& call, ReformerState<T>&
   }
   if (call.training && config_.dropout > 0)
     ops::dropout_forward<T>(as_vector(e), config_.dropout,
-                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                            ops::dropout_offset(call.first_row, row_elements(state.x1)),
                             as_vector(e));
   Kokkos::deep_copy(state.x2, state.x1);
 }
@@ -286,7 +288,8 @@ void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const 
   const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(de), config_.dropout,
-                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                             ops::dropout_offset(call.first_row, row_elements(state.dx1)),
                              as_vector(de));
   if (positions_) ops::learned_positions_backward<T>(de, length, 0, positions_->grad_matrix());
   if (axial1_)

@@ -251,7 +251,8 @@ void EncoderDecoder<T>::embed(const Parameter<param_t<T>>& table,
     ops::sinusoidal_positions_forward<T>(e, length, offset, e);
   if (call.training && config_.dropout > 0)
     ops::dropout_forward<T>(as_vector(e), config_.dropout,
-                            {call.key.seed, stream_id(call.key.stream, stream)}, 0, as_vector(e));
+                            {call.key.seed, stream_id(call.key.stream, stream)},
+                            ops::dropout_offset(call.first_row, row_elements(out)), as_vector(e));
 }
 
 template <class T>
@@ -262,8 +263,9 @@ void EncoderDecoder<T>::embed_backward(Parameter<param_t<T>>& table,
   const Index length = ids.extent(1);
   auto de = as_matrix(dout);
   if (call.training && config_.dropout > 0)
-    ops::dropout_backward<T>(as_vector(de), config_.dropout,
-                             {call.key.seed, stream_id(call.key.stream, stream)}, 0, as_vector(de));
+    ops::dropout_backward<T>(
+        as_vector(de), config_.dropout, {call.key.seed, stream_id(call.key.stream, stream)},
+        ops::dropout_offset(call.first_row, row_elements(dout)), as_vector(de));
   if (positions) ops::learned_positions_backward<T>(de, length, 0, positions->grad_matrix());
   ops::token_embedding_backward<T>(flat(ids), de, true, table.grad_matrix());
 }
@@ -322,8 +324,10 @@ void EncoderDecoder<T>::encode(IdMatrix source, MaskMatrix source_valid, const M
   const std::size_t layers = std::max(encoder_.size(), reversible_encoder_.size());
   state.encoder.resize(layers);
   auto block_call = [&](std::size_t i) {
-    return layers::BlockCall{
-        {call.key.seed, stream_id(call.key.stream, kEncoder, i)}, source_valid, call.training};
+    return layers::BlockCall{{call.key.seed, stream_id(call.key.stream, kEncoder, i)},
+                             source_valid,
+                             call.training,
+                             call.first_row};
   };
   if (config_.reversible) {
     auto x2 = second_stream(state.source2, state.source, "transformer_source2");
@@ -357,7 +361,8 @@ void EncoderDecoder<T>::decode(const Seq2SeqBatch& batch, const ModelCall& call,
     return layers::DecoderBlockCall{{call.key.seed, stream_id(call.key.stream, kDecoder, i)},
                                     batch.target_valid,
                                     batch.source_valid,
-                                    call.training};
+                                    call.training,
+                                    call.first_row};
   };
   if (config_.reversible) {
     auto t2 = second_stream(state.target2, state.target, "transformer_target2");

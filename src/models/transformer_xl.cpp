@@ -171,7 +171,8 @@ layers::TransformerXLLayerCall TransformerXL<T>::layer_call(
           memory.mem_len,
           {call.key.seed, stream_id(call.key.stream, kPositionDropout)},
           memory.clamp_len,
-          memory.same_length};
+          memory.same_length,
+          call.first_row};
 }
 
 template <class T>
@@ -215,8 +216,8 @@ void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerX
   ops::token_embedding_forward<T>(embedding_->matrix(), ids_of(ids), config_.scale_embedding, e);
   if (call.training && config_.dropout > 0)
     ops::dropout_forward<T>(as_vector(e), config_.dropout,
-                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
-                            as_vector(e));
+                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                            ops::dropout_offset(call.first_row, row_elements(x)), as_vector(e));
   // The new memories: the last rows of each layer's [memory; input], which
   // the layer's state holds, so that layer i's memory is replaced as soon as
   // layer i has read it.
@@ -245,8 +246,8 @@ void TransformerXL<T>::forward(IdMatrix ids, const ModelCall& call, TransformerX
   }
   if (call.training && config_.dropout > 0)
     ops::dropout_forward<T>(as_vector(out), config_.dropout,
-                            {call.key.seed, stream_id(call.key.stream, kOutputDropout)}, 0,
-                            as_vector(out));
+                            {call.key.seed, stream_id(call.key.stream, kOutputDropout)},
+                            ops::dropout_offset(call.first_row, row_elements(out)), as_vector(out));
 }
 
 template <class T>
@@ -277,8 +278,8 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
   const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(dx), config_.dropout,
-                             {call.key.seed, stream_id(call.key.stream, kOutputDropout)}, 0,
-                             as_vector(dx));
+                             {call.key.seed, stream_id(call.key.stream, kOutputDropout)},
+                             ops::dropout_offset(call.first_row, row_elements(dx)), as_vector(dx));
   if (out_gamma_) {
     Workspace::Frame frame(state.workspace);
     auto normed = frame.take<View2<T>>(rows, d), dnormed = frame.take<View2<T>>(rows, d);
@@ -312,7 +313,8 @@ ops::CrossEntropyResult TransformerXL<T>::forward_backward(IdMatrix ids, IdMatri
   auto de = as_matrix(state.dx);
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(de), config_.dropout,
-                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, 0,
+                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                             ops::dropout_offset(call.first_row, row_elements(state.dx)),
                              as_vector(de));
   ops::token_embedding_backward<T>(ids_of(ids), de, config_.scale_embedding,
                                    embedding_->grad_matrix());

@@ -86,6 +86,12 @@ class Workload {
     const Index count = batch / Index(ranks_);
     return {Index(rank_) * count, count};
   }
+  // The call for this process's rows of a batch of `batch` rows: its
+  // first_row is where they start, so they draw the whole batch's masks.
+  models::ModelCall call_for_rows(models::ModelCall call, Index batch) const {
+    call.first_row = rows_of(batch).first;
+    return call;
+  }
   // The processes (workloads whose state spans them: Transformer-XL's memories).
   const Communicator& comm() const { return *comm_; }
   int rank_ = 0, ranks_ = 1;

@@ -68,6 +68,9 @@ struct AttentionLayerCall {
   Kokkos::View<const int**, Layout, MemSpace> key_valid{};
   // false: evaluation, every dropout of the layer is off.
   bool training = true;
+  // The global index of x's batch row 0 (models::ModelCall::first_row): the
+  // dropout masks are drawn by global row.
+  Index first_row = 0;
 };
 
 // What forward saves for backward, owned by the caller. Reused across steps
@@ -185,6 +188,7 @@ class AttentionLayer {
            Save save, bool reuse_plan) const;
   double attention_rate(const AttentionLayerCall& call) const;  // 0 unless training
   double output_rate(const AttentionLayerCall& call) const;
+  AttentionDropout attention_dropout(const AttentionLayerCall& call) const;  // on the probabilities
   void attention_backward(const AttentionState<T>& state, In3<T> dy, View2<T> dq, View2<T> dk,
                           View2<T> dv, Workspace& workspace) const;
 

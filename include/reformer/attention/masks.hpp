@@ -10,6 +10,7 @@
 #include "reformer/core/fast_math.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/core/types.hpp"
+#include "reformer/ops/dropout.hpp"
 
 namespace reformer::attention {
 
@@ -35,10 +36,29 @@ struct MaskOptions {
   Kokkos::View<const int**, Layout, MemSpace> key_valid;
 };
 
-// Dropout on the attention probabilities, replayed from the counter RNG.
+// Dropout on the attention probabilities, replayed from the counter RNG. In a
+// grid of [rows, cols] scores per head, score (i, j) of head h of batch row b
+// is drawn at ((first_row + b) * heads + h) * rows + i) * cols + j: by the
+// global batch row (ops::dropout_offset), so that a share of the batch keeps
+// the scores the whole batch keeps.
 struct AttentionDropout {
   double rate = 0.0;
   RandomKey key{};
+  Index first_row = 0;  // the global index of the call's batch row 0
+
+  // Whether score (bh = b * heads + h, i, j) is kept.
+  KOKKOS_INLINE_FUNCTION bool keeps(Index bh, Index heads, Index i, Index j, Index rows,
+                                    Index cols) const {
+    const auto first = std::uint64_t(ops::dropout_offset(first_row, heads * rows * cols));
+    return ops::dropout_keeps(key, first + (std::uint64_t(bh) * rows + i) * cols + j, rate);
+  }
+  // 1 / (1 - rate) where the score is kept, 0 where it is dropped, 1 without dropout.
+  template <class C>
+  KOKKOS_INLINE_FUNCTION C factor(Index bh, Index heads, Index i, Index j, Index rows,
+                                  Index cols) const {
+    if (rate == 0.0) return C(1);
+    return keeps(bh, heads, i, j, rows, cols) ? C(1.0 / (1.0 - rate)) : C(0);
+  }
 };
 
 // What one call of an attention kernel takes besides its tensors and its

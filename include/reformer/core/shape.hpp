@@ -61,6 +61,12 @@ Kokkos::View<typename V::value_type*, Layout, MemSpace> as_vector(const V& v) {
   return Kokkos::View<typename V::value_type*, Layout, MemSpace>(v.data(), v.size());
 }
 
+// Elements of one row (one index of extent 0) of a contiguous tensor.
+template <class V>
+Index row_elements(const V& v) {
+  return v.extent(0) ? Index(v.size() / v.extent(0)) : 0;
+}
+
 // The view in `slot`, reallocated (uninitialised) only when its shape differs:
 // state that callers keep across steps is allocated once.
 template <class V, class... Extents>

@@ -42,6 +42,7 @@ struct BlockCall {
   RandomKey key{};
   Kokkos::View<const int**, Layout, MemSpace> key_valid{};
   bool training = true;
+  Index first_row = 0;  // the global index of the streams' batch row 0 (dropout masks)
 };
 
 template <class T>
@@ -204,6 +205,7 @@ struct DecoderBlockCall {
   Kokkos::View<const int**, Layout, MemSpace> target_valid{};
   Kokkos::View<const int**, Layout, MemSpace> source_valid{};
   bool training = true;
+  Index first_row = 0;  // the global index of x's batch row 0 (dropout masks)
 };
 
 template <class T>

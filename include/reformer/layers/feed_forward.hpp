@@ -9,8 +9,9 @@
 // as norm.gamma, norm.beta (with the LayerNorm), w1, b1, w2, b2). It keeps no activations: backward
 // recomputes each chunk's hidden activation from the input, so what a caller
 // holds between forward and backward is the input x and the call's RNG key.
-// Dropout masks are drawn per element index of the whole [rows, width] tensor,
-// so chunking does not change them and backward replays them exactly.
+// Dropout masks are drawn per element index of the whole [rows, width] tensor
+// (offset by call.first_row), so chunking does not change them and backward
+// replays them exactly.
 //
 // Precision (core/precision.hpp): x, y, the chunk buffers and the gradients
 // of activations are T; the parameters and their gradients are param_t<T>
@@ -44,6 +45,9 @@ struct FeedForwardConfig {
 struct FeedForwardCall {
   RandomKey key{};
   bool training = true;
+  // The global index of x's row 0: masks are drawn by global row (a caller
+  // whose rows are [batch, length] passes its first batch row times length).
+  Index first_row = 0;
 };
 
 template <class T>

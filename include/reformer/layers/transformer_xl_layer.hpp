@@ -80,6 +80,10 @@ struct TransformerXLLayerCall {
   // config's clamp_len; same_length -1 keeps the config's, 0 off, 1 on.
   Index clamp_len = -1;
   int same_length = -1;
+  // The global index of x's batch row 0 (models::ModelCall::first_row): the
+  // attention, output and feed-forward masks are drawn by global row (the
+  // position dropout's mask has no rows).
+  Index first_row = 0;
 };
 
 // What backward needs from forward, owned by the caller (reused across calls;

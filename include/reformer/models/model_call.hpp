@@ -1,7 +1,7 @@
 // What every model's forward, backward and evaluation take per call, whatever
 // the family (the Reformer LM, the encoder-decoder, Transformer-XL): the key of
-// the step's randomness, whether dropout is on, the loss scale and the mask of
-// real tokens.
+// the step's randomness, whether dropout is on, the loss scale, the mask of
+// real tokens and where its rows lie in the step's batch.
 #pragma once
 
 #include "reformer/core/random.hpp"
@@ -24,6 +24,11 @@ struct ModelCall {
   // (LSH sorts it behind the real items, so that it takes no slot from them),
   // and its targets do not count in the loss.
   Kokkos::View<const int**, Layout, MemSpace> valid{};
+  // The global index of this call's batch row 0: data parallelism gives each
+  // process rows [first_row, first_row + batch) of the step's batch. Masks
+  // drawn per row (dropout) add it, so a process draws for its rows exactly
+  // what one process with the whole batch draws.
+  Index first_row = 0;
 };
 
 }  // namespace reformer::models

@@ -15,6 +15,15 @@ KOKKOS_INLINE_FUNCTION bool dropout_keeps(RandomKey key, std::uint64_t index, do
   return random_uniform(key, index) >= rate;
 }
 
+// Masks keyed by the global row: a tensor whose row 0 is row first_row of the
+// step's whole batch (data parallelism gives a process rows [first_row,
+// first_row + batch)) draws its element e at dropout_offset(first_row,
+// elements per row) + e, so that a share of the batch draws the masks the
+// whole batch draws for those rows. 0 for first_row 0.
+KOKKOS_INLINE_FUNCTION Index dropout_offset(Index first_row, Index row_elements) {
+  return first_row * row_elements;
+}
+
 // y = x * keep / (1 - rate); y may alias x. rate must be in [0, 1).
 template <class T>
 void dropout_forward(In1<T> x, double rate, RandomKey key, Index offset, View1<T> y);

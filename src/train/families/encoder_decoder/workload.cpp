@@ -38,12 +38,14 @@ class Seq2Seq final : public Workload<T> {
   ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
                                            const models::ModelCall& call) override {
     load(data::Split::Train, index, batch);
-    return model_.forward_backward(device_batch(), data::PairTask::kPad, call, state_);
+    return model_.forward_backward(device_batch(), data::PairTask::kPad,
+                                   this->call_for_rows(call, batch), state_);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                    const models::ModelCall& call) override {
     load(split, index, batch);
-    return model_.evaluate(device_batch(), data::PairTask::kPad, call, state_);
+    return model_.evaluate(device_batch(), data::PairTask::kPad, this->call_for_rows(call, batch),
+                           state_);
   }
   Index target_tokens(std::uint64_t index, Index batch) override {
     return count_other_than(load(data::Split::Train, index, batch).target_out,

@@ -25,13 +25,14 @@ class LanguageModel final : public Workload<T> {
                                            const models::ModelCall& call) override {
     load(data::Split::Train, index, batch);
     return model_.forward_backward(device_.inputs, device_.targets, task_->ignore_id(),
-                                   with_mask(call), state_, this->after_layer);
+                                   with_mask(this->call_for_rows(call, batch)), state_,
+                                   this->after_layer);
   }
   ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
                                    const models::ModelCall& call) override {
     load(split, index, batch);
-    return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(), with_mask(call),
-                           state_);
+    return model_.evaluate(device_.inputs, device_.targets, task_->ignore_id(),
+                           with_mask(this->call_for_rows(call, batch)), state_);
   }
   Index target_tokens(std::uint64_t index, Index batch) override {
     return count_other_than(mine(task_->batch(data::Split::Train, index, batch)).targets,

@@ -75,8 +75,8 @@ class SegmentStreams final : public Workload<T> {
     const auto [first, rows] = this->rows_of(batch);
     load(task_->segments(data::Split::Train, segment, part * batch + first, rows, streams_,
                          config_.data.length));
-    const auto result =
-        model_.forward_backward(device_.inputs, device_.targets, -1, call, memory, state_);
+    const auto result = model_.forward_backward(device_.inputs, device_.targets, -1,
+                                                this->call_for_rows(call, batch), memory, state_);
     // A segment whose loss is not finite (the trainer skips it or stops) may
     // have left non-finite values in the memory: its streams start afresh,
     // on every process when any process's rows are not finite (as one
@@ -104,7 +104,8 @@ class SegmentStreams final : public Workload<T> {
     eval_split_ = split;
     const auto [first, rows] = this->rows_of(batch);
     load(task_->segments(split, segment, first, rows, batch, eval_length_));
-    return model_.evaluate(device_.inputs, device_.targets, -1, call, eval_memory_, state_);
+    return model_.evaluate(device_.inputs, device_.targets, -1, this->call_for_rows(call, batch),
+                           eval_memory_, state_);
   }
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
     return {0, 0};
@@ -261,7 +262,8 @@ class SegmentStreams final : public Workload<T> {
     none.mem_len = eval_memory_.mem_len;
     none.clamp_len = eval_memory_.clamp_len;
     none.same_length = eval_memory_.same_length;
-    return model_.evaluate(device_.inputs, device_.targets, -1, call, none, state_);
+    return model_.evaluate(device_.inputs, device_.targets, -1, this->call_for_rows(call, batch),
+                           none, state_);
   }
 
   config::RunConfig config_;
