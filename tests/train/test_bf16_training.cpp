@@ -51,11 +51,13 @@ std::vector<std::vector<float>> float_state(const config::RunConfig& config,
   return out;
 }
 
-TEST(Bf16Training, LearnsResumesBitwiseAndKeepsFloat32Checkpoints) {
+// That bf16 runs learn (a task to an accuracy chance cannot reach, within a
+// small bound of float32's) is asserted in test_learning.cpp; here, what bf16
+// changes about resuming, checkpoints, evaluation and generation.
+TEST(Bf16Training, ResumesBitwiseAndKeepsFloat32Checkpoints) {
   TempDir dir;
   train::TrainOptions options = quiet_options();
   const auto whole = train::run_training(bf16_run(dir.path() + "/whole", 8), options);
-  EXPECT_LT(whole.losses.back(), whole.losses.front());
   const auto first = train::run_training(bf16_run(dir.path() + "/split", 4), options);
   options.resume = true;
   const auto rest = train::run_training(bf16_run(dir.path() + "/split", 8), options);
@@ -91,12 +93,15 @@ TEST(Bf16Training, EncoderDecoderTrainsAndDecodes) {
   auto config =
       seq2seq_run(dir.path() + "/s", 8, {"train.precision=\"bf16\"", "train.eval_every=4"});
   const auto summary = train::run_training(config, options);
-  EXPECT_LT(summary.losses.back(), summary.losses.front());
   EXPECT_GT(summary.last_eval.tokens, 0);
-  // Greedy decoding ran on the evaluated pairs (a rate in [0, 1], not -1).
-  EXPECT_GE(summary.last_eval.exact_match, 0.0);
+  // Greedy decoding ran on the evaluated pairs (a rate in [0, 1], not the -1
+  // of a workload that does not decode), and evaluating the checkpoint again
+  // decodes the same pairs to the same rate.
+  ASSERT_GE(summary.last_eval.exact_match, 0.0);
+  ASSERT_LE(summary.last_eval.exact_match, 1.0);
   const auto e = train::evaluate_checkpoint(dir.path() + "/s", {}, data::Split::Valid, 2);
   EXPECT_NEAR(e.loss, summary.last_eval.loss, 1e-6);
+  EXPECT_EQ(e.exact_match, summary.last_eval.exact_match);
 }
 
 // A float32 run continues in bf16 and back: the step's loss and the
@@ -132,7 +137,6 @@ TEST(Bf16Training, TransformerXLTrainsResumesBitwiseAndGenerates) {
   auto options = quiet_options();
   const auto whole = train::run_training(xl_run(dir.path() + "/whole", corpus, 7, bf16), options);
   ASSERT_EQ(whole.losses.size(), 7u);
-  EXPECT_LT(whole.losses.back(), whole.losses.front());
   const auto first = train::run_training(xl_run(dir.path() + "/split", corpus, 4, bf16), options);
   // Memories of both stream groups and layers, float32 values that are bf16 ones.
   const auto state = io::read_checkpoint_state(first.checkpoint);

@@ -6,6 +6,9 @@
 //    duplication task 0 w 0 w;
 //  - Transformer-XL's memory predicts a stream whose segments repeat the
 //    previous one, which a model without memory cannot;
+//  (each of these three runs in float32 and in bf16, train.precision = "bf16":
+//  both pass the threshold, and bf16's result is within a small bound of
+//  float32's);
 //  - train.target_accuracy stops a run at the first evaluation that reaches it;
 //  - top-k sampling draws only among the k most likely tokens.
 // A failure prints the run's config (seeds included) and its progress lines.
@@ -45,22 +48,35 @@ std::string describe(const config::RunConfig& config, const std::ostringstream& 
 // Learning rate 1.0: at 2.0, 7 of 9 seeds stalled near loss 0.5 on the CPU,
 // and seed 1, which learned there, stalled on an H200 (other rounding); at
 // 1.0 every one of 12 seed pairs reached loss < 0.001 by step 1200.
+// Each precision a learning test runs in: float32, and bf16 activations on
+// float32 master weights (issue 34).
+const std::vector<std::string> kPrecisions = {"float32", "bf16"};
+
+std::string precision_override(const std::string& precision) {
+  return "train.precision=\"" + precision + "\"";
+}
+
 TEST(Learning, EncoderDecoderLearnsTheCopyTask) {
-  TempDir dir;
-  std::ostringstream log;
-  const auto config =
-      seq2seq_run(dir.path() + "/copy", 1200,
-                  {"data.task=\"seq2seq_copy\"", "model.dropout=0", "train.batch=16",
-                   "train.accumulate=1", "train.log_every=50", "train.checkpoint_every=0",
-                   "train.learning_rate=1.0", "train.warmup_steps=30"});
-  train::run_training(config, quiet_options(&log));
-  const auto e = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 8);
-  std::cout << "copy: exact match " << e.exact_match << " (>= 0.95), token accuracy " << e.accuracy
-            << '\n';
-  EXPECT_GE(e.exact_match, 0.95) << "exact match " << e.exact_match << " of "
-                                 << 8 * config.train.batch << " validation pairs, token accuracy "
-                                 << e.accuracy << ", loss " << e.loss << "\n"
-                                 << describe(config, log);
+  std::vector<double> exact;
+  for (const auto& precision : kPrecisions) {
+    TempDir dir;
+    std::ostringstream log;
+    const auto config = seq2seq_run(
+        dir.path() + "/copy", 1200,
+        {"data.task=\"seq2seq_copy\"", "model.dropout=0", "train.batch=16", "train.accumulate=1",
+         "train.log_every=50", "train.checkpoint_every=0", "train.learning_rate=1.0",
+         "train.warmup_steps=30", precision_override(precision)});
+    train::run_training(config, quiet_options(&log));
+    const auto e = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 8);
+    std::cout << "copy (" << precision << "): exact match " << e.exact_match
+              << " (>= 0.95), token accuracy " << e.accuracy << '\n';
+    EXPECT_GE(e.exact_match, 0.95)
+        << precision << ": exact match " << e.exact_match << " of " << 8 * config.train.batch
+        << " validation pairs, token accuracy " << e.accuracy << ", loss " << e.loss << "\n"
+        << describe(config, log);
+    exact.push_back(e.exact_match);
+  }
+  EXPECT_NEAR(exact[1], exact[0], 0.03) << "bf16's exact match against float32's";
 }
 
 // Overrides of the duplication runs below: no dropout, one micro-batch of 16.
@@ -72,17 +88,25 @@ const std::vector<std::string> kDuplication = {
 // length 16): accuracy on the second copy, whose every token the first copy
 // gives, far above chance (1/7).
 TEST(Learning, ReformerLMLearnsDuplication) {
-  TempDir dir;
-  std::ostringstream log;
-  auto overrides = kDuplication;
-  overrides.insert(overrides.end(), {"train.eval_every=0", "train.log_every=50"});
-  const auto config = tiny_run(dir.path() + "/dup", 300, true, overrides);
-  train::run_training(config, quiet_options(&log));
-  const auto e = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 8);
-  std::cout << "duplication: accuracy " << e.accuracy << " (>= 0.9, chance 1/7)\n";
-  EXPECT_GE(e.accuracy, 0.9) << "accuracy " << e.accuracy << " on the second copy of "
-                             << 8 * config.train.batch << " validation sequences (chance 1/7)\n"
-                             << describe(config, log);
+  std::vector<double> accuracy;
+  for (const auto& precision : kPrecisions) {
+    TempDir dir;
+    std::ostringstream log;
+    auto overrides = kDuplication;
+    overrides.insert(overrides.end(),
+                     {"train.eval_every=0", "train.log_every=50", precision_override(precision)});
+    const auto config = tiny_run(dir.path() + "/dup", 300, true, overrides);
+    train::run_training(config, quiet_options(&log));
+    const auto e = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 8);
+    std::cout << "duplication (" << precision << "): accuracy " << e.accuracy
+              << " (>= 0.9, chance 1/7)\n";
+    EXPECT_GE(e.accuracy, 0.9) << precision << ": accuracy " << e.accuracy
+                               << " on the second copy of " << 8 * config.train.batch
+                               << " validation sequences (chance 1/7)\n"
+                               << describe(config, log);
+    accuracy.push_back(e.accuracy);
+  }
+  EXPECT_NEAR(accuracy[1], accuracy[0], 0.03) << "bf16's accuracy against float32's";
 }
 
 // A corpus whose only regularity is repetition with a period of `period`
@@ -110,27 +134,33 @@ std::string write_repeating_corpus(const TempDir& dir, std::size_t bytes, int pe
 // segment's last target. (A trained model: about 1.0 against 4.4 nats; an
 // untrained one: the same loss with and without.)
 TEST(Learning, TransformerXLMemoryPredictsTheRepeatedSegment) {
-  TempDir dir;
-  std::ostringstream log;
-  const std::string corpus = write_repeating_corpus(dir, 8000, 8, 8);
-  const auto config = xl_run(
-      dir.path() + "/xl", corpus, 400,
-      {"model.layers=1", "model.d_model=32", "model.d_head=16", "model.d_ff=32", "model.dropout=0",
-       "model.attention_dropout=0", "model.xl.mem_len=8", "model.xl.clamp_len=0", "train.batch=4",
-       "train.accumulate=1", "train.learning_rate=0.003", "train.eval_every=0",
-       "train.log_every=50", "train.checkpoint_every=0"});
-  train::run_training(config, quiet_options(&log));
-  // The whole validation split (2 streams of 200 bytes).
-  const auto memory = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 0);
-  const auto none =
-      train::evaluate_checkpoint(config.run_dir, {"eval.mem_len=0"}, data::Split::Valid, 0);
-  std::cout << "Transformer-XL: loss " << memory.loss << " with a memory of 8, " << none.loss
-            << " without (at least 2x)\n";
-  EXPECT_LE(2 * memory.loss, none.loss)
-      << "loss with a memory of 8: " << memory.loss << " (accuracy " << memory.accuracy
-      << "), without: " << none.loss << " (accuracy " << none.accuracy << "), " << memory.tokens
-      << " tokens\n"
-      << describe(config, log);
+  std::vector<double> losses;
+  for (const auto& precision : kPrecisions) {
+    TempDir dir;
+    std::ostringstream log;
+    const std::string corpus = write_repeating_corpus(dir, 8000, 8, 8);
+    const auto config =
+        xl_run(dir.path() + "/xl", corpus, 400,
+               {"model.layers=1", "model.d_model=32", "model.d_head=16", "model.d_ff=32",
+                "model.dropout=0", "model.attention_dropout=0", "model.xl.mem_len=8",
+                "model.xl.clamp_len=0", "train.batch=4", "train.accumulate=1",
+                "train.learning_rate=0.003", "train.eval_every=0", "train.log_every=50",
+                "train.checkpoint_every=0", precision_override(precision)});
+    train::run_training(config, quiet_options(&log));
+    // The whole validation split (2 streams of 200 bytes).
+    const auto memory = train::evaluate_checkpoint(config.run_dir, {}, data::Split::Valid, 0);
+    const auto none =
+        train::evaluate_checkpoint(config.run_dir, {"eval.mem_len=0"}, data::Split::Valid, 0);
+    std::cout << "Transformer-XL (" << precision << "): loss " << memory.loss
+              << " with a memory of 8, " << none.loss << " without (at least 2x)\n";
+    EXPECT_LE(2 * memory.loss, none.loss)
+        << precision << ": loss with a memory of 8: " << memory.loss << " (accuracy "
+        << memory.accuracy << "), without: " << none.loss << " (accuracy " << none.accuracy << "), "
+        << memory.tokens << " tokens\n"
+        << describe(config, log);
+    losses.push_back(memory.loss);
+  }
+  EXPECT_NEAR(losses[1], losses[0], 0.15 * losses[0]) << "bf16's loss against float32's";
 }
 
 // train.target_accuracy: a run of up to 1000 steps stops at the first
