@@ -1,7 +1,9 @@
 #include "reformer/attention/attention_layer.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
+#include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -169,6 +171,61 @@ TEST_P(AttentionLayerKinds, NoAllocationsAfterWarmUp) {
   EXPECT_EQ(tracker.space(space).allocations, after_warm_up)
       << "a warmed-up step of " << attention::to_string(config.kind) << " attention allocated";
   EXPECT_GT(workspace.capacity_bytes(), 0);
+}
+
+// Data parallelism: rows [2, 4) of a batch, run alone with first_row 2, draw
+// the masks the whole batch draws for them (the probabilities' dropout and the
+// output's, each alone), so their outputs and input gradients are the whole
+// batch's rows, and the projections' gradients of rows [0, 2) and [2, 4) sum
+// to the whole batch's. With first_row 0 the same rows draw other masks.
+// Lengths 8 and 40: full attention's short and batched kernels; LSH and local
+// with the fused and the batched chunk products.
+TEST_P(AttentionLayerKinds, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  const AttentionKind kind = GetParam();
+  const bool chunked = kind == AttentionKind::Lsh || kind == AttentionKind::Local;
+  for (const auto products : {attention::ChunkProducts::fused, attention::ChunkProducts::batched})
+    for (const Index length : {8, 40})
+      for (const bool on_probabilities : {true, false}) {
+        if (!chunked && products == attention::ChunkProducts::batched) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "length " << length << ", dropout on the "
+                     << (on_probabilities ? "probabilities" : "output")
+                     << (products == attention::ChunkProducts::batched ? ", batched chunk products"
+                                                                       : ""));
+        ScopedChunkProducts pin(products);
+        auto config = small_config(kind);
+        config.attention_dropout = on_probabilities ? 0.3 : 0.0;
+        config.output_dropout = on_probabilities ? 0.0 : 0.3;
+        ParameterSet<double> params;
+        AttentionLayer<double> layer("attn", config, params);
+        layer.init({1, 2});
+        View3<double> x("x", 4, length, 6), dy("dy", 4, length, 6);
+        fill_uniform(x, 1);
+        fill_uniform(dy, 2);
+        Workspace workspace;
+        struct Run {
+          View3<double> y, dx;
+          std::vector<double> grads;
+        };
+        auto run = [&](Index first, Index count, Index first_row) {
+          const auto xs = share_rows(x, first, count), dys = share_rows(dy, first, count);
+          Run r{View3<double>("y", count, length, 6), View3<double>("dx", count, length, 6), {}};
+          AttentionState<double> state;
+          params.zero_grad();
+          attention::AttentionLayerCall call{{3, 7}, {}, true, first_row};
+          layer.forward(xs, r.y, call, state, workspace);
+          layer.backward(xs, dys, r.dx, state, workspace);
+          r.grads = to_host(params.grads());
+          return r;
+        };
+        const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
+        EXPECT_LT(max_difference(to_host(high.y), host_rows(whole.y, 2, 2)), 1e-12);
+        EXPECT_LT(max_difference(to_host(high.dx), host_rows(whole.dx, 2, 2)), 1e-12);
+        EXPECT_LT(max_difference(to_host(low.y), host_rows(whole.y, 0, 2)), 1e-12);
+        EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
+        const Run unshifted = run(2, 2, 0);
+        EXPECT_GT(max_difference(to_host(unshifted.y), host_rows(whole.y, 2, 2)), 1e-3);
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(FullLshLocalExact, AttentionLayerKinds,

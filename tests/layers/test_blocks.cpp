@@ -1,10 +1,13 @@
 #include "reformer/core/error.hpp"
 #include "reformer/layers/blocks.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/layer_reference.hpp"
 
 #include <gtest/gtest.h>
+
+#include <optional>
 
 namespace reformer {
 namespace {
@@ -118,6 +121,79 @@ TEST_P(BlockKinds, StoredBackwardEqualsReversible) {
   EXPECT_LT(relative_error(to_host(c.d1), g1), 1e-12);
   EXPECT_LT(relative_error(to_host(c.d2), g2), 1e-12);
   EXPECT_LT(relative_error(to_host(c.params.grads()), gw), 1e-12);
+}
+
+// Data parallelism: rows [2, 4) of the streams, run alone with first_row 2,
+// draw the masks the whole batch draws for them in the attention and in the
+// feed-forward (each alone), through the reversible block (reversible and
+// stored backward) and the residual block: their outputs and input gradients
+// are the whole batch's rows, and the parameter gradients of rows [0, 2) and
+// [2, 4) sum to the whole batch's. With first_row 0 they draw other masks.
+TEST_P(BlockKinds, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  for (const bool in_attention : {true, false})
+    for (const int path : {0, 1, 2}) {  // reversible, stored, residual
+      SCOPED_TRACE(::testing::Message()
+                   << (path == 0   ? "reversible"
+                       : path == 1 ? "stored"
+                                   : "residual")
+                   << ", dropout in the " << (in_attention ? "attention" : "feed-forward"));
+      auto config = small_config(GetParam(), in_attention ? 0.3 : 0.0);
+      config.feed_forward.dropout = in_attention ? 0.0 : 0.3;
+      ParameterSet<double> params;
+      std::optional<ReversibleBlock<double>> block;
+      std::optional<ResidualBlock<double>> residual;
+      if (path == 2)
+        residual.emplace("layers.0", config, params).init({1, 2});
+      else
+        block.emplace("layers.0", config, params).init({1, 2});
+      randomise_norms(params);
+      View3<double> x1("x1", 4, L, D), x2("x2", 4, L, D), r1("r1", 4, L, D), r2("r2", 4, L, D);
+      fill_uniform(x1, 1);
+      fill_uniform(x2, 2);
+      fill_uniform(r1, 3);
+      fill_uniform(r2, 4);
+      Workspace workspace;
+      struct Run {
+        View3<double> y1, y2, d1, d2;
+        std::vector<double> grads;
+      };
+      auto run = [&](Index first, Index count, Index first_row) {
+        Run r{share_rows(x1, first, count),
+              share_rows(x2, first, count),
+              share_rows(r1, first, count),
+              share_rows(r2, first, count),
+              {}};
+        const BlockCall call{{3, 7}, {}, true, first_row};
+        BlockState<double> state;
+        AttentionState<double> scratch;
+        params.zero_grad();
+        if (path == 2) {
+          residual->forward(r.y1, call, state, workspace);
+          residual->backward(r.d1, state, workspace);
+        } else {
+          block->forward(r.y1, r.y2, call, state, workspace,
+                         path == 0 ? Save::PlanOnly : Save::All);
+          const auto y1 = share_rows(r.y1, 0, count), y2 = share_rows(r.y2, 0, count);
+          if (path == 0)
+            block->backward_reversible(y1, y2, r.d1, r.d2, state, scratch, workspace);
+          else
+            block->backward_stored(r.d1, r.d2, state, workspace);
+        }
+        r.grads = to_host(params.grads());
+        return r;
+      };
+      const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
+      for (const auto& [part, all] : {std::make_pair(high.y1, whole.y1),
+                                      {high.y2, whole.y2},
+                                      {high.d1, whole.d1},
+                                      {high.d2, whole.d2}})
+        EXPECT_LT(max_difference(to_host(part), host_rows(all, 2, 2)), 1e-12);
+      EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
+      const Run unshifted = run(2, 2, 0);
+      EXPECT_GT(max_difference(to_host(unshifted.y1), host_rows(whole.y1, 2, 2)) +
+                    max_difference(to_host(unshifted.y2), host_rows(whole.y2, 2, 2)),
+                1e-3);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(FullLshLocal, BlockKinds,

@@ -3,6 +3,7 @@
 // in the source.
 #include "reformer/core/error.hpp"
 #include "reformer/layers/blocks.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/layer_reference.hpp"
@@ -268,6 +269,74 @@ TEST_P(DecoderKinds, ReversibleGradientsWithPaddingOnBothSides) {
     auto& p = c.params.get(name);
     EXPECT_LT(gradient_error(p.value, p.grad, loss, 12), 1e-6) << name;
   }
+}
+
+// Data parallelism: rows [2, 4) of the target and the memory, run alone with
+// first_row 2, draw the masks the whole batch draws for them in the
+// self-attention, the cross-attention and the feed-forward (each alone), one
+// stream and two: their outputs and the gradients of the inputs and the
+// memory are the whole batch's rows, and the parameter gradients of rows
+// [0, 2) and [2, 4) sum to the whole batch's. With first_row 0 they draw
+// other masks.
+TEST(DecoderBlock, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  for (const int site : {0, 1, 2})
+    for (const bool reversible : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (reversible ? "two streams" : "one stream") << ", dropout in the "
+                   << (site == 0   ? "self-attention"
+                       : site == 1 ? "cross-attention"
+                                   : "feed-forward"));
+      auto config = decoder_config(AttentionKind::Full, AttentionKind::Exact, 0.0);
+      auto& self = config.self_attention;
+      auto& cross = config.cross_attention;
+      self.attention_dropout = self.output_dropout = site == 0 ? 0.3 : 0.0;
+      cross.attention_dropout = cross.output_dropout = site == 1 ? 0.3 : 0.0;
+      config.feed_forward.dropout = site == 2 ? 0.3 : 0.0;
+      ParameterSet<double> params;
+      DecoderBlock<double> block("decoder.0", config, params);
+      block.init({2, 3});
+      View3<double> x1("x1", 4, Lt, D), x2("x2", 4, Lt, D), memory("memory", 4, Ls, D);
+      View3<double> r1("r1", 4, Lt, D), r2("r2", 4, Lt, D);
+      for (const auto& [v, seed] : {std::make_pair(x1, 1), {x2, 2}, {memory, 3}, {r1, 4}, {r2, 5}})
+        fill_uniform(v, std::uint64_t(seed));
+      Workspace workspace;
+      struct Run {
+        View3<double> y1, y2, d1, d2, dmemory;
+        std::vector<double> grads;
+      };
+      auto run = [&](Index first, Index count, Index first_row) {
+        Run r{share_rows(x1, first, count),           share_rows(x2, first, count),
+              share_rows(r1, first, count),           share_rows(r2, first, count),
+              View3<double>("dmemory", count, Ls, D), {}};
+        const auto m = share_rows(memory, first, count);
+        DecoderBlockCall call{{5, 9}, {}, {}, true, first_row};
+        DecoderBlockState<double> state;
+        attention::AttentionState<double> scratch;
+        params.zero_grad();
+        if (reversible) {
+          block.forward_reversible(r.y1, r.y2, m, call, state, workspace);
+          const auto y1 = share_rows(r.y1, 0, count), y2 = share_rows(r.y2, 0, count);
+          block.backward_reversible(y1, y2, r.d1, r.d2, m, r.dmemory, state, scratch, workspace);
+        } else {
+          block.forward(r.y1, m, call, state, workspace);
+          block.backward(r.d1, m, r.dmemory, state, workspace);
+        }
+        r.grads = to_host(params.grads());
+        return r;
+      };
+      const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
+      for (const auto& [part, all] : {std::make_pair(high.y1, whole.y1),
+                                      {high.y2, whole.y2},
+                                      {high.d1, whole.d1},
+                                      {high.d2, whole.d2},
+                                      {high.dmemory, whole.dmemory}})
+        EXPECT_LT(max_difference(to_host(part), host_rows(all, 2, 2)), 1e-12);
+      EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
+      const Run unshifted = run(2, 2, 0);
+      EXPECT_GT(max_difference(to_host(unshifted.y1), host_rows(whole.y1, 2, 2)) +
+                    max_difference(to_host(unshifted.y2), host_rows(whole.y2, 2, 2)),
+                1e-3);
+    }
 }
 
 TEST(DecoderBlock, ClearErrors) {

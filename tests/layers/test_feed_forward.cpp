@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/layers/feed_forward.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/layer_reference.hpp"
@@ -90,6 +91,41 @@ TEST(FeedForward, ChunkingKeepsDropoutMasks) {
   whole.loss();
   const auto want = reference(whole.params, to_host(whole.x), ops::Activation::ReLU);
   EXPECT_LT(relative_error(to_host(whole.y), want), 1e-12);
+}
+
+// Data parallelism: rows [5, 11) run alone with first_row 5 (chunked, chunks
+// that do not start where the whole batch's do) draw the masks the whole
+// batch draws for them, in forward, backward and the recomputed output, so
+// their outputs and input gradients are the whole batch's rows and the
+// gradients of rows [0, 5) and [5, 11) sum to the whole batch's. With
+// first_row 0 the same rows draw other masks.
+TEST(FeedForward, ShareOfTheRowsDrawsTheWholeBatchMasks) {
+  FeedForwardCase c(small_config(4, 0.3, ops::Activation::GELU));
+  struct Run {
+    View2<double> y, dx, recomputed;
+    std::vector<double> grads;
+  };
+  auto run = [&](Index first, Index count, Index first_row) {
+    const auto xs = share_rows(c.x, first, count), rs = share_rows(c.r, first, count);
+    Run r{View2<double>("y", count, 6),
+          View2<double>("dx", count, 6),
+          View2<double>("recomputed", count, 6),
+          {}};
+    FeedForwardCall call = c.call;
+    call.first_row = first_row;
+    c.params.zero_grad();
+    c.layer.forward(xs, r.y, call, c.workspace);
+    c.layer.backward(xs, rs, r.dx, call, c.workspace, 0.0, r.recomputed);
+    r.grads = to_host(c.params.grads());
+    return r;
+  };
+  const Run whole = run(0, 11, 0), low = run(0, 5, 0), high = run(5, 6, 5);
+  EXPECT_LT(max_difference(to_host(high.y), host_rows(whole.y, 5, 6)), 1e-12);
+  EXPECT_LT(max_difference(to_host(high.recomputed), host_rows(whole.y, 5, 6)), 1e-12);
+  EXPECT_LT(max_difference(to_host(high.dx), host_rows(whole.dx, 5, 6)), 1e-12);
+  EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
+  const Run unshifted = run(5, 6, 0);
+  EXPECT_GT(max_difference(to_host(unshifted.y), host_rows(whole.y, 5, 6)), 1e-3);
 }
 
 // backward(beta = 1) adds into dx, and `recomputed` receives G(x) with the

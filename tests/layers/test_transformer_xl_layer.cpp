@@ -10,6 +10,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/layers/transformer_xl_layer.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/layer_reference.hpp"
@@ -253,6 +254,58 @@ TEST(TransformerXLLayer, GradientsMatchFiniteDifferences) {
       }
     }
   }
+}
+
+// Data parallelism: rows [2, 4) of the segment and the memory, run alone
+// with first_row 2, draw the whole batch's masks of the relative attention's
+// probabilities, the output projection and the feed-forward (each alone),
+// so their outputs and segment gradients are the whole batch's rows, and the
+// parameter gradients of rows [0, 2) and [2, 4) sum to the whole batch's.
+// With first_row 0 the same rows draw other masks.
+TEST(TransformerXLLayer, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  for (const auto& v : {kVariants[0], kVariants[3]})
+    for (const int site : {0, 1, 2}) {
+      SCOPED_TRACE(::testing::Message() << v.name << ", dropout on the "
+                                        << (site == 0   ? "probabilities"
+                                            : site == 1 ? "output"
+                                                        : "feed-forward"));
+      auto config = variant_config(v);
+      config.attention_dropout = site == 0 ? 0.3 : 0.0;
+      config.dropout = site == 1 ? 0.3 : 0.0;
+      config.feed_forward.dropout = site == 2 ? 0.3 : 0.0;
+      config.position_dropout = 0.2;  // one mask for every row
+      ParameterSet<double> params;
+      TransformerXLLayer<double> layer("layer", config, params);
+      layer.init({11, 3});
+      const Index d = config.d_model, length = 5;
+      View3<double> x("x", 4, length, d), memory("memory", 4, v.memory, d), g("g", 4, length, d);
+      fill_uniform(x, 21);
+      fill_uniform(memory, 22);
+      fill_uniform(g, 23);
+      Workspace workspace;
+      struct Run {
+        View3<double> out, dx;
+        std::vector<double> grads;
+      };
+      auto run = [&](Index first, Index count, Index first_row) {
+        Run r{share_rows(x, first, count), share_rows(g, first, count), {}};
+        TransformerXLLayerState<double> state;
+        TransformerXLLayerCall call{{5, 9}, true, -1, {5, 10}};
+        call.first_row = first_row;
+        params.zero_grad();
+        layer.forward(r.out, share_rows(memory, first, count), call, state, workspace);
+        layer.backward(r.dx, state, workspace);
+        r.grads = to_host(params.grads());
+        return r;
+      };
+      const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
+      EXPECT_LT(max_difference(to_host(high.out), host_rows(whole.out, 2, 2)), 1e-12);
+      EXPECT_LT(max_difference(to_host(high.dx), host_rows(whole.dx, 2, 2)), 1e-12);
+      EXPECT_LT(max_difference(to_host(low.out), host_rows(whole.out, 0, 2)), 1e-12);
+      EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
+      const Run unshifted = run(2, 2, 0);
+      EXPECT_GT(max_difference(to_host(unshifted.out), host_rows(whole.out, 2, 2)), 1e-3);
+    }
 }
 
 // Stop-gradient: the memory changes the loss, yet nothing flows back to it;

@@ -1,6 +1,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/reformer_lm.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
@@ -265,6 +266,35 @@ TEST(ReformerLM, LayerRangesHoldExactlyEachLayersParameters) {
             << p.name << " and layer " << i << " [" << first << ", " << end << ")";
       }
     }
+  }
+}
+
+// Data parallelism: rows [2, 4) of a batch, run alone with first_row 2, draw
+// the masks the whole batch draws for them (embedding, attention
+// probabilities and output, feed-forward; local and LSH layers; reversible and
+// stored; padding gives the rows different token counts), so the two shares
+// with the trainer's loss weights give the whole batch's loss and gradients.
+TEST(ReformerLM, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  for (const bool reversible : {true, false}) {
+    SCOPED_TRACE(reversible ? "reversible" : "stored");
+    auto config = tiny_config();
+    config.reversible = reversible;
+    config.dropout = config.attention_dropout = 0.2;
+    ModelCase c(config, 4, 8);
+    const auto valid = valid_prefixes(8, {8, 5, 7, 6});
+    auto run = [&](Index first, Index count, Index first_row, double loss_scale) {
+      ModelCall call = c.call;
+      call.valid = share_rows(valid, first, count);
+      call.first_row = first_row;
+      call.loss_scale = loss_scale;
+      ReformerState<double> state;
+      c.params.zero_grad();
+      const auto r =
+          c.model.forward_backward(share_rows(c.ids, first, count),
+                                   share_rows(c.targets, first, count), c.ignore, call, state);
+      return ShareResult{r.loss, r.tokens, to_host(c.params.grads())};
+    };
+    expect_shares_make_the_whole_batch(run, 4, 2);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/models/transformer.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 
@@ -143,10 +144,10 @@ TEST_P(TransformerKinds, ReversibleWholeModelGradients) {
 
 // Gradient accumulation weighted by tokens: the two sequences of a batch (6 and
 // 8 counted targets) as two micro-batches, each with loss_scale = its share of
-// the 14 tokens, give the whole batch's gradients.
+// the 14 tokens and first_row = its row (dropout masks are keyed by the
+// global row), give the whole batch's gradients.
 TEST(Transformer, MicroBatchesWeightedByTokensEqualTheWholeBatch) {
   auto config = tiny(AttentionKind::Full, AttentionKind::Full, AttentionKind::Full);
-  config.dropout = config.attention_dropout = 0.0;  // masks are keyed by the batch row
   ParameterSet<double> params;
   EncoderDecoder<double> model(config, params);
   model.init({7, 1});
@@ -166,12 +167,64 @@ TEST(Transformer, MicroBatchesWeightedByTokensEqualTheWholeBatch) {
     const models::Seq2SeqBatch part{one(pairs.source), one(pairs.target_in), one(pairs.target_out),
                                     one(pairs.source_valid), one(pairs.target_valid)};
     const double share = row == 0 ? 6.0 / 14.0 : 8.0 / 14.0;
-    const auto r = model.forward_backward(part, kPad, {{3, 5}, true, share}, state);
+    const auto r = model.forward_backward(part, kPad, {{3, 5}, true, share, {}, row}, state);
     EXPECT_EQ(r.tokens, row == 0 ? 6 : 8);
     loss += share * r.loss;
   }
   EXPECT_NEAR(loss, whole.loss, 1e-12);
   EXPECT_LT(relative_error(to_host(params.grads()), want), 1e-12);
+}
+
+// Data parallelism: pairs [2, 4) of a batch, run alone with first_row 2, draw
+// the masks the whole batch draws for them (source and target embeddings,
+// every attention's probabilities and output, the feed-forwards; one stream
+// and two; padding on both sides gives the pairs different token counts), so
+// the two shares with the trainer's loss weights give the whole batch's loss
+// and gradients.
+TEST_P(TransformerKinds, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  const auto [encoder, decoder, cross] = GetParam();
+  const std::vector<std::vector<int>> source = {{3, 4, 5, 6, 7, 8, 9, 10},
+                                                {10, 3, 3, 7, 5, kPad, kPad, kPad},
+                                                {4, 4, 9, 6, 3, 8, kPad, kPad},
+                                                {5, 7, 3, 10, 6, 4, 8, 9}};
+  const std::vector<std::vector<int>> target = {{3, 4, 5, 6, 7, kEnd, kPad, kPad},
+                                                {8, 3, 3, 7, 5, 6, 4, kEnd},
+                                                {6, 5, kEnd, kPad, kPad, kPad, kPad, kPad},
+                                                {7, 3, 8, 4, 5, kEnd, kPad, kPad}};
+  std::vector<std::vector<int>> source_valid, target_in, target_valid;
+  for (const auto& row : source) {
+    source_valid.emplace_back();
+    for (const int id : row) source_valid.back().push_back(id != kPad);
+  }
+  for (const auto& row : target) {
+    target_in.push_back({kStart});
+    target_in.back().insert(target_in.back().end(), row.begin(), row.end() - 1);
+    target_valid.emplace_back();
+    for (const int id : row) target_valid.back().push_back(id != kPad);
+  }
+  // In Seq2SeqBatch's order: source, target_in, target_out, source_valid, target_valid.
+  const Kokkos::View<int**, Layout, MemSpace> parts[5] = {
+      device_matrix(source), device_matrix(target_in), device_matrix(target),
+      device_matrix(source_valid), device_matrix(target_valid)};
+  for (const bool reversible : {false, true}) {
+    SCOPED_TRACE(reversible ? "two streams" : "one stream");
+    auto config = tiny(encoder, decoder, cross);
+    config.reversible = reversible;
+    config.dropout = config.attention_dropout = 0.2;
+    ParameterSet<double> params;
+    EncoderDecoder<double> model(config, params);
+    model.init({7, 1});
+    auto run = [&](Index first, Index count, Index first_row, double loss_scale) {
+      auto rows = [&](int i) { return share_rows(parts[i], first, count); };
+      const models::Seq2SeqBatch part{rows(0), rows(1), rows(2), rows(3), rows(4)};
+      models::TransformerState<double> state;
+      params.zero_grad();
+      const auto r =
+          model.forward_backward(part, kPad, {{3, 5}, true, loss_scale, {}, first_row}, state);
+      return ShareResult{r.loss, r.tokens, to_host(params.grads())};
+    };
+    expect_shares_make_the_whole_batch(run, 4, 2);
+  }
 }
 
 TEST(Transformer, SharedAndTiedEmbeddingsGradients) {

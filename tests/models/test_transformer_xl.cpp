@@ -9,6 +9,7 @@
 // memory's shape over a stream; clear errors.
 #include "reformer/core/error.hpp"
 #include "reformer/models/transformer_xl.hpp"
+#include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/layer_reference.hpp"
@@ -344,6 +345,50 @@ TEST(TransformerXL, GradientsMatchFiniteDifferencesWithMemory) {
       const double err = gradient_error(p.value, p.grad, loss, 16);
       EXPECT_LT(err, 1e-7) << p.name;
     }
+  }
+}
+
+// Data parallelism: streams [2, 4), run alone with first_row 2 over two
+// segments (the second reads the memory the first left), draw the masks the
+// whole batch draws for them (embedding, relative attention, output
+// projection, feed-forward, the output's dropout), so their memories carry
+// the whole batch's rows and the two shares with the trainer's loss weights
+// give the whole batch's loss and gradients of both segments. pre- and post-LN.
+TEST(TransformerXL, ShareOfTheBatchDrawsTheWholeBatchMasks) {
+  for (const bool pre_norm : {false, true}) {
+    SCOPED_TRACE(pre_norm ? "pre-LN" : "post-LN");
+    auto config = tiny_config();
+    config.pre_norm = pre_norm;
+    config.dropout = config.attention_dropout = 0.2;
+    config.same_length = pre_norm;
+    ParameterSet<double> params;
+    TransformerXL<double> model(config, params);
+    model.init({3, 6});
+    const auto ids = random_ids(4, 10, config.vocab, 12);
+    const auto targets = random_ids(4, 10, config.vocab, 13);
+    auto run = [&](Index first, Index count, Index first_row, double loss_scale) {
+      const auto share_ids = share_rows(ids, first, count);
+      const auto share_targets = share_rows(targets, first, count);
+      TransformerXLMemory<double> memory;
+      memory.mem_len = 4;
+      TransformerXLState<double> state;
+      params.zero_grad();
+      ShareResult r;
+      for (const Index segment : {0, 1}) {
+        ModelCall call;
+        call.key = {1, std::uint64_t(segment + 1)};
+        call.loss_scale = loss_scale;
+        call.first_row = first_row;
+        const auto result =
+            model.forward_backward(columns(share_ids, 5 * segment, 5),
+                                   columns(share_targets, 5 * segment, 5), -1, call, memory, state);
+        r.loss += result.loss / 2;  // both segments count every target
+        r.tokens += result.tokens;
+      }
+      r.grads = to_host(params.grads());
+      return r;
+    };
+    expect_shares_make_the_whole_batch(run, 4, 2);
   }
 }
 
