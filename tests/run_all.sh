@@ -2,6 +2,7 @@
 # The whole test suite, from nothing: installs the dependencies of every backend
 # (cached under REFORMER_DEPS, default ~/.cache/reformer-deps, with a compiler
 # cache in $REFORMER_DEPS/ccache), then
+#   0. the harness's own tests (tests/harness/test_harness.py: seconds, no build)
 #   1. OpenMP build (MPI on) -> ctest, two tests at a time (the kernel folders at
 #      1, 2 and 4 threads, the rest at 2; the MPI tests alone), then the
 #      tile-kernel speed guard (bench/tile_guard.cpp) for the build's target and
@@ -44,32 +45,31 @@ summary=$build/summary.txt
 # closing table: a log cut to its last lines still names what failed.
 failures=$build/failures.txt
 : >"$failures"
-say_fail() {  # say_fail <text>: print a failure now and keep it for the end
-  echo "FAIL $*"
-  echo "FAIL $*" >>"$failures"
-}
 passed=0 failed=0 skipped=0
-# record <step> <passed> <failed> <skipped>: one row of the closing table.
-record() {
-  passed=$((passed + $2))
-  failed=$((failed + $3))
-  skipped=$((skipped + $4))
-  printf '%-44s %6d %6d %7d %6ds\n' "$1" "$2" "$3" "$4" $(($(date +%s) - step_start)) >>"$summary"
-}
-fail_step() {  # fail_step <step> <message>: a step that could not run counts as one failure
-  say_fail "$1: $2"
-  record "$1" 0 1 0
-}
+# say_fail, record, fail_step, run_counted, run_ctest and clear_narrowing.
+# shellcheck source=tests/harness/steps.sh
+source "$root/tests/harness/steps.sh"
+# The suite runs as shipped: variables that would narrow or change what runs
+# (GTEST_FILTER, GTEST_REPEAT, sharding, KOKKOS_*, the project's REFORMER_*
+# settings, sanitizer options) are cleared, and named here and at the end.
+clear_narrowing
+[ -z "$cleared" ] || echo "NOTE: cleared from the environment (they change what the tests run): $cleared"
 
 if [ "$backends" != "$all_backends" ]; then
   echo "NOTE: REFORMER_BACKENDS narrows this run to: $backends (the whole suite: $all_backends)"
 fi
 
+# The harness's own tests first: seconds, no build (tests/harness/test_harness.py
+# plants each case ctest_step.py and steps.sh must fail on).
+step "harness self-tests"
+run_counted "harness self-tests" "$build/harness-result.txt" \
+  python3 "$root/tests/harness/test_harness.py" --result "$build/harness-result.txt"
+
 step "dependencies: $backends"
 # shellcheck disable=SC2086
 if ! "$root/cmake/install-deps.sh" testing $backends; then
   say_fail "dependencies: cmake/install-deps.sh failed; nothing was built"
-  echo "total: 0 passed, 1 failed"
+  echo "total: $passed passed, $((failed + 1)) failed"
   exit 1
 fi
 # The compiler cache lives with the dependencies. Objects built with
@@ -106,21 +106,6 @@ configure_and_build() {
   fi
   echo "built $name in $(($(date +%s) - step_start)) s"
   record "$name build" 0 0 0
-}
-# run_ctest <step name> <build dir> [ctest_step.py arguments]
-run_ctest() {
-  local name=$1 dir=$2
-  shift 2
-  step_start=$(date +%s)
-  python3 "$root/tests/harness/ctest_step.py" "$dir" --name "$name" --result "$dir/result.txt" \
-    --failures "$failures" "$@"
-  if [ -s "$dir/result.txt" ]; then
-    # shellcheck disable=SC2046
-    record "$name" $(cat "$dir/result.txt")
-    rm -f "$dir/result.txt"
-  else
-    fail_step "$name" "tests/harness/ctest_step.py ended without a result"
-  fi
 }
 # check_device_code <step> <build dir> <with tests: yes|no> <pattern> <tool...>: the
 # program (and, with tests, every test binary of the build's manifest) must
@@ -300,5 +285,6 @@ cat "$summary"
 printf '%-44s %6d %6d %7d %6ds\n' "all" "$passed" "$failed" "$skipped" $(($(date +%s) - start))
 narrowed=""
 [ "$backends" = "$all_backends" ] || narrowed=" (only: $backends)"
+[ -z "$cleared" ] || echo "NOTE: cleared from the environment before the run: $cleared"
 echo "total: $passed passed, $failed failed, $skipped skipped$narrowed"
 [ "$failed" -eq 0 ]

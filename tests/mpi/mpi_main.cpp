@@ -14,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -52,9 +53,29 @@ class AbortOnFailure : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Listing needs neither MPI nor Kokkos (tests/harness/ctest_step.py lists the
+  // cases of each filter without mpirun).
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--gtest_list_tests") {
+      ::testing::InitGoogleTest(&argc, argv);
+      return RUN_ALL_TESTS();
+    }
   reformer::DistributedRuntime mpi(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
   const int rank = reformer::Communicator::world().rank();
+  // --gtest_output=xml:PREFIX.xml: each process writes PREFIX.rank<r>.xml, and
+  // the harness counts every case from all of them (gtest reads the flag in
+  // InitGoogleTest, so the argument is rewritten before it).
+  std::vector<std::string> args(argv, argv + argc);
+  const std::string xml = "--gtest_output=xml:";
+  for (auto& arg : args)
+    if (arg.rfind(xml, 0) == 0 && arg.size() > xml.size() + 4 &&
+        arg.compare(arg.size() - 4, 4, ".xml") == 0)
+      arg = arg.substr(0, arg.size() - 4) + ".rank" + std::to_string(rank) + ".xml";
+  std::vector<char*> pointers;
+  for (auto& arg : args) pointers.push_back(arg.data());
+  pointers.push_back(nullptr);
+  int count = argc;
+  ::testing::InitGoogleTest(&count, pointers.data());
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
   // Appended after the printer: on process 0 gtest's own report of the
