@@ -1,0 +1,273 @@
+#include "reformer/data/classification.hpp"
+
+#include "data/task_detail.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/io/files.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace reformer::data {
+
+namespace {
+
+using internal::uniform_below;
+
+constexpr std::uint64_t kClassStream = 0x636c617373;  // "class"
+constexpr std::uint64_t kTextSplitSeed = 0x74657874;  // "text": one split for every seed
+
+// The stream of row `row` of training batch `batch_index`.
+RandomKey row_key(std::uint64_t seed, ClassTaskKind kind, Split split, std::uint64_t batch_index,
+                  Index row) {
+  return {seed, stream_id(stream_id(kClassStream, std::uint64_t(kind), std::uint64_t(split)),
+                          batch_index, std::uint64_t(row))};
+}
+
+// The base of every task: which example each row holds, and the batch layout.
+class ExampleTask : public ClassTask {
+ public:
+  ClassBatch batch(Split split, std::uint64_t batch_index, Index batch_size) const override {
+    require<ConfigError>(batch_size >= 1, "classification batch: batch_size is ", batch_size,
+                         "; it must be at least 1");
+    const Index length = this->length();
+    ClassBatch out{HostTokens("class_tokens", batch_size, length),
+                   HostTokens("class_valid", batch_size, length),
+                   Kokkos::View<int*, HostSpace>("class_labels", batch_size)};
+    const std::uint64_t n = examples(split);
+    for (Index b = 0; b < batch_size; ++b) {
+      std::uint64_t index = batch_index * std::uint64_t(batch_size) + std::uint64_t(b);
+      if (split == Split::Train) {
+        index = uniform_below(random_bits(row_key(seed(), kind(), split, batch_index, b), 0), n);
+      } else if (index >= n) {
+        out.labels(b) = -1;  // past the end of the split
+        continue;
+      }
+      std::vector<int> tokens;
+      out.labels(b) = example(split, index, tokens);
+      const Index used = std::min<Index>(Index(tokens.size()), length);
+      for (Index t = 0; t < used; ++t) {
+        out.tokens(b, t) = tokens[std::size_t(t)];
+        out.valid(b, t) = 1;
+      }
+    }
+    return out;
+  }
+
+ protected:
+  // Example `index` of `split`: its tokens (cut to length() by the caller) and
+  // label.
+  virtual int example(Split split, std::uint64_t index, std::vector<int>& tokens) const = 0;
+  virtual std::uint64_t seed() const = 0;
+  virtual ClassTaskKind kind() const = 0;
+};
+
+std::uint64_t examples_or(const ClassDataConfig& c, Split split, std::uint64_t fallback) {
+  return c.examples[int(split)] ? c.examples[int(split)] : fallback;
+}
+
+class ListOpsTask : public ExampleTask {
+ public:
+  explicit ListOpsTask(const ClassDataConfig& c) : config_(c) {
+    config_.listops.seed = c.seed;
+    const std::uint64_t lra[3] = {96000, 2000, 2000};
+    for (int s = 0; s < 3; ++s) examples_[s] = examples_or(c, Split(s), lra[s]);
+  }
+  Index vocab() const override { return listops::kVocab; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return listops::kClasses; }
+  std::uint64_t examples(Split split) const override { return examples_[int(split)]; }
+  std::string describe() const override {
+    const auto& o = config_.listops;
+    return detail::concat("listops: depth <= ", o.max_depth, ", <= ", o.max_args, " arguments, ",
+                          o.min_length, " < tokens < ", o.max_length, "; ", examples_[0], " / ",
+                          examples_[1], " / ", examples_[2], " examples, length ", config_.length);
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+    auto e = listops_example(config_.listops, split, index);
+    tokens = std::move(e.tokens);
+    return e.label;
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::ListOps; }
+
+ private:
+  ClassDataConfig config_;
+  std::uint64_t examples_[3];
+};
+
+class MatchingEndsTask : public ExampleTask {
+ public:
+  explicit MatchingEndsTask(const ClassDataConfig& c) : config_(c) {
+    const std::uint64_t defaults[3] = {1000000, 2000, 2000};
+    for (int s = 0; s < 3; ++s) examples_[s] = examples_or(c, Split(s), defaults[s]);
+  }
+  Index vocab() const override { return config_.vocab; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return 2; }
+  std::uint64_t examples(Split split) const override { return examples_[int(split)]; }
+  std::string describe() const override {
+    return detail::concat("matching_ends: symbols 1..", config_.vocab - 1, ", length ",
+                          config_.length, "; ", examples_[0], " / ", examples_[1], " / ",
+                          examples_[2], " examples");
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+    const RandomKey key{
+        config_.seed, stream_id(stream_id(kClassStream, std::uint64_t(ClassTaskKind::MatchingEnds),
+                                          std::uint64_t(split)),
+                                0x656e6473, index)};  // "ends"
+    const std::uint64_t symbols = std::uint64_t(config_.vocab - 1);
+    tokens.resize(std::size_t(config_.length));
+    for (std::size_t t = 0; t < tokens.size(); ++t)
+      tokens[t] = 1 + int(uniform_below(random_bits(key, t), symbols));
+    const int label = int(random_bits(key, tokens.size()) >> 63);
+    // The last symbol: the first one, or one of the others (uniform).
+    const int other = 1 + int(uniform_below(random_bits(key, tokens.size() + 1), symbols - 1));
+    tokens.back() = label ? tokens.front() : (other >= tokens.front() ? other + 1 : other);
+    return label;
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::MatchingEnds; }
+
+ private:
+  ClassDataConfig config_;
+  std::uint64_t examples_[3];
+};
+
+class TextTask : public ExampleTask {
+ public:
+  explicit TextTask(const ClassDataConfig& c) : config_(c) {
+    const std::string op = "text classification";
+    const std::string text = io::read_text_file(c.path, op, "check data.path");
+    std::istringstream in(text);
+    std::string line;
+    for (Index number = 1; std::getline(in, line); ++number) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      const std::string where = detail::concat(op, ": \"", c.path, "\" line ", number);
+      const auto tab = line.find('\t');
+      require<IoError>(tab != std::string::npos, where,
+                       " has no tab; every line must be <label> TAB <text>");
+      const std::string label = line.substr(0, tab);
+      require<IoError>(!label.empty() && label.size() <= 9 &&
+                           label.find_first_not_of("0123456789") == std::string::npos,
+                       where, ": the label '", label,
+                       "' is not a non-negative integer (classes are 0, 1, ...)");
+      rows_.emplace_back(std::stoi(label), line.substr(tab + 1));
+      classes_ = std::max<Index>(classes_, rows_.back().first + 1);
+    }
+    require<IoError>(rows_.size() >= 3, op, ": \"", c.path, "\" holds ", rows_.size(),
+                     " labelled lines but needs at least 3 (one for each of train, valid and "
+                     "test)");
+    require<IoError>(classes_ >= 2, op, ": \"", c.path,
+                     "\" has one class (every label is 0); a classifier needs at least 2");
+    // A fixed shuffle, then 90% / 5% / 5% (at least one line each).
+    std::vector<std::size_t> order(rows_.size());
+    std::iota(order.begin(), order.end(), 0);
+    for (std::size_t i = order.size() - 1; i > 0; --i)
+      std::swap(order[i], order[uniform_below(random_bits({kTextSplitSeed, 1}, i), i + 1)]);
+    const std::size_t n = order.size(), held = std::max<std::size_t>(1, n / 20);
+    split_[0].assign(order.begin(), order.end() - long(2 * held));
+    split_[1].assign(order.end() - long(2 * held), order.end() - long(held));
+    split_[2].assign(order.end() - long(held), order.end());
+  }
+  Index vocab() const override { return 257; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return classes_; }
+  std::uint64_t examples(Split split) const override { return split_[int(split)].size(); }
+  std::string describe() const override {
+    return detail::concat("text: \"", config_.path, "\", ", rows_.size(), " lines (",
+                          split_[0].size(), " train, ", split_[1].size(), " valid, ",
+                          split_[2].size(), " test), ", classes_, " classes, bytes, length ",
+                          config_.length);
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+    const auto& [label, text] = rows_[split_[int(split)][std::size_t(index)]];
+    const std::size_t n = std::min<std::size_t>(text.size(), std::size_t(config_.length));
+    tokens.resize(n);
+    for (std::size_t t = 0; t < n; ++t) tokens[t] = 1 + int(static_cast<unsigned char>(text[t]));
+    return label;
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::Text; }
+
+ private:
+  ClassDataConfig config_;
+  std::vector<std::pair<int, std::string>> rows_;
+  std::vector<std::size_t> split_[3];
+  Index classes_ = 0;
+};
+
+}  // namespace
+
+ClassTaskKind parse_class_task_kind(const std::string& name) {
+  if (name == "listops") return ClassTaskKind::ListOps;
+  if (name == "text") return ClassTaskKind::Text;
+  if (name == "matching_ends") return ClassTaskKind::MatchingEnds;
+  throw ConfigError(detail::concat("data.task: '", name,
+                                   "' is not a classification task (listops, text, "
+                                   "matching_ends)"));
+}
+
+const char* to_string(ClassTaskKind kind) {
+  switch (kind) {
+    case ClassTaskKind::ListOps:
+      return "listops";
+    case ClassTaskKind::Text:
+      return "text";
+    default:
+      return "matching_ends";
+  }
+}
+
+void ClassDataConfig::validate() const {
+  require<ConfigError>(length >= 2, "data.length is ", length,
+                       "; a classified sequence needs at "
+                       "least 2 positions");
+  if (task == ClassTaskKind::ListOps) {
+    listops.validate();
+    require<ConfigError>(listops.max_length - 1 <= length, "data.length is ", length,
+                         " but ListOps trees reach ", listops.max_length - 1,
+                         " tokens (data.listops.max_length - 1); set data.length to at least ",
+                         listops.max_length - 1, " or lower data.listops.max_length");
+  }
+  if (task == ClassTaskKind::MatchingEnds)
+    require<ConfigError>(vocab >= 3, "data.vocab is ", vocab,
+                         "; matching_ends needs at least 2 symbols (vocab >= 3)");
+  if (task == ClassTaskKind::Text)
+    require<ConfigError>(!path.empty(),
+                         "data.path is empty; the text task reads "
+                         "label<TAB>text lines from it");
+  for (int s = 0; s < 3; ++s)
+    require<ConfigError>(task != ClassTaskKind::Text || examples[s] == 0,
+                         "data.examples: the text task's splits come from its file (90% / 5% / "
+                         "5%); leave the example counts out");
+}
+
+std::uint64_t ClassTask::batches_in_split(Split split, Index batch_size) const {
+  require<ConfigError>(batch_size >= 1, "batches_in_split: batch_size is ", batch_size,
+                       "; it must be at least 1");
+  return (examples(split) + std::uint64_t(batch_size) - 1) / std::uint64_t(batch_size);
+}
+
+std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config) {
+  config.validate();
+  switch (config.task) {
+    case ClassTaskKind::ListOps:
+      return std::make_unique<ListOpsTask>(config);
+    case ClassTaskKind::Text:
+      return std::make_unique<TextTask>(config);
+    default:
+      return std::make_unique<MatchingEndsTask>(config);
+  }
+}
+
+}  // namespace reformer::data

@@ -1,0 +1,208 @@
+// Classification data (data/classification.hpp): ListOps, byte-level text from a
+// label<TAB>text file and matching_ends, in batches: labels, padding and masks,
+// training rows that do not depend on the batch size, evaluation batches that
+// cover a split once, and named errors for bad files and configs.
+#include "reformer/core/error.hpp"
+#include "reformer/data/classification.hpp"
+#include "support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::data;
+using reformer::testing::TempDir;
+
+ClassDataConfig short_listops() {
+  ClassDataConfig c;
+  c.task = ClassTaskKind::ListOps;
+  c.length = 64;
+  c.seed = 5;
+  c.listops.max_depth = 4;
+  c.listops.max_args = 5;
+  c.listops.min_length = 3;
+  c.listops.max_length = 60;
+  c.examples[1] = 10;
+  return c;
+}
+
+std::vector<int> row(const ClassBatch& batch, Index b) {
+  std::vector<int> out;
+  for (Index t = 0; t < Index(batch.tokens.extent(1)); ++t) out.push_back(batch.tokens(b, t));
+  return out;
+}
+
+TEST(ClassificationData, ListOpsRowsHoldATreeItsLabelAndPadding) {
+  const auto task = make_class_task(short_listops());
+  EXPECT_EQ(task->vocab(), 16);
+  EXPECT_EQ(task->classes(), 10);
+  EXPECT_EQ(task->examples(Split::Train), 96000u);
+  const auto batch = task->batch(Split::Train, 3, 8);
+  for (Index b = 0; b < 8; ++b) {
+    Index used = 0;
+    while (used < 64 && batch.tokens(b, used) != 0) ++used;
+    ASSERT_GT(used, 3);
+    for (Index t = 0; t < 64; ++t) {
+      EXPECT_EQ(batch.valid(b, t), t < used ? 1 : 0) << b << " " << t;
+      if (t >= used) EXPECT_EQ(batch.tokens(b, t), 0);
+    }
+    EXPECT_EQ(batch.labels(b), listops_value(row(batch, b))) << listops_text(row(batch, b));
+  }
+  // Training rows do not depend on the batch size.
+  const auto smaller = task->batch(Split::Train, 3, 4);
+  for (Index b = 0; b < 4; ++b) EXPECT_EQ(row(smaller, b), row(batch, b));
+  EXPECT_NE(row(task->batch(Split::Train, 4, 1), 0), row(batch, 0));
+}
+
+TEST(ClassificationData, EvaluationBatchesCoverTheSplitOnce) {
+  const auto task = make_class_task(short_listops());
+  ASSERT_EQ(task->examples(Split::Valid), 10u);
+  ASSERT_EQ(task->batches_in_split(Split::Valid, 4), 3u);
+  std::vector<std::vector<int>> seen;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    const auto batch = task->batch(Split::Valid, i, 4);
+    for (Index b = 0; b < 4; ++b) {
+      const std::uint64_t index = i * 4 + std::uint64_t(b);
+      if (index >= 10) {
+        EXPECT_EQ(batch.labels(b), -1) << "row past the split";
+        EXPECT_EQ(batch.valid(b, 0), 0);
+        continue;
+      }
+      ClassDataConfig c = short_listops();
+      c.listops.seed = c.seed;
+      const auto expected = listops_example(c.listops, Split::Valid, index);
+      std::vector<int> tokens = row(batch, b);
+      tokens.resize(expected.tokens.size());
+      EXPECT_EQ(tokens, expected.tokens) << index;
+      EXPECT_EQ(batch.labels(b), expected.label);
+      seen.push_back(tokens);
+    }
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(std::set<std::vector<int>>(seen.begin(), seen.end()).size(), 10u);
+}
+
+TEST(ClassificationData, MatchingEndsLabelsTellWhetherTheEndsAgree) {
+  ClassDataConfig c;
+  c.task = ClassTaskKind::MatchingEnds;
+  c.length = 32;
+  c.vocab = 8;
+  const auto task = make_class_task(c);
+  EXPECT_EQ(task->classes(), 2);
+  int ones = 0;
+  const auto batch = task->batch(Split::Train, 0, 2000);
+  for (Index b = 0; b < 2000; ++b) {
+    const int label = batch.labels(b);
+    ASSERT_TRUE(label == 0 || label == 1);
+    EXPECT_EQ(label == 1, batch.tokens(b, 0) == batch.tokens(b, 31)) << b;
+    for (Index t = 0; t < 32; ++t) {
+      ASSERT_GE(batch.tokens(b, t), 1);
+      ASSERT_LT(batch.tokens(b, t), 8);
+      ASSERT_EQ(batch.valid(b, t), 1);
+    }
+    ones += label;
+  }
+  EXPECT_NEAR(ones / 2000.0, 0.5, 0.05);
+  // The same seed, the same rows; another seed, others.
+  EXPECT_EQ(row(make_class_task(c)->batch(Split::Train, 0, 1), 0), row(batch, 0));
+  c.seed = 2;
+  EXPECT_NE(row(make_class_task(c)->batch(Split::Train, 0, 1), 0), row(batch, 0));
+}
+
+TEST(ClassificationData, TextLinesBecomeBytesCutToTheLength) {
+  TempDir dir;
+  const std::string path = dir.path() + "/reviews.tsv";
+  std::map<std::string, int> labels;
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 40; ++i) {
+      const std::string text = "review " + std::to_string(i) + (i % 3 ? " good" : " a long one");
+      out << i % 3 << '\t' << text << "\r\n";
+      labels[text] = i % 3;
+    }
+  }
+  ClassDataConfig c;
+  c.task = ClassTaskKind::Text;
+  c.length = 12;
+  c.path = path;
+  const auto task = make_class_task(c);
+  EXPECT_EQ(task->vocab(), 257);
+  EXPECT_EQ(task->classes(), 3);
+  EXPECT_EQ(task->examples(Split::Train), 36u);
+  EXPECT_EQ(task->examples(Split::Valid), 2u);
+  EXPECT_EQ(task->examples(Split::Test), 2u);
+  std::set<std::string> held_out;
+  for (Split split : {Split::Train, Split::Valid, Split::Test}) {
+    const auto batch = task->batch(split, 0, split == Split::Train ? 16 : 2);
+    for (Index b = 0; b < batch.batch_size(); ++b) {
+      std::string prefix;
+      for (Index t = 0; t < 12 && batch.valid(b, t); ++t) prefix += char(batch.tokens(b, t) - 1);
+      // The line whose text starts with these 12 bytes (or is all of them).
+      int matches = 0;
+      for (const auto& [text, label] : labels)
+        if (text.substr(0, 12) == prefix) {
+          ++matches;
+          EXPECT_EQ(batch.labels(b), label) << text;
+          EXPECT_EQ(Index(prefix.size()), std::min<Index>(12, Index(text.size())));
+        }
+      EXPECT_GE(matches, 1) << "'" << prefix << "' is no line's start";
+      if (split != Split::Train) held_out.insert(prefix);
+    }
+  }
+  EXPECT_EQ(held_out.size(), 4u) << "valid and test hold 2 different lines each";
+}
+
+TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {
+  TempDir dir;
+  auto error = [](const ClassDataConfig& c) {
+    try {
+      make_class_task(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ClassDataConfig c;
+  c.task = ClassTaskKind::Text;
+  c.length = 16;
+  c.path = dir.path() + "/missing.tsv";
+  EXPECT_NE(error(c).find("missing.tsv"), std::string::npos) << error(c);
+  auto write = [&](const std::string& text) {
+    c.path = dir.path() + "/bad.tsv";
+    std::ofstream(c.path) << text;
+  };
+  write("0\tone\n1 two\n0\tthree\n");
+  EXPECT_NE(error(c).find("line 2 has no tab"), std::string::npos) << error(c);
+  write("0\tone\nyes\ttwo\n0\tthree\n");
+  EXPECT_NE(error(c).find("line 2: the label 'yes' is not a non-negative integer"),
+            std::string::npos)
+      << error(c);
+  write("0\tone\n0\ttwo\n0\tthree\n");
+  EXPECT_NE(error(c).find("has one class"), std::string::npos) << error(c);
+  write("0\tone\n1\ttwo\n");
+  EXPECT_NE(error(c).find("holds 2 labelled lines but needs at least 3"), std::string::npos)
+      << error(c);
+  ClassDataConfig l;
+  l.length = 1000;  // LRA's trees reach 1999 tokens
+  EXPECT_NE(error(l).find("data.length is 1000 but ListOps trees reach 1999 tokens"),
+            std::string::npos)
+      << error(l);
+  EXPECT_THROW(parse_class_task_kind("imdb"), ConfigError);
+  EXPECT_EQ(parse_class_task_kind(to_string(ClassTaskKind::MatchingEnds)),
+            ClassTaskKind::MatchingEnds);
+  ClassDataConfig m;
+  m.task = ClassTaskKind::MatchingEnds;
+  m.vocab = 2;
+  EXPECT_NE(error(m).find("data.vocab is 2"), std::string::npos) << error(m);
+  EXPECT_THROW(make_class_task(short_listops())->batch(Split::Train, 0, 0), ConfigError);
+}
+
+}  // namespace
+}  // namespace reformer
