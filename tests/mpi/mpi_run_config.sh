@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The run config of the MPI process-level tests (test_mpi_kill.sh,
 # test_mpi_signals.sh): a small reversible local/LSH LM on the duplication task,
-# 2 sequences per process, a log line every step, a 20 s allreduce timeout.
+# dropout 0.1 (masks drawn by the global row, so a checkpoint resumes on another
+# process count as the uninterrupted run goes on), 2 sequences per process, a
+# log line every step, a 20 s allreduce timeout.
 #   mpi_run_config <file> <run dir> <checkpoint_every>
 mpi_run_config() {
   local file=$1 dir=$2 checkpoint_every=$3
@@ -18,7 +20,8 @@ layers = 2
 attention = ["local", "lsh"]
 positions = "axial"
 max_length = 256
-dropout = 0.0
+dropout = 0.1
+attention_dropout = 0.1
 reversible = true
 [model.lsh]
 chunk = 32

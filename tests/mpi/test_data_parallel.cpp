@@ -26,16 +26,17 @@ namespace {
 
 using namespace reformer::testing;
 
-// A reversible LM with local and LSH layers (the LSH rotations are shared by
-// the rows, so splitting the rows over processes computes the same function;
-// dropout masks are drawn per process, so there is none here).
+// A reversible LM with local and LSH layers, dropout 0.1 everywhere (the LSH
+// rotations are shared by the rows and the dropout masks are drawn by the
+// global row, so splitting the rows over processes computes the same function).
 config::RunConfig lm_run(const std::string& dir, std::int64_t steps,
                          const std::vector<std::string>& overrides = {}) {
   std::ostringstream toml;
   toml << "[run]\ndir = \"" << dir << "\"\n"
        << "[model]\nvocab = 16\nd_model = 32\nd_ff = 64\nheads = 2\nd_head = 16\nlayers = 3\n"
        << "attention = [\"local\", \"lsh\"]\npositions = \"axial\"\nmax_length = 32\n"
-       << "dropout = 0.0\nreversible = true\n[model.lsh]\nchunk = 8\n[model.local]\nchunk = 8\n"
+       << "dropout = 0.1\nattention_dropout = 0.1\nreversible = true\n"
+       << "[model.lsh]\nchunk = 8\n[model.local]\nchunk = 8\n"
        << "[data]\ntask = \"copy\"\nlength = 32\nvocab = 16\n"
        << "[train]\nsteps = " << steps << "\nbatch = 8\nlearning_rate = 0.003\n"
        << "eval_every = 10\neval_batches = 2\nlog_every = 5\ncheckpoint_every = 5\n";
@@ -58,9 +59,10 @@ double max_relative(const std::vector<double>& a, const std::vector<double>& b) 
 }
 
 // Two processes with half of the batch each give the losses, evaluations and
-// final parameters of one process with the whole batch (20 steps; the copy
-// task's padding makes the processes' token counts differ): with the sums
-// overlapped with the reversible backward, without, and with accumulation.
+// final parameters of one process with the whole batch (20 steps, dropout
+// on; the copy task's padding makes the processes' token counts differ):
+// with the sums overlapped with the reversible backward, without, and with
+// accumulation.
 TEST(DataParallel, TwoProcessesEqualOneWithTheWholeBatch) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
   SharedDir dir;
@@ -91,8 +93,8 @@ TEST(DataParallel, TwoProcessesEqualOneWithTheWholeBatch) {
 }
 
 // A checkpoint written by two processes resumes on one (and the reverse):
-// the data position is global, so the losses continue those of an
-// uninterrupted single-process run.
+// the data position is global and the dropout masks are drawn by the global
+// row, so the losses continue those of an uninterrupted single-process run.
 TEST(DataParallel, CheckpointsMoveBetweenProcessCounts) {
   SharedDir dir;
   const std::string a = dir.path + "/a", b = dir.path + "/b", ref = dir.path + "/ref";
