@@ -290,8 +290,11 @@ TEST(Families, ShippedConfigsWithDropoutTwoProcessesEqualOne) {
     SCOPED_TRACE(file);
     auto config = [&, &file = file, &extra = extra](const std::string& run) {
       std::vector<std::string> overrides = {"run.dir=\"" + dir.path + "/" + file + run + "\"",
-                                            "train.steps=2", "train.log_every=1",
-                                            "train.eval_every=0", "train.checkpoint_every=2"};
+                                            "train.steps=2",
+                                            "train.log_every=1",
+                                            "train.eval_every=0",
+                                            "train.eval_batches=1",
+                                            "train.checkpoint_every=2"};
       overrides.insert(overrides.end(), extra.begin(), extra.end());
       return config::load_run_config(experiments + "/" + file, overrides);
     };
