@@ -20,7 +20,9 @@ window=$((steps / 2))
 
 common=(train.steps=$steps train.log_every=$window train.eval_every=0 train.checkpoint_every=0
   train.eval_batches=1)
-# tokens per step: batch x data.length
+# tokens per step: batch x data.length. model.dropout=0.0 keeps the runs of
+# docs/distributed.md's table (timed so); experiments/mpi_dropout.sh checks 1
+# against 2 processes with the configs' dropout.
 lm=(4096 experiments/char_lm.toml data.path="$out/text.txt" model.dropout=0.0 train.batch=8)
 seq2seq=(768 experiments/copy_transformer.toml train.batch=64 train.target_accuracy=0)
 xl=(512 experiments/txl_cpu.toml data.path="$out/text.txt" model.dropout=0.0 train.batch=8)
