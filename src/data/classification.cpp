@@ -168,14 +168,8 @@ class TextTask : public ExampleTask {
     require<IoError>(classes_ >= 2, op, ": \"", c.path,
                      "\" has one class (every label is 0); a classifier needs at least 2");
     // A fixed shuffle, then 90% / 5% / 5% (at least one line each).
-    std::vector<std::size_t> order(rows_.size());
-    std::iota(order.begin(), order.end(), 0);
-    for (std::size_t i = order.size() - 1; i > 0; --i)
-      std::swap(order[i], order[uniform_below(random_bits({kTextSplitSeed, 1}, i), i + 1)]);
-    const std::size_t n = order.size(), held = std::max<std::size_t>(1, n / 20);
-    split_[0].assign(order.begin(), order.end() - long(2 * held));
-    split_[1].assign(order.end() - long(2 * held), order.end() - long(held));
-    split_[2].assign(order.end() - long(held), order.end());
+    auto splits = internal::fixed_split(rows_.size(), kTextSplitSeed);
+    for (int s = 0; s < 3; ++s) split_[s] = std::move(splits[std::size_t(s)]);
   }
   Index vocab() const override { return 257; }
   Index length() const override { return config_.length; }

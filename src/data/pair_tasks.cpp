@@ -197,16 +197,8 @@ class ParallelPairs final : public PairTask {
     vocab_ = bytes_ ? 256 + kFirstSymbol : Index(ids_.size()) + kFirstSymbol;
     for (const auto& [s, t] : lines) pairs_.emplace_back(to_ids(s), to_ids(t));
     // A fixed shuffle, then 90% / 5% / 5% (at least one pair each).
-    std::vector<std::size_t> order(pairs_.size());
-    std::iota(order.begin(), order.end(), 0);
-    for (std::size_t i = order.size() - 1; i > 0; --i)
-      std::swap(order[i], order[uniform_below(random_bits({kSplitSeed, 1}, i), i + 1)]);
-    const std::size_t n = order.size();
-    const std::size_t test = std::max<std::size_t>(1, n / 20), valid = test;
-    const std::size_t train = n - valid - test;
-    split_[0].assign(order.begin(), order.begin() + long(train));
-    split_[1].assign(order.begin() + long(train), order.begin() + long(train + valid));
-    split_[2].assign(order.begin() + long(train + valid), order.end());
+    auto splits = internal::fixed_split(pairs_.size(), kSplitSeed);
+    for (int s = 0; s < 3; ++s) split_[s] = std::move(splits[std::size_t(s)]);
   }
 
   PairBatch batch(Split split, std::uint64_t batch_index, Index batch_size) const override {
