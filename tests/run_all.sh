@@ -72,22 +72,11 @@ if ! "$root/cmake/install-deps.sh" testing $backends; then
   echo "total: $passed passed, $((failed + 1)) failed"
   exit 1
 fi
-# The compiler cache lives with the dependencies. Objects built with
-# -march=native depend on the CPU, which the compiler's command line does not
-# show, so the resolved native target is hashed into every entry.
-launcher=()
-if command -v ccache >/dev/null; then
-  # CCACHE_BASEDIR and CCACHE_NOHASHDIR: a fresh clone in another folder hits the
-  # entries of the last one (with debug information, as in the sanitizer build,
-  # ccache would otherwise hash the build folder's path into every entry).
-  export CCACHE_DIR=$DEPS/ccache CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
-  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
-  mkdir -p "$CCACHE_DIR"
-  g++ -march=native -Q --help=target 2>/dev/null >"$CCACHE_DIR/native-target.txt" || true
-  export CCACHE_EXTRAFILES=$CCACHE_DIR/native-target.txt
-  ccache --zero-stats >/dev/null
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+# The compiler cache lives with the dependencies (cmake/compiler-cache.sh).
+# shellcheck source=cmake/compiler-cache.sh
+source "$root/cmake/compiler-cache.sh"
+use_compiler_cache "$root" "$DEPS"
+[ ${#launcher[@]} -eq 0 ] || ccache --zero-stats >/dev/null
 
 # configure_and_build <name> <cmake args...>: 0 when the build succeeded.
 configure_and_build() {
