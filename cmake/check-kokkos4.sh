@@ -67,17 +67,10 @@ kernels_prefix=$WORK/install/kokkos-kernels
 logs=$WORK/logs
 mkdir -p "$logs"
 
-# Compiler cache, as tests/run_all.sh keeps it (the project is built with
-# -march=native by default: the resolved native target is hashed in).
-launcher=()
-if command -v ccache >/dev/null; then
-  export CCACHE_DIR=$DEPS/ccache CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
-  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
-  mkdir -p "$CCACHE_DIR"
-  g++ -march=native -Q --help=target 2>/dev/null >"$CCACHE_DIR/native-target.txt" || true
-  export CCACHE_EXTRAFILES=$CCACHE_DIR/native-target.txt
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
+# The compiler cache, as tests/run_all.sh keeps it.
+# shellcheck source=cmake/compiler-cache.sh
+source "$root/cmake/compiler-cache.sh"
+use_compiler_cache "$root" "$DEPS"
 
 kokkos_args=(
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON
