@@ -105,7 +105,11 @@ pos = (i * 7919 + 613) * len(data) // (40 * 7919 + 613)
 data[pos] ^= 1 << (i % 8)
 open(sys.argv[2], "wb").write(data)
 PY
-  out=$(OMP_NUM_THREADS=1 "$bin" eval "$work/damaged/checkpoints/step_00000012.h5" --batches 1 2>&1)
+  # Leak checks off for these runs: HDF5 keeps blocks of a file whose metadata
+  # fails its checksum that it cannot free (what made it print "infinite loop
+  # closing library"); LeakSanitizer would add their report to the output.
+  out=$(ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 OMP_NUM_THREADS=1 \
+    "$bin" eval "$work/damaged/checkpoints/step_00000012.h5" --batches 1 2>&1)
   rc=$?
   if [ $rc -ne 0 ]; then
     refused=$((refused + 1))
