@@ -183,10 +183,9 @@ TEST_P(BlockKinds, ShareOfTheBatchDrawsTheWholeBatchMasks) {
         return r;
       };
       const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
-      for (const auto& [part, all] : {std::make_pair(high.y1, whole.y1),
-                                      {high.y2, whole.y2},
-                                      {high.d1, whole.d1},
-                                      {high.d2, whole.d2}})
+      for (const auto& [part, all] :
+           {std::make_pair(high.y1, whole.y1), std::make_pair(high.y2, whole.y2),
+            std::make_pair(high.d1, whole.d1), std::make_pair(high.d2, whole.d2)})
         EXPECT_LT(max_difference(to_host(part), host_rows(all, 2, 2)), 1e-12);
       EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
       const Run unshifted = run(2, 2, 0);

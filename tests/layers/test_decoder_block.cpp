@@ -297,7 +297,9 @@ TEST(DecoderBlock, ShareOfTheBatchDrawsTheWholeBatchMasks) {
       block.init({2, 3});
       View3<double> x1("x1", 4, Lt, D), x2("x2", 4, Lt, D), memory("memory", 4, Ls, D);
       View3<double> r1("r1", 4, Lt, D), r2("r2", 4, Lt, D);
-      for (const auto& [v, seed] : {std::make_pair(x1, 1), {x2, 2}, {memory, 3}, {r1, 4}, {r2, 5}})
+      for (const auto& [v, seed] :
+           {std::make_pair(x1, 1), std::make_pair(x2, 2), std::make_pair(memory, 3),
+            std::make_pair(r1, 4), std::make_pair(r2, 5)})
         fill_uniform(v, std::uint64_t(seed));
       Workspace workspace;
       struct Run {
@@ -325,11 +327,10 @@ TEST(DecoderBlock, ShareOfTheBatchDrawsTheWholeBatchMasks) {
         return r;
       };
       const Run whole = run(0, 4, 0), low = run(0, 2, 0), high = run(2, 2, 2);
-      for (const auto& [part, all] : {std::make_pair(high.y1, whole.y1),
-                                      {high.y2, whole.y2},
-                                      {high.d1, whole.d1},
-                                      {high.d2, whole.d2},
-                                      {high.dmemory, whole.dmemory}})
+      for (const auto& [part, all] :
+           {std::make_pair(high.y1, whole.y1), std::make_pair(high.y2, whole.y2),
+            std::make_pair(high.d1, whole.d1), std::make_pair(high.d2, whole.d2),
+            std::make_pair(high.dmemory, whole.dmemory)})
         EXPECT_LT(max_difference(to_host(part), host_rows(all, 2, 2)), 1e-12);
       EXPECT_LT(max_difference(sum_of(low.grads, high.grads), whole.grads), 1e-12);
       const Run unshifted = run(2, 2, 0);
