@@ -263,13 +263,19 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   static MemoryArgs args;
   CLI::App* sub = app.add_subcommand(
       "memory", "Measure (and predict) the memory and time of a training step per variant");
-  sub->add_option("--model", args.model,
-                  "reformer (the language model, default), transformer (the encoder-decoder, "
-                  "sources and targets of each length) or transformer_xl (segments of each "
-                  "length over a memory: variants xl-mem0, xl, xl-mem4x)");
+  // The families and their variants, from the registry (train/model_family.hpp).
+  std::string models, variants;
+  for (std::size_t i = 0; i < config::model_type_names().size(); ++i) {
+    const auto& family = train::model_family(config::ModelType(i));
+    std::string names;
+    for (const auto& v : family.sweep_variants()) names += (names.empty() ? "" : ", ") + v;
+    models += std::string(i ? "; " : "") + family.name() + " (" + family.description() +
+              (i == 0 ? ", default" : "") + ")";
+    variants += std::string(i ? "; " : "") + family.name() + ": " + names;
+  }
+  sub->add_option("--model", args.model, "The model family: " + models);
   sub->add_option("--variants", args.variants,
-                  "full, full-rev, lsh-1, lsh-2, lsh-4, lsh-8, local, exact, exact-rev, reformer "
-                  "(default: all)")
+                  "Variants (default: all of the family's): " + variants)
       ->delimiter(',');
   sub->add_option("--lengths", args.length_words, "Sequence lengths (default 1024,...,65536)")
       ->delimiter(',');
@@ -300,8 +306,8 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
   sub->add_option("overrides", args.overrides,
-                  "Model overrides, e.g. model.d_model=512 (transformer: also model.seq2seq.*; "
-                  "transformer_xl: also model.xl.*)");
+                  "Model overrides, e.g. model.d_model=512 (and the family's own model.* "
+                  "keys, e.g. model.seq2seq.* or model.xl.*)");
   sub->callback([&global, &run] { run = [&global] { return run_memory(global, args); }; });
 }
 

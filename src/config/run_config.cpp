@@ -208,6 +208,53 @@ std::string activation_name(ops::Activation a) {
   throw Error("activation_name: invalid Activation");
 }
 
+// A family's own key, its value kept as TOML text in RunConfig::settings.
+Key family_key(const FamilyKey& declared) {
+  using Kind = FamilyKey::Kind;
+  const FamilyKey key = declared;
+  return {key.name,
+          [key](RunConfig& c, const TomlNode& v) {
+            std::string text;
+            switch (key.kind) {
+              case Kind::Integer:
+                if (v.type != Type::Integer) wrong_type("an integer", v);
+                text = std::to_string(v.integer);
+                break;
+              case Kind::Number:
+                if (v.type == Type::Integer)
+                  text = detail::toml_float(double(v.integer));
+                else if (v.type == Type::Float)
+                  text = detail::toml_float(v.floating);
+                else
+                  wrong_type("a number", v);
+                break;
+              case Kind::Boolean:
+                if (v.type != Type::Boolean) wrong_type("a boolean (true or false)", v);
+                text = v.boolean ? "true" : "false";
+                break;
+              case Kind::String:
+                if (!key.choices.empty()) check_choice(v, key.choices);
+                if (v.type != Type::String) wrong_type("a string", v, " (quote it: \"...\")");
+                text = detail::toml_quote(v.string);
+                break;
+              case Kind::IntegerList: {
+                std::vector<Index> values;
+                const std::string expected =
+                    "an array of integers (e.g. " + key.default_value + ")";
+                if (v.type != Type::Array) wrong_type(expected, v);
+                for (const TomlNode& element : v.array) {
+                  if (element.type != Type::Integer) wrong_type(expected, v);
+                  values.push_back(element.integer);
+                }
+                text = integer_list(values);
+                break;
+              }
+            }
+            c.settings.values[key.name] = text;
+          },
+          [key](const RunConfig& c) { return c.settings.toml(key.name); }};
+}
+
 #define REFORMER_FIELD(member) \
   [](RunConfig & c) -> auto& { return c.member; }
 
@@ -319,10 +366,13 @@ std::vector<Key> make_keys() {
   k.push_back(bool_key("model.xl.pre_norm", REFORMER_FIELD(xl.pre_norm)));
   k.push_back(bool_key("model.xl.scale_embedding", REFORMER_FIELD(xl.scale_embedding)));
 
+  // The families' own keys ([model.<family>], [data.<task>]), each declared in
+  // the family's folder (config::ModelSection::own_keys), in registry order.
+  for (const ModelSection* family : model_sections())
+    for (const FamilyKey& key : family->own_keys()) k.push_back(family_key(key));
+
   k.push_back(enum_key<data::TaskKind>(
-      "data.task", REFORMER_FIELD(data.task),
-      {data::TaskKind::Duplication, data::TaskKind::Copy, data::TaskKind::Bytes,
-       data::TaskKind::PairCopy, data::TaskKind::PairReverse, data::TaskKind::Parallel},
+      "data.task", REFORMER_FIELD(data.task), data::task_kinds(),
       [](data::TaskKind t) { return std::string(data::to_string(t)); }, data::parse_task_kind));
   k.push_back(integer_key("data.length", REFORMER_FIELD(data.length)));
   k.push_back(integer_key("data.vocab", REFORMER_FIELD(data.vocab)));
@@ -380,16 +430,22 @@ const std::vector<Key>& keys() {
   return table;
 }
 
-const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names{
-      "run",      "model", "model.lsh", "model.local", "model.seq2seq",
-      "model.xl", "data",  "train",     "train.adam",  "eval"};
-  return names;
-}
-
 std::string section_of(const std::string& key) {
   const auto dot = key.rfind('.');
   return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+// Every section holding a key, and the tables above them ("model" for
+// "model.lsh"), in the order the keys are written.
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Key& key : keys())
+      for (std::string s = section_of(key.name); !s.empty(); s = section_of(s))
+        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    return out;
+  }();
+  return names;
 }
 
 std::string leaf_of(const std::string& key) {
@@ -637,19 +693,105 @@ void require_default_eval(const RunConfig& c, const char* op) {
 }
 
 const std::vector<std::string>& model_type_names() {
-  static const std::vector<std::string> names = {"reformer", "transformer", "transformer_xl"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const ModelSection* family : model_sections()) out.push_back(family->name());
+    return out;
+  }();
   return names;
 }
 
-const std::string& to_string(ModelType type) { return model_type_names().at(std::size_t(type)); }
+const std::string& to_string(ModelType type) {
+  const auto& names = model_type_names();
+  require<ConfigError>(std::size_t(type) < names.size(), "model type ", std::size_t(type),
+                       " has no family in the registry");
+  return names[std::size_t(type)];
+}
 
 ModelType parse_model_type(const std::string& name, const std::string& what) {
   const auto& names = model_type_names();
   const auto found = std::find(names.begin(), names.end(), name);
-  require<ConfigError>(found != names.end(), what, " is '", name, "' but must be ",
-                       choice_list(names),
-                       " (the language model, the encoder-decoder or Transformer-XL)");
-  return ModelType(found - names.begin());
+  if (found == names.end()) {
+    std::vector<std::string> described;
+    for (const ModelSection* family : model_sections())
+      described.push_back(concat(family->name(), " (", family->description(), ")"));
+    throw ConfigError(concat(what, " is '", name, "' but must be ", choice_list(described)));
+  }
+  return ModelType(std::size_t(found - names.begin()));
+}
+
+const ModelSection& model_section(ModelType type) {
+  const auto& families = model_sections();
+  require<ConfigError>(std::size_t(type) < families.size(), "model_section: model type ",
+                       std::size_t(type), " has no family in the registry");
+  return *families[std::size_t(type)];
+}
+
+void require_family_task(const RunConfig& c, const char* op) {
+  const ModelSection& family = model_section(c.model_type);
+  if (family.takes_task(c.data.task)) return;
+  std::vector<std::string> takers;
+  for (const ModelSection* other : model_sections())
+    if (other->takes_task(c.data.task)) takers.push_back(concat("\"", other->name(), "\""));
+  throw ConfigError(concat(op, ": data.task is ", data::to_string(c.data.task),
+                           " but model.type = \"", family.name(), "\" (", family.description(),
+                           ") does not train on it; set model.type = ", choice_list(takers),
+                           " or choose another data.task"));
+}
+
+// ---------------------------------------------------------------------------
+// The families' own keys, read from RunConfig::settings.
+
+namespace {
+
+const FamilyKey& declared_key(const std::string& name) {
+  static const std::map<std::string, FamilyKey> table = [] {
+    std::map<std::string, FamilyKey> out;
+    for (const ModelSection* family : model_sections())
+      for (const FamilyKey& key : family->own_keys()) out[key.name] = key;
+    return out;
+  }();
+  const auto found = table.find(name);
+  require<ConfigError>(found != table.end(), "settings: ", name,
+                       " is not a key any model family declares (ModelSection::own_keys)");
+  return found->second;
+}
+
+TomlNode setting_value(const FamilySettings& s, const std::string& name) {
+  const std::string text = s.toml(name);
+  TomlNode document = detail::parse_toml("value = " + text + "\n", name);
+  return std::move(document.table.front().second);
+}
+
+}  // namespace
+
+std::string FamilySettings::toml(const std::string& key) const {
+  const FamilyKey& declared = declared_key(key);
+  const auto found = values.find(key);
+  return found == values.end() ? declared.default_value : found->second;
+}
+
+std::int64_t FamilySettings::integer(const std::string& key) const {
+  return setting_value(*this, key).integer;
+}
+
+double FamilySettings::number(const std::string& key) const {
+  const TomlNode v = setting_value(*this, key);
+  return v.type == Type::Integer ? double(v.integer) : v.floating;
+}
+
+bool FamilySettings::boolean(const std::string& key) const {
+  return setting_value(*this, key).boolean;
+}
+
+std::string FamilySettings::text(const std::string& key) const {
+  return setting_value(*this, key).string;
+}
+
+std::vector<std::int64_t> FamilySettings::integers(const std::string& key) const {
+  std::vector<std::int64_t> out;
+  for (const TomlNode& element : setting_value(*this, key).array) out.push_back(element.integer);
+  return out;
 }
 
 namespace {

@@ -166,7 +166,7 @@ class TextTask : public ExampleTask {
                      " labelled lines but needs at least 3 (one for each of train, valid and "
                      "test)");
     require<IoError>(classes_ >= 2, op, ": \"", c.path,
-                     "\" has one class (every label is 0); a classifier needs at least 2");
+                     "\" has one class (every label is 0); classification needs at least 2");
     // A fixed shuffle, then 90% / 5% / 5% (at least one line each).
     auto splits = internal::fixed_split(rows_.size(), kTextSplitSeed);
     for (int s = 0; s < 3; ++s) split_[s] = std::move(splits[std::size_t(s)]);

@@ -21,6 +21,12 @@ const char* to_string(TaskKind kind) {
       return "seq2seq_reverse";
     case TaskKind::Parallel:
       return "parallel";
+    case TaskKind::ListOps:
+      return "listops";
+    case TaskKind::Text:
+      return "text";
+    case TaskKind::MatchingEnds:
+      return "matching_ends";
   }
   throw Error("to_string: invalid TaskKind");
 }
@@ -29,14 +35,27 @@ bool is_pair_task(TaskKind kind) {
   return kind == TaskKind::PairCopy || kind == TaskKind::PairReverse || kind == TaskKind::Parallel;
 }
 
+bool is_class_task(TaskKind kind) {
+  return kind == TaskKind::ListOps || kind == TaskKind::Text || kind == TaskKind::MatchingEnds;
+}
+
+const std::vector<TaskKind>& task_kinds() {
+  static const std::vector<TaskKind> kinds = {
+      TaskKind::Duplication, TaskKind::Copy,        TaskKind::Bytes,
+      TaskKind::PairCopy,    TaskKind::PairReverse, TaskKind::Parallel,
+      TaskKind::ListOps,     TaskKind::Text,        TaskKind::MatchingEnds};
+  return kinds;
+}
+
 TaskKind parse_task_kind(const std::string& name) {
-  for (const TaskKind kind : {TaskKind::Duplication, TaskKind::Copy, TaskKind::Bytes,
-                              TaskKind::PairCopy, TaskKind::PairReverse, TaskKind::Parallel})
+  std::string choices;
+  for (const TaskKind kind : task_kinds()) {
     if (name == to_string(kind)) return kind;
-  throw ConfigError(detail::concat("data.task \"", name,
-                                   "\" is unknown; choose duplication, copy or bytes (language "
-                                   "models), or seq2seq_copy, seq2seq_reverse or parallel "
-                                   "(the encoder-decoder)"));
+    choices += std::string(choices.empty() ? "" : ", ") + to_string(kind);
+  }
+  throw ConfigError(detail::concat("data.task \"", name, "\" is unknown; choose ", choices,
+                                   " (language-model, source/target pair and classification "
+                                   "tasks)"));
 }
 
 PairDataConfig pair_config(const DataConfig& c) {

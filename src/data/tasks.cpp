@@ -213,6 +213,12 @@ std::unique_ptr<Task> make_task(const DataConfig& config) {
       throw ConfigError(detail::concat("data.task is ", to_string(config.task),
                                        ", a source/target pair task: it trains model.type = "
                                        "\"transformer\" (data/pairs.hpp)"));
+    case TaskKind::ListOps:
+    case TaskKind::Text:
+    case TaskKind::MatchingEnds:
+      throw ConfigError(detail::concat("data.task is ", to_string(config.task),
+                                       ", a sequence classification task "
+                                       "(data/classification.hpp), not a language-model task"));
   }
   throw Error("make_task: invalid TaskKind");
 }

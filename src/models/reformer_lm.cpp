@@ -84,21 +84,6 @@ inline void position_rows(Kokkos::View<Index*, Layout, MemSpace> rows, Index len
       KOKKOS_LAMBDA(Index b) { rows(b) = b * length + position; });
 }
 
-// ids_out = ids padded with 0 to its length; valid_out = 1 where a position
-// is inside ids and (without a mask, or where) the mask is nonzero.
-inline void pad_ids(IdMatrix ids, Kokkos::View<const int**, Layout, MemSpace> mask,
-                    View2<int> ids_out, View2<int> valid_out) {
-  const Index given = ids.extent(1);
-  const bool masked = mask.extent(0) > 0;
-  Kokkos::parallel_for(
-      "reformer_pad_ids", Policy2({0, 0}, {Index(ids_out.extent(0)), Index(ids_out.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index t) {
-        const bool inside = t < given;
-        ids_out(b, t) = inside ? ids(b, t) : 0;
-        valid_out(b, t) = inside && (!masked || mask(b, t) != 0) ? 1 : 0;
-      });
-}
-
 // Targets as run: the caller's where valid, `ignored` elsewhere.
 inline void pad_targets(IdMatrix targets, Kokkos::View<const int**, Layout, MemSpace> valid,
                         int ignored, View2<int> out) {
@@ -145,25 +130,8 @@ void ReformerGeneration<T>::release() {
 
 template <class T>
 ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params)
-    : config_(config) {
-  config_.validate();
+    : config_((config.validate(), config)), input_(config, params) {
   const Index d = config.d_model;
-  embedding_ = &params.add("embed.table", {config.vocab, d});
-  switch (config.positions) {
-    case PositionKind::Learned:
-      positions_ = &params.add("pos.table", {config.max_length, d});
-      break;
-    case PositionKind::Axial: {
-      const auto shape = config.resolved_axial_shape();
-      const auto dims = config.resolved_axial_dims();
-      axial1_ = &params.add("pos.axial_1", {shape[0], dims[0]});
-      axial2_ = &params.add("pos.axial_2", {shape[1], dims[1]});
-      break;
-    }
-    case PositionKind::Sinusoidal:
-    case PositionKind::None:
-      break;
-  }
   // Parameters registered before each layer (and after the last).
   std::vector<std::size_t> before;
   for (Index i = 0; i < config.layers; ++i) {
@@ -195,10 +163,7 @@ void ReformerLM<T>::init(RandomKey key) {
   auto sub = [&](std::uint64_t a, std::uint64_t b = 0) {
     return RandomKey{key.seed, stream_id(key.stream, a, b)};
   };
-  init_normal(*embedding_, 1.0, sub(kInitEmbedding));
-  if (positions_) init_normal(*positions_, 1.0, sub(kInitPositions, 1));
-  if (axial1_) init_normal(*axial1_, 1.0, sub(kInitPositions, 2));
-  if (axial2_) init_normal(*axial2_, 1.0, sub(kInitPositions, 3));
+  input_.init(sub(kInitEmbedding), [&](std::uint64_t i) { return sub(kInitPositions, i); });
   for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->init(sub(kInitBlocks, i));
   init_constant(*out_gamma_, 1.0);
   init_constant(*out_beta_, 0.0);
@@ -254,47 +219,19 @@ void ReformerLM<T>::prepare(ReformerState<T>& state, Index batch, Index length) 
 
 template <class T>
 void ReformerLM<T>::embed(IdMatrix ids, const ModelCall& call, ReformerState<T>& state) const {
-  const Index length = ids.extent(1);
-  auto e = as_matrix(state.x1);
-  // e = Embedding(ids) + Positions, then dropout; both streams start as e.
-  ops::token_embedding_forward<T>(embedding_->matrix(), flat_ids(ids), false, e);
-  switch (config_.positions) {
-    case PositionKind::Learned:
-      ops::learned_positions_forward<T>(e, positions_->matrix(), length, 0, e);
-      break;
-    case PositionKind::Axial:
-      ops::axial_positions_forward<T>(e, axial1_->matrix(), axial2_->matrix(), length, 0, e);
-      break;
-    case PositionKind::Sinusoidal:
-      ops::sinusoidal_positions_forward<T>(e, length, 0, e);
-      break;
-    case PositionKind::None:
-      break;
-  }
-  if (call.training && config_.dropout > 0)
-    ops::dropout_forward<T>(as_vector(e), config_.dropout,
-                            {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
-                            ops::dropout_offset(call.first_row, row_elements(state.x1)),
-                            as_vector(e));
+  // e = dropout(Embedding(ids) + Positions); both streams start as e.
+  input_.forward(ids, call, {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                 state.x1);
   Kokkos::deep_copy(state.x2, state.x1);
 }
 
 template <class T>
 void ReformerLM<T>::embed_backward(IdMatrix ids, ReformerState<T>& state) const {
-  const Index length = ids.extent(1);
   // de = dx1 + dx2 (the embedding fed both streams).
   ops::axpby<T>(1, as_vector(state.dx2), 1, as_vector(state.dx1));
-  auto de = as_matrix(state.dx1);
   const ModelCall& call = state.call;
-  if (call.training && config_.dropout > 0)
-    ops::dropout_backward<T>(as_vector(de), config_.dropout,
-                             {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
-                             ops::dropout_offset(call.first_row, row_elements(state.dx1)),
-                             as_vector(de));
-  if (positions_) ops::learned_positions_backward<T>(de, length, 0, positions_->grad_matrix());
-  if (axial1_)
-    ops::axial_positions_backward<T>(de, length, 0, axial1_->grad_matrix(), axial2_->grad_matrix());
-  ops::token_embedding_backward<T>(flat_ids(ids), de, false, embedding_->grad_matrix());
+  input_.backward(ids, call, {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
+                  state.dx1);
 }
 
 template <class T>
@@ -358,11 +295,11 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
     input = frame.take<View2<T>>(rows, d);
     fold_halves<T>(hidden, input);
   }
-  const auto weight = config_.tie_embeddings ? embedding_->matrix() : out_weight_->matrix();
+  const auto weight = config_.tie_embeddings ? input_.embedding->matrix() : out_weight_->matrix();
   if (!gradients) return ops::cross_entropy_forward<T>(input, weight, out_bias_->value, t, options);
   auto dinput = frame.take<View2<T>>(rows, input.extent(1));
   const auto dweight =
-      config_.tie_embeddings ? embedding_->grad_matrix() : out_weight_->grad_matrix();
+      config_.tie_embeddings ? input_.embedding->grad_matrix() : out_weight_->grad_matrix();
   const auto result = ops::cross_entropy_forward_backward<T>(
       input, weight, out_bias_->value, t, options, dinput, dweight, out_bias_->grad);
   View2<T> dhidden = dinput;
@@ -446,7 +383,7 @@ void ReformerLM<T>::project(View2<T> hidden, View2<T> logits, Workspace& workspa
     Workspace::Frame frame(workspace);
     auto folded = frame.take<View2<T>>(hidden.extent(0), config_.d_model);
     fold_halves<T>(hidden, folded);
-    ops::matmul<T>(folded, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
+    ops::matmul<T>(folded, ops::Trans::No, input_.embedding->matrix(), ops::Trans::Yes, logits);
   } else {
     ops::matmul<T>(hidden, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
   }
@@ -458,11 +395,11 @@ void ReformerLM<T>::add_positions(View2<T> x, In1<Index> positions, Index end) c
   // One launch for all rows (issue 31: no host loop of launches per row).
   switch (config_.positions) {
     case PositionKind::Learned:
-      ops::learned_positions_forward_at<T>(x, positions_->matrix(), positions, end, x);
+      ops::learned_positions_forward_at<T>(x, input_.learned()->matrix(), positions, end, x);
       break;
     case PositionKind::Axial:
-      ops::axial_positions_forward_at<T>(x, axial1_->matrix(), axial2_->matrix(), positions, end,
-                                         x);
+      ops::axial_positions_forward_at<T>(x, input_.axial1()->matrix(), input_.axial2()->matrix(),
+                                         positions, end, x);
       break;
     case PositionKind::Sinusoidal:
       ops::sinusoidal_positions_forward_at<T>(x, positions, end, x);
@@ -574,7 +511,7 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   // The token's embedding and position, in both streams, then every layer on
   // this one position, then the head.
   // (The tokens were checked above, on the host: no device check that waits.)
-  ops::token_embedding_forward<T>(embedding_->matrix(), ids, false, generation.x1,
+  ops::token_embedding_forward<T>(input_.embedding->matrix(), ids, false, generation.x1,
                                   ops::IdCheck::AlreadyChecked);
   add_positions(generation.x1, generation.positions, last + 1);
   Kokkos::deep_copy(generation.x2, generation.x1);

@@ -101,6 +101,94 @@ void check_point(const SweepOptions& options, Index batch, Index length) {
                        length, " must be positive");
 }
 
+// The Reformer LM's stack of blocks (also the encoder of other families):
+// its terms of a training step, from the shapes (docs/memory.md). Every value
+// in bytes.
+EncoderStackMemory encoder_stack_memory(const models::ReformerConfig& c, Index batch, Index length,
+                                        double s, double a) {
+  using attention::AttentionKind;
+  // Bytes of a compute value (s: row statistics, logsumexps, key scales, the
+  // loss's logits) and of a stored activation (a: bf16 or the same as s).
+  const double x = double(batch) * length, d = c.d_model;
+  const double heads = c.heads, inner = heads * c.d_head, f = c.d_ff;
+  const double scores = double(batch) * heads * double(length) * length;  // one L x L per head
+  const double ff_rows = c.ff_chunk > 0 ? std::min(double(c.ff_chunk), x) : x;
+  // Per kind (the largest layer of the stack decides the workspace); bytes.
+  double stored = 0, plans = 0, scratch = 0, ws_forward = 0, ws_backward = 0;
+  // The batched chunk shape's own workspace (attention/chunked_scratch.hpp):
+  // its largest slice over the LSH and local layers.
+  double chunk_slices = 0;
+  for (Index i = 0; i < c.layers; ++i) {
+    const AttentionKind kind = c.layer_kind(i);
+    const auto layer = c.attention_config(i);
+    const double k_sep = layer.shares_qk() ? 0 : 1;
+    const double rounds = kind == AttentionKind::Lsh ? double(c.lsh.n_hashes) : 0;
+    const bool full = kind == AttentionKind::Full;
+    const bool dropout = c.attention_dropout > 0;
+    // What AttentionState keeps (q, k, v, attended; lse; full: P) and the plan.
+    const double attention_state =
+        x * inner * (3 + k_sep) * a + (full ? scores * a : x * heads * s);
+    const double plan_bytes = 3 * rounds * x * heads * 4;  // buckets, perm, undo (int)
+    plans += plan_bytes;
+    if (!c.reversible) stored += 2 * x * d * a + attention_state;  // + block inputs
+    scratch = std::max(scratch, c.reversible ? attention_state : 0.0);
+    chunk_slices = std::max(
+        chunk_slices, chunk_slice_bytes(kind, c.lsh, c.local, batch, c.heads, c.d_head, length, s));
+    // Temporaries of the attention kernels.
+    const double shared_keys =
+        (full || kind == AttentionKind::Exact) && !k_sep ? (2 * x * inner + x * heads) * a : 0;
+    double fwd = 0, bwd = 0;
+    if (kind == AttentionKind::Lsh) {
+      // key scale, per-round out and lse; key scale, D, dk
+      fwd = x * heads * s + rounds * x * (inner * a + heads * s);
+      bwd = 2 * x * heads * s + x * inner * a;
+    } else if (kind == AttentionKind::Local || kind == AttentionKind::Exact) {
+      bwd = x * heads * s;  // D
+      if (kind == AttentionKind::Exact) bwd += exact_bf16_dq_bytes(batch, c.heads, x, inner, a, s);
+      fwd = shared_keys;
+    } else if (a == s) {
+      fwd = (4 * x * inner + (dropout ? scores : 0)) * a + shared_keys;  // per-head copies
+      bwd = (7 * x * inner + scores + (dropout ? scores : 0) + x * inner) * a + shared_keys;
+    } else {
+      // bf16: the per-head copies and the scores are float32 (full.cpp), the
+      // dropout mask's probabilities bf16.
+      fwd = (4 * x * inner + scores) * s + (dropout ? scores * a : 0) + shared_keys;
+      bwd = (7 * x * inner + scores + x * inner) * s + (dropout ? scores * a : 0) + shared_keys;
+    }
+    // F's forward: LayerNorm output, F's output, mean and rstd, then the layer
+    // (without Save::All its q, k, v, attended, lse and P are temporaries too).
+    const double f_frame = 2 * x * d * a + 2 * x * s;
+    const double unsaved = c.reversible ? attention_state : 0;
+    ws_forward = std::max(ws_forward, f_frame + unsaved + fwd);
+    // Backward of F: dLN input, then the layer: dq, dv, (dk), d(attended).
+    const double attention_bwd = x * d * a + x * inner * (3 + k_sep) * a + bwd;
+    // FF (chunk rows): forward LN out, hidden, out; backward LN out, pre-activation,
+    // hidden, d hidden, d out, d LN out; statistics in s.
+    const double ff_forward = ff_rows * ((2 * d + f) * a + 2 * s);
+    const double ff_backward = ff_rows * ((3 * d + 3 * f) * a + 2 * s);
+    ws_forward = std::max(ws_forward, ff_forward);
+    const double stats = 2 * x * s;
+    if (c.reversible)  // G(y1), then F's recompute and backward
+      ws_backward = std::max(
+          ws_backward,
+          x * d * a + std::max(ff_backward, x * d * a + stats + std::max(fwd, attention_bwd)));
+    else  // the upstream gradient, then G's and F's backward
+      ws_backward = std::max(ws_backward,
+                             x * d * a + std::max(ff_backward, x * d * a + stats + attention_bwd));
+  }
+  // The products of bf16 activations: the projections and the feed-forward.
+  EncoderStackMemory m;
+  m.panels =
+      a < s ? mixed_panel_bytes({{x, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
+            : 0.0;
+  // The two streams and their gradients, the stored layers or plans, the
+  // recompute state and the batched chunk workspace.
+  m.alive = 4 * x * d * a + stored + plans + scratch + chunk_slices;
+  m.ws_forward = ws_forward;
+  m.ws_backward = ws_backward;
+  return m;
+}
+
 }  // namespace sweep
 
 void check_sweep_precision(const std::string& precision) {

@@ -63,6 +63,17 @@ double mixed_panel_bytes(std::initializer_list<MixedProduct> products);
 // the two-pass schedule.
 double exact_bf16_dq_bytes(Index batch, Index heads, double rows, double inner, double a, double s);
 
+// A training step's terms of the Reformer LM's stack of blocks (embedding to
+// the top streams), which the LM and other families put their heads on; bytes.
+struct EncoderStackMemory {
+  double alive = 0;        // streams and gradients, stored layers or plans, recompute, chunks
+  double ws_forward = 0;   // the deepest workspace of a forward pass
+  double ws_backward = 0;  // ... of a backward pass
+  double panels = 0;       // bf16: the widened panels of the products
+};
+EncoderStackMemory encoder_stack_memory(const models::ReformerConfig& config, Index batch,
+                                        Index length, double s, double a);
+
 // One point of either model: Step is SyntheticStep<T> or Seq2SeqSyntheticStep<T>.
 template <class Step, class Config>
 SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& options) {
@@ -123,7 +134,7 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
   auto it = specs.find(variant);
   if (it == specs.end()) {
     std::string known;
-    for (const auto& name : sweep_variant_names()) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& entry : specs) known += (known.empty() ? "" : ", ") + entry.first;
     throw ConfigError("memory sweep: unknown variant '" + variant + "' (expected one of " + known +
                       ")");
   }
@@ -132,9 +143,14 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
 
 // The point with its predictions, measured unless the prediction exceeds the
 // budget (then skipped with the reason, nothing allocated).
-template <template <class> class Step, class Config>
-SweepPoint run_point(const std::string& variant, const Config& config, Index layers, Index batch,
-                     Index length, const SweepOptions& options) {
+// `predict(config, batch, length, scalar_bytes, activation_bytes)` gives the
+// point's StepMemory and `state(config, scalar_bytes)` its state bytes (a
+// family's own predictions; run_point below uses the overloads of
+// memory_sweep.hpp).
+template <template <class> class Step, class Config, class Predict, class State>
+SweepPoint run_point_with(const std::string& variant, const Config& config, Index layers,
+                          Index batch, Index length, const SweepOptions& options,
+                          const Predict& predict, const State& state) {
   SweepPoint point;
   point.variant = variant;
   point.length = length;
@@ -142,8 +158,8 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
   point.layers = layers;
   const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
   const bool reduced = options.precision == "bf16";
-  point.predicted = predict_step_memory(config, batch, length, scalar, reduced ? 2 : scalar);
-  point.predicted_state_bytes = predict_state_bytes(config, scalar);
+  point.predicted = predict(config, batch, length, scalar, reduced ? 2 : scalar);
+  point.predicted_state_bytes = state(config, scalar);
   const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
   const std::int64_t budget =
       options.budget_bytes >= 0 ? options.budget_bytes : available_memory_bytes();
@@ -155,6 +171,17 @@ SweepPoint run_point(const std::string& variant, const Config& config, Index lay
   if (reduced) return measure<Step<bf16>>(point, config, options);
   return options.dtype == "float" ? measure<Step<float>>(point, config, options)
                                   : measure<Step<double>>(point, config, options);
+}
+
+template <template <class> class Step, class Config>
+SweepPoint run_point(const std::string& variant, const Config& config, Index layers, Index batch,
+                     Index length, const SweepOptions& options) {
+  return run_point_with<Step>(
+      variant, config, layers, batch, length, options,
+      [](const Config& c, Index b, Index l, std::int64_t s, std::int64_t a) {
+        return predict_step_memory(c, b, l, s, a);
+      },
+      [](const Config& c, std::int64_t s) { return predict_state_bytes(c, s); });
 }
 
 // A byte count from a double, capped far below where int64 would overflow.

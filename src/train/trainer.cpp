@@ -567,7 +567,14 @@ struct Loaded {
 // generate refuse to override them. (Keys that change a shape are refused by
 // the checkpoint's own checks; attention settings such as model.lsh.n_hashes
 // may differ on purpose.)
-const std::vector<std::string> kFunctionKeys = {"model.seq2seq.reversible", "model.ff_activation"};
+// The families declare theirs (config::FamilyKey::changes_function).
+std::vector<std::string> function_keys() {
+  std::vector<std::string> keys = {"model.seq2seq.reversible", "model.ff_activation"};
+  for (const config::ModelSection* family : config::model_sections())
+    for (const auto& key : family->own_keys())
+      if (key.changes_function) keys.push_back(key.name);
+  return keys;
+}
 
 Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::string>& overrides) {
   Loaded loaded;
@@ -575,7 +582,7 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
   const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
   const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
-  for (const auto& key : kFunctionKeys) {
+  for (const auto& key : function_keys()) {
     std::vector<std::string> others;
     for (const auto& name : config::config_keys())
       if (name != key) others.push_back(name);

@@ -429,7 +429,7 @@ TEST(RunConfig, EncoderDecoderType) {
       "task = \"seq2seq_reverse\"\n"
       "length = 20\nvocab = 30\nmin_symbols = 2\n";
   const RunConfig c = parse(base);
-  EXPECT_EQ(c.model_type, config::ModelType::EncoderDecoder);
+  EXPECT_EQ(config::to_string(c.model_type), "transformer");
   const auto t = config::transformer_config(c, 30);
   EXPECT_EQ(t.encoder_layers, 3);
   EXPECT_EQ(t.decoder_layers, 2);

@@ -44,11 +44,14 @@ bool same(const Batch& a, const Batch& b) {
 // ---------------------------------------------------------------- config
 
 TEST(DataConfig, ParsesAndPrintsTaskKinds) {
-  for (const TaskKind kind : {TaskKind::Duplication, TaskKind::Copy, TaskKind::Bytes})
-    EXPECT_EQ(parse_task_kind(to_string(kind)), kind);
+  for (const TaskKind kind : task_kinds()) EXPECT_EQ(parse_task_kind(to_string(kind)), kind);
+  EXPECT_EQ(task_kinds().size(), 9u);
+  EXPECT_TRUE(is_class_task(TaskKind::ListOps));
+  EXPECT_FALSE(is_class_task(TaskKind::Bytes));
   EXPECT_STREQ(to_string(TaskKind::Duplication), "duplication");
-  expect_error<ConfigError>([] { parse_task_kind("enwik8"); },
-                            {"data.task", "\"enwik8\"", "duplication, copy or bytes"});
+  expect_error<ConfigError>(
+      [] { parse_task_kind("enwik8"); },
+      {"data.task", "\"enwik8\"", "duplication, copy, bytes", "matching_ends"});
 }
 
 TEST(DataConfig, NamesTheBadField) {

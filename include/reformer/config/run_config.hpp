@@ -47,19 +47,23 @@ struct EvalConfig {
 };
 
 struct RunConfig {
-  // [model] type: "reformer" (the language model), "transformer" (the
-  // encoder-decoder, which reads the [model] keys that apply to it and
-  // [model.seq2seq]; transformer_config() below) or "transformer_xl" (the
-  // [model] keys that apply and [model.xl]; xl_config() below).
-  ModelType model_type = ModelType::ReformerLM;
+  // [model] type: a family of the registry (config/model_type.hpp), e.g.
+  // "reformer" (the language model), "transformer" (the encoder-decoder,
+  // which reads the [model] keys that apply to it and [model.seq2seq];
+  // transformer_config() below) or "transformer_xl" (the [model] keys that
+  // apply and [model.xl]; xl_config() below).
+  ModelType model_type{};                   // index 0 of the registry: the Reformer LM
   models::ReformerConfig model{};           // [model], [model.lsh], [model.local]
   models::TransformerConfig transformer{};  // [model.seq2seq] (the rest from [model])
   XLConfig xl{};                            // [model.xl]
   EvalConfig eval{};                        // [eval] (Transformer-XL only)
-  data::DataConfig data{};                  // [data]
-  TrainConfig train{};                      // [train], [train.adam]
-  std::string run_dir{};                    // [run] dir: default "runs/<config file stem>"
-  std::string name{};                       // [run] name: default "<config file stem>"
+  // The keys a family declares in its own folder (ModelSection::own_keys),
+  // by dotted name ("model.<family>.<key>", "data.<task>.<key>").
+  FamilySettings settings{};
+  data::DataConfig data{};  // [data]
+  TrainConfig train{};      // [train], [train.adam]
+  std::string run_dir{};    // [run] dir: default "runs/<config file stem>"
+  std::string name{};       // [run] name: default "<config file stem>"
 
   // Validates the run as its family does (config::ModelSection): each part,
   // then what ties them together (data.length must fit the model, data.vocab

@@ -1,4 +1,4 @@
-// Sequence classification data for an encoder classifier (issue 48): Long
+// Sequence classification data for an encoder with a pooled head (issue 48): Long
 // Range Arena's tasks and a synthetic one.
 //
 // A batch holds, per row, `length` token ids (0 is padding), their mask (1: a

@@ -8,15 +8,33 @@
 
 namespace reformer::data {
 
-// The language-model tasks (data/tasks.hpp) and the source/target pair tasks
-// of the encoder-decoder (data/pairs.hpp: seq2seq_copy, seq2seq_reverse, parallel).
-enum class TaskKind { Duplication, Copy, Bytes, PairCopy, PairReverse, Parallel };
-// "duplication", "copy", "bytes", "seq2seq_copy", "seq2seq_reverse", "parallel";
-// ConfigError naming the value otherwise.
+#include <vector>
+
+// The language-model tasks (data/tasks.hpp), the source/target pair tasks
+// (data/pairs.hpp: seq2seq_copy, seq2seq_reverse, parallel) and the sequence
+// classification tasks (data/classification.hpp: listops, text, matching_ends).
+enum class TaskKind {
+  Duplication,
+  Copy,
+  Bytes,
+  PairCopy,
+  PairReverse,
+  Parallel,
+  ListOps,
+  Text,
+  MatchingEnds
+};
+// Every kind, in the order above (data.task's choices).
+const std::vector<TaskKind>& task_kinds();
+// "duplication", "copy", "bytes", "seq2seq_copy", "seq2seq_reverse",
+// "parallel", "listops", "text", "matching_ends"; ConfigError naming the value
+// and the choices otherwise.
 TaskKind parse_task_kind(const std::string& name);
 const char* to_string(TaskKind kind);
 // True for the source/target pair tasks.
 bool is_pair_task(TaskKind kind);
+// True for the sequence classification tasks.
+bool is_class_task(TaskKind kind);
 
 struct DataConfig {
   TaskKind task = TaskKind::Duplication;

@@ -23,6 +23,7 @@
 #include "reformer/layers/blocks.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
+#include "reformer/models/token_input.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
 #include <functional>
@@ -151,10 +152,7 @@ class ReformerLM {
                                const ReformerState<T>& state) const;
 
   ReformerConfig config_;
-  Parameter<param_t<T>>* embedding_ = nullptr;
-  Parameter<param_t<T>>* positions_ = nullptr;  // learned
-  Parameter<param_t<T>>* axial1_ = nullptr;
-  Parameter<param_t<T>>* axial2_ = nullptr;
+  TokenInput<T> input_;  // embedding and positions
   std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> blocks_;
   std::vector<std::pair<Index, Index>> layer_ranges_;
   Parameter<param_t<T>>* out_gamma_ = nullptr;

@@ -1,6 +1,6 @@
 // The registry of model families: one line per family. A new family is a
-// folder under src/train/families/, an enumerator of config::ModelType with
-// its name (config/run_config.cpp), and a line here (docs/design.md).
+// folder under src/train/families/ and a line here (docs/design.md); its
+// model.type name, its keys and the tasks it takes are declared in its folder.
 #include "reformer/train/model_family.hpp"
 
 #include "reformer/core/error.hpp"
@@ -8,25 +8,32 @@
 #include "train/families/reformer_lm/reformer_lm.hpp"
 #include "train/families/transformer_xl/transformer_xl.hpp"
 
-#include <array>
-
 namespace reformer {
 
-const train::ModelFamily& train::model_family(config::ModelType type) {
-  // Indexed by config::ModelType.
-  static const std::array<const ModelFamily*, 3> families = {
-      &reformer_lm_family(), &encoder_decoder_family(), &transformer_xl_family()};
-  const auto index = std::size_t(type);
-  require<ConfigError>(index < families.size(), "model_family: model type ", index,
-                       " has no family in the registry");
-  const ModelFamily* family = families[index];
-  require<Error>(family->type() == type, "model_family: the registry's entry ", index,
-                 " is the family of another model type");
-  return *family;
+namespace {
+
+// In model.type order: index 0 is the default family.
+const std::vector<const train::ModelFamily*>& families() {
+  static const std::vector<const train::ModelFamily*> list = {
+      &train::reformer_lm_family(),
+      &train::encoder_decoder_family(),
+      &train::transformer_xl_family(),
+  };
+  return list;
 }
 
-const config::ModelSection& config::model_section(ModelType type) {
-  return train::model_family(type);
+}  // namespace
+
+const train::ModelFamily& train::model_family(config::ModelType type) {
+  const auto index = std::size_t(type);
+  require<ConfigError>(index < families().size(), "model_family: model type ", index,
+                       " has no family in the registry");
+  return *families()[index];
+}
+
+const std::vector<const config::ModelSection*>& config::model_sections() {
+  static const std::vector<const ModelSection*> sections(families().begin(), families().end());
+  return sections;
 }
 
 }  // namespace reformer

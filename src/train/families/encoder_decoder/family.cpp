@@ -34,7 +34,9 @@ namespace {
 
 class EncoderDecoderFamily final : public ModelFamily {
  public:
-  config::ModelType type() const override { return config::ModelType::EncoderDecoder; }
+  const char* name() const override { return "transformer"; }
+  const char* description() const override { return "the encoder-decoder"; }
+  bool takes_task(data::TaskKind task) const override { return data::is_pair_task(task); }
   void validate(const config::RunConfig& c, const char* op) const override {
     config::require_default_eval(c, op);
     require<ConfigError>(data::is_pair_task(c.data.task), op, ": model.type is transformer but ",

@@ -28,13 +28,18 @@ namespace {
 
 class ReformerLMFamily final : public ModelFamily {
  public:
-  config::ModelType type() const override { return config::ModelType::ReformerLM; }
+  const char* name() const override { return "reformer"; }
+  const char* description() const override { return "the Reformer language model"; }
+  bool takes_task(data::TaskKind task) const override {
+    return !data::is_pair_task(task) && !data::is_class_task(task);
+  }
   void validate(const config::RunConfig& c, const char* op) const override {
     config::require_default_eval(c, op);
     require<ConfigError>(!data::is_pair_task(c.data.task), op, ": data.task is ",
                          data::to_string(c.data.task),
                          ", a source/target pair task, but model.type is reformer; set model.type "
                          "= \"transformer\"");
+    config::require_family_task(c, op);
     c.model.validate();
     config::validate_common(c, op);
     try {

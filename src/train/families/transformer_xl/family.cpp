@@ -36,7 +36,9 @@ namespace {
 
 class TransformerXLFamily final : public ModelFamily {
  public:
-  config::ModelType type() const override { return config::ModelType::TransformerXL; }
+  const char* name() const override { return "transformer_xl"; }
+  const char* description() const override { return "Transformer-XL"; }
+  bool takes_task(data::TaskKind task) const override { return task == data::TaskKind::Bytes; }
   void validate(const config::RunConfig& c, const char* op) const override {
     require<ConfigError>(c.data.task == data::TaskKind::Bytes, op,
                          ": model.type is transformer_xl but data.task is ",
