@@ -316,6 +316,49 @@ TEST(Families, ShippedConfigsWithDropoutTwoProcessesEqualOne) {
   }
 }
 
+// The classifier (issue 48) with dropout 0.1 everywhere, reversible local +
+// LSH layers over a padding mask (matching_ends rows are full; ListOps rows
+// end early, so it runs too): two processes with half of every batch give the
+// losses, the evaluation over the valid split (loss and correct rows) and the
+// parameters of one process with the whole batch; with and without
+// accumulation.
+TEST(Families, ClassifierTwoProcessesEqualOne) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  SharedDir dir;
+  const std::vector<std::vector<std::string>> variants = {
+      {"train.accumulate=2"},
+      {"data.task=\"listops\"", "data.length=64", "data.listops.min_length=8",
+       "data.listops.max_length=64", "data.listops.max_depth=3", "model.vocab=16",
+       "model.max_length=64", "data.examples.valid=40"}};
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE("variant " + std::to_string(v));
+    auto config = [&](const std::string& run) {
+      std::vector<std::string> overrides = {"model.dropout=0.1",
+                                            "model.attention_dropout=0.1",
+                                            "model.attention=[\"local\",\"lsh\"]",
+                                            "train.eval_every=4",
+                                            "train.eval_batches=5",
+                                            "train.checkpoint_every=4"};
+      overrides.insert(overrides.end(), variants[v].begin(), variants[v].end());
+      return classifier_run(dir.path + "/" + run + std::to_string(v), 4, overrides);
+    };
+    const auto parallel = train::run_training(config("many"), options_for(world()));
+    EXPECT_EQ(parallel.processes, 2);
+    ASSERT_EQ(parallel.losses.size(), 4u);
+    if (world().rank() == 0) {
+      const auto single = train::run_training(config("one"), options_for(Communicator::self()));
+      expect_losses_near(parallel.losses, single.losses);
+      EXPECT_NEAR(parallel.last_eval.loss, single.last_eval.loss, 1e-5 * single.last_eval.loss);
+      EXPECT_EQ(parallel.last_eval.tokens, single.last_eval.tokens);
+      EXPECT_GT(single.last_eval.tokens, 0);
+      EXPECT_EQ(parallel.last_eval.accuracy, single.last_eval.accuracy);
+      const auto [parameters, where] = parameter_difference(parallel.checkpoint, single.checkpoint);
+      EXPECT_LT(parameters, 1e-5) << where;
+    }
+    barrier();
+  }
+}
+
 // A train.batch the two processes do not divide stops both with the key,
 // the value and the process count named, for both families.
 TEST(Families, AnOddBatchIsNamed) {

@@ -77,4 +77,21 @@ inline config::RunConfig xl_run(const std::string& dir, const std::string& corpu
   return config::parse_run_config(toml.str(), "xl.toml", overrides);
 }
 
+// The classifier on matching_ends (the first and the last of `length` symbols
+// agree or not): 2 layers of full attention, width 32, sinusoidal positions,
+// mean pooling.
+inline config::RunConfig classifier_run(const std::string& dir, std::int64_t steps,
+                                        const std::vector<std::string>& overrides = {}) {
+  std::ostringstream toml;
+  toml << "[run]\ndir = \"" << dir << "\"\n"
+       << "[model]\ntype = \"classifier\"\nvocab = 8\nd_model = 32\nd_ff = 64\nheads = 2\n"
+       << "d_head = 16\nlayers = 2\nattention = [\"full\"]\ncausal = false\n"
+       << "positions = \"sinusoidal\"\nmax_length = 32\n"
+       << "[model.lsh]\nchunk = 8\n[model.local]\nchunk = 8\n"
+       << "[data]\ntask = \"matching_ends\"\nlength = 32\nvocab = 8\n"
+       << "[train]\nsteps = " << steps << "\nbatch = 8\naccumulate = 1\nlearning_rate = 0.003\n"
+       << "eval_every = 0\neval_batches = 2\nlog_every = 1\ncheckpoint_every = 2\n";
+  return config::parse_run_config(toml.str(), "classifier.toml", overrides);
+}
+
 }  // namespace reformer::testing

@@ -1,6 +1,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/train/memory_sweep.hpp"
+#include "reformer/train/model_family.hpp"
 #include "support/checks.hpp"
 #include "support/chunk_settings.hpp"
 
@@ -220,6 +221,30 @@ TEST(MemorySweep, EncoderDecoderPredictionMatchesMeasuredPeakForEveryVariant) {
         SCOPED_TRACE(precision);
         expect_prediction_matches(p);
       }
+}
+
+// The classifier (issue 48), reached through the registry as `reformer
+// memory --model classifier` reaches it: every variant of its encoder, mean
+// and first pooling, float32 and bf16.
+TEST(MemorySweep, ClassifierPredictionMatchesMeasuredPeakForEveryVariant) {
+  const auto& family = train::model_family(config::parse_model_type("classifier", "test"));
+  train::SweepOptions options;
+  options.timed_steps = 0;
+  for (const char* pooling : {"mean", "first"}) {
+    const auto sweep =
+        family.sweep({"model.d_model=32", "model.heads=2", "model.d_head=16", "model.d_ff=64",
+                      "model.lsh.chunk=32", "model.local.chunk=64", "model.ff_chunk=64",
+                      std::string("model.classifier.pooling=") + pooling});
+    for (const char* precision : {"float32", "bf16"})
+      for (const auto& variant : family.sweep_variants())
+        for (const Index length : {Index(256), Index(512)}) {
+          options.precision = precision;
+          const auto p = sweep->run(variant, 2, 2, length, options);
+          ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
+          SCOPED_TRACE(std::string(precision) + ", " + pooling + " pooling");
+          expect_prediction_matches(p);
+        }
+  }
 }
 
 // Transformer-XL (issue 22): without memory, with a memory of one segment and

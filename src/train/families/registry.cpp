@@ -4,6 +4,7 @@
 #include "reformer/train/model_family.hpp"
 
 #include "reformer/core/error.hpp"
+#include "train/families/classifier/classifier.hpp"
 #include "train/families/encoder_decoder/encoder_decoder.hpp"
 #include "train/families/reformer_lm/reformer_lm.hpp"
 #include "train/families/transformer_xl/transformer_xl.hpp"
@@ -18,6 +19,7 @@ const std::vector<const train::ModelFamily*>& families() {
       &train::reformer_lm_family(),
       &train::encoder_decoder_family(),
       &train::transformer_xl_family(),
+      &train::classifier_family(),
   };
   return list;
 }

@@ -1,0 +1,107 @@
+// An encoder classifier over any attention kind (issue 48; the model of Long
+// Range Arena's tasks):
+//   e      = dropout(Embedding(ids) + Positions)              [batch, length, d_model]
+//   [y1, y2] = Block_{n-1}( ... Block_0([e, e]))               (layers/blocks.hpp)
+//   p_b    = mean of [y1 ; y2] over row b's real positions     (pooling "mean")
+//            or [y1 ; y2] at position 0                        (pooling "first")
+//   h_b    = LayerNorm(p_b)                                    [batch, 2 d_model]
+//   loss   = cross-entropy of h W + c over the classes         (labels -1: not counted)
+// The blocks are the Reformer LM's (full, exact, LSH or local attention per
+// layer; reversible, or the same network storing its activations); the
+// encoder is bidirectional when config.encoder.causal is false. Padding (the
+// call's mask, or a length padded to the chunks) is masked as a key in every
+// layer and left out of the pooling, so padding a sequence changes none of
+// its predictions.
+//
+// Ownership as everywhere: the model owns its parameters, the caller owns a
+// ClassifierState with the activations, which it can drop.
+#pragma once
+
+#include "reformer/layers/blocks.hpp"
+#include "reformer/models/model_call.hpp"
+#include "reformer/models/reformer_config.hpp"
+#include "reformer/models/token_input.hpp"
+#include "reformer/ops/cross_entropy.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace reformer::models {
+
+enum class Pooling { Mean, First };
+// "mean", "first"; ConfigError naming the value otherwise.
+Pooling parse_pooling(const std::string& name);
+const char* to_string(Pooling pooling);
+
+struct ClassifierConfig {
+  ReformerConfig encoder{};  // the embedding, the positions and the blocks (vocab: input ids)
+  Index classes = 2;
+  Pooling pooling = Pooling::Mean;
+  // ConfigError naming the first bad field.
+  void validate() const;
+};
+
+// Labels of a batch: [batch], in [0, classes) or -1 (a row that counts nowhere).
+using LabelVector = Kokkos::View<const int*, Layout, MemSpace>;
+
+template <class T>
+struct ClassifierState {
+  Index batch = 0, length = 0;  // length as run (padded to the chunks)
+  View2<int> ids, valid;        // padded ids and the mask of real tokens (when needed)
+  IdMatrix input;               // the ids the last forward ran on
+  ModelCall call{};
+  View3<T> x1, x2, dx1, dx2;  // the streams and their gradients
+  std::vector<layers::BlockState<T>> blocks;
+  attention::AttentionState<T> scratch;
+  View2<T> pooled, hidden;         // [batch, 2 d_model]: p and h = LayerNorm(p)
+  View1<compute_t<T>> mean, rstd;  // the head's LayerNorm statistics
+  Workspace workspace{"classifier_workspace"};
+  void release();
+};
+
+template <class T>
+class Classifier {
+ public:
+  // Registers every parameter in `params` ("embed.table", "pos.*",
+  // "layers.<i>.*", "head.norm.gamma", "head.norm.beta", "head.w", "head.b");
+  // ConfigError for a bad config.
+  Classifier(const ClassifierConfig& config, ParameterSet<param_t<T>>& params);
+  // As the LM: embeddings N(0, 1), projections Xavier-uniform, gains 1, biases 0.
+  void init(RandomKey key);
+  // Forward through the encoder, the pooling and the head's LayerNorm (state.hidden).
+  void forward(IdMatrix ids, const ModelCall& call, ClassifierState<T>& state) const;
+  // Mean cross-entropy over the rows whose label is not -1, accuracy counts,
+  // and the gradients (loss_scale x the mean) accumulated into the parameters.
+  // after_layer(i) as ReformerLM::forward_backward.
+  ops::CrossEntropyResult forward_backward(
+      IdMatrix ids, LabelVector labels, const ModelCall& call, ClassifierState<T>& state,
+      const std::function<void(Index)>& after_layer = {}) const;
+  ops::CrossEntropyResult evaluate(IdMatrix ids, LabelVector labels, const ModelCall& call,
+                                   ClassifierState<T>& state) const;
+  // logits [batch, classes] after a forward pass with `call` (set training =
+  // false for predictions).
+  void logits(IdMatrix ids, const ModelCall& call, View2<T> logits,
+              ClassifierState<T>& state) const;
+
+  const ClassifierConfig& config() const { return config_; }
+  Index layers() const { return Index(blocks_.size()); }
+  const std::vector<std::pair<Index, Index>>& layer_ranges() const { return layer_ranges_; }
+
+ private:
+  void check_batch(const char* op, IdMatrix ids, const ModelCall& call) const;
+  void check_labels(const char* op, IdMatrix ids, LabelVector labels) const;
+  ops::CrossEntropyResult loss(LabelVector labels, ClassifierState<T>& state, bool gradients) const;
+
+  ClassifierConfig config_;
+  TokenInput<T> input_;
+  std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> blocks_;
+  std::vector<std::pair<Index, Index>> layer_ranges_;
+  Parameter<param_t<T>>* gamma_ = nullptr;
+  Parameter<param_t<T>>* beta_ = nullptr;
+  Parameter<param_t<T>>* weight_ = nullptr;  // [2 d_model, classes]
+  Parameter<param_t<T>>* bias_ = nullptr;
+};
+
+}  // namespace reformer::models

@@ -1,0 +1,175 @@
+#include "train/families/classifier/classifier.hpp"
+
+#include "reformer/core/error.hpp"
+#include "reformer/data/listops.hpp"
+#include "train/memory_check.hpp"
+
+namespace reformer::train {
+
+using detail::concat;
+using Kind = config::FamilyKey::Kind;
+
+namespace classifier {
+
+data::ClassDataConfig data_config(const config::RunConfig& c) {
+  data::ClassDataConfig d;
+  d.task = data::parse_class_task_kind(data::to_string(c.data.task));
+  d.length = c.data.length;
+  d.seed = c.data.seed;
+  d.vocab = c.data.vocab;
+  d.path = c.data.path;
+  const auto& s = c.settings;
+  d.examples[0] = std::uint64_t(std::max<std::int64_t>(0, s.integer("data.examples.train")));
+  d.examples[1] = std::uint64_t(std::max<std::int64_t>(0, s.integer("data.examples.valid")));
+  d.examples[2] = std::uint64_t(std::max<std::int64_t>(0, s.integer("data.examples.test")));
+  d.listops.min_length = s.integer("data.listops.min_length");
+  d.listops.max_length = s.integer("data.listops.max_length");
+  d.listops.max_depth = int(s.integer("data.listops.max_depth"));
+  d.listops.max_args = int(s.integer("data.listops.max_args"));
+  d.listops.seed = c.data.seed;
+  return d;
+}
+
+models::ClassifierConfig model_config(const config::RunConfig& c, Index classes) {
+  models::ClassifierConfig m;
+  m.encoder = config::lm_config(c);
+  const Index declared = c.settings.integer("model.classifier.classes");
+  m.classes = classes > 0 ? classes : declared > 0 ? declared : 2;
+  m.pooling = models::parse_pooling(c.settings.text("model.classifier.pooling"));
+  return m;
+}
+
+}  // namespace classifier
+
+namespace {
+
+// The token ids a task's rows hold, known without reading a file.
+Index task_vocab(const config::RunConfig& c) {
+  switch (c.data.task) {
+    case data::TaskKind::ListOps:
+      return data::listops::kVocab;
+    case data::TaskKind::Text:
+      return 257;
+    default:
+      return c.data.vocab;
+  }
+}
+
+class ClassifierFamily final : public ModelFamily {
+ public:
+  const char* name() const override { return "classifier"; }
+  const char* description() const override { return "an encoder classifier"; }
+  bool takes_task(data::TaskKind task) const override { return data::is_class_task(task); }
+  std::vector<config::FamilyKey> own_keys() const override {
+    return {
+        {"model.classifier.classes",
+         Kind::Integer,
+         "0",
+         {},
+         "classes of the head; 0: the task's (listops 10, matching_ends 2, text: the file's)"},
+        {"model.classifier.pooling",
+         Kind::String,
+         "\"mean\"",
+         {"mean", "first"},
+         "the summary of a sequence: the mean over its real positions, or position 0",
+         true},
+        {"data.examples.train", Kind::Integer, "0", {}, "examples of train; 0: the task's"},
+        {"data.examples.valid", Kind::Integer, "0", {}, "examples of valid; 0: the task's"},
+        {"data.examples.test", Kind::Integer, "0", {}, "examples of test; 0: the task's"},
+        {"data.listops.min_length", Kind::Integer, "500", {}, "a tree is longer than this"},
+        {"data.listops.max_length", Kind::Integer, "2000", {}, "... and shorter than this"},
+        {"data.listops.max_depth", Kind::Integer, "10", {}, "nesting depth at most"},
+        {"data.listops.max_args", Kind::Integer, "10", {}, "arguments of an operator at most"},
+    };
+  }
+  void validate(const config::RunConfig& c, const char* op) const override {
+    config::require_default_eval(c, op);
+    config::require_family_task(c, op);
+    config::validate_common(c, op);
+    const auto& s = c.settings;
+    require<ConfigError>(
+        s.integer("model.classifier.classes") == 0 || s.integer("model.classifier.classes") >= 2,
+        op, ": model.classifier.classes is ", s.integer("model.classifier.classes"),
+        " but must be 0 (the task's) or at least 2");
+    for (const char* key : {"data.examples.train", "data.examples.valid", "data.examples.test"})
+      require<ConfigError>(s.integer(key) >= 0, op, ": ", key, " is ", s.integer(key),
+                           " but must be >= 0 (0: the task's)");
+    classifier::data_config(c).validate();
+    require<ConfigError>(!c.model.causal, op,
+                         ": model.causal is true but the classifier's encoder reads the whole "
+                         "sequence in both directions; set model.causal = false");
+    const auto m = classifier::model_config(c);
+    m.validate();
+    try {
+      m.encoder.validate_length(c.data.length);
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      const auto colon = message.find(": ");
+      throw ConfigError(concat(op, ": data.length = ", c.data.length, " does not fit the model: ",
+                               colon == std::string::npos ? message : message.substr(colon + 2)));
+    }
+    require<ConfigError>(task_vocab(c) <= c.model.vocab, op, ": data.task ",
+                         data::to_string(c.data.task), " has token ids below ", task_vocab(c),
+                         " but model.vocab is ", c.model.vocab,
+                         "; set model.vocab >= ", task_vocab(c));
+  }
+  void check_data(const config::RunConfig& config) const override {
+    const auto task = data::make_class_task(classifier::data_config(config));
+    const Index declared = config.settings.integer("model.classifier.classes");
+    require<ConfigError>(declared == 0 || declared == task->classes(),
+                         "model.classifier.classes is ", declared, " but the task has ",
+                         task->classes(), " classes; set it to ", task->classes(),
+                         " or 0 (the task's)");
+    require<ConfigError>(task->vocab() <= config.model.vocab, "data.task ",
+                         data::to_string(config.data.task), " has token ids below ", task->vocab(),
+                         " but model.vocab is ", config.model.vocab);
+  }
+  RunMemory predict_run_memory(const config::RunConfig& config, Index batch,
+                               bool training) const override {
+    return classifier::predict_run_memory(classifier::model_config(config), batch,
+                                          config.data.length, scalar_bytes(config), training);
+  }
+  std::string summary(const config::RunConfig& config) const override {
+    return concat("classifier, ", config.model.layers, " layers, ",
+                  config.model.reversible ? "reversible" : "stored", ", ",
+                  config.settings.text("model.classifier.pooling"), " pooling");
+  }
+  const char* sweep_base() const override { return classifier::sweep_base(); }
+  const std::vector<std::string>& sweep_variants() const override {
+    return classifier::sweep_variants();
+  }
+  std::unique_ptr<SweepModel> sweep(const std::vector<std::string>& overrides) const override {
+    return classifier::make_sweep(overrides);
+  }
+  std::unique_ptr<Workload<float>> workload(const config::RunConfig& config, float) const override {
+    return classifier::make_workload<float>(config);
+  }
+  std::unique_ptr<Workload<double>> workload(const config::RunConfig& config,
+                                             double) const override {
+    return classifier::make_workload<double>(config);
+  }
+  void read_prompts(const config::RunConfig&, const std::vector<std::string>&,
+                    GenerateOptions&) const override {
+    refuse();
+  }
+  GenerateResult generate(const std::string&, const config::RunConfig&,
+                          const GenerateOptions&) const override {
+    refuse();
+  }
+
+ private:
+  [[noreturn]] static void refuse() {
+    throw ConfigError(
+        "generate: model.type = \"classifier\" labels whole sequences and generates no tokens; "
+        "run `reformer eval RUN` for its accuracy and loss on the valid or test split");
+  }
+};
+
+}  // namespace
+
+const ModelFamily& classifier_family() {
+  static const ClassifierFamily family;
+  return family;
+}
+
+}  // namespace reformer::train

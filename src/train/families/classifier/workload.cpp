@@ -1,0 +1,108 @@
+#include "train/families/classifier/classifier.hpp"
+
+#include "reformer/core/error.hpp"
+
+#include <type_traits>
+
+namespace reformer::train::classifier {
+namespace {
+
+using workload::row_range;
+
+// The classifier on a classification task: parameters, their gradients and
+// the optimizer in T, activations in A (T, or bf16 with train.precision =
+// "bf16"). A row's loss counts once (labels -1, past an evaluation split's
+// end, count nowhere).
+template <class T, class A = T>
+class Classification final : public Workload<T> {
+ public:
+  explicit Classification(const config::RunConfig& config)
+      : task_(data::make_class_task(data_config(config))),
+        model_(model_config(config, task_->classes()), this->params) {}
+  void init(RandomKey key) override { model_.init(key); }
+  ops::CrossEntropyResult forward_backward(std::uint64_t index, Index batch,
+                                           const models::ModelCall& call) override {
+    load(data::Split::Train, index, batch);
+    return model_.forward_backward(ids_, labels_, with_mask(this->call_for_rows(call, batch)),
+                                   state_, this->after_layer);
+  }
+  ops::CrossEntropyResult evaluate(data::Split split, std::uint64_t index, Index batch,
+                                   const models::ModelCall& call) override {
+    load(split, index, batch);
+    return model_.evaluate(ids_, labels_, with_mask(this->call_for_rows(call, batch)), state_);
+  }
+  Index target_tokens(std::uint64_t index, Index batch) override {
+    const auto rows = mine(task_->batch(data::Split::Train, index, batch));
+    Index n = 0;
+    for (Index b = 0; b < Index(rows.labels.extent(0)); ++b) n += rows.labels(b) >= 0;
+    return n;
+  }
+  std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
+    return {0, 0};
+  }
+  std::string describe() const override { return task_->describe(); }
+  // A sequence is one prediction; tokens per second counts its positions.
+  Index sequence_tokens() const override { return task_->length(); }
+  Index layers() const override { return model_.layers(); }
+  std::int64_t batches_in_split(data::Split split, Index batch) const override {
+    require<ConfigError>(split != data::Split::Train, "eval: the train split of ",
+                         task_->describe(),
+                         " is drawn at random and has no end; evaluate valid or test");
+    return std::int64_t(task_->batches_in_split(split, batch));
+  }
+  std::vector<std::pair<Index, Index>> layer_gradient_ranges() const override {
+    return model_.layer_ranges();
+  }
+
+ private:
+  models::ModelCall with_mask(models::ModelCall call) const {
+    call.valid = valid_;
+    return call;
+  }
+  // This process's rows of a batch.
+  data::ClassBatch mine(const data::ClassBatch& all) const {
+    const auto [first, count] = this->rows_of(all.batch_size());
+    if (count == all.batch_size()) return all;
+    return {row_range(all.tokens, first, count), row_range(all.valid, first, count),
+            Kokkos::subview(all.labels, std::make_pair(first, first + count))};
+  }
+  void load(data::Split split, std::uint64_t index, Index batch) {
+    const auto host = mine(task_->batch(split, index, batch));
+    const Index rows = host.batch_size(), length = host.tokens.extent(1);
+    if (Index(ids_.extent(0)) != rows || Index(ids_.extent(1)) != length) {
+      ids_ = View2<int>("classifier_ids", rows, length);
+      valid_ = View2<int>("classifier_valid", rows, length);
+      labels_ = Kokkos::View<int*, Layout, MemSpace>("classifier_labels", rows);
+    }
+    // Contiguous host copies of this process's rows, then one copy each.
+    Kokkos::View<int**, Layout, HostSpace> tokens("classifier_tokens", rows, length),
+        valid("classifier_valid", rows, length);
+    Kokkos::View<int*, Layout, HostSpace> labels("classifier_labels", rows);
+    Kokkos::deep_copy(tokens, host.tokens);
+    Kokkos::deep_copy(valid, host.valid);
+    Kokkos::deep_copy(labels, host.labels);
+    Kokkos::deep_copy(ids_, tokens);
+    Kokkos::deep_copy(valid_, valid);
+    Kokkos::deep_copy(labels_, labels);
+  }
+  std::unique_ptr<data::ClassTask> task_;
+  models::Classifier<A> model_;
+  models::ClassifierState<A> state_;
+  View2<int> ids_, valid_;
+  Kokkos::View<int*, Layout, MemSpace> labels_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Workload<T>> make_workload(const config::RunConfig& config) {
+  if constexpr (std::is_same<T, float>::value)
+    if (config.train.precision == "bf16")
+      return std::make_unique<Classification<float, bf16>>(config);
+  return std::make_unique<Classification<T>>(config);
+}
+
+template std::unique_ptr<Workload<float>> make_workload<float>(const config::RunConfig&);
+template std::unique_ptr<Workload<double>> make_workload<double>(const config::RunConfig&);
+
+}  // namespace reformer::train::classifier

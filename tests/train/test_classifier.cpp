@@ -1,0 +1,171 @@
+// The classifier family (model.type = "classifier", issue 48) end to end: its
+// keys declared in its own folder and read like every other key, the tasks it
+// takes, training, evaluation over a whole split, exact resume, bf16, a
+// refused generate, and what it learns:
+//  - matching_ends (the first and the last of 16 symbols agree or not) is
+//    learned to >= 99% test accuracy by full attention and by LSH attention
+//    (4 rounds), and stays near chance (<= 60%) with local attention whose
+//    window (chunks of 4, one chunk back, 2 layers) cannot reach position 0
+//    from the last one.
+#include "reformer/config/run_config.hpp"
+#include "reformer/core/error.hpp"
+#include "reformer/io/checkpoint.hpp"
+#include "reformer/train/trainer.hpp"
+#include "support/checks.hpp"
+#include "support/run_configs.hpp"
+#include "support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace reformer {
+namespace {
+
+using namespace reformer::testing;
+
+TEST(ClassifierFamily, KeysAreDeclaredByTheFamilyAndReadLikeAnyKey) {
+  TempDir dir;
+  const auto c = classifier_run(dir.path() + "/a", 2);
+  EXPECT_EQ(config::to_string(c.model_type), "classifier");
+  EXPECT_EQ(c.settings.text("model.classifier.pooling"), "mean");  // the declared default
+  EXPECT_EQ(c.settings.integer("model.classifier.classes"), 0);
+  EXPECT_EQ(c.settings.integer("data.listops.max_length"), 2000);
+  const std::string toml = config::to_toml(c);
+  EXPECT_NE(toml.find("[model.classifier]\nclasses = 0\npooling = \"mean\""), std::string::npos)
+      << toml;
+  EXPECT_NE(toml.find("[data.listops]"), std::string::npos);
+  // The whole config round-trips, the family's keys included.
+  const auto back = config::parse_run_config(toml, "back.toml");
+  EXPECT_EQ(config::first_difference(c, back), "");
+  const auto first = classifier_run(dir.path() + "/a", 2, {"model.classifier.pooling=first"});
+  EXPECT_EQ(first.settings.text("model.classifier.pooling"), "first");
+  EXPECT_NE(config::first_difference(c, first).find("model.classifier.pooling"), std::string::npos);
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"model.classifier.pooling=max"}); },
+      {"model.classifier.pooling", "\"max\"", "mean or first"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"model.classifier.pool=mean"}); },
+      {"unknown key model.classifier.pool", "[model.classifier] are classes, pooling"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"data.examples.valid=-1"}); },
+      {"data.examples.valid is -1"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"model.classifier.classes=1"}); },
+      {"model.classifier.classes is 1"});
+  // model.type lists every family of the registry.
+  expect_error<ConfigError>([&] { classifier_run(dir.path() + "/a", 2, {"model.type=cnn"}); },
+                            {"\"cnn\"", "reformer", "transformer_xl", "classifier"});
+}
+
+TEST(ClassifierFamily, TasksAndFamiliesMustAgree) {
+  TempDir dir;
+  // A classification task under the LM names the family that takes it.
+  expect_error<ConfigError>(
+      [&] { tiny_run(dir.path() + "/a", 2, true, {"data.task=\"matching_ends\""}); },
+      {"data.task is matching_ends", "model.type = \"classifier\""});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"data.task=\"duplication\""}); },
+      {"data.task is duplication", "\"reformer\""});
+  expect_error<ConfigError>([&] { classifier_run(dir.path() + "/a", 2, {"model.causal=true"}); },
+                            {"model.causal is true", "set model.causal = false"});
+  expect_error<ConfigError>([&] { classifier_run(dir.path() + "/a", 2, {"model.vocab=4"}); },
+                            {"model.vocab is 4", "model.vocab >= 8"});
+  // The declared class count must be the task's (checked when the data opens).
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(classifier_run(dir.path() + "/b", 2, {"model.classifier.classes=3"}),
+                            quiet_options());
+      },
+      {"model.classifier.classes is 3", "2 classes"});
+}
+
+// Training, evaluation over the whole valid split (2,000 examples, the last
+// batch partly past its end), resume equal to an uninterrupted run, bf16, and
+// generate refused by name.
+TEST(ClassifierFamily, TrainsEvaluatesResumesAndRefusesToGenerate) {
+  TempDir dir;
+  train::TrainOptions options = quiet_options();
+  const auto whole = train::run_training(classifier_run(dir.path() + "/whole", 4), options);
+  ASSERT_EQ(whole.losses.size(), 4u);
+  const auto first = train::run_training(classifier_run(dir.path() + "/split", 2), options);
+  options.resume = true;
+  const auto rest = train::run_training(classifier_run(dir.path() + "/split", 4), options);
+  ASSERT_EQ(rest.losses.size(), 2u);
+  EXPECT_NEAR(first.losses[1], whole.losses[1], 1e-6);
+  EXPECT_NEAR(rest.losses[0], whole.losses[2], 1e-6);
+  EXPECT_NEAR(rest.losses[1], whole.losses[3], 1e-6);
+  // Batches of 8 cover the 2,000 valid examples once (250 batches).
+  const auto e = train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Valid, 0);
+  EXPECT_EQ(e.tokens, 2000);
+  EXPECT_GT(e.loss, 0.0);
+  const auto again =
+      train::evaluate_checkpoint(dir.path() + "/whole", {"train.batch=7"}, data::Split::Valid, 0);
+  EXPECT_EQ(again.tokens, 2000);  // 286 batches, the last one past the end
+  EXPECT_NEAR(again.loss, e.loss, 1e-5);
+  EXPECT_NEAR(again.accuracy, e.accuracy, 1e-12);
+  // bf16 activations on float32 weights.
+  options.resume = false;
+  const auto bf16 = train::run_training(
+      classifier_run(dir.path() + "/bf16", 4, {"train.precision=\"bf16\""}), options);
+  ASSERT_EQ(bf16.losses.size(), 4u);
+  EXPECT_NEAR(bf16.losses[0], whole.losses[0], 0.02 * whole.losses[0]);
+  train::GenerateOptions generate;
+  expect_error<ConfigError>([&] { train::generate(dir.path() + "/whole", {}, generate); },
+                            {"classifier", "generates no tokens", "reformer eval"});
+  // Pooling changes what the weights compute: eval refuses to override it.
+  expect_error<ConfigError>(
+      [&] {
+        train::evaluate_checkpoint(dir.path() + "/whole", {"model.classifier.pooling=first"},
+                                   data::Split::Valid, 1);
+      },
+      {"model.classifier.pooling"});
+}
+
+// matching_ends at length 16 over 16 symbols (train.batch 32, 3,000 steps):
+// the accuracy on the whole test split.
+double matching_ends_accuracy(const std::string& dir, const std::vector<std::string>& extra,
+                              std::int64_t steps = 3000) {
+  std::vector<std::string> overrides = {"data.length=16",           "data.vocab=17",
+                                        "model.vocab=17",           "model.max_length=16",
+                                        "model.lsh.chunk=4",        "model.lsh.n_hashes=4",
+                                        "model.local.chunk=4",      "train.batch=32",
+                                        "train.checkpoint_every=0", "train.log_every=500"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  const auto config = classifier_run(dir, steps, overrides);
+  std::ostringstream log;
+  train::run_training(config, quiet_options(&log));
+  const auto e = train::evaluate_checkpoint(dir, {}, data::Split::Test, 0);
+  EXPECT_EQ(e.tokens, 2000);
+  return e.accuracy;
+}
+
+TEST(ClassifierLearning, FullAttentionRelatesTheEnds) {
+  TempDir dir;
+  const double accuracy = matching_ends_accuracy(dir.path() + "/full", {});
+  std::cout << "matching_ends, full attention: test accuracy " << accuracy << '\n';
+  EXPECT_GE(accuracy, 0.99);
+}
+
+TEST(ClassifierLearning, LshAttentionRelatesTheEnds) {
+  TempDir dir;
+  const double accuracy =
+      matching_ends_accuracy(dir.path() + "/lsh", {"model.attention=[\"lsh\"]"});
+  std::cout << "matching_ends, LSH attention (4 rounds): test accuracy " << accuracy << '\n';
+  EXPECT_GE(accuracy, 0.99);
+}
+
+TEST(ClassifierLearning, LocalAttentionCannotReachTheFirstSymbol) {
+  TempDir dir;
+  const double accuracy =
+      matching_ends_accuracy(dir.path() + "/local", {"model.attention=[\"local\"]"}, 1500);
+  std::cout << "matching_ends, local attention (window 8): test accuracy " << accuracy << '\n';
+  EXPECT_LE(accuracy, 0.6);
+  EXPECT_GE(accuracy, 0.4);
+}
+
+}  // namespace
+}  // namespace reformer
