@@ -16,6 +16,7 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 namespace reformer::cli {
@@ -42,6 +43,10 @@ int run_info(const GlobalOptions& global) {
                                                : "none (bf16 converted to float in registers)");
   // The host's bf16 x float32 products (ops::HostBf16Gemm; REFORMER_BF16_GEMM).
   std::printf("  host bf16 GEMM     %s\n", ops::host_bf16_gemm_block());
+  const char* set = std::getenv("REFORMER_BLAS_CORE_SET");
+  std::printf(
+      "  host BLAS          %s%s\n", ops::host_blas_description().c_str(),
+      set ? " (OPENBLAS_CORETYPE set by reformer: OpenBLAS fell back to a generic core)" : "");
   // LSH and local attention's kernels (core/team_scratch.hpp; REFORMER_CHUNKED_KERNEL), and
   // one team's scratch at the default chunk 64, n_before 1, d_head 64.
   const auto shape = chunked_kernel_shape();

@@ -3,6 +3,7 @@
 
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,11 @@ int run_program(int argc, char** argv);
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's OpenBLAS falls back to its SSE3 kernels on a CPU it does not
+  // know (ops/gemm.hpp: a sixth of the AVX-512 rate): run again, once, with
+  // the core this CPU supports, before MPI and Kokkos start. OpenBLAS reads
+  // OPENBLAS_CORETYPE only when it loads.
+  reformer::ops::run_with_host_blas_core(argv);
   // MPI first (under mpirun), before Kokkos; finalised after everything else.
   reformer::DistributedRuntime mpi(argc, argv);
   const int code = run_program(argc, argv);

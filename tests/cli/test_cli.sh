@@ -9,6 +9,7 @@ expect help 0 "info" -- --help
 expect version 0 "0." -- --version
 expect info 0 "memory tracker" -- info
 expect info_backend 0 "Kokkos" -- info
+expect info_blas 0 "host BLAS" -- info
 # The kernel settings read from the environment: named in `info`; a bad value is
 # an error that names the variable, the value and the choices.
 REFORMER_TILE_LOOPS=elements expect info_tile_loops 0 "tile loops         elements" -- info

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -65,6 +67,31 @@ TEST(Matmul, RuntimeMadeAPthreadsBlasSequential) {
   if (get_parallel == nullptr || get_threads == nullptr || get_parallel() != 1)
     GTEST_SKIP() << "no pthreads OpenBLAS in this process";
   EXPECT_EQ(get_threads(), 1);
+}
+
+// Which OpenBLAS kernels run (ops/gemm.hpp): the description names OpenBLAS's
+// core; a core set by the user (OPENBLAS_CORETYPE) is never overridden; an
+// override, when there is one, is a core this CPU runs (SkylakeX or Haswell).
+TEST(Matmul, HostBlasCoreOverrideOnlyReplacesAGenericCore) {
+  using Name = const char* (*)();
+  const auto corename = reinterpret_cast<Name>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const std::string description = ops::host_blas_description();
+  if (corename == nullptr) {
+    EXPECT_EQ(ops::host_blas_core_override(), "");
+    GTEST_SKIP() << "no OpenBLAS in this process: " << description;
+  }
+  EXPECT_NE(description.find(std::string("core ") + corename()), std::string::npos) << description;
+  const std::string override_core = ops::host_blas_core_override();
+  EXPECT_TRUE(override_core.empty() || override_core == "SkylakeX" || override_core == "Haswell")
+      << override_core;
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = set ? set : "";
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  EXPECT_EQ(ops::host_blas_core_override(), "");  // the user's choice stands
+  if (set)
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
 }
 
 // Products large enough to be split over the host threads (one block of rows,

@@ -3,6 +3,8 @@
 // per-head work run as one Kokkos kernel over all batch entries.
 #pragma once
 
+#include <string>
+
 #include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
@@ -113,5 +115,27 @@ const char* host_bf16_gemm_block();
 // earlier small ones in another order). Cheap after the first call; does
 // nothing without a host BLAS or when it already runs one thread a call.
 void prepare_host_blas();
+
+// The host BLAS's kernel set. OpenBLAS built with DYNAMIC_ARCH (Debian's)
+// picks its kernels from the CPU when it loads; on a CPU it does not know (a
+// virtual machine that hides the model, a newer family) it falls back to its
+// SSE3 kernels ("Prescott"): on a 2-core Sapphire Rapids VM its sgemm ran at
+// 46 GFLOP/s against 240 with the AVX-512 kernels (docs/benchmarks.md).
+//   host_blas_description(): "OpenBLAS 0.3.21 ..., core SkylakeX" or the
+//     BLAS's name when it is not OpenBLAS;
+//   host_blas_core_override(): the OPENBLAS_CORETYPE this CPU should run
+//     when OpenBLAS picked a generic core and none is set: "SkylakeX" with
+//     AVX-512 F, BW, VL and DQ, "Haswell" with AVX2 and FMA; "" otherwise.
+// OpenBLAS reads OPENBLAS_CORETYPE only when it loads, so a program applies
+// the override by running itself again with it set (the reformer CLI does,
+// once, before anything else: cli/main.cpp).
+std::string host_blas_description();
+std::string host_blas_core_override();
+// A program's first call (before MPI or Kokkos start): when
+// host_blas_core_override() names a core, runs the program again (execv of
+// /proc/self/exe with `argv`), once, with OPENBLAS_CORETYPE set to it and
+// REFORMER_BLAS_CORE_SET naming it; returns when there is nothing to do or the
+// exec failed (the program then goes on with the generic kernels).
+void run_with_host_blas_core(char** argv);
 
 }  // namespace reformer::ops

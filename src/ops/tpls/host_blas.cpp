@@ -8,10 +8,13 @@
 
 #include <KokkosKernels_config.h>
 
+#include <strings.h>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include <KokkosBlas_Host_tpl.hpp>
 
 #include <dlfcn.h>
+#include <unistd.h>
 #endif
 
 namespace reformer::ops::tpls {
@@ -350,6 +354,70 @@ void prepare_host_blas() {
     if (get_parallel && set_threads && get_parallel() == 1) set_threads(1);
   });
 #endif
+}
+
+namespace {
+
+using CoreName = const char* (*)();
+
+CoreName openblas_function(const char* name) {
+  return reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, name));
+}
+
+// The flags of /proc/cpuinfo's first processor (empty where there is none).
+std::string cpu_flags() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return "";
+  char line[8192];
+  std::string flags;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "flags", 5) == 0) {
+      flags = std::string(" ") + line + " ";
+      break;
+    }
+  std::fclose(f);
+  for (char& c : flags)
+    if (c == '\t' || c == '\n' || c == ':') c = ' ';
+  return flags;
+}
+
+bool has_flag(const std::string& flags, const char* flag) {
+  return flags.find(std::string(" ") + flag + " ") != std::string::npos;
+}
+
+}  // namespace
+
+std::string host_blas_description() {
+  const CoreName config = openblas_function("openblas_get_config");
+  const CoreName core = openblas_function("openblas_get_corename");
+  if (!config || !core) return "not OpenBLAS (or no host BLAS)";
+  return std::string(config()) + ", core " + core();
+}
+
+std::string host_blas_core_override() {
+  const CoreName core = openblas_function("openblas_get_corename");
+  if (!core || std::getenv("OPENBLAS_CORETYPE")) return "";
+  // OpenBLAS's generic x86-64 cores: its fallbacks on a CPU it does not know.
+  const std::string name = core();
+  static const char* generic[] = {"Prescott", "Core2",  "Penryn",     "Dunnington", "Nehalem",
+                                  "Atom",     "Katmai", "Coppermine", "Northwood",  "Banias"};
+  bool fallback = false;
+  for (const char* g : generic) fallback = fallback || strcasecmp(name.c_str(), g) == 0;
+  if (!fallback) return "";
+  const std::string flags = cpu_flags();
+  if (has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl") &&
+      has_flag(flags, "avx512dq"))
+    return "SkylakeX";
+  if (has_flag(flags, "avx2") && has_flag(flags, "fma")) return "Haswell";
+  return "";
+}
+
+void run_with_host_blas_core(char** argv) {
+  const std::string core = host_blas_core_override();
+  if (core.empty() || std::getenv("REFORMER_BLAS_CORE_SET")) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  setenv("REFORMER_BLAS_CORE_SET", core.c_str(), 1);
+  execv("/proc/self/exe", argv);
 }
 
 }  // namespace reformer::ops
