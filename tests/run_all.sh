@@ -186,9 +186,14 @@ for backend in $backends; do
     if configure_and_build serial -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFORMER_SANITIZE=ON \
       -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=OFF -DREFORMER_ENABLE_MPI=OFF; then
       step "Serial + ASan: ctest"
-      # One thread per test (Serial), so $jobs tests at a time.
+      # One thread per test (Serial), so $jobs tests at a time. The classifier's
+      # learning runs (6,000 training steps in all, 66 s in the OpenMP step)
+      # would take about 13 minutes here (ASan and 1 thread: 10-15x); they are
+      # listed as skipped, and the classifier's other tests run.
       ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        run_ctest "Serial+ASan ctest" "$build/serial" --jobs "$jobs"
+        run_ctest "Serial+ASan ctest" "$build/serial" --jobs "$jobs" \
+        --exclude '^ClassifierLearning[.]' \
+        --exclude-why "about 13 minutes under ASan at 1 thread; learning is asserted in the OpenMP step"
     fi
     ;;
   cuda)

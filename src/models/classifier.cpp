@@ -108,21 +108,10 @@ Classifier<T>::Classifier(const ClassifierConfig& config, ParameterSet<param_t<T
     : config_((config.validate(), config)), input_(config.encoder, params) {
   const ReformerConfig& e = config.encoder;
   const Index d = e.d_model;
-  std::vector<std::size_t> before;  // parameters registered before each layer (and after)
-  for (Index i = 0; i < e.layers; ++i) {
-    before.push_back(params.size());
-    layers::BlockConfig block;
-    block.attention = e.attention_config(i);
-    block.feed_forward = {d, e.d_ff, e.ff_activation, e.dropout, e.ff_chunk, e.layer_norm_eps};
-    block.layer_norm_eps = e.layer_norm_eps;
-    blocks_.push_back(
-        std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
-  }
+  std::vector<std::size_t> first_params;  // of each layer
+  blocks_ = block_stack<T>(e, params, first_params);
   gamma_ = &params.add("head.norm.gamma", {2 * d});
-  before.push_back(params.size() - 1);
-  for (std::size_t i = 0; i + 1 < before.size(); ++i)
-    layer_ranges_.push_back(
-        {(params.begin() + before[i])->offset, (params.begin() + before[i + 1])->offset});
+  layer_ranges_ = stack_parameter_ranges(params, first_params, params.size() - 1);
   beta_ = &params.add("head.norm.beta", {2 * d});
   weight_ = &params.add("head.w", {2 * d, config.classes});
   bias_ = &params.add("head.b", {config.classes});
@@ -143,17 +132,7 @@ void Classifier<T>::init(RandomKey key) {
 
 template <class T>
 void Classifier<T>::check_batch(const char* op, IdMatrix ids, const ModelCall& call) const {
-  require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
-                      shape_string(ids), " but needs at least one sequence of one token");
-  config_.encoder.padded_length(Index(ids.extent(1)));
-  ops::require_ids_in_range(op, "ids",
-                            Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size()),
-                            config_.encoder.vocab);
-  if (call.valid.extent(0) > 0)
-    require<ShapeError>(
-        call.valid.extent(0) == ids.extent(0) && call.valid.extent(1) == ids.extent(1), op,
-        ": the mask `valid` has shape ", shape_string(call.valid),
-        " but must have the shape of ids, ", shape_string(ids));
+  check_ids(op, config_.encoder, ids, call);
 }
 
 template <class T>

@@ -132,27 +132,10 @@ template <class T>
 ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>& params)
     : config_((config.validate(), config)), input_(config, params) {
   const Index d = config.d_model;
-  // Parameters registered before each layer (and after the last).
-  std::vector<std::size_t> before;
-  for (Index i = 0; i < config.layers; ++i) {
-    before.push_back(params.size());
-    layers::BlockConfig block;
-    block.attention = config.attention_config(i);
-    block.feed_forward = {d,
-                          config.d_ff,
-                          config.ff_activation,
-                          config.dropout,
-                          config.ff_chunk,
-                          config.layer_norm_eps};
-    block.layer_norm_eps = config.layer_norm_eps;
-    blocks_.push_back(
-        std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
-  }
+  std::vector<std::size_t> first_params;  // of each layer
+  blocks_ = block_stack<T>(config, params, first_params);
   out_gamma_ = &params.add("out.norm.gamma", {2 * d});
-  before.push_back(params.size() - 1);
-  for (std::size_t i = 0; i + 1 < before.size(); ++i)
-    layer_ranges_.push_back(
-        {(params.begin() + before[i])->offset, (params.begin() + before[i + 1])->offset});
+  layer_ranges_ = stack_parameter_ranges(params, first_params, params.size() - 1);
   out_beta_ = &params.add("out.norm.beta", {2 * d});
   if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {2 * d, config.vocab});
   out_bias_ = &params.add("out.b", {config.vocab});
@@ -182,15 +165,7 @@ layers::BlockCall ReformerLM<T>::block_call(const ModelCall& call, Index layer,
 
 template <class T>
 void ReformerLM<T>::check_batch(const char* op, IdMatrix ids, const ModelCall& call) const {
-  require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
-                      shape_string(ids), " but needs at least one sequence of one token");
-  config_.padded_length(Index(ids.extent(1)));
-  ops::require_ids_in_range(op, "ids", flat_ids(ids), config_.vocab);
-  if (call.valid.extent(0) > 0)
-    require<ShapeError>(
-        call.valid.extent(0) == ids.extent(0) && call.valid.extent(1) == ids.extent(1), op,
-        ": the mask `valid` has shape ", shape_string(call.valid),
-        " but must have the shape of ids, ", shape_string(ids));
+  check_ids(op, config_, ids, call);
 }
 
 template <class T>

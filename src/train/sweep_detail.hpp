@@ -190,15 +190,17 @@ inline std::int64_t saturated_bytes(double bytes) { return std::int64_t(std::min
 // Either model's run: the state (training: parameters, gradients and Adam
 // moments; evaluation: the values alone) and a step's peak (training) or a
 // forward pass's and the loss's.
-template <class Config>
-RunMemory run_memory(const Config& config, Index batch, Index length, std::int64_t scalar_bytes,
-                     bool training) {
-  const StepMemory step = predict_step_memory(config, batch, length, scalar_bytes);
-  const std::int64_t state = predict_state_bytes(config, scalar_bytes);
+inline RunMemory run_memory_of(const StepMemory& step, std::int64_t state, bool training) {
   RunMemory memory;
   memory.state = training ? state : state / 4;
   memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
   return memory;
+}
+template <class Config>
+RunMemory run_memory(const Config& config, Index batch, Index length, std::int64_t scalar_bytes,
+                     bool training) {
+  return run_memory_of(predict_step_memory(config, batch, length, scalar_bytes),
+                       predict_state_bytes(config, scalar_bytes), training);
 }
 
 }  // namespace reformer::train::sweep

@@ -5,13 +5,20 @@
 // "pos.table" and "pos.axial_1" / "pos.axial_2", in that order.
 #pragma once
 
+#include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/layers/blocks.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/embedding.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace reformer::models {
 
@@ -30,6 +37,59 @@ inline void pad_ids(IdMatrix ids, Kokkos::View<const int**, Layout, MemSpace> ma
         ids_out(b, t) = inside ? ids(b, t) : 0;
         valid_out(b, t) = inside && (!masked || mask(b, t) != 0) ? 1 : 0;
       });
+}
+
+// ShapeError or ConfigError naming the value for ids [batch, length] the
+// stack cannot run (empty, longer than the positions allow, ids outside the
+// vocabulary) or a mask `valid` of another shape.
+inline void check_ids(const char* op, const ReformerConfig& config, IdMatrix ids,
+                      const ModelCall& call) {
+  require<ShapeError>(ids.extent(0) > 0 && ids.extent(1) > 0, op, ": ids has shape ",
+                      shape_string(ids), " but needs at least one sequence of one token");
+  config.padded_length(Index(ids.extent(1)));
+  ops::require_ids_in_range(
+      op, "ids", Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size()), config.vocab);
+  if (call.valid.extent(0) > 0)
+    require<ShapeError>(
+        call.valid.extent(0) == ids.extent(0) && call.valid.extent(1) == ids.extent(1), op,
+        ": the mask `valid` has shape ", shape_string(call.valid),
+        " but must have the shape of ids, ", shape_string(ids));
+}
+
+// The LM's stack of blocks, layer i registered as "layers.<i>" with attention
+// config.attention_config(i) and the feed-forward of the config; appends the
+// index of each layer's first parameter to `first_params`.
+template <class T>
+std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> block_stack(
+    const ReformerConfig& config, ParameterSet<param_t<T>>& params,
+    std::vector<std::size_t>& first_params) {
+  std::vector<std::unique_ptr<layers::ReversibleBlock<T>>> blocks;
+  for (Index i = 0; i < config.layers; ++i) {
+    first_params.push_back(params.size());
+    layers::BlockConfig block;
+    block.attention = config.attention_config(i);
+    block.feed_forward = {config.d_model, config.d_ff,     config.ff_activation,
+                          config.dropout, config.ff_chunk, config.layer_norm_eps};
+    block.layer_norm_eps = config.layer_norm_eps;
+    blocks.push_back(
+        std::make_unique<layers::ReversibleBlock<T>>("layers." + std::to_string(i), block, params));
+  }
+  return blocks;
+}
+
+// {first, end} of each layer's parameters in the set's flat buffers, from the
+// indices block_stack appended and the index of the parameter registered
+// right after the last layer.
+template <class P>
+std::vector<std::pair<Index, Index>> stack_parameter_ranges(const ParameterSet<P>& params,
+                                                            std::vector<std::size_t> first_params,
+                                                            std::size_t after_last) {
+  first_params.push_back(after_last);
+  std::vector<std::pair<Index, Index>> ranges;
+  for (std::size_t i = 0; i + 1 < first_params.size(); ++i)
+    ranges.push_back({(params.begin() + first_params[i])->offset,
+                      (params.begin() + first_params[i + 1])->offset});
+  return ranges;
 }
 
 template <class T>

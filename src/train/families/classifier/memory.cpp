@@ -185,12 +185,8 @@ StepMemory predict_step_memory(const models::ClassifierConfig& c, Index batch, I
 
 RunMemory predict_run_memory(const models::ClassifierConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training) {
-  const StepMemory step = predict_step_memory(config, batch, length, scalar_bytes);
-  const std::int64_t state = predict_state_bytes(config, scalar_bytes);
-  RunMemory memory;
-  memory.state = training ? state : state / 4;
-  memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
-  return memory;
+  return sweep::run_memory_of(predict_step_memory(config, batch, length, scalar_bytes),
+                              predict_state_bytes(config, scalar_bytes), training);
 }
 
 }  // namespace reformer::train::classifier
