@@ -8,7 +8,10 @@
 
 #include <KokkosKernels_config.h>
 
+#include <dlfcn.h>
 #include <strings.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,9 +23,6 @@
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
 #include <KokkosBlas_Host_tpl.hpp>
-
-#include <dlfcn.h>
-#include <unistd.h>
 #endif
 
 namespace reformer::ops::tpls {
