@@ -74,16 +74,10 @@ class Classification final : public Workload<T> {
       valid_ = View2<int>("classifier_valid", rows, length);
       labels_ = Kokkos::View<int*, Layout, MemSpace>("classifier_labels", rows);
     }
-    // Contiguous host copies of this process's rows, then one copy each.
-    Kokkos::View<int**, Layout, HostSpace> tokens("classifier_tokens", rows, length),
-        valid("classifier_valid", rows, length);
-    Kokkos::View<int*, Layout, HostSpace> labels("classifier_labels", rows);
-    Kokkos::deep_copy(tokens, host.tokens);
-    Kokkos::deep_copy(valid, host.valid);
-    Kokkos::deep_copy(labels, host.labels);
-    Kokkos::deep_copy(ids_, tokens);
-    Kokkos::deep_copy(valid_, valid);
-    Kokkos::deep_copy(labels_, labels);
+    // This process's rows are contiguous in the host batch: one copy each.
+    Kokkos::deep_copy(ids_, host.tokens);
+    Kokkos::deep_copy(valid_, host.valid);
+    Kokkos::deep_copy(labels_, host.labels);
   }
   std::unique_ptr<data::ClassTask> task_;
   models::Classifier<A> model_;
