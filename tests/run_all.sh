@@ -183,7 +183,11 @@ for backend in $backends; do
     step "Serial (Debian Kokkos 3.4.01) with ASan + UBSan: build"
     # Without MPI: the single-process build needs none (Open MPI's own
     # allocations would also read as leaks to LeakSanitizer).
-    if configure_and_build serial -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFORMER_SANITIZE=ON \
+    # -O1, as the sanitizers' own documentation suggests (-O2 took 1.8x as long to
+    # compile the attention kernels under ASan), and unity sources
+    # (cmake/ReformerUnity.cmake): the build was a quarter of a cold run.
+    if configure_and_build serial -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DREFORMER_UNITY_BUILD=ON -DREFORMER_SANITIZE=ON \
       -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=OFF -DREFORMER_ENABLE_MPI=OFF; then
       step "Serial + ASan: ctest"
       # One thread per test (Serial), so $jobs tests at a time. The classifier's
@@ -198,8 +202,14 @@ for backend in $backends; do
     ;;
   cuda)
     step "CUDA (sm_80): compile and link"
+    # Nothing runs here, so the host side is compiled at -O0 (a third less time;
+    # the device code is optimized by ptxas as always) and the sources are
+    # combined by folder (cmake/ReformerUnity.cmake: nvcc spends 8-9 s on the
+    # headers of every file). tests/gpu_pack.sh builds the optimized binaries
+    # that run on a lent GPU.
     if PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 configure_and_build cuda \
       -DCMAKE_CXX_COMPILER="$DEPS/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11 \
+      -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DREFORMER_UNITY_BUILD=ON \
       -DKokkos_ROOT="$DEPS/cuda" -DKokkosKernels_ROOT="$DEPS/cuda" \
       -DREFORMER_ENABLE_TESTS=ON -DREFORMER_ENABLE_BENCH=OFF; then
       check_device_code "CUDA sm_80 device code" "$build/cuda" yes sm_80 /usr/bin/cuobjdump --list-elf
@@ -213,7 +223,9 @@ for backend in $backends; do
     # Our code is compiled for gfx90a (MI200) as well as Kokkos' own gfx908
     # (MI100): Kokkos 3.4 is built without relocatable device code, so every
     # kernel's device code comes from our objects.
+    # Compiled at -O0 and combined by folder, as in the CUDA step: nothing runs.
     if configure_and_build hip -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ROOT="$DEPS/hip" \
+      -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DREFORMER_UNITY_BUILD=ON \
       -DKokkosKernels_ROOT="$DEPS/hip" -DREFORMER_ENABLE_TESTS=OFF -DREFORMER_ENABLE_BENCH=OFF \
       -DCMAKE_CXX_FLAGS=--offload-arch=gfx90a; then
       check_device_code "HIP gfx908 device code" "$build/hip" no amdgcn-amd-amdhsa--gfx908 roc-obj-ls
@@ -225,7 +237,7 @@ for backend in $backends; do
     if configure_and_build aarch64 -DCMAKE_TOOLCHAIN_FILE="$root/cmake/toolchain-aarch64.cmake" \
       -DCMAKE_FIND_ROOT_PATH="$DEPS/aarch64" -DKokkos_ROOT="$DEPS/aarch64" \
       -DKokkosKernels_ROOT="$DEPS/aarch64" -DGTest_ROOT="$DEPS/aarch64" \
-      -DREFORMER_ARCH=armv8-a -DREFORMER_CORE_ONLY=ON -DREFORMER_ENABLE_TESTS=ON \
+      -DREFORMER_ARCH=armv8-a -DREFORMER_CORE_ONLY=ON -DREFORMER_ENABLE_TESTS=ON -DREFORMER_UNITY_BUILD=ON \
       -DREFORMER_ENABLE_MPI=OFF; then
       # The block shape the tile products were compiled with (CpuTarget.BlockShapeFollowsTheTarget,
       # run by ctest below, fails unless it is NEON's 8 x 8 floats).

@@ -1,4 +1,5 @@
 #include "reformer/io/checkpoint.hpp"
+#include "io/text.hpp"
 
 #include "io/hdf5.hpp"
 #include "reformer/core/error.hpp"
@@ -17,6 +18,7 @@
 
 namespace reformer::io {
 namespace {
+using text::quoted;
 
 namespace fs = std::filesystem;
 using hdf5::Handle;
@@ -31,8 +33,6 @@ template <class T>
 hid_t memory_type() {
   return std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
 }
-
-std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 
 Handle open_checkpoint(const std::string& path, const std::string& context) {
   require_regular_file(path, context, "");

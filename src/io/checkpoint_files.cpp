@@ -1,4 +1,5 @@
 // The checkpoints of a run folder: names, the newest one, pruning.
+#include "io/text.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/io/files.hpp"
@@ -12,15 +13,11 @@
 
 namespace reformer::io {
 namespace {
+using text::all_digits;
 
 namespace fs = std::filesystem;
 
 fs::path checkpoint_folder(const std::string& run_dir) { return fs::path(run_dir) / "checkpoints"; }
-
-bool all_digits(const std::string& text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
 
 // The step of "step_<digits>.h5", or -1 for any other name.
 std::int64_t step_of(const std::string& name) {

@@ -1,5 +1,6 @@
 // Run-folder files: regular-file checks, atomic writes, stale temporaries, the lock.
 #include "reformer/io/files.hpp"
+#include "io/text.hpp"
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
@@ -20,10 +21,11 @@
 
 namespace reformer::io {
 namespace {
+using text::all_digits;
+using text::quoted;
 
 namespace fs = std::filesystem;
 
-std::string quoted(const std::string& path) { return "\"" + path + "\""; }
 std::string errno_text(int error) { return std::strerror(error); }
 
 // What a non-regular file is, for messages.
@@ -34,11 +36,6 @@ const char* kind_of(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
-}
-
-bool all_digits(const std::string& text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // The writer's pid of "<anything>.tmp.<pid>", or -1 for any other name.
