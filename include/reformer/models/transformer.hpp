@@ -33,6 +33,7 @@
 
 #include "reformer/layers/blocks.hpp"
 #include "reformer/models/model_call.hpp"
+#include "reformer/models/model_sizes.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
@@ -41,24 +42,24 @@
 
 namespace reformer::models {
 
-struct TransformerConfig {
+// The sizes (models/model_sizes.hpp) default smaller than ModelSizes': dropout
+// on embeddings, sub-layer outputs and the feed-forward hidden layer.
+struct TransformerConfig : ModelSizes {
+  TransformerConfig() {
+    d_model = 64, d_ff = 128, heads = 4, d_head = 16;
+    dropout = 0.1;
+    label_smoothing = 0.1;
+  }
   Index source_vocab = 16, target_vocab = 16;  // ids in [0, vocab)
-  Index d_model = 64, d_ff = 128, heads = 4, d_head = 16;
   Index encoder_layers = 2, decoder_layers = 2;
   Index max_length = 128;  // longest source and target (learned position tables)
   attention::AttentionKind encoder_attention = attention::AttentionKind::Full;
   attention::AttentionKind decoder_attention = attention::AttentionKind::Full;
   attention::AttentionKind cross_attention = attention::AttentionKind::Full;
   PositionKind positions = PositionKind::Sinusoidal;  // sinusoidal or learned
-  bool share_embeddings = false;  // one table for source and target (equal vocabularies)
-  bool tie_generator = false;     // the generator is the target embedding table
-  bool reversible = false;        // two-stream reversible layers (see above)
-  double dropout = 0.1;           // embeddings, sub-layer outputs, feed-forward hidden
-  double attention_dropout = 0.0;
-  double label_smoothing = 0.1;
-  double layer_norm_eps = 1e-5;
-  Index ff_chunk = 0;  // rows per feed-forward chunk; 0: all
-  Index loss_chunk = 1024;
+  bool share_embeddings = false;            // one table for source and target (equal vocabularies)
+  bool tie_generator = false;               // the generator is the target embedding table
+  bool reversible = false;                  // two-stream reversible layers (see above)
   attention::LshAttentionConfig lsh{};      // encoder LSH layers
   attention::LocalAttentionConfig local{};  // local layers
 
