@@ -32,6 +32,7 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/model_sizes.hpp"
 #include "reformer/models/reformer_config.hpp"
@@ -171,8 +172,6 @@ class EncoderDecoder {
   void decode(const Seq2SeqBatch& batch, const ModelCall& call, TransformerState<T>& state) const;
   ops::CrossEntropyResult loss(const Seq2SeqBatch& batch, int pad_id, TransformerState<T>& state,
                                bool gradients) const;
-  // Logits of rows [rows, d] of final-normed hidden states.
-  void generator(In2<T> hidden, View2<T> logits) const;
   // What the final LayerNorms read: the stream, or the streams' average.
   View3<T> encoder_top(TransformerState<T>& state) const;
   View3<T> decoder_top(TransformerState<T>& state) const;
@@ -193,8 +192,9 @@ class EncoderDecoder {
   std::vector<std::unique_ptr<layers::DecoderBlock<T>>> decoder_;
   Parameter<param_t<T>>* decoder_gamma_ = nullptr;
   Parameter<param_t<T>>* decoder_beta_ = nullptr;
-  Parameter<param_t<T>>* generator_weight_ = nullptr;  // null when tied
-  Parameter<param_t<T>>* generator_bias_ = nullptr;
+  // The generator: generator.w [d_model, target_vocab] (tied: the target
+  // embedding table), generator.b, the loss.
+  std::unique_ptr<layers::VocabularyHead<T>> generator_;
 };
 
 }  // namespace reformer::models

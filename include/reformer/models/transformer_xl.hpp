@@ -30,6 +30,7 @@
 
 #include "reformer/layers/blocks.hpp"
 #include "reformer/layers/transformer_xl_layer.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/model_sizes.hpp"
 #include "reformer/models/reformer_config.hpp"
@@ -170,8 +171,8 @@ class TransformerXL {
   std::vector<std::unique_ptr<layers::TransformerXLLayer<T>>> layers_;
   Parameter<param_t<T>>* out_gamma_ = nullptr;  // pre-LN
   Parameter<param_t<T>>* out_beta_ = nullptr;
-  Parameter<param_t<T>>* out_weight_ = nullptr;  // null when tied
-  Parameter<param_t<T>>* out_bias_ = nullptr;
+  // out.w [d_model, vocab] (tied: the embedding table), out.b, the loss.
+  std::unique_ptr<layers::VocabularyHead<T>> head_;
 };
 
 }  // namespace reformer::models
