@@ -6,7 +6,6 @@
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
-#include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 
 namespace reformer::models {
@@ -113,8 +112,8 @@ Classifier<T>::Classifier(const ClassifierConfig& config, ParameterSet<param_t<T
   gamma_ = &params.add("head.norm.gamma", {2 * d});
   layer_ranges_ = stack_parameter_ranges(params, first_params, params.size() - 1);
   beta_ = &params.add("head.norm.beta", {2 * d});
-  weight_ = &params.add("head.w", {2 * d, config.classes});
-  bias_ = &params.add("head.b", {config.classes});
+  head_ = std::make_unique<layers::VocabularyHead<T>>(
+      "head", layers::VocabularyHeadConfig{2 * d, config.classes, e.label_smoothing, 0}, params);
 }
 
 template <class T>
@@ -126,8 +125,7 @@ void Classifier<T>::init(RandomKey key) {
   for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->init(sub(kInitBlocks, i));
   init_constant(*gamma_, 1.0);
   init_constant(*beta_, 0.0);
-  init_xavier_uniform(*weight_, sub(kInitHead));
-  init_constant(*bias_, 0.0);
+  head_->init(sub(kInitHead));
 }
 
 template <class T>
@@ -193,21 +191,12 @@ void Classifier<T>::forward(IdMatrix ids, const ModelCall& call, ClassifierState
 template <class T>
 ops::CrossEntropyResult Classifier<T>::loss(LabelVector labels, ClassifierState<T>& state,
                                             bool gradients) const {
-  ops::CrossEntropyOptions options;
-  options.pad_id = -1;
-  options.smoothing = config_.encoder.label_smoothing;
-  options.chunk_rows = std::max<Index>(1, state.batch);
-  options.gradient_scale = state.call.loss_scale;
-  if (!gradients)
-    return ops::cross_entropy_forward<T>(state.hidden, weight_->matrix(), bias_->value, labels,
-                                         options);
+  if (!gradients) return head_->forward(state.hidden, labels, -1);
   using C = compute_t<T>;
   const Index batch = state.batch, length = state.length, d = config_.encoder.d_model;
   Workspace::Frame frame(state.workspace);
   auto dh = frame.take<View2<T>>(batch, 2 * d);
-  const auto result =
-      ops::cross_entropy_forward_backward<T>(state.hidden, weight_->matrix(), bias_->value, labels,
-                                             options, dh, weight_->grad_matrix(), bias_->grad);
+  const auto result = head_->forward_backward(state.hidden, labels, -1, state.call.loss_scale, dh);
   // dp from dh through the LayerNorm, then spread over the pooled positions.
   auto dp = frame.take<View2<T>>(batch, 2 * d);
   ops::layer_norm_backward<T>(state.pooled, gamma_->value, state.mean, state.rstd, dh, dp,
@@ -268,11 +257,7 @@ void Classifier<T>::logits(IdMatrix ids, const ModelCall& call, View2<T> logits,
       "Classifier::logits: logits has shape ", shape_string(logits), " but must be [",
       ids.extent(0), ", ", config_.classes, "]");
   forward(ids, call, state);
-  ops::matmul<T>(state.hidden, ops::Trans::No, weight_->matrix(), ops::Trans::No, logits);
-  const auto bias = bias_->value;
-  Kokkos::parallel_for(
-      "classifier_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), config_.classes}),
-      KOKKOS_LAMBDA(Index b, Index c) { logits(b, c) = store<T>(load(logits(b, c)) + bias(c)); });
+  head_->logits(state.hidden, logits);
 }
 
 template struct ClassifierState<float>;

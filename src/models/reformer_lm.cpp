@@ -7,7 +7,6 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
-#include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 
 #include <string>
@@ -95,13 +94,6 @@ inline void pad_targets(IdMatrix targets, Kokkos::View<const int**, Layout, MemS
       });
 }
 
-template <class T>
-void add_bias(View2<T> logits, View1<T> bias) {
-  Kokkos::parallel_for(
-      "reformer_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
-}
-
 }  // namespace
 
 template <class T>
@@ -137,8 +129,12 @@ ReformerLM<T>::ReformerLM(const ReformerConfig& config, ParameterSet<param_t<T>>
   out_gamma_ = &params.add("out.norm.gamma", {2 * d});
   layer_ranges_ = stack_parameter_ranges(params, first_params, params.size() - 1);
   out_beta_ = &params.add("out.norm.beta", {2 * d});
-  if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {2 * d, config.vocab});
-  out_bias_ = &params.add("out.b", {config.vocab});
+  // Tied: the projection reads the sum of the two halves (width d).
+  head_ = std::make_unique<layers::VocabularyHead<T>>(
+      "out",
+      layers::VocabularyHeadConfig{config.tie_embeddings ? d : 2 * d, config.vocab,
+                                   config.label_smoothing, config.loss_chunk},
+      params, config.tie_embeddings ? input_.embedding : nullptr);
 }
 
 template <class T>
@@ -150,8 +146,7 @@ void ReformerLM<T>::init(RandomKey key) {
   for (std::size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->init(sub(kInitBlocks, i));
   init_constant(*out_gamma_, 1.0);
   init_constant(*out_beta_, 0.0);
-  if (out_weight_) init_xavier_uniform(*out_weight_, sub(kInitOutput));
-  init_constant(*out_bias_, 0.0);
+  head_->init(sub(kInitOutput));
 }
 
 template <class T>
@@ -251,12 +246,6 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
   auto hidden = frame.take<View2<T>>(rows, 2 * d);
   auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
   head_forward(state, RowList(), hidden, mean, rstd);
-  ops::CrossEntropyOptions options;
-  options.pad_id = ignore_id;
-  options.smoothing = config_.label_smoothing;
-  options.chunk_rows = config_.loss_chunk;
-  options.weight_is_embedding = config_.tie_embeddings;
-  options.gradient_scale = state.call.loss_scale;
   // Padded or masked: the targets of padding count for nothing.
   if (state.valid.extent(0) > 0) {
     auto padded = frame.take<View2<int>>(state.batch, state.length);
@@ -270,13 +259,9 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
     input = frame.take<View2<T>>(rows, d);
     fold_halves<T>(hidden, input);
   }
-  const auto weight = config_.tie_embeddings ? input_.embedding->matrix() : out_weight_->matrix();
-  if (!gradients) return ops::cross_entropy_forward<T>(input, weight, out_bias_->value, t, options);
+  if (!gradients) return head_->forward(input, t, ignore_id);
   auto dinput = frame.take<View2<T>>(rows, input.extent(1));
-  const auto dweight =
-      config_.tie_embeddings ? input_.embedding->grad_matrix() : out_weight_->grad_matrix();
-  const auto result = ops::cross_entropy_forward_backward<T>(
-      input, weight, out_bias_->value, t, options, dinput, dweight, out_bias_->grad);
+  const auto result = head_->forward_backward(input, t, ignore_id, state.call.loss_scale, dinput);
   View2<T> dhidden = dinput;
   if (config_.tie_embeddings) {
     dhidden = frame.take<View2<T>>(rows, 2 * d);
@@ -358,11 +343,10 @@ void ReformerLM<T>::project(View2<T> hidden, View2<T> logits, Workspace& workspa
     Workspace::Frame frame(workspace);
     auto folded = frame.take<View2<T>>(hidden.extent(0), config_.d_model);
     fold_halves<T>(hidden, folded);
-    ops::matmul<T>(folded, ops::Trans::No, input_.embedding->matrix(), ops::Trans::Yes, logits);
+    head_->logits(folded, logits);
   } else {
-    ops::matmul<T>(hidden, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
+    head_->logits(hidden, logits);
   }
-  add_bias<T>(logits, out_bias_->value);
 }
 
 template <class T>

@@ -10,7 +10,6 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
-#include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/softmax.hpp"
 
@@ -40,15 +39,6 @@ enum InitStream : std::uint64_t {
 };
 
 using internal::flat;
-using internal::Policy2;
-
-template <class T>
-void add_row_bias(View2<T> logits, In1<T> bias) {
-  Kokkos::parallel_for(
-      "transformer_generator_bias",
-      Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
-      KOKKOS_LAMBDA(Index r, Index v) { logits(r, v) += bias(v); });
-}
 
 void require_rate(const char* key, double value) {
   require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
@@ -174,9 +164,11 @@ EncoderDecoder<T>::EncoderDecoder(const TransformerConfig& config, ParameterSet<
         "decoder." + std::to_string(i), config.decoder_block_config(), params));
   decoder_gamma_ = &params.add("decoder.norm.gamma", {d});
   decoder_beta_ = &params.add("decoder.norm.beta", {d});
-  if (!config.tie_generator)
-    generator_weight_ = &params.add("generator.w", {d, config.target_vocab});
-  generator_bias_ = &params.add("generator.b", {config.target_vocab});
+  generator_ = std::make_unique<layers::VocabularyHead<T>>(
+      "generator",
+      layers::VocabularyHeadConfig{d, config.target_vocab, config.label_smoothing,
+                                   config.loss_chunk},
+      params, config.tie_generator ? target_embedding_ : nullptr);
 }
 
 template <class T>
@@ -199,8 +191,7 @@ void EncoderDecoder<T>::init(RandomKey key) {
   init_constant(*decoder_gamma_, 1.0);
   init_constant(*encoder_beta_, 0.0);
   init_constant(*decoder_beta_, 0.0);
-  if (generator_weight_) init_xavier_uniform(*generator_weight_, sub(kInitGenerator));
-  init_constant(*generator_bias_, 0.0);
+  generator_->init(sub(kInitGenerator));
 }
 
 template <class T>
@@ -386,17 +377,8 @@ void EncoderDecoder<T>::head_log_probs(In2<T> top, View2<T> out, Workspace& work
   ops::layer_norm_forward<T>(top, decoder_gamma_->value, decoder_beta_->value,
                              compute_t<T>(config_.layer_norm_eps), hidden, mean, rstd);
   auto logits = frame.take<View2<T>>(rows, config_.target_vocab);
-  generator(hidden, logits);
+  generator_->logits(hidden, logits);
   ops::log_softmax_forward<T>(logits, out);
-}
-
-template <class T>
-void EncoderDecoder<T>::generator(In2<T> hidden, View2<T> logits) const {
-  if (generator_weight_)
-    ops::matmul<T>(hidden, ops::Trans::No, generator_weight_->matrix(), ops::Trans::No, logits);
-  else
-    ops::matmul<T>(hidden, ops::Trans::No, target_embedding_->matrix(), ops::Trans::Yes, logits);
-  add_row_bias<T>(logits, generator_bias_->value);
 }
 
 template <class T>
@@ -409,30 +391,19 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
   ops::layer_norm_forward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value,
                              decoder_beta_->value, compute_t<T>(config_.layer_norm_eps), hidden,
                              mean, rstd);
-  ops::CrossEntropyOptions options;
-  options.pad_id = pad_id;
-  options.smoothing = config_.label_smoothing;
-  options.chunk_rows = config_.loss_chunk;
-  options.weight_is_embedding = generator_weight_ == nullptr;
-  options.gradient_scale = state.call.loss_scale;
-  const auto weight = generator_weight_ ? generator_weight_->matrix() : target_embedding_->matrix();
   const auto targets = flat(batch.target_out);
   // Reported as the KL divergence to the smoothed targets (the annotated
   // transformer's KLDivLoss): the cross-entropy minus the targets' entropy.
   const double entropy =
-      ops::smoothed_target_entropy(options.smoothing, config_.target_vocab, pad_id);
+      ops::smoothed_target_entropy(config_.label_smoothing, config_.target_vocab, pad_id);
   if (!gradients) {
-    auto result =
-        ops::cross_entropy_forward<T>(hidden, weight, generator_bias_->value, targets, options);
+    auto result = generator_->forward(hidden, targets, pad_id);
     if (result.tokens > 0) result.loss -= entropy;
     return result;
   }
   auto dhidden = frame.take<View2<T>>(rows, d);
-  const auto dweight =
-      generator_weight_ ? generator_weight_->grad_matrix() : target_embedding_->grad_matrix();
   auto result =
-      ops::cross_entropy_forward_backward<T>(hidden, weight, generator_bias_->value, targets,
-                                             options, dhidden, dweight, generator_bias_->grad);
+      generator_->forward_backward(hidden, targets, pad_id, state.call.loss_scale, dhidden);
   if (result.tokens > 0) result.loss -= entropy;
   ensure_view(state.dtarget, "transformer_dtarget", state.batch, state.target_length, d);
   ops::layer_norm_backward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value, mean, rstd,

@@ -7,7 +7,6 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
-#include "reformer/ops/gemm.hpp"
 #include "reformer/ops/layer_norm.hpp"
 
 #include <algorithm>
@@ -47,16 +46,6 @@ void row_at(In3<T> x, Index position, View2<T> out) {
   Kokkos::parallel_for(
       "txl_row_at", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
       KOKKOS_LAMBDA(Index b, Index f) { out(b, f) = x(b, position, f); });
-}
-
-// logits(b, v) += bias(v). (A free function: nvcc takes no device lambda
-// in a private member function.)
-template <class T>
-void add_bias(View2<T> logits, In1<T> bias) {
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  Kokkos::parallel_for(
-      "txl_logit_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
-      KOKKOS_LAMBDA(Index b, Index v) { logits(b, v) += bias(v); });
 }
 
 // out(b, t) = ids(b, first + t).
@@ -144,8 +133,10 @@ TransformerXL<T>::TransformerXL(const TransformerXLConfig& config, ParameterSet<
     out_gamma_ = &params.add("out.norm.gamma", {d});
     out_beta_ = &params.add("out.norm.beta", {d});
   }
-  if (!config.tie_embeddings) out_weight_ = &params.add("out.w", {d, config.vocab});
-  out_bias_ = &params.add("out.b", {config.vocab});
+  head_ = std::make_unique<layers::VocabularyHead<T>>(
+      "out",
+      layers::VocabularyHeadConfig{d, config.vocab, config.label_smoothing, config.loss_chunk},
+      params, config.tie_embeddings ? embedding_ : nullptr);
 }
 
 template <class T>
@@ -159,8 +150,7 @@ void TransformerXL<T>::init(RandomKey key) {
     init_constant(*out_gamma_, 1.0);
     init_constant(*out_beta_, 0.0);
   }
-  if (out_weight_) init_xavier_uniform(*out_weight_, sub(kInitOutput));
-  init_constant(*out_bias_, 0.0);
+  head_->init(sub(kInitOutput));
 }
 
 template <class T>
@@ -258,23 +248,11 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
   require<ShapeError>(Index(targets.extent(0)) == batch && Index(targets.extent(1)) == length,
                       "TransformerXL: targets has shape ", shape_string(targets),
                       " but the ids were [", batch, ", ", length, "]");
-  ops::CrossEntropyOptions options;
-  options.pad_id = ignore_id;
-  options.smoothing = config_.label_smoothing;
-  options.chunk_rows = config_.loss_chunk;
-  options.weight_is_embedding = config_.tie_embeddings;
-  options.gradient_scale = state.call.loss_scale;
   const auto t = ids_of(targets);
-  const auto weight = config_.tie_embeddings ? embedding_->matrix() : out_weight_->matrix();
-  if (!gradients)
-    return ops::cross_entropy_forward<T>(as_matrix(state.out), weight, out_bias_->value, t,
-                                         options);
+  if (!gradients) return head_->forward(as_matrix(state.out), t, ignore_id);
   auto dx = ensure_view(state.dx, "txl_dx", batch, length, d);
-  const auto dweight =
-      config_.tie_embeddings ? embedding_->grad_matrix() : out_weight_->grad_matrix();
-  const auto result =
-      ops::cross_entropy_forward_backward<T>(as_matrix(state.out), weight, out_bias_->value, t,
-                                             options, as_matrix(dx), dweight, out_bias_->grad);
+  const auto result = head_->forward_backward(as_matrix(state.out), t, ignore_id,
+                                              state.call.loss_scale, as_matrix(dx));
   const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(dx), config_.dropout,
@@ -342,11 +320,7 @@ void TransformerXL<T>::project(View2<T> hidden, bool normed, View2<T> logits,
     ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value,
                                T(config_.layer_norm_eps), h, mean, rstd);
   }
-  if (config_.tie_embeddings)
-    ops::matmul<T>(h, ops::Trans::No, embedding_->matrix(), ops::Trans::Yes, logits);
-  else
-    ops::matmul<T>(h, ops::Trans::No, out_weight_->matrix(), ops::Trans::No, logits);
-  add_bias<T>(logits, out_bias_->value);
+  head_->logits(h, logits);
 }
 
 template <class T>

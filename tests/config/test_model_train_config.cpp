@@ -2,6 +2,8 @@
 #include "reformer/config/train_config.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/models/reformer_config.hpp"
+#include "reformer/models/transformer.hpp"
+#include "reformer/models/transformer_xl.hpp"
 #include "support/checks.hpp"
 
 #include <gtest/gtest.h>
@@ -26,6 +28,39 @@ TEST(ReformerConfig, PositionKindNames) {
   EXPECT_STREQ(models::to_string(PositionKind::Axial), "axial");
   expect_error<ConfigError>([] { models::parse_position_kind("Axial"); },
                             {"\"Axial\" is unknown", "none, sinusoidal, learned or axial"});
+}
+
+// Every family's config holds the one ModelSizes with its own defaults, and
+// one assignment carries them from a family to another.
+TEST(ModelSizes, EachFamilyKeepsItsDefaults) {
+  const auto expect_sizes = [](const models::ModelSizes& s, Index d_model, Index d_ff, Index d_head,
+                               double dropout, double label_smoothing) {
+    EXPECT_EQ(s.d_model, d_model);
+    EXPECT_EQ(s.d_ff, d_ff);
+    EXPECT_EQ(s.heads, 4);
+    EXPECT_EQ(s.d_head, d_head);
+    EXPECT_EQ(s.dropout, dropout);
+    EXPECT_EQ(s.attention_dropout, 0.0);
+    EXPECT_EQ(s.layer_norm_eps, 1e-5);
+    EXPECT_EQ(s.label_smoothing, label_smoothing);
+    EXPECT_EQ(s.ff_chunk, 0);
+    EXPECT_EQ(s.loss_chunk, 1024);
+  };
+  expect_sizes(ReformerConfig{}.sizes(), 256, 512, 64, 0.0, 0.0);
+  expect_sizes(models::TransformerConfig{}.sizes(), 64, 128, 16, 0.1, 0.1);
+  expect_sizes(models::TransformerXLConfig{}.sizes(), 128, 512, 32, 0.0, 0.0);
+
+  ReformerConfig lm;
+  lm.d_model = 96;
+  lm.layer_norm_eps = 1e-12;
+  lm.loss_chunk = 7;
+  models::TransformerXLConfig xl;
+  xl.sizes() = lm.sizes();
+  EXPECT_EQ(xl.d_model, 96);
+  EXPECT_EQ(xl.d_head, 64);  // the LM's default, not the XL's 32
+  EXPECT_EQ(xl.layer_norm_eps, 1e-12);
+  EXPECT_EQ(xl.loss_chunk, 7);
+  EXPECT_EQ(xl.vocab, 256);  // the rest of the family's config stays
 }
 
 TEST(ReformerConfig, DefaultsAreValid) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/token_input.hpp"
@@ -100,8 +101,8 @@ class Classifier {
   std::vector<std::pair<Index, Index>> layer_ranges_;
   Parameter<param_t<T>>* gamma_ = nullptr;
   Parameter<param_t<T>>* beta_ = nullptr;
-  Parameter<param_t<T>>* weight_ = nullptr;  // [2 d_model, classes]
-  Parameter<param_t<T>>* bias_ = nullptr;
+  // head.w [2 d_model, classes], head.b and the loss (all rows in one chunk).
+  std::unique_ptr<layers::VocabularyHead<T>> head_;
 };
 
 }  // namespace reformer::models

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "reformer/attention/attention_layer.hpp"
+#include "reformer/models/model_sizes.hpp"
 #include "reformer/ops/activations.hpp"
 
 #include <string>
@@ -24,12 +25,11 @@ enum class QkProjection { Auto, Shared, Separate };
 QkProjection parse_qk_projection(const std::string& name);
 const char* to_string(QkProjection qk);
 
-struct ReformerConfig {
+// The sizes (models/model_sizes.hpp) with ModelSizes' defaults: dropout on
+// the attention output, FF hidden and FF output, embeddings; layer_norm_eps
+// of every LayerNorm (Hugging Face's pretrained Reformers use 1e-12).
+struct ReformerConfig : ModelSizes {
   Index vocab = 256;  // token ids are in [0, vocab)
-  Index d_model = 256;
-  Index d_ff = 512;
-  Index heads = 4;
-  Index d_head = 64;
   Index layers = 2;
   // Attention kind of layer i is attention[i % attention.size()]:
   // {"local", "lsh"} alternates local and LSH layers up to the depth.
@@ -47,21 +47,13 @@ struct ReformerConfig {
   Index max_length = 4096;           // longest sequence (learned and axial tables)
   std::vector<Index> axial_shape{};  // {n1, n2} with n1 * n2 = max_length; empty: chosen
   std::vector<Index> axial_dims{};   // {d1, d2} with d1 + d2 = d_model; empty: d/2 each
-  Index ff_chunk = 0;                // positions per feed-forward chunk; 0: all at once
   ops::Activation ff_activation = ops::Activation::ReLU;
-  double dropout = 0.0;            // on attention output, FF hidden and FF output, embeddings
-  double attention_dropout = 0.0;  // on attention probabilities
   // Per-kind attention-probability dropout (Hugging Face's
   // lsh_attention_probs_dropout_prob / local_attention_probs_dropout_prob);
   // -1: attention_dropout.
   double lsh_attention_dropout = -1.0;
   double local_attention_dropout = -1.0;
-  // LayerNorm epsilon of every LayerNorm in the model (Hugging Face's
-  // pretrained Reformers use 1e-12).
-  double layer_norm_eps = 1e-5;
   bool tie_embeddings = false;  // output projection = embedding table (no separate W_out)
-  Index loss_chunk = 1024;      // rows of logits materialised at a time
-  double label_smoothing = 0.0;
   attention::LshAttentionConfig lsh{};
   attention::LocalAttentionConfig local{};
 

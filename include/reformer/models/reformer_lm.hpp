@@ -21,6 +21,7 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/models/token_input.hpp"
@@ -157,8 +158,8 @@ class ReformerLM {
   std::vector<std::pair<Index, Index>> layer_ranges_;
   Parameter<param_t<T>>* out_gamma_ = nullptr;
   Parameter<param_t<T>>* out_beta_ = nullptr;
-  Parameter<param_t<T>>* out_weight_ = nullptr;  // null with tied weights
-  Parameter<param_t<T>>* out_bias_ = nullptr;
+  // out.w [2 d_model, vocab] (tied: the embedding table), out.b, the loss.
+  std::unique_ptr<layers::VocabularyHead<T>> head_;
 };
 
 }  // namespace reformer::models

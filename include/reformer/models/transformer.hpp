@@ -32,7 +32,9 @@
 #pragma once
 
 #include "reformer/layers/blocks.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
+#include "reformer/models/model_sizes.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
@@ -41,24 +43,24 @@
 
 namespace reformer::models {
 
-struct TransformerConfig {
+// The sizes (models/model_sizes.hpp) default smaller than ModelSizes': dropout
+// on embeddings, sub-layer outputs and the feed-forward hidden layer.
+struct TransformerConfig : ModelSizes {
+  TransformerConfig() {
+    d_model = 64, d_ff = 128, heads = 4, d_head = 16;
+    dropout = 0.1;
+    label_smoothing = 0.1;
+  }
   Index source_vocab = 16, target_vocab = 16;  // ids in [0, vocab)
-  Index d_model = 64, d_ff = 128, heads = 4, d_head = 16;
   Index encoder_layers = 2, decoder_layers = 2;
   Index max_length = 128;  // longest source and target (learned position tables)
   attention::AttentionKind encoder_attention = attention::AttentionKind::Full;
   attention::AttentionKind decoder_attention = attention::AttentionKind::Full;
   attention::AttentionKind cross_attention = attention::AttentionKind::Full;
   PositionKind positions = PositionKind::Sinusoidal;  // sinusoidal or learned
-  bool share_embeddings = false;  // one table for source and target (equal vocabularies)
-  bool tie_generator = false;     // the generator is the target embedding table
-  bool reversible = false;        // two-stream reversible layers (see above)
-  double dropout = 0.1;           // embeddings, sub-layer outputs, feed-forward hidden
-  double attention_dropout = 0.0;
-  double label_smoothing = 0.1;
-  double layer_norm_eps = 1e-5;
-  Index ff_chunk = 0;  // rows per feed-forward chunk; 0: all
-  Index loss_chunk = 1024;
+  bool share_embeddings = false;            // one table for source and target (equal vocabularies)
+  bool tie_generator = false;               // the generator is the target embedding table
+  bool reversible = false;                  // two-stream reversible layers (see above)
   attention::LshAttentionConfig lsh{};      // encoder LSH layers
   attention::LocalAttentionConfig local{};  // local layers
 
@@ -170,8 +172,6 @@ class EncoderDecoder {
   void decode(const Seq2SeqBatch& batch, const ModelCall& call, TransformerState<T>& state) const;
   ops::CrossEntropyResult loss(const Seq2SeqBatch& batch, int pad_id, TransformerState<T>& state,
                                bool gradients) const;
-  // Logits of rows [rows, d] of final-normed hidden states.
-  void generator(In2<T> hidden, View2<T> logits) const;
   // What the final LayerNorms read: the stream, or the streams' average.
   View3<T> encoder_top(TransformerState<T>& state) const;
   View3<T> decoder_top(TransformerState<T>& state) const;
@@ -192,8 +192,9 @@ class EncoderDecoder {
   std::vector<std::unique_ptr<layers::DecoderBlock<T>>> decoder_;
   Parameter<param_t<T>>* decoder_gamma_ = nullptr;
   Parameter<param_t<T>>* decoder_beta_ = nullptr;
-  Parameter<param_t<T>>* generator_weight_ = nullptr;  // null when tied
-  Parameter<param_t<T>>* generator_bias_ = nullptr;
+  // The generator: generator.w [d_model, target_vocab] (tied: the target
+  // embedding table), generator.b, the loss.
+  std::unique_ptr<layers::VocabularyHead<T>> generator_;
 };
 
 }  // namespace reformer::models

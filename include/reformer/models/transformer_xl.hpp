@@ -30,7 +30,9 @@
 
 #include "reformer/layers/blocks.hpp"
 #include "reformer/layers/transformer_xl_layer.hpp"
+#include "reformer/layers/vocabulary_head.hpp"
 #include "reformer/models/model_call.hpp"
+#include "reformer/models/model_sizes.hpp"
 #include "reformer/models/reformer_config.hpp"
 #include "reformer/ops/cross_entropy.hpp"
 
@@ -39,12 +41,16 @@
 
 namespace reformer::models {
 
-struct TransformerXLConfig {
+// The sizes (models/model_sizes.hpp): d_model 128 and d_head 32, the rest
+// ModelSizes' defaults; dropout on the embedding, the distance encodings (one
+// mask for all layers), the attention output, the feed-forward and the final
+// output.
+struct TransformerXLConfig : ModelSizes {
+  TransformerXLConfig() {
+    d_model = 128;
+    d_head = 32;
+  }
   Index vocab = 256;  // token ids are in [0, vocab)
-  Index d_model = 128;
-  Index d_ff = 512;
-  Index heads = 4;
-  Index d_head = 32;
   Index layers = 2;
   Index clamp_len = 0;          // distances above it share its encoding; 0: none
   bool same_length = false;     // every query sees mem_len keys (the memory's mem_len)
@@ -52,14 +58,6 @@ struct TransformerXLConfig {
   bool scale_embedding = true;  // the embedding times sqrt(d_model)
   bool tie_embeddings = false;  // output projection = the embedding table
   ops::Activation ff_activation = ops::Activation::ReLU;
-  Index ff_chunk = 0;  // rows per feed-forward chunk; 0: all at once
-  // Embedding, distance encodings (one mask for all layers), attention
-  // output, feed-forward, final output.
-  double dropout = 0.0;
-  double attention_dropout = 0.0;  // on the attention probabilities
-  double layer_norm_eps = 1e-5;
-  double label_smoothing = 0.0;
-  Index loss_chunk = 1024;  // rows of logits materialised at a time
 
   // ConfigError naming the first bad field.
   void validate() const;
@@ -173,8 +171,8 @@ class TransformerXL {
   std::vector<std::unique_ptr<layers::TransformerXLLayer<T>>> layers_;
   Parameter<param_t<T>>* out_gamma_ = nullptr;  // pre-LN
   Parameter<param_t<T>>* out_beta_ = nullptr;
-  Parameter<param_t<T>>* out_weight_ = nullptr;  // null when tied
-  Parameter<param_t<T>>* out_bias_ = nullptr;
+  // out.w [d_model, vocab] (tied: the embedding table), out.b, the loss.
+  std::unique_ptr<layers::VocabularyHead<T>> head_;
 };
 
 }  // namespace reformer::models

@@ -2,7 +2,6 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/data/pairs.hpp"
-#include "train/families/model_keys.hpp"
 #include "train/families/sweep_model.hpp"
 #include "train/memory_check.hpp"
 
@@ -19,7 +18,7 @@ models::TransformerConfig transformer_config(const RunConfig& config, Index voca
   if (vocab <= 0)  // before the task is read: a parallel file's byte vocabulary
     vocab = config.data.task == data::TaskKind::Parallel ? 259 : config.data.vocab;
   t.source_vocab = t.target_vocab = vocab;
-  copy_shared_model_keys(m, t);
+  t.sizes() = m.sizes();  // [model]'s widths, regularisation and chunks
   t.max_length = m.max_length;
   t.positions = m.positions;
   t.lsh = m.lsh;

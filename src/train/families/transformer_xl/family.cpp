@@ -2,7 +2,6 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/data/tasks.hpp"
-#include "train/families/model_keys.hpp"
 #include "train/families/sweep_model.hpp"
 #include "train/memory_check.hpp"
 #include "train/sampling.hpp"
@@ -18,7 +17,7 @@ models::TransformerXLConfig xl_config(const RunConfig& config) {
   models::TransformerXLConfig x;
   const auto& m = config.model;
   x.vocab = m.vocab;
-  copy_shared_model_keys(m, x);
+  x.sizes() = m.sizes();  // [model]'s widths, regularisation and chunks
   x.layers = m.layers;
   x.clamp_len = config.xl.clamp_len;
   x.same_length = config.xl.same_length;

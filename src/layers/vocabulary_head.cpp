@@ -1,0 +1,83 @@
+#include "reformer/layers/vocabulary_head.hpp"
+
+#include "reformer/core/initializers.hpp"
+#include "reformer/ops/gemm.hpp"
+
+#include <algorithm>
+
+namespace reformer::layers {
+namespace {
+
+// logits(r, v) += bias(v). (A free function: nvcc takes no device lambda in
+// a private member function.)
+template <class T>
+void add_vocabulary_bias(View2<T> logits, In1<param_t<T>> bias) {
+  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "vocabulary_head_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
+      KOKKOS_LAMBDA(Index r, Index v) { logits(r, v) = store<T>(load(logits(r, v)) + bias(v)); });
+}
+
+}  // namespace
+
+template <class T>
+VocabularyHead<T>::VocabularyHead(const std::string& prefix, const VocabularyHeadConfig& config,
+                                  ParameterSet<param_t<T>>& params, Parameter<param_t<T>>* tied)
+    : config_(config), tied_(tied != nullptr) {
+  weight_ = tied ? tied : &params.add(prefix + ".w", {config.d_in, config.vocab});
+  bias_ = &params.add(prefix + ".b", {config.vocab});
+}
+
+template <class T>
+void VocabularyHead<T>::init(RandomKey key) {
+  if (!tied_) init_xavier_uniform(*weight_, key);
+  init_constant(*bias_, 0.0);
+}
+
+template <class T>
+void VocabularyHead<T>::logits(In2<T> hidden, View2<T> logits) const {
+  ops::matmul<T>(hidden, ops::Trans::No, weight_->matrix(),
+                 tied_ ? ops::Trans::Yes : ops::Trans::No, logits);
+  add_vocabulary_bias<T>(logits, bias_->value);
+}
+
+template <class T>
+ops::CrossEntropyOptions VocabularyHead<T>::options(Index rows, int ignore_id,
+                                                    double loss_scale) const {
+  ops::CrossEntropyOptions options;
+  options.pad_id = ignore_id;
+  options.smoothing = config_.label_smoothing;
+  options.chunk_rows = config_.loss_chunk > 0 ? config_.loss_chunk : std::max<Index>(1, rows);
+  options.weight_is_embedding = tied_;
+  options.gradient_scale = loss_scale;
+  return options;
+}
+
+template <class T>
+ops::CrossEntropyResult VocabularyHead<T>::forward(In2<T> hidden, In1<int> targets,
+                                                   int ignore_id) const {
+  return ops::cross_entropy_forward<T>(hidden, weight_->matrix(), bias_->value, targets,
+                                       options(hidden.extent(0), ignore_id, 1.0));
+}
+
+template <class T>
+ops::CrossEntropyResult VocabularyHead<T>::forward_backward(In2<T> hidden, In1<int> targets,
+                                                            int ignore_id, double loss_scale,
+                                                            View2<T> dhidden) const {
+  return ops::cross_entropy_forward_backward<T>(hidden, weight_->matrix(), bias_->value, targets,
+                                                options(hidden.extent(0), ignore_id, loss_scale),
+                                                dhidden, weight_->grad_matrix(), bias_->grad);
+}
+
+template class VocabularyHead<float>;
+template class VocabularyHead<double>;
+// bf16 activations on float32 parameters: the training calls (logits run the
+// float32 model).
+template VocabularyHead<bf16>::VocabularyHead(const std::string&, const VocabularyHeadConfig&,
+                                              ParameterSet<float>&, Parameter<float>*);
+template void VocabularyHead<bf16>::init(RandomKey);
+template ops::CrossEntropyResult VocabularyHead<bf16>::forward(In2<bf16>, In1<int>, int) const;
+template ops::CrossEntropyResult VocabularyHead<bf16>::forward_backward(In2<bf16>, In1<int>, int,
+                                                                        double, View2<bf16>) const;
+
+}  // namespace reformer::layers
