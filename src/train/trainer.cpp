@@ -220,127 +220,194 @@ Buckets gradient_buckets(const std::vector<std::pair<Index, Index>>& layers, Ind
   return b;
 }
 
+// The newest checkpoint of the run folder, for error messages.
+std::string newest_checkpoint(const std::string& run_dir) {
+  const auto latest = io::latest_checkpoint(run_dir);
+  return latest ? *latest : std::string("none (no checkpoint was saved yet)");
+}
+
+// Every process must run the same config (a different data.path or model on
+// one rank would average unrelated gradients): ConfigError naming the first
+// difference otherwise.
+void require_same_config(const config::RunConfig& config, const Communicator& comm) {
+  const int ranks = comm.size();
+  const std::string mine = config::to_toml(config);
+  const std::string lead = comm.broadcast(mine);
+  std::vector<double> differs(std::size_t(ranks), 0.0);
+  differs[std::size_t(comm.rank())] = mine == lead ? 0.0 : 1.0;
+  comm.sum(differs, "the config check", config.train.allreduce_timeout);
+  const auto first = std::find(differs.begin(), differs.end(), 1.0);
+  if (first != differs.end()) {
+    const int other = int(first - differs.begin());
+    const std::string theirs = comm.broadcast(mine, other);
+    throw ConfigError(detail::concat(
+        "train: the processes' configs differ (",
+        config::first_difference(config::parse_run_config(lead, "rank 0"),
+                                 config::parse_run_config(theirs, "rank " + std::to_string(other)),
+                                 {}, "on rank 0", "on rank " + std::to_string(other)),
+        "; ", std::count(differs.begin(), differs.end(), 1.0), " of ", ranks,
+        " processes differ from rank 0); start every process with the same config and "
+        "overrides"));
+  }
+}
+
+// What setup_training builds for one call of train, and what its steps read
+// and update. The members are built in their order here, so they are taken
+// down in reverse: the signal handlers first, the run folder's lock last.
 template <class T>
-TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
-  const auto& tc = config.train;
+struct TrainingRun {
+  TrainingRun(const config::RunConfig& config, const TrainOptions& options)
+      : config(config),
+        tc(config.train),
+        comm(options.comm ? *options.comm : Communicator::world()),
+        ranks(comm.size()),
+        leader(comm.rank() == 0),
+        out(!leader ? null_stream : (options.out ? *options.out : std::cout)) {}
+  TrainingRun(const TrainingRun&) = delete;
+  TrainingRun& operator=(const TrainingRun&) = delete;
+
+  const config::RunConfig& config;
+  const config::TrainConfig& tc;
   // Data parallelism: every process holds a replica and computes its share of
   // the rows of each batch; process 0 alone writes (run folder, metrics,
   // checkpoints, progress).
-  const Communicator& comm = options.comm ? *options.comm : Communicator::world();
-  const int ranks = comm.size();
-  const bool leader = comm.rank() == 0;
-  std::ostream null_stream(nullptr);
-  std::ostream& out = !leader ? null_stream : options.out ? *options.out : std::cout;
+  const Communicator& comm;
+  const int ranks;
+  const bool leader;
+  std::ostream null_stream{nullptr};
+  std::ostream& out;
+  std::optional<io::RunLock> lock;
+
+  TrainSummary summary;
+  std::uint64_t data_position = 0;
+  std::int64_t skipped = 0;  // batches skipped by the divergence guard
+  std::unique_ptr<Workload<T>> workload;
+  std::optional<Adam<T>> adam;
+  std::optional<LearningRateSchedule> schedule;
+  std::string resolved;  // the config as config.toml and the checkpoints hold it
+  std::optional<MetricsLog> metrics;
+  Buckets buckets;
+  std::optional<GradientAllreduce<T>> allreduce;
+  double allreduce_seconds = 0;
+  std::optional<SignalGuard> signals;
+
+  // The loop: when it began, the steps taken, and the window of the next log
+  // line (the steps since the last one).
+  Clock::time_point loop_start, window_start;
+  std::int64_t window_tokens = 0;
+  double window_loss = 0, window_accuracy = 0;
+  std::int64_t window_steps = 0;
+  std::int64_t step = 0;
+};
+
+// With --resume, the newest checkpoint of the run folder, checked against
+// itself and the config; its step, data position and skipped batches become
+// the run's. "" for a new run, which refuses a run folder that holds
+// checkpoints.
+template <class T>
+std::string resume_point(TrainingRun<T>& run, bool resume) {
+  const auto& config = run.config;
+  const auto& tc = config.train;
+  // A new run never overwrites one that is already saved.
+  require<ConfigError>(resume || !io::latest_checkpoint(config.run_dir).has_value(),
+                       "train: run.dir '", config.run_dir,
+                       "' already holds checkpoints; continue it with --resume or choose another "
+                       "run.dir");
+  if (!resume) return "";
+  const auto latest = io::latest_checkpoint(config.run_dir);
+  require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
+                   "/checkpoints'; start the run without --resume");
+  const auto meta = io::read_checkpoint_meta(*latest);  // checksummed
+  const auto stored = config::parse_run_config(meta.config, *latest);
+  check_resume_point(*latest, meta, stored);
+  const auto difference = config::first_difference(stored, config, kResumableKeys);
+  require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
+                       difference, "); resume with the run's config or start a new run");
+  require<ConfigError>(meta.step <= tc.steps, "train --resume: ", *latest, " is at step ",
+                       meta.step, " but train.steps is ", tc.steps, "; set train.steps above ",
+                       meta.step, " to train further");
+  run.summary.first_step = meta.step;
+  run.data_position = meta.data_position;
+  run.skipped = meta.skipped_batches;
+  return *latest;
+}
+
+// Everything before the first step: the checks of the config (the same on
+// every process), the memory and the data; the run folder (its lock, config.toml,
+// the metrics log); with --resume, the checks of the newest checkpoint and its
+// weights, moments and data position; the workload, the optimizer, the
+// schedule, the gradient sums, the memory tracker and the signal handlers;
+// the run's first line.
+template <class T>
+std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
+                                               const TrainOptions& options) {
+  auto owned = std::make_unique<TrainingRun<T>>(config, options);
+  TrainingRun<T>& run = *owned;
+  const auto& tc = config.train;
+  const Communicator& comm = run.comm;
+  const int ranks = run.ranks;
+  const bool leader = run.leader;
+  std::ostream& out = run.out;
+  TrainSummary& summary = run.summary;
   require<ConfigError>(tc.batch % ranks == 0, "train: train.batch is ", tc.batch,
                        " but the run has ", ranks,
                        " processes; train.batch (the sequences of a micro-batch over all "
                        "processes) must be a multiple of the processes, e.g. ",
                        (tc.batch / ranks + 1) * ranks);
-  if (ranks > 1) {
-    // Every process must run the same config (a different data.path or
-    // model on one rank would average unrelated gradients).
-    const std::string mine = config::to_toml(config);
-    const std::string lead = comm.broadcast(mine);
-    std::vector<double> differs(std::size_t(ranks), 0.0);
-    differs[std::size_t(comm.rank())] = mine == lead ? 0.0 : 1.0;
-    comm.sum(differs, "the config check", tc.allreduce_timeout);
-    const auto first = std::find(differs.begin(), differs.end(), 1.0);
-    if (first != differs.end()) {
-      const int other = int(first - differs.begin());
-      const std::string theirs = comm.broadcast(mine, other);
-      throw ConfigError(detail::concat(
-          "train: the processes' configs differ (",
-          config::first_difference(
-              config::parse_run_config(lead, "rank 0"),
-              config::parse_run_config(theirs, "rank " + std::to_string(other)), {}, "on rank 0",
-              "on rank " + std::to_string(other)),
-          "; ", std::count(differs.begin(), differs.end(), 1.0), " of ", ranks,
-          " processes differ from rank 0); start every process with the same config and "
-          "overrides"));
-    }
-  }
+  if (ranks > 1) require_same_config(config, comm);
   require_memory_fits(config, tc.batch / ranks, true, "train");
   check_run_data(config);
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
-  std::optional<io::RunLock> lock;
   if (leader) {
     write_run_folder(config.run_dir, [&] {
       std::error_code error;
       fs::create_directories(config.run_dir, error);
       if (error)
         io::throw_write_error("train", "create the run folder", config.run_dir, error.value());
-      lock.emplace(config.run_dir, "train");
+      run.lock.emplace(config.run_dir, "train");
     });
     for (const auto& path : io::remove_stale_temporaries(config.run_dir))
       out << "removed " << path << " (left by a process that was killed while writing it)"
           << std::endl;
   }
 
-  TrainSummary summary;
-  std::uint64_t data_position = 0;
-  std::int64_t skipped = 0;  // batches skipped by the divergence guard
-  std::string resume_from;
-  // A new run never overwrites one that is already saved.
-  require<ConfigError>(options.resume || !io::latest_checkpoint(config.run_dir).has_value(),
-                       "train: run.dir '", config.run_dir,
-                       "' already holds checkpoints; continue it with --resume or choose another "
-                       "run.dir");
-  if (options.resume) {
-    const auto latest = io::latest_checkpoint(config.run_dir);
-    require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
-                     "/checkpoints'; start the run without --resume");
-    const auto meta = io::read_checkpoint_meta(*latest);  // checksummed
-    const auto stored = config::parse_run_config(meta.config, *latest);
-    check_resume_point(*latest, meta, stored);
-    const auto difference = config::first_difference(stored, config, kResumableKeys);
-    require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
-                         difference, "); resume with the run's config or start a new run");
-    require<ConfigError>(meta.step <= tc.steps, "train --resume: ", *latest, " is at step ",
-                         meta.step, " but train.steps is ", tc.steps, "; set train.steps above ",
-                         meta.step, " to train further");
-    resume_from = *latest;
-    summary.first_step = meta.step;
-    data_position = meta.data_position;
-    skipped = meta.skipped_batches;
-  }
+  const std::string resume_from = resume_point(run, options.resume);
 
-  const auto workload = make_workload<T>(config);
-  Workload<T>& w = *workload;
+  run.workload = make_workload<T>(config);
+  Workload<T>& w = *run.workload;
   w.shard(comm);
   w.init({tc.seed, stream_id(kInit)});
   AdamConfig adam_config = tc.adam;
   adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
-  Adam<T> adam(w.params, adam_config);
-  const auto schedule = LearningRateSchedule::from_name(to_string(tc.schedule), tc.learning_rate,
-                                                        std::max<std::int64_t>(1, tc.warmup_steps),
-                                                        config.model.d_model);
-  const std::string resolved = config::to_toml(config);
+  Adam<T>& adam = run.adam.emplace(w.params, adam_config);
+  run.schedule.emplace(LearningRateSchedule::from_name(to_string(tc.schedule), tc.learning_rate,
+                                                       std::max<std::int64_t>(1, tc.warmup_steps),
+                                                       config.model.d_model));
+  run.resolved = config::to_toml(config);
   if (!resume_from.empty()) {
     io::load_checkpoint<T>(resume_from, w.params, &adam);  // refuses non-finite values
-    w.load_state(resume_from, data_position);
+    w.load_state(resume_from, run.data_position);
     out << "resumed from " << resume_from << " at step " << summary.first_step << '\n';
     if (summary.first_step == tc.steps)
       out << "the run has already taken its train.steps = " << tc.steps
           << " steps; raise train.steps to train further\n";
   }
-  std::optional<MetricsLog> metrics;
   if (leader)
     write_run_folder(config.run_dir, [&] {
-      io::write_file_atomically(config.run_dir + "/config.toml", resolved, "train");
-      metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
-                      options.resume ? summary.first_step : -1);
+      io::write_file_atomically(config.run_dir + "/config.toml", run.resolved, "train");
+      run.metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
+                          options.resume ? summary.first_step : -1);
     });
   // The gradient sum over the processes: one bucket per layer, started by the
   // backward as soon as it has finished that layer (train.overlap_allreduce),
   // the rest when the backward returns.
-  const Buckets buckets =
+  run.buckets =
       gradient_buckets(w.layer_gradient_ranges(), Index(w.params.grads().extent(0)), w.layers());
-  GradientAllreduce<T> allreduce(comm, w.params.grads(), buckets.ranges);
-  double allreduce_seconds = 0;
-  auto& tracker = MemoryTracker::instance();
-  tracker.install();
-  SignalGuard signals(options.handle_signals);
+  GradientAllreduce<T>& allreduce =
+      run.allreduce.emplace(comm, w.params.grads(), run.buckets.ranges);
+  MemoryTracker::instance().install();
+  run.signals.emplace(options.handle_signals);
 
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
       << w.params.total_elements() << " parameters (" << model_family(config).summary(config)
@@ -352,209 +419,282 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
         << (allreduce.direct() ? "in place" : "staged through pinned host memory");
   out << '\n';
 
-  auto newest_checkpoint = [&]() -> std::string {
-    const auto latest = io::latest_checkpoint(config.run_dir);
-    return latest ? *latest : std::string("none (no checkpoint was saved yet)");
-  };
-  auto checkpoint = [&](std::int64_t step) {
-    // Never a non-finite checkpoint: it would be the newest and prune finite ones.
-    const std::int64_t bad = count_nonfinite<T>(w.params.values()) +
-                             count_nonfinite<T>(adam.first_moments()) +
-                             count_nonfinite<T>(adam.second_moments());
-    require<DivergenceError>(bad == 0, "train: after step ", step, " ", bad,
-                             " parameters or Adam moments are not finite, so no checkpoint was "
-                             "saved; the newest checkpoint is ",
-                             newest_checkpoint(),
-                             ". Start a new run with a lower "
-                             "train.learning_rate (",
-                             tc.learning_rate, ") or with train.clip_norm set");
-    io::CheckpointMeta meta;
-    meta.step = step;
-    meta.data_position = data_position;
-    meta.seed = tc.seed;
-    meta.skipped_batches = skipped;
-    meta.config = resolved;
-    const auto path = io::checkpoint_file(config.run_dir, step);
-    summary.checkpoint = path;
-    ParameterSet<T> state;  // the workload's memories, if it keeps any (every
-    w.save_state(state);    // process takes part: they are gathered onto process 0)
-    if (!leader) return;    // the replicas are the same: process 0 writes
-    write_run_folder(config.run_dir, [&] {
-      io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
-    });
-    io::prune_checkpoints(config.run_dir, int(tc.keep_checkpoints));
-  };
-  auto evaluate = [&](std::int64_t step) {
-    const auto start = Clock::now();
-    summary.last_eval = evaluate_workload(w, data::Split::Valid, tc.eval_batches, tc.batch, tc.seed,
-                                          comm, tc.allreduce_timeout);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const auto& e = summary.last_eval;
-    out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
-        << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5)
-        << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
-        << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
-    if (metrics)
-      write_run_folder(config.run_dir, [&] {
-        metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
-                      number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds), "",
-                      "", "", ""});
-      });
-    // With exact matches (the encoder-decoder), the target is on whole sequences.
-    const double score = e.exact_match >= 0 ? e.exact_match : e.accuracy;
-    return tc.target_accuracy > 0 && score >= tc.target_accuracy;
-  };
+  run.loop_start = Clock::now();
+  run.window_start = run.loop_start;
+  run.step = summary.first_step;
+  return owned;
+}
 
-  const auto loop_start = Clock::now();
-  auto window_start = loop_start;
-  std::int64_t window_tokens = 0;
-  double window_loss = 0, window_accuracy = 0;
-  std::int64_t window_steps = 0;
-  std::int64_t step = summary.first_step;
-  while (step < tc.steps) {
-    tracker.clear_phases();
-    w.params.zero_grad();
-    double step_loss = 0;
-    std::int64_t step_tokens = 0, step_correct = 0;
-    // Several micro-batches make one step whose loss is the mean over all of
-    // their counted tokens: micro-batch i's gradients are weighted by its share
-    // n_i / N of them (padding and ignored targets do not count).
-    // Over several processes the shares are of all processes' tokens, so
-    // that the summed gradients are those of one process with every row.
-    std::vector<double> share(std::size_t(tc.accumulate), 1.0);
-    bool stop_everywhere = false;
-    if (tc.accumulate > 1 || ranks > 1) {
-      std::vector<double> total = {0.0};
-      for (std::int64_t micro = 0; micro < tc.accumulate; ++micro)
-        total[0] += double(share[std::size_t(micro)] = double(
-                               w.target_tokens(data_position + std::uint64_t(micro), tc.batch)));
-      comm.sum(total, "the token count", tc.allreduce_timeout);
-      for (auto& s : share) s = total[0] > 0 ? s / total[0] : 1.0 / double(tc.accumulate * ranks);
-    }
-    for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
-      const double weight = share[std::size_t(micro)];
-      // The last micro-batch ends the accumulation: its backward starts the
-      // sums of the layers it finishes.
-      if (ranks > 1 && tc.overlap_allreduce && micro + 1 == tc.accumulate)
-        w.after_layer = [&](Index layer) {
-          const auto bucket = buckets.layer_bucket[std::size_t(layer)];
-          if (bucket >= 0) allreduce.start(std::size_t(bucket));
-          allreduce.progress();
-        };
-      const auto r = w.forward_backward(
-          data_position++, tc.batch,
-          {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true, weight});
-      w.after_layer = nullptr;
-      step_loss += r.tokens > 0 ? weight * r.loss : 0.0;
-      step_tokens += r.tokens;
-      step_correct += r.correct;
-    }
-    if (ranks > 1) {
-      allreduce_seconds += allreduce.finish(tc.allreduce_timeout);
-      std::vector<double> sums = {step_loss, double(step_tokens), double(step_correct),
-                                  double(stop_requested.load())};
-      comm.sum(sums, "the step's loss", tc.allreduce_timeout);
-      step_loss = sums[0];
-      step_tokens = std::int64_t(sums[1]);
-      step_correct = std::int64_t(sums[2]);
-      stop_everywhere = sums[3] > 0;
-    }
-    double grad_norm = 0;
-    {
-      ScopedMemoryPhase phase("optimizer");
-      if (std::isfinite(step_loss)) grad_norm = global_grad_norm(w.params);
-      // The divergence guard: a non-finite loss or gradient norm never reaches
-      // the optimizer. The batch is skipped (up to train.skip_nonfinite times)
-      // or the run stops, with the parameters as they were.
-      if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
-        const std::string what = !std::isfinite(step_loss)
-                                     ? "the loss is " + number(step_loss)
-                                     : "the gradient norm is " + number(grad_norm);
-        if (skipped < tc.skip_nonfinite) {
-          ++skipped;
-          out << "step " << step + 1 << ": " << what
-              << "; skipped the batch, the parameters unchanged (" << skipped
-              << " of train.skip_nonfinite = " << tc.skip_nonfinite << ")\n";
-          continue;
-        }
-        throw DivergenceError(detail::concat(
-            "train: step ", step + 1, " diverged: ", what,
-            "; the parameters were not updated and no checkpoint was saved. The newest "
-            "checkpoint is ",
-            newest_checkpoint(), ". Start a new run with a lower train.learning_rate (",
-            tc.learning_rate, ") or with train.clip_norm set (", tc.clip_norm,
-            " now), or resume this one with train.skip_nonfinite = N (", tc.skip_nonfinite,
-            " now) to skip such batches"));
-      }
-      if (tc.clip_norm > 0) clip_grad_norm(w.params, tc.clip_norm, grad_norm);
-      adam.step(schedule(step + 1));
-    }
-    Kokkos::fence();
-    ++step;
-    summary.losses.push_back(step_loss);
-    window_tokens += tc.batch * tc.accumulate * w.sequence_tokens();
-    window_loss += step_loss;
-    window_accuracy += step_tokens > 0 ? double(step_correct) / double(step_tokens) : 0.0;
-    ++window_steps;
-    const bool last = step == tc.steps;
-    // Over several processes, the stop request as summed with the step's loss
-    // (a signal that reaches one process late must not split the run).
-    const bool stop = ranks > 1 ? stop_everywhere : stop_requested.load() != 0;
-    if ((tc.log_every > 0 && step % tc.log_every == 0) || last || stop) {
-      const auto now = Clock::now();
-      const double window = std::chrono::duration<double>(now - window_start).count();
-      const double elapsed = std::chrono::duration<double>(now - loop_start).count();
-      const double per_step = elapsed / double(step - summary.first_step);
-      const double rate = window > 0 ? double(window_tokens) / window : 0.0;
-      const double loss = window_loss / double(window_steps);
-      out << "step " << step << "/" << tc.steps << "  loss " << number(loss, 5) << "  acc "
-          << number(window_accuracy / double(window_steps), 4) << "  lr "
-          << number(schedule(step), 3) << "  " << long(rate) << " tok/s  elapsed "
-          << duration(elapsed) << "  eta " << duration(per_step * double(tc.steps - step)) << '\n';
-      out.flush();
-      auto row = std::vector<std::string>{std::to_string(step),
-                                          "train",
-                                          number(loss),
-                                          number(loss / std::log(2.0)),
-                                          number(window_accuracy / double(window_steps)),
-                                          std::to_string(window_tokens),
-                                          number(rate),
-                                          number(schedule(step)),
-                                          number(grad_norm),
-                                          number(elapsed)};
-      for (const auto& peak : phase_peaks()) row.push_back(peak);
-      if (metrics) write_run_folder(config.run_dir, [&] { metrics->row(row); });
-      window_start = now;
-      window_tokens = window_steps = 0;
-      window_loss = window_accuracy = 0;
-    }
-    const bool eval_now = (tc.eval_every > 0 && step % tc.eval_every == 0) || last;
-    if (eval_now && evaluate(step)) {
-      summary.reached_target = true;
-      out << "reached target accuracy " << tc.target_accuracy << " at step " << step << '\n';
-    }
-    if (stop || summary.reached_target || last ||
-        (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0))
-      checkpoint(step);
-    if (stop) {
-      summary.interrupted = true;
-      out << "interrupted: stopped after step " << step << ", checkpoint " << summary.checkpoint
-          << "; continue with --resume\n";
-      break;
-    }
-    if (summary.reached_target) break;
+// What a step the optimizer took leaves to its report.
+struct StepResult {
+  double loss = 0;  // the mean over the step's counted tokens (of every process)
+  std::int64_t tokens = 0, correct = 0;
+  double grad_norm = 0;
+  bool stop_everywhere = false;  // over several processes: the stop request, summed
+};
+
+// One step: the train.accumulate micro-batches, each weighted by its share of
+// the step's tokens; the gradient sums over the processes; the divergence
+// guard; clipping and the optimizer's update. Empty when the guard skipped the
+// batch (the data moved on, the step was not taken).
+template <class T>
+std::optional<StepResult> train_step(TrainingRun<T>& run) {
+  const auto& tc = run.tc;
+  const Communicator& comm = run.comm;
+  const int ranks = run.ranks;
+  Workload<T>& w = *run.workload;
+  const std::int64_t step = run.step;
+  MemoryTracker::instance().clear_phases();
+  w.params.zero_grad();
+  double step_loss = 0;
+  std::int64_t step_tokens = 0, step_correct = 0;
+  // Several micro-batches make one step whose loss is the mean over all of
+  // their counted tokens: micro-batch i's gradients are weighted by its share
+  // n_i / N of them (padding and ignored targets do not count).
+  // Over several processes the shares are of all processes' tokens, so
+  // that the summed gradients are those of one process with every row.
+  std::vector<double> share(std::size_t(tc.accumulate), 1.0);
+  bool stop_everywhere = false;
+  if (tc.accumulate > 1 || ranks > 1) {
+    std::vector<double> total = {0.0};
+    for (std::int64_t micro = 0; micro < tc.accumulate; ++micro)
+      total[0] += double(share[std::size_t(micro)] = double(
+                             w.target_tokens(run.data_position + std::uint64_t(micro), tc.batch)));
+    comm.sum(total, "the token count", tc.allreduce_timeout);
+    for (auto& s : share) s = total[0] > 0 ? s / total[0] : 1.0 / double(tc.accumulate * ranks);
   }
+  for (std::int64_t micro = 0; micro < tc.accumulate; ++micro) {
+    const double weight = share[std::size_t(micro)];
+    // The last micro-batch ends the accumulation: its backward starts the
+    // sums of the layers it finishes.
+    if (ranks > 1 && tc.overlap_allreduce && micro + 1 == tc.accumulate)
+      w.after_layer = [&buckets = run.buckets, &allreduce = *run.allreduce](Index layer) {
+        const auto bucket = buckets.layer_bucket[std::size_t(layer)];
+        if (bucket >= 0) allreduce.start(std::size_t(bucket));
+        allreduce.progress();
+      };
+    const auto r = w.forward_backward(
+        run.data_position++, tc.batch,
+        {{tc.seed, stream_id(kStep, std::uint64_t(step), std::uint64_t(micro))}, true, weight});
+    w.after_layer = nullptr;
+    step_loss += r.tokens > 0 ? weight * r.loss : 0.0;
+    step_tokens += r.tokens;
+    step_correct += r.correct;
+  }
+  if (ranks > 1) {
+    run.allreduce_seconds += run.allreduce->finish(tc.allreduce_timeout);
+    std::vector<double> sums = {step_loss, double(step_tokens), double(step_correct),
+                                double(stop_requested.load())};
+    comm.sum(sums, "the step's loss", tc.allreduce_timeout);
+    step_loss = sums[0];
+    step_tokens = std::int64_t(sums[1]);
+    step_correct = std::int64_t(sums[2]);
+    stop_everywhere = sums[3] > 0;
+  }
+  double grad_norm = 0;
+  {
+    ScopedMemoryPhase phase("optimizer");
+    if (std::isfinite(step_loss)) grad_norm = global_grad_norm(w.params);
+    // The divergence guard: a non-finite loss or gradient norm never reaches
+    // the optimizer. The batch is skipped (up to train.skip_nonfinite times)
+    // or the run stops, with the parameters as they were.
+    if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
+      const std::string what = !std::isfinite(step_loss)
+                                   ? "the loss is " + number(step_loss)
+                                   : "the gradient norm is " + number(grad_norm);
+      if (run.skipped < tc.skip_nonfinite) {
+        ++run.skipped;
+        run.out << "step " << step + 1 << ": " << what
+                << "; skipped the batch, the parameters unchanged (" << run.skipped
+                << " of train.skip_nonfinite = " << tc.skip_nonfinite << ")\n";
+        return std::nullopt;
+      }
+      throw DivergenceError(detail::concat(
+          "train: step ", step + 1, " diverged: ", what,
+          "; the parameters were not updated and no checkpoint was saved. The newest "
+          "checkpoint is ",
+          newest_checkpoint(run.config.run_dir),
+          ". Start a new run with a lower train.learning_rate (", tc.learning_rate,
+          ") or with train.clip_norm set (", tc.clip_norm,
+          " now), or resume this one with train.skip_nonfinite = N (", tc.skip_nonfinite,
+          " now) to skip such batches"));
+    }
+    if (tc.clip_norm > 0) clip_grad_norm(w.params, tc.clip_norm, grad_norm);
+    run.adam->step((*run.schedule)(step + 1));
+  }
+  Kokkos::fence();
+  ++run.step;
+  run.summary.losses.push_back(step_loss);
+  return StepResult{step_loss, step_tokens, step_correct, grad_norm, stop_everywhere};
+}
+
+// Adds a step the optimizer took to the window of the log line and, when a
+// line is due (train.log_every, the last step or a stop), prints it and writes
+// its metrics row. Returns whether the run stops after this step.
+template <class T>
+bool report_step(TrainingRun<T>& run, const StepResult& result) {
+  const auto& tc = run.tc;
+  const auto& schedule = *run.schedule;
+  const std::int64_t step = run.step;
+  std::ostream& out = run.out;
+  run.window_tokens += tc.batch * tc.accumulate * run.workload->sequence_tokens();
+  run.window_loss += result.loss;
+  run.window_accuracy += result.tokens > 0 ? double(result.correct) / double(result.tokens) : 0.0;
+  ++run.window_steps;
+  const bool last = step == tc.steps;
+  // Over several processes, the stop request as summed with the step's loss
+  // (a signal that reaches one process late must not split the run).
+  const bool stop = run.ranks > 1 ? result.stop_everywhere : stop_requested.load() != 0;
+  if ((tc.log_every > 0 && step % tc.log_every == 0) || last || stop) {
+    const auto now = Clock::now();
+    const double window = std::chrono::duration<double>(now - run.window_start).count();
+    const double elapsed = std::chrono::duration<double>(now - run.loop_start).count();
+    const double per_step = elapsed / double(step - run.summary.first_step);
+    const double rate = window > 0 ? double(run.window_tokens) / window : 0.0;
+    const double loss = run.window_loss / double(run.window_steps);
+    out << "step " << step << "/" << tc.steps << "  loss " << number(loss, 5) << "  acc "
+        << number(run.window_accuracy / double(run.window_steps), 4) << "  lr "
+        << number(schedule(step), 3) << "  " << long(rate) << " tok/s  elapsed "
+        << duration(elapsed) << "  eta " << duration(per_step * double(tc.steps - step)) << '\n';
+    out.flush();
+    auto row = std::vector<std::string>{std::to_string(step),
+                                        "train",
+                                        number(loss),
+                                        number(loss / std::log(2.0)),
+                                        number(run.window_accuracy / double(run.window_steps)),
+                                        std::to_string(run.window_tokens),
+                                        number(rate),
+                                        number(schedule(step)),
+                                        number(result.grad_norm),
+                                        number(elapsed)};
+    for (const auto& peak : phase_peaks()) row.push_back(peak);
+    if (run.metrics) write_run_folder(run.config.run_dir, [&] { run.metrics->row(row); });
+    run.window_start = now;
+    run.window_tokens = run.window_steps = 0;
+    run.window_loss = run.window_accuracy = 0;
+  }
+  return stop;
+}
+
+// The evaluation on the validation split after `step`: its line and metrics
+// row. Returns whether it reached train.target_accuracy.
+template <class T>
+bool evaluate_run(TrainingRun<T>& run, std::int64_t step) {
+  const auto& tc = run.tc;
+  const auto start = Clock::now();
+  run.summary.last_eval = evaluate_workload(*run.workload, data::Split::Valid, tc.eval_batches,
+                                            tc.batch, tc.seed, run.comm, tc.allreduce_timeout);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const auto& e = run.summary.last_eval;
+  run.out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
+          << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5)
+          << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
+          << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
+  if (run.metrics)
+    write_run_folder(run.config.run_dir, [&] {
+      run.metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
+                        number(e.accuracy), std::to_string(e.tokens), "", "", "", number(seconds),
+                        "", "", "", ""});
+    });
+  // With exact matches (the encoder-decoder), the target is on whole sequences.
+  const double score = e.exact_match >= 0 ? e.exact_match : e.accuracy;
+  return tc.target_accuracy > 0 && score >= tc.target_accuracy;
+}
+
+// The checkpoint of `step`: every process takes part (the workload's memories
+// are gathered), process 0 writes it and prunes the old ones.
+template <class T>
+void write_checkpoint(TrainingRun<T>& run, std::int64_t step) {
+  const auto& tc = run.tc;
+  Workload<T>& w = *run.workload;
+  Adam<T>& adam = *run.adam;
+  // Never a non-finite checkpoint: it would be the newest and prune finite ones.
+  const std::int64_t bad = count_nonfinite<T>(w.params.values()) +
+                           count_nonfinite<T>(adam.first_moments()) +
+                           count_nonfinite<T>(adam.second_moments());
+  require<DivergenceError>(bad == 0, "train: after step ", step, " ", bad,
+                           " parameters or Adam moments are not finite, so no checkpoint was "
+                           "saved; the newest checkpoint is ",
+                           newest_checkpoint(run.config.run_dir),
+                           ". Start a new run with a lower "
+                           "train.learning_rate (",
+                           tc.learning_rate, ") or with train.clip_norm set");
+  io::CheckpointMeta meta;
+  meta.step = step;
+  meta.data_position = run.data_position;
+  meta.seed = tc.seed;
+  meta.skipped_batches = run.skipped;
+  meta.config = run.resolved;
+  const auto path = io::checkpoint_file(run.config.run_dir, step);
+  run.summary.checkpoint = path;
+  ParameterSet<T> state;    // the workload's memories, if it keeps any (every
+  w.save_state(state);      // process takes part: they are gathered onto process 0)
+  if (!run.leader) return;  // the replicas are the same: process 0 writes
+  write_run_folder(run.config.run_dir, [&] {
+    io::save_checkpoint<T>(path, w.params, &adam, meta, state.size() > 0 ? &state : nullptr);
+  });
+  io::prune_checkpoints(run.config.run_dir, int(tc.keep_checkpoints));
+}
+
+// After a step the optimizer took: the evaluation (every train.eval_every
+// steps and after the last) and the checkpoint (every train.checkpoint_every
+// steps, after the last, on reaching the target and on a stop). Returns
+// whether the loop ends here: stopped, or at train.target_accuracy.
+template <class T>
+bool evaluate_and_checkpoint(TrainingRun<T>& run, bool stop) {
+  const auto& tc = run.tc;
+  const std::int64_t step = run.step;
+  TrainSummary& summary = run.summary;
+  const bool last = step == tc.steps;
+  const bool eval_now = (tc.eval_every > 0 && step % tc.eval_every == 0) || last;
+  if (eval_now && evaluate_run(run, step)) {
+    summary.reached_target = true;
+    run.out << "reached target accuracy " << tc.target_accuracy << " at step " << step << '\n';
+  }
+  if (stop || summary.reached_target || last ||
+      (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0))
+    write_checkpoint(run, step);
+  if (stop) {
+    summary.interrupted = true;
+    run.out << "interrupted: stopped after step " << step << ", checkpoint " << summary.checkpoint
+            << "; continue with --resume\n";
+    return true;
+  }
+  return summary.reached_target;
+}
+
+// The summary of the call and its last lines: the wait for the gradient sums
+// (several processes) and the newest checkpoint.
+template <class T>
+TrainSummary finish_training(TrainingRun<T>& run) {
+  TrainSummary& summary = run.summary;
+  std::ostream& out = run.out;
+  const std::int64_t step = run.step;
   summary.steps = step;
-  summary.seconds = std::chrono::duration<double>(Clock::now() - loop_start).count();
-  summary.processes = ranks;
-  summary.allreduce_seconds = allreduce_seconds;
-  if (ranks > 1 && step > summary.first_step)
+  summary.seconds = std::chrono::duration<double>(Clock::now() - run.loop_start).count();
+  summary.processes = run.ranks;
+  summary.allreduce_seconds = run.allreduce_seconds;
+  if (run.ranks > 1 && step > summary.first_step)
     out << "gradient allreduce: "
-        << number(1e3 * allreduce_seconds / double(step - summary.first_step), 4)
-        << " ms per step waited after the backward (" << ranks << " processes, overlap "
-        << (tc.overlap_allreduce ? "on" : "off") << ")\n";
+        << number(1e3 * run.allreduce_seconds / double(step - summary.first_step), 4)
+        << " ms per step waited after the backward (" << run.ranks << " processes, overlap "
+        << (run.tc.overlap_allreduce ? "on" : "off") << ")\n";
   if (!summary.checkpoint.empty()) out << "checkpoint " << summary.checkpoint << '\n';
   return summary;
+}
+
+// One call of train: the setup, then steps until train.steps (or a stop, or the
+// target), each followed by its report, evaluation and checkpoint.
+template <class T>
+TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& options) {
+  const auto run = setup_training<T>(config, options);
+  while (run->step < config.train.steps) {
+    const auto result = train_step(*run);
+    if (!result) continue;  // the divergence guard skipped the batch
+    const bool stop = report_step(*run, *result);
+    if (evaluate_and_checkpoint(*run, stop)) break;
+  }
+  return finish_training(*run);
 }
 
 struct Loaded {
