@@ -2,23 +2,11 @@
 
 #include "reformer/core/initializers.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "reformer/ops/linear.hpp"
 
 #include <algorithm>
 
 namespace reformer::layers {
-namespace {
-
-// logits(r, v) += bias(v). (A free function: nvcc takes no device lambda in
-// a private member function.)
-template <class T>
-void add_vocabulary_bias(View2<T> logits, In1<param_t<T>> bias) {
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  Kokkos::parallel_for(
-      "vocabulary_head_bias", Policy2({0, 0}, {Index(logits.extent(0)), Index(logits.extent(1))}),
-      KOKKOS_LAMBDA(Index r, Index v) { logits(r, v) = store<T>(load(logits(r, v)) + bias(v)); });
-}
-
-}  // namespace
 
 template <class T>
 VocabularyHead<T>::VocabularyHead(const std::string& prefix, const VocabularyHeadConfig& config,
@@ -38,7 +26,7 @@ template <class T>
 void VocabularyHead<T>::logits(In2<T> hidden, View2<T> logits) const {
   ops::matmul<T>(hidden, ops::Trans::No, weight_->matrix(),
                  tied_ ? ops::Trans::Yes : ops::Trans::No, logits);
-  add_vocabulary_bias<T>(logits, bias_->value);
+  ops::add_bias<T>(logits, bias_->value);
 }
 
 template <class T>

@@ -10,7 +10,7 @@ namespace reformer::ops {
 
 template <class T>
 void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View2<T> y) {
-  const Index n = x.extent(0), out = weight.extent(1);
+  const Index out = weight.extent(1);
   if (bias.extent(0) > 0) require_extent("linear_forward", "bias", bias, 0, out);
   if constexpr (is_reduced_precision<T>) {
     // The bias is added in float32 before the one rounding of y.
@@ -18,12 +18,17 @@ void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View
     return;
   } else {
     matmul<T>(x, Trans::No, weight, Trans::No, y);
-    if (bias.extent(0) == 0) return;
-    using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-    Kokkos::parallel_for(
-        "linear_bias", Policy({0, 0}, {n, out}),
-        KOKKOS_LAMBDA(Index i, Index j) { y(i, j) += bias(j); });
+    if (bias.extent(0) > 0) add_bias<T>(y, bias);
   }
+}
+
+template <class T>
+void add_bias(View2<T> y, In1<param_t<T>> bias) {
+  require_extent("add_bias", "bias", bias, 0, y.extent(1));
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  Kokkos::parallel_for(
+      "linear_bias", Policy({0, 0}, {Index(y.extent(0)), Index(y.extent(1))}),
+      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = store<T>(load(y(i, j)) + bias(j)); });
 }
 
 namespace {
@@ -151,6 +156,7 @@ void linear_backward(In2<T> x, In2<param_t<T>> weight, In2<T> dy, View2<T> dx,
 
 #define REFORMER_INSTANTIATE(T)                                                                    \
   template void linear_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, View2<T>);             \
+  template void add_bias<T>(View2<T>, In1<param_t<T>>);                                            \
   template void linear_activation_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, Activation, \
                                              View2<T>, View2<T>);                                  \
   template void linear_residual_forward<T>(In2<T>, In2<param_t<T>>, In1<param_t<T>>, compute_t<T>, \

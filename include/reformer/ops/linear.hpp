@@ -14,6 +14,11 @@ namespace reformer::ops {
 template <class T>
 void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View2<T> y);
 
+// y(i, j) += b(j) on every row i (the bias of a product computed elsewhere,
+// e.g. with a transposed weight).
+template <class T>
+void add_bias(View2<T> y, In1<param_t<T>> bias);
+
 // y = f(x W + b), and pre = x W + b when pre is not y (a backward's recompute
 // keeps it): the product, then one kernel for the bias and the activation
 // (the same arithmetic as linear_forward and activation_forward, one launch
