@@ -5,6 +5,7 @@
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/runtime.hpp"
 #include "reformer/core/shape.hpp"
+#include "reformer/core/team_scratch.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 
@@ -89,6 +90,26 @@ struct BatchedMatmulKernel {
            Scratch::shmem_size(kTileM, kTileN);
   }
 
+  // acc[kMicroRows][kMicroCols] += pa[kMicroRows][depth] pb[depth][kMicroCols], all
+  // three in the team's scratch (row strides lda, ldb, ldc).
+  REFORMER_SCRATCH_TILE_LOOP KOKKOS_INLINE_FUNCTION static void micro_tile(const T* pa, Index lda,
+                                                                           const T* pb, Index ldb,
+                                                                           T* acc, Index ldc,
+                                                                           Index depth) {
+    T sum[kMicroRows][kMicroCols];
+    for (Index r = 0; r < kMicroRows; ++r)
+      for (Index col = 0; col < kMicroCols; ++col) sum[r][col] = acc[r * ldc + col];
+    for (Index p = 0; p < depth; ++p) {
+      const T* b_row = pb + p * ldb;
+      for (Index r = 0; r < kMicroRows; ++r) {
+        const T av = pa[r * lda + p];
+        for (Index col = 0; col < kMicroCols; ++col) sum[r][col] += av * b_row[col];
+      }
+    }
+    for (Index r = 0; r < kMicroRows; ++r)
+      for (Index col = 0; col < kMicroCols; ++col) acc[r * ldc + col] = sum[r][col];
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Index tile = team.league_rank();
     const Index bi = tile / (tiles_m * tiles_n);
@@ -152,18 +173,8 @@ struct BatchedMatmulKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kMicroTiles), [&](Index t) {
         const Index r0 = t / (kTileN / kMicroCols) * kMicroRows;
         const Index c0 = t % (kTileN / kMicroCols) * kMicroCols;
-        T sum[kMicroRows][kMicroCols];
-        for (Index r = 0; r < kMicroRows; ++r)
-          for (Index col = 0; col < kMicroCols; ++col) sum[r][col] = acc(r0 + r, c0 + col);
-        for (Index p = 0; p < depth; ++p) {
-          const T* b_row = &pb(p, c0);
-          for (Index r = 0; r < kMicroRows; ++r) {
-            const T av = pa(r0 + r, p);
-            for (Index col = 0; col < kMicroCols; ++col) sum[r][col] += av * b_row[col];
-          }
-        }
-        for (Index r = 0; r < kMicroRows; ++r)
-          for (Index col = 0; col < kMicroCols; ++col) acc(r0 + r, c0 + col) = sum[r][col];
+        micro_tile(&pa(r0, 0), pa.stride(0), &pb(0, c0), pb.stride(0), &acc(r0, c0), acc.stride(0),
+                   depth);
       });
     }
     team.team_barrier();
