@@ -5,6 +5,7 @@
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "reformer/ops/linear.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -143,11 +144,7 @@ void chunk_logits(const In2<T>& h, const In2<param_t<T>>& weight, bool tied,
     mixed_matmul<T, param_t<T>, compute_t<T>>(h, Trans::No, weight, trans_w, z, 1.0f, 0.0f, bias);
   } else {
     matmul<T>(h, Trans::No, weight, trans_w, z);
-    if (bias.extent(0) == 0) return;
-    using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-    Kokkos::parallel_for(
-        "cross_entropy_bias", Policy({0, 0}, {Index(z.extent(0)), Index(z.extent(1))}),
-        KOKKOS_LAMBDA(Index i, Index c) { z(i, c) += bias(c); });
+    if (bias.extent(0) > 0) add_bias<T>(z, bias);
   }
 }
 
