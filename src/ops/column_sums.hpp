@@ -129,4 +129,50 @@ void add_column_sums(const char* label, Index n, View1<T> out, const Value& valu
       });
 }
 
+// Sums finished inside one launch. Each block of rows (a team, or one
+// iteration of a range) writes its partial sums to its own row of `blocks`
+// [n_blocks, stride]; the block that arrives last (an atomic counter) adds the
+// rows up in block order into the output. So a reduction over rows costs one
+// launch instead of two, and the result still does not depend on which block
+// finished last or on the thread count: the order of every sum is fixed by n.
+// The rows are padded to 128 bytes, so a block's row shares no cache line with
+// another's (a GPU's L1 is not coherent within a launch; the last block reads
+// lines no one on its multiprocessor has touched). The counter is one word
+// that the last block sets back to 0; launches on the default execution space
+// run one after another, so they can share it (as they share the buffer).
+template <class T>
+struct BlockSums {
+  View2<T> blocks;  // [n_blocks, stride >= width]
+  Kokkos::View<unsigned*, Layout, MemSpace> counter;
+  Index n_blocks = 0;
+};
+
+template <class T>
+BlockSums<T> block_sums(Index n_blocks, Index width) {
+  static Kokkos::View<unsigned*, Layout, MemSpace>* counter = nullptr;
+  if (counter == nullptr) {
+    counter = new Kokkos::View<unsigned*, Layout, MemSpace>("block_sums_counter", 1);
+    Kokkos::push_finalize_hook([] { *counter = Kokkos::View<unsigned*, Layout, MemSpace>(); });
+  }
+  constexpr Index line = Index(128 / sizeof(T)) > 0 ? Index(128 / sizeof(T)) : 1;
+  const Index stride = (width + line - 1) / line * line;
+  const auto flat = column_sum_blocks<T>(n_blocks, stride);
+  return {flat, *counter, n_blocks};
+}
+
+// Called once per block after its partial sums are written (and, in a team,
+// after every thread's Kokkos::memory_fence() and a barrier): true for the
+// block that arrives last, which may then read every block's row.
+template <class T>
+KOKKOS_INLINE_FUNCTION bool arrives_last(const BlockSums<T>& sums) {
+  Kokkos::memory_fence();
+  const unsigned before = Kokkos::atomic_fetch_add(&sums.counter(0), 1u);
+  const bool last = Index(before) + 1 == sums.n_blocks;
+  if (last) {
+    sums.counter(0) = 0;
+    Kokkos::memory_fence();
+  }
+  return last;
+}
+
 }  // namespace reformer::ops::detail

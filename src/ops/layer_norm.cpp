@@ -21,6 +21,25 @@ TeamPolicy row_lane_policy(Index n) {
                      : TeamPolicy(league, kRowsPerTeam, GpuTarget::row_lanes);
 }
 
+// The backward pass's blocks of rows (both row kernels, every backend: the
+// order of the parameter sums depends on n only), and the rows of a block that
+// the lanes kernel takes at a time.
+constexpr Index kBackwardBlockRows = 64;
+constexpr Index kGroupRows = 4 * kRowsPerTeam;
+
+// f(j) for j < width, spread over a team's threads and their lanes (a warp
+// takes `lanes` adjacent features).
+template <class F>
+KOKKOS_INLINE_FUNCTION void for_each_feature(const TeamMember& team, Index width, Index lanes,
+                                             const F& f) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (width + lanes - 1) / lanes), [&](Index c) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, lanes), [&](Index v) {
+      const Index j = c * lanes + v;
+      if (j < width) f(j);
+    });
+  });
+}
+
 template <class P>
 void check_parameters(const char* op, Index d, const In1<P>& gamma, const In1<P>& beta) {
   require_extent(op, "gamma", gamma, 0, d);
@@ -105,43 +124,84 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   require_same_shape(op, "x", x, "dx", dx);
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
+  if (n == 0) return;
+  // One launch: the rows go in blocks of kBackwardBlockRows; each block writes
+  // its part of dgamma and dbeta to its own row of a buffer, and the block that
+  // finishes last adds the rows in block order (detail::arrives_last).
+  const Index n_blocks = (n + kBackwardBlockRows - 1) / kBackwardBlockRows;
+  const auto sums = detail::block_sums<P>(n_blocks, 2 * d);
+  const auto blocks = sums.blocks;
   if (row_kernels() == RowKernels::threads) {
-    // One thread per row (see the forward pass). float and double: dx holds
-    // dy * gamma first. bf16: dx cannot hold it (a rounding), so the sums read
-    // dy and gamma again; each element of dy is read before the same element
-    // of dx is written (dx may be dy).
+    // A thread per block of rows, taking its rows in turn with loops that
+    // vectorise (see the forward pass). Each row's share of dgamma and dbeta is
+    // taken first, as dx may be dy. float and double: dx then holds dy * gamma.
+    // bf16: dx cannot hold it (a rounding), so the sums read dy and gamma again;
+    // each element of dy is read before the same element of dx is written.
     Kokkos::parallel_for(
-        "layer_norm_backward_input", range(n), KOKKOS_LAMBDA(Index i) {
-          const T* xi = &x(i, 0);
-          const T* dyi = &dy(i, 0);
-          const P* g = gamma.data();
-          T* dxi = &dx(i, 0);
-          const C mu = mean(i), r = rstd(i);
+        "layer_norm_backward", range(n_blocks), KOKKOS_LAMBDA(Index b) {
+          P* part_g = &blocks(b, 0);
+          P* part_b = part_g + d;
           // nvcc: a device lambda may not capture a variable first inside an
           // `if constexpr` branch, so the width is read here.
           const Index width = d;
-          if constexpr (is_reduced_precision<T>) {
-            const C mean_g = dot_values(dyi, g, width) / C(width);
-            const C mean_gx = r * (dot_values(dyi, g, xi, width) / C(width) - mu * mean_g);
-            for (Index j = 0; j < width; ++j)
-              dxi[j] =
-                  store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
-          } else {
-            for (Index j = 0; j < width; ++j) dxi[j] = dyi[j] * g[j];
-            const C mean_g = sum_values(dxi, width) / C(width);
-            const C mean_gx = r * (dot_values(dxi, xi, width) / C(width) - mu * mean_g);
-            for (Index j = 0; j < width; ++j)
-              dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
+          for (Index j = 0; j < width; ++j) part_g[j] = part_b[j] = P(0);
+          const Index end = (b + 1) * kBackwardBlockRows < n ? (b + 1) * kBackwardBlockRows : n;
+          for (Index i = b * kBackwardBlockRows; i < end; ++i) {
+            const T* xi = &x(i, 0);
+            const T* dyi = &dy(i, 0);
+            const P* g = gamma.data();
+            T* dxi = &dx(i, 0);
+            const C mu = mean(i), r = rstd(i);
+            for (Index j = 0; j < width; ++j) {
+              const C dyj = load(dyi[j]);
+              part_g[j] += dyj * ((load(xi[j]) - mu) * r);
+              part_b[j] += dyj;
+            }
+            if constexpr (is_reduced_precision<T>) {
+              const C mean_g = dot_values(dyi, g, width) / C(width);
+              const C mean_gx = r * (dot_values(dyi, g, xi, width) / C(width) - mu * mean_g);
+              for (Index j = 0; j < width; ++j)
+                dxi[j] =
+                    store<T>(r * (load(dyi[j]) * g[j] - mean_g - (load(xi[j]) - mu) * r * mean_gx));
+            } else {
+              for (Index j = 0; j < width; ++j) dxi[j] = dyi[j] * g[j];
+              const C mean_g = sum_values(dxi, width) / C(width);
+              const C mean_gx = r * (dot_values(dxi, xi, width) / C(width) - mu * mean_g);
+              for (Index j = 0; j < width; ++j)
+                dxi[j] = r * (dxi[j] - mean_g - (xi[j] - mu) * r * mean_gx);
+            }
+          }
+          if (!detail::arrives_last(sums)) return;
+          // The blocks' rows into row 0 in block order, then into the gradients.
+          for (Index c = 1; c < n_blocks; ++c)
+            for (Index j = 0; j < 2 * width; ++j) blocks(0, j) += blocks(c, j);
+          for (Index j = 0; j < width; ++j) {
+            dgamma(j) += blocks(0, j);
+            dbeta(j) += blocks(0, width + j);
           }
         });
-  } else {
-    // A row per group of lanes (see the forward pass); dx may be dy: each lane
-    // reads its elements of dy before it writes the same elements of dx.
-    Kokkos::parallel_for(
-        "layer_norm_backward_input", row_lane_policy(n), KOKKOS_LAMBDA(const TeamMember& team) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowsPerTeam), [&](Index r) {
-            const Index i = team.league_rank() * kRowsPerTeam + r;
-            if (i >= n) return;
+    return;
+  }
+  // A group of lanes per row for the row sums (see the forward pass), then the
+  // team's lanes across the features for dx and the parameter sums, kGroupRows
+  // rows at a time; dx may be dy: each lane reads its elements of dy before it
+  // writes the same elements of dx.
+  const Index lanes = kHostMemory ? 1 : GpuTarget::row_lanes;
+  TeamPolicy policy = kHostMemory ? TeamPolicy(n_blocks, 1, 1)
+                                  : TeamPolicy(n_blocks, kRowsPerTeam, GpuTarget::row_lanes);
+  policy.set_scratch_size(0, Kokkos::PerTeam(2 * kGroupRows * sizeof(C)));
+  Kokkos::parallel_for(
+      "layer_norm_backward", policy, KOKKOS_LAMBDA(const TeamMember& team) {
+        const Index b = team.league_rank();
+        const Index begin = b * kBackwardBlockRows;
+        const Index end = begin + kBackwardBlockRows < n ? begin + kBackwardBlockRows : n;
+        C* row_sums = static_cast<C*>(team.team_shmem().get_shmem(2 * kGroupRows * sizeof(C)));
+        for_each_feature(team, 2 * d, lanes, [&](Index j) { blocks(b, j) = P(0); });
+        for (Index g0 = begin; g0 < end; g0 += kGroupRows) {
+          const Index rows = g0 + kGroupRows < end ? kGroupRows : end - g0;
+          team.team_barrier();  // the previous group's row sums are read
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
+            const Index i = g0 + r;
             const C mu = mean(i), rs = rstd(i);
             C sum_g = 0, sum_gx = 0;
             Kokkos::parallel_reduce(
@@ -153,22 +213,45 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
                   acc += load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * rs;
                 },
                 sum_gx);
-            const C mean_g = sum_g / C(d), mean_gx = sum_gx / C(d);
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
-              const C xhat = (load(x(i, j)) - mu) * rs;
-              dx(i, j) = store<T>(rs * (load(dy(i, j)) * gamma(j) - mean_g - xhat * mean_gx));
+            Kokkos::single(Kokkos::PerThread(team), [&] {
+              row_sums[2 * r] = sum_g / C(d);
+              row_sums[2 * r + 1] = sum_gx / C(d);
             });
           });
+          team.team_barrier();
+          for_each_feature(team, d, lanes, [&](Index j) {
+            P part_g = 0, part_b = 0;
+            for (Index r = 0; r < rows; ++r) {
+              const Index i = g0 + r;
+              const C rs = rstd(i);
+              const C dyj = load(dy(i, j));
+              const C xhat = (load(x(i, j)) - mean(i)) * rs;
+              part_g += dyj * xhat;
+              part_b += dyj;
+              dx(i, j) =
+                  store<T>(rs * (dyj * gamma(j) - row_sums[2 * r] - xhat * row_sums[2 * r + 1]));
+            }
+            blocks(b, j) += part_g;
+            blocks(b, d + j) += part_b;
+          });
+        }
+        Kokkos::memory_fence();
+        team.team_barrier();
+        int last = 0;
+        Kokkos::single(
+            Kokkos::PerTeam(team), [&](int& is_last) { is_last = detail::arrives_last(sums); },
+            last);
+        if (!last) return;
+        for_each_feature(team, d, lanes, [&](Index j) {
+          P total_g = 0, total_b = 0;
+          for (Index c = 0; c < n_blocks; ++c) {
+            total_g += blocks(c, j);
+            total_b += blocks(c, d + j);
+          }
+          dgamma(j) += total_g;
+          dbeta(j) += total_b;
         });
-  }
-  // Parameter gradients: sums over all rows, split across the threads of a team.
-  detail::add_column_sums<P>(
-      "layer_norm_backward_dgamma", n, dgamma, KOKKOS_LAMBDA(Index i, Index j) {
-        return load(dy(i, j)) * (load(x(i, j)) - mean(i)) * rstd(i);
       });
-  detail::add_column_sums<P>(
-      "layer_norm_backward_dbeta", n, dbeta,
-      KOKKOS_LAMBDA(Index i, Index j) { return load(dy(i, j)); });
 }
 
 #define REFORMER_INSTANTIATE(T)                                                                \

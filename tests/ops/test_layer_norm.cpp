@@ -1,4 +1,5 @@
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
@@ -105,9 +106,70 @@ double parameter_gradient_error(Index n, Index d) {
 }
 
 TEST(LayerNorm, ParameterGradientsOverManyRowsMatchHostSums) {
-  EXPECT_LT(parameter_gradient_error<double>(3000, 45), 1e-13);
-  EXPECT_LT(parameter_gradient_error<float>(3000, 45), 1e-5);
-  EXPECT_LT(parameter_gradient_error<double>(1, 3), 1e-14);
+  for (const RowKernels kernels : {RowKernels::threads, RowKernels::lanes}) {
+    const ScopedRowKernels scoped(kernels);
+    const int k = int(kernels);
+    EXPECT_LT(parameter_gradient_error<double>(3000, 45), 1e-13) << k;
+    EXPECT_LT(parameter_gradient_error<float>(3000, 45), 1e-5) << k;
+    EXPECT_LT(parameter_gradient_error<double>(1, 3), 1e-14) << k;
+    // Row counts around the blocks of 64 rows and the lanes' groups of rows.
+    for (const Index n : {63, 64, 65, 129, 200})
+      EXPECT_LT(parameter_gradient_error<double>(n, 33), 1e-13) << k << " n " << n;
+  }
+}
+
+// The backward pass is one launch, dgamma and dbeta included (the last block
+// adds the blocks' sums), and a launch leaves nothing behind: three calls over
+// many blocks add three times the first call's sums.
+TEST(LayerNorm, BackwardIsOneLaunchAndRepeatsExactly) {
+  const Index n = 1000, d = 45;
+  View2<double> x("x", n, d), y("y", n, d), dy("dy", n, d), dx("dx", n, d);
+  View1<double> gamma("gamma", d), beta("beta", d), mean("mean", n), rstd("rstd", n);
+  fill_uniform(x, 51, -2, 3);
+  fill_uniform(gamma, 52, 0.5, 1.5);
+  fill_uniform(dy, 54);
+  ops::layer_norm_forward<double>(x, gamma, beta, 1e-5, y, mean, rstd);
+  auto& tracker = MemoryTracker::instance();
+  for (const RowKernels kernels : {RowKernels::threads, RowKernels::lanes}) {
+    const ScopedRowKernels scoped(kernels);
+    View1<double> dgamma("dgamma", d), dbeta("dbeta", d);
+    tracker.reset_launches();
+    ops::layer_norm_backward<double>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    EXPECT_EQ(tracker.launches().ours(), 1) << int(kernels);
+    const auto once_g = to_host(dgamma), once_b = to_host(dbeta);
+    for (int call = 0; call < 2; ++call)
+      ops::layer_norm_backward<double>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    const auto thrice_g = to_host(dgamma), thrice_b = to_host(dbeta);
+    for (Index j = 0; j < d; ++j) {
+      EXPECT_NEAR(thrice_g[j], 3 * once_g[j], 1e-10 * (1 + std::abs(once_g[j]))) << j;
+      EXPECT_NEAR(thrice_b[j], 3 * once_b[j], 1e-10 * (1 + std::abs(once_b[j]))) << j;
+    }
+  }
+}
+
+// dx may be dy: in place, dx and the parameter gradients are those of a
+// separate dx (each row's share of dgamma and dbeta reads dy before dx
+// overwrites it; up to rounding: the compiler may take another version of a
+// loop when its operands overlap).
+TEST(LayerNorm, InPlaceBackwardGivesTheSameParameterGradients) {
+  const Index n = 300, d = 40;
+  View2<double> x("x", n, d), y("y", n, d), dy("dy", n, d), dx("dx", n, d), inout("inout", n, d);
+  View1<double> gamma("gamma", d), beta("beta", d), mean("mean", n), rstd("rstd", n);
+  fill_uniform(x, 61, -2, 3);
+  fill_uniform(gamma, 62, 0.5, 1.5);
+  fill_uniform(dy, 64);
+  ops::layer_norm_forward<double>(x, gamma, beta, 1e-5, y, mean, rstd);
+  for (const RowKernels kernels : {RowKernels::threads, RowKernels::lanes}) {
+    const ScopedRowKernels scoped(kernels);
+    View1<double> dgamma("dgamma", d), dbeta("dbeta", d), dgamma2("dgamma2", d),
+        dbeta2("dbeta2", d);
+    ops::layer_norm_backward<double>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    Kokkos::deep_copy(inout, dy);
+    ops::layer_norm_backward<double>(x, gamma, mean, rstd, inout, inout, dgamma2, dbeta2);
+    EXPECT_LT(relative_error(to_host(inout), to_host(dx)), 1e-14) << int(kernels);
+    EXPECT_LT(relative_error(to_host(dgamma2), to_host(dgamma)), 1e-14) << int(kernels);
+    EXPECT_LT(relative_error(to_host(dbeta2), to_host(dbeta)), 1e-14) << int(kernels);
+  }
 }
 
 // Both row kernels (RowKernels: a thread per row, the host's; a row per group
