@@ -12,18 +12,86 @@
 // order, the same numbers as a plain loop, reading each row's cache line once
 // per tile instead of once per feature (3-7x faster than one thread per feature
 // for n = 8192, d = 256 or 1024 in float on the 2-core machine). On GPUs the
-// rows are also cut into blocks of 1024, a team per (tile, block), and a
-// second kernel adds the blocks' sums in order (issue 46: with one team per
-// tile, layer norm's dgamma and dbeta took 16% of the 16K step on an H200).
-// No atomics; for a given team size (fixed per backend and device) the result
-// does not depend on scheduling.
+// rows are also cut into blocks of 1024, a team per (tile, block), and the
+// block of a tile that finishes last adds the blocks' sums in order (issue 46:
+// with one team per tile, layer norm's dgamma and dbeta took 16% of the 16K
+// step on an H200; a second kernel for the blocks' sums was a launch more per
+// sum). One atomic counter per tile, no atomic sums; for a given team size
+// (fixed per backend and device) the result does not depend on scheduling.
 #pragma once
 
+#include "reformer/core/team_scratch.hpp"
 #include "reformer/core/types.hpp"
 
 #include <string>
 
 namespace reformer::ops::detail {
+
+// The blocks' sums (one buffer per type, grown when a call needs more and kept
+// until Kokkos finalises, so that a step allocates nothing after its first).
+template <class T>
+View2<T> column_sum_blocks(Index blocks, Index d) {
+  static View1<T>* buffer = nullptr;
+  if (buffer == nullptr) {
+    buffer = new View1<T>();
+    Kokkos::push_finalize_hook([] { *buffer = View1<T>(); });
+  }
+  if (Index(buffer->extent(0)) < blocks * d)
+    *buffer =
+        View1<T>(Kokkos::view_alloc(std::string("column_sum_blocks"), Kokkos::WithoutInitializing),
+                 blocks * d);
+  return View2<T>(buffer->data(), blocks, d);
+}
+
+// Sums finished inside one launch. Each block of rows (a team, or one
+// iteration of a range) writes its partial sums to its own row of `blocks`
+// [n_blocks, stride]; the block that arrives last (an atomic counter) adds the
+// rows up in block order into the output. So a reduction over rows costs one
+// launch instead of two, and the result still does not depend on which block
+// finished last or on the thread count: the order of every sum is fixed by n.
+// The last block reads the others' rows with load_from_other_team (a GPU's L1
+// is not coherent within a launch), and the rows are padded to 128 bytes.
+// Blocks may come in groups (the column sums' tiles), each with its own
+// counter, which the group's last block sets back to 0; launches on the
+// default execution space run one after another, so they can share the
+// counters (as they share the buffer).
+template <class T>
+struct BlockSums {
+  View2<T> blocks;  // [n_blocks, stride >= width]
+  Kokkos::View<unsigned*, Layout, MemSpace> counter;
+  Index n_blocks = 0;
+};
+
+template <class T>
+BlockSums<T> block_sums(Index n_blocks, Index width, Index groups = 1) {
+  using Counters = Kokkos::View<unsigned*, Layout, MemSpace>;
+  static Counters* counter = nullptr;
+  if (counter == nullptr) {
+    counter = new Counters();
+    Kokkos::push_finalize_hook([] { *counter = Counters(); });
+  }
+  if (Index(counter->extent(0)) < groups) *counter = Counters("block_sums_counters", groups);
+  constexpr Index line = Index(128 / sizeof(T)) > 0 ? Index(128 / sizeof(T)) : 1;
+  const Index stride = (width + line - 1) / line * line;
+  const auto flat = column_sum_blocks<T>(n_blocks, stride);
+  return {flat, *counter, n_blocks};
+}
+
+// Called once per block after its partial sums are written (and, in a team,
+// after every thread's Kokkos::memory_fence() and a barrier): true for the
+// block of its group that arrives last, which may then read every row of the
+// group's blocks.
+template <class T>
+KOKKOS_INLINE_FUNCTION bool arrives_last(const BlockSums<T>& sums, Index group = 0) {
+  Kokkos::memory_fence();
+  const unsigned before = Kokkos::atomic_fetch_add(&sums.counter(group), 1u);
+  const bool last = Index(before) + 1 == sums.n_blocks;
+  if (last) {
+    sums.counter(group) = 0;
+    Kokkos::memory_fence();
+  }
+  return last;
+}
 
 template <class T, class Value>
 struct ColumnSums {
@@ -38,15 +106,17 @@ struct ColumnSums {
   Value value;
   Index n, d;
   // GPUs: the rows are cut into blocks of block_rows, a team per (tile,
-  // block), whose sums go to blocks(block, j); empty: one block, into out.
+  // block), whose sums go to sums.blocks(block, j), and the last block of a
+  // tile adds them into out; no blocks (n_blocks 0): one block, into out.
   Index block_rows = 0;
-  View2<T> blocks;
+  BlockSums<T> sums;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Index tiles = (d + kTile - 1) / kTile;
     const Index j0 = team.league_rank() % tiles * kTile, block = team.league_rank() / tiles;
-    const Index begin = blocks.extent(0) ? block * block_rows : 0;
-    const Index end = blocks.extent(0) && begin + block_rows < n ? begin + block_rows : n;
+    const bool in_blocks = sums.n_blocks > 0;
+    const Index begin = in_blocks ? block * block_rows : 0;
+    const Index end = in_blocks && begin + block_rows < n ? begin + block_rows : n;
     // Plain loops rather than a nested TeamThreadRange: a lambda capturing the
     // sums by reference kept GCC from holding them in registers (several
     // times slower).
@@ -68,31 +138,28 @@ struct ColumnSums {
       if (j0 + c >= d) return;
       T total = 0;
       for (int t = 0; t < team.team_size(); ++t) total += partial(t, c);
-      if (blocks.extent(0))
-        blocks(block, j0 + c) = total;
+      if (in_blocks)
+        sums.blocks(block, j0 + c) = total;
       else
         out(j0 + c) += total;
     });
+    if (!in_blocks) return;
+    Kokkos::memory_fence();
+    team.team_barrier();
+    int last = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team), [&](int& is_last) { is_last = arrives_last(sums, j0 / kTile); },
+        last);
+    if (!last) return;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](Index c) {
+      if (j0 + c >= d) return;
+      T total = 0;
+      for (Index b = 0; b < sums.n_blocks; ++b)
+        total += load_from_other_team(sums.blocks(b, j0 + c));
+      out(j0 + c) += total;
+    });
   }
 };
-
-// Rows per block on a GPU, and the blocks' sums (one buffer per type, grown
-// when a call needs more and kept until Kokkos finalises, so that a step
-// allocates nothing after its first).
-constexpr Index kColumnSumBlockRows = 1024;
-template <class T>
-View2<T> column_sum_blocks(Index blocks, Index d) {
-  static View1<T>* buffer = nullptr;
-  if (buffer == nullptr) {
-    buffer = new View1<T>();
-    Kokkos::push_finalize_hook([] { *buffer = View1<T>(); });
-  }
-  if (Index(buffer->extent(0)) < blocks * d)
-    *buffer =
-        View1<T>(Kokkos::view_alloc(std::string("column_sum_blocks"), Kokkos::WithoutInitializing),
-                 blocks * d);
-  return View2<T>(buffer->data(), blocks, d);
-}
 
 // out(j) += sum_{i < n} value(i, j) for every j < out.extent(0). `value` is a
 // functor or KOKKOS_LAMBDA (Index i, Index j) -> T giving entry (i, j) of the
@@ -105,12 +172,14 @@ void add_column_sums(const char* label, Index n, View1<T> out, const Value& valu
   Kernel kernel{out, value, n, d};
   const Index tiles = (d + Kernel::kTile - 1) / Kernel::kTile;
   // A GPU needs more teams than d / kTile (16 for d = 256 in float: 100 us
-  // for 16K rows on an H200): blocks of rows, summed in block order by a
-  // second kernel, so the result still does not depend on scheduling.
-  const Index n_blocks = kHostMemory ? 1 : (n + kColumnSumBlockRows - 1) / kColumnSumBlockRows;
+  // for 16K rows on an H200): blocks of rows, summed in block order by each
+  // tile's last block, so the result still does not depend on scheduling.
+  // (core/team_scratch.hpp: column_sum_block_rows, 1024 on GPUs.)
+  const Index block_rows = column_sum_block_rows();
+  const Index n_blocks = block_rows > 0 ? (n + block_rows - 1) / block_rows : 1;
   if (n_blocks > 1) {
-    kernel.block_rows = kColumnSumBlockRows;
-    kernel.blocks = column_sum_blocks<T>(n_blocks, d);
+    kernel.block_rows = block_rows;
+    kernel.sums = block_sums<T>(n_blocks, d, tiles);
   }
   const int recommended =
       typename Kernel::Policy(tiles, 1).team_size_recommended(kernel, Kokkos::ParallelForTag());
@@ -119,60 +188,6 @@ void add_column_sums(const char* label, Index n, View1<T> out, const Value& valu
   policy.set_scratch_size(0,
                           Kokkos::PerTeam(Kernel::Scratch::shmem_size(team_size, Kernel::kTile)));
   Kokkos::parallel_for(label, policy, kernel);
-  if (n_blocks == 1) return;
-  const auto blocks = kernel.blocks;
-  Kokkos::parallel_for(
-      label, range(d), KOKKOS_LAMBDA(Index j) {
-        T total = 0;
-        for (Index b = 0; b < n_blocks; ++b) total += blocks(b, j);
-        out(j) += total;
-      });
-}
-
-// Sums finished inside one launch. Each block of rows (a team, or one
-// iteration of a range) writes its partial sums to its own row of `blocks`
-// [n_blocks, stride]; the block that arrives last (an atomic counter) adds the
-// rows up in block order into the output. So a reduction over rows costs one
-// launch instead of two, and the result still does not depend on which block
-// finished last or on the thread count: the order of every sum is fixed by n.
-// The rows are padded to 128 bytes, so a block's row shares no cache line with
-// another's (a GPU's L1 is not coherent within a launch; the last block reads
-// lines no one on its multiprocessor has touched). The counter is one word
-// that the last block sets back to 0; launches on the default execution space
-// run one after another, so they can share it (as they share the buffer).
-template <class T>
-struct BlockSums {
-  View2<T> blocks;  // [n_blocks, stride >= width]
-  Kokkos::View<unsigned*, Layout, MemSpace> counter;
-  Index n_blocks = 0;
-};
-
-template <class T>
-BlockSums<T> block_sums(Index n_blocks, Index width) {
-  static Kokkos::View<unsigned*, Layout, MemSpace>* counter = nullptr;
-  if (counter == nullptr) {
-    counter = new Kokkos::View<unsigned*, Layout, MemSpace>("block_sums_counter", 1);
-    Kokkos::push_finalize_hook([] { *counter = Kokkos::View<unsigned*, Layout, MemSpace>(); });
-  }
-  constexpr Index line = Index(128 / sizeof(T)) > 0 ? Index(128 / sizeof(T)) : 1;
-  const Index stride = (width + line - 1) / line * line;
-  const auto flat = column_sum_blocks<T>(n_blocks, stride);
-  return {flat, *counter, n_blocks};
-}
-
-// Called once per block after its partial sums are written (and, in a team,
-// after every thread's Kokkos::memory_fence() and a barrier): true for the
-// block that arrives last, which may then read every block's row.
-template <class T>
-KOKKOS_INLINE_FUNCTION bool arrives_last(const BlockSums<T>& sums) {
-  Kokkos::memory_fence();
-  const unsigned before = Kokkos::atomic_fetch_add(&sums.counter(0), 1u);
-  const bool last = Index(before) + 1 == sums.n_blocks;
-  if (last) {
-    sums.counter(0) = 0;
-    Kokkos::memory_fence();
-  }
-  return last;
 }
 
 }  // namespace reformer::ops::detail

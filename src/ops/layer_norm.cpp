@@ -174,7 +174,8 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           if (!detail::arrives_last(sums)) return;
           // The blocks' rows into row 0 in block order, then into the gradients.
           for (Index c = 1; c < n_blocks; ++c)
-            for (Index j = 0; j < 2 * width; ++j) blocks(0, j) += blocks(c, j);
+            for (Index j = 0; j < 2 * width; ++j)
+              blocks(0, j) += load_from_other_team(blocks(c, j));
           for (Index j = 0; j < width; ++j) {
             dgamma(j) += blocks(0, j);
             dbeta(j) += blocks(0, width + j);
@@ -245,8 +246,8 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
         for_each_feature(team, d, lanes, [&](Index j) {
           P total_g = 0, total_b = 0;
           for (Index c = 0; c < n_blocks; ++c) {
-            total_g += blocks(c, j);
-            total_b += blocks(c, d + j);
+            total_g += load_from_other_team(blocks(c, j));
+            total_b += load_from_other_team(blocks(c, d + j));
           }
           dgamma(j) += total_g;
           dbeta(j) += total_b;

@@ -1,9 +1,11 @@
 #include "reformer/core/error.hpp"
+#include "reformer/core/memory_tracker.hpp"
 #include "reformer/ops/activations.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/linear.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -389,6 +391,35 @@ TEST(Linear, BiasGradientOverManyRowsMatchesHostSum) {
   EXPECT_LT(bias_gradient_error<double>(3000, 37), 1e-14);
   EXPECT_LT(bias_gradient_error<float>(3000, 37), 1e-5);
   EXPECT_LT(bias_gradient_error<double>(1, 5), 1e-15);
+}
+
+// The GPUs' blocks of rows (core/team_scratch.hpp: column_sum_block_rows), run
+// here: each block's sums, then each tile's last block adding them, in one
+// launch. Several blocks per tile, a partial last block and a partial last tile,
+// three calls in a row (each launch leaves its counters at 0), and one launch.
+TEST(Linear, BiasGradientInBlocksOfRowsMatchesHostSumInOneLaunch) {
+  for (const Index rows : {7, 64, 1024}) {
+    const ScopedColumnSumBlockRows blocks(rows);
+    for (int call = 0; call < 3; ++call) {
+      EXPECT_LT(bias_gradient_error<double>(3000, 37), 1e-14) << rows;
+      EXPECT_LT(bias_gradient_error<float>(3000, 37), 1e-5) << rows;
+      EXPECT_LT(bias_gradient_error<double>(5, 40), 1e-15) << rows;
+    }
+    // The bias gradient's launches: those of a call with a bias less those of
+    // one without.
+    const Index n = 1000, out = 37;
+    View2<double> x("x", n, 2), w("w", 2, out), dy("dy", n, out), dx("dx", n, 2), dw("dw", 2, out);
+    View1<double> db("db", out), no_bias;
+    fill_uniform(dy, 25);
+    auto& tracker = MemoryTracker::instance();
+    tracker.reset_launches();
+    ops::linear_backward<double>(x, w, dy, dx, dw, db);
+    const auto with_bias = tracker.launches().ours();
+    tracker.reset_launches();
+    ops::linear_backward<double>(x, w, dy, dx, dw, no_bias);
+    EXPECT_EQ(with_bias - tracker.launches().ours(), 1) << rows;
+  }
+  EXPECT_THROW(set_column_sum_block_rows(-1), ConfigError);
 }
 
 TEST(Linear, WorksWithoutBiasAndRejectsWrongBias) {

@@ -28,5 +28,7 @@ using ScopedChunkedShape =
 using ScopedTileLoops = ScopedSetting<TileLoops, tile_loops, set_tile_loops>;
 using ScopedExactTiles = ScopedSetting<ExactTiles, exact_tiles, set_exact_tiles>;
 using ScopedRowKernels = ScopedSetting<RowKernels, row_kernels, set_row_kernels>;
+using ScopedColumnSumBlockRows =
+    ScopedSetting<Index, column_sum_block_rows, set_column_sum_block_rows>;
 
 }  // namespace reformer::testing

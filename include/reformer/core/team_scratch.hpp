@@ -185,6 +185,24 @@ inline const char* chunked_kernel_shape_name(ChunkedKernelShape shape) {
   return shape == ChunkedKernelShape::streamed ? "streamed" : "whole window";
 }
 
+// Rows per block of the column sums (ops' bias and scale gradients over every
+// row): 0, one team per tile of features over all rows (the host's default);
+// else each team sums a block of this many rows and the last block of a tile
+// adds the blocks' sums (GPUs: 1024, so that a GPU gets enough teams). Tests
+// set it on the host to run the GPUs' blocks.
+namespace detail {
+inline Index& column_sum_block_rows_setting() {
+  static Index rows = kHostMemory ? 0 : 1024;
+  return rows;
+}
+}  // namespace detail
+inline Index column_sum_block_rows() { return detail::column_sum_block_rows_setting(); }
+inline void set_column_sum_block_rows(Index rows) {
+  require<ConfigError>(rows >= 0, "column sums: block rows is ", rows,
+                       " but must be 0 (one block) or positive");
+  detail::column_sum_block_rows_setting() = rows;
+}
+
 // Threads per team of the fused kernels on a GPU: the number in
 // REFORMER_TEAM_SIZE when it is set and positive, read once (a tuning
 // experiment: a level-1 scratch pool is sized per resident team, so larger

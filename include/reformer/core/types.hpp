@@ -104,6 +104,20 @@ KOKKOS_INLINE_FUNCTION void prefetch_bytes(const void* from, Index bytes, bool w
 #endif
 }
 
+// Reads a value that another team of the same launch wrote, once a fence and
+// an atomic have ordered the two (ops' block sums): a volatile load on GPUs,
+// which skips the multiprocessor's L1 (not coherent within a launch: a line
+// cached earlier by this multiprocessor could be stale); a plain load on the
+// host, whose caches are coherent.
+template <class T>
+KOKKOS_INLINE_FUNCTION T load_from_other_team(const T& x) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return *static_cast<const volatile T*>(&x);
+#else
+  return x;
+#endif
+}
+
 // Asks the cache for elements [begin, end) of every stream.
 KOKKOS_INLINE_FUNCTION void prefetch_streams(const NarrowStreams& streams, Index begin, Index end) {
   for (int s = 0; s < streams.count; ++s)
