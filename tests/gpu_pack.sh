@@ -59,6 +59,15 @@ strip "$pack"/pkg/bin/*
 for exe in "$pack"/pkg/bin/*; do ldd "$exe" | awk '{print $3}' | grep '^/' || true; done | sort -u |
   grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s)\.so' |
   while read -r lib; do cp -L "$lib" "$pack/pkg/lib/"; done
+# What the binaries were built from: tests/gpu_run.sh names a pack built from
+# other code than the tree it runs in.
+{
+  echo "code $("$root/tests/code_hash.sh")"
+  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+    git -C "$root" diff --quiet HEAD -- src include tests bench cmake CMakeLists.txt 2>/dev/null ||
+      echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%Y-%m-%dT%H:%MZ)"
+} >"$pack/pkg/SOURCE"
 mkdir -p "$root/.gpu"
 tar -C "$pack" -cJf "$root/.gpu/pkg.tar.xz" pkg
 rm -rf "$pack"
