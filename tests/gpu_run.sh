@@ -40,14 +40,13 @@ pkg=/tmp/reformer-gpu/pkg
 # A pack built from other code than this tree's still runs (a lease is short),
 # but every result says so.
 packed=$(sed -n 's/^code //p' "$pkg/SOURCE" 2>/dev/null || true)
+commit=$(sed -n 's/^commit //p' "$pkg/SOURCE" 2>/dev/null || echo 'no SOURCE file')
 here=$("$root/tests/code_hash.sh" 2>/dev/null || echo unknown)
 if [ -n "$packed" ] && [ "$packed" = "$here" ]; then
-  echo "pack: built from this tree's code ($here; $(sed -n 's/^commit //p' "$pkg/SOURCE"))" |
-    tee "$out/pack.txt"
+  echo "pack: built from this tree's code ($here; $commit)" | tee "$out/pack.txt"
 else
-  echo "pack: STALE: built from code ${packed:-unrecorded} ($(sed -n 's/^commit //p' \
-    "$pkg/SOURCE" 2>/dev/null || echo 'no SOURCE file')), this tree's code is $here;" \
-    "rebuild it with tests/gpu_pack.sh before the lease" | tee "$out/pack.txt"
+  echo "pack: STALE: built from code ${packed:-unrecorded} ($commit), this tree's code is" \
+    "$here; rebuild it with tests/gpu_pack.sh before the lease" | tee "$out/pack.txt"
 fi
 # The packed libraries (HDF5, MPI and what they pull in, from Debian) are for
 # our binaries only: $pkg/run/<name> runs $pkg/bin/<name> with them on the
