@@ -35,7 +35,8 @@
 // (n_before + 1) * rounds windows).
 #pragma once
 
-#include "attention/online_softmax.hpp"
+#include "attention/tiled/online_softmax.hpp"
+#include "attention/tiled/tile_loads.hpp"
 #include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/cpu_target.hpp"
@@ -226,9 +227,6 @@ using ItemScalars = Kokkos::View<T***, Layout, MemSpace>;
 //   S = Q K^T (window), P = softmax(masked S), out = dropout(P) V.
 // Absent window slots (before the first chunk, without wrap-around) have
 // position -1 and take no part in the softmax.
-template <class T>
-using Scratch2 = ScratchMatrix<T>;
-using ScratchInts = ScratchVector<int>;
 
 // Scratch tile shapes of a chunk, padded to whole register blocks of
 // team_multiply where a product needs it: window slots, which are the columns
@@ -284,75 +282,6 @@ struct ChunkedScratchBytes {
            ScratchInts::shmem_size(cq) + ScratchInts::shmem_size(bk);
   }
 };
-
-// gather_rows (below) with one thread per element, neighbouring threads on
-// neighbouring columns: coalesced loads on a GPU, where gather_rows uses it;
-// the streamed kernels use it on every backend.
-template <class T, class Source>
-KOKKOS_INLINE_FUNCTION void gather_elements(const TeamMember& team, Index n, Index d, Index d_pad,
-                                            Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * d_pad), [&](Index e) {
-    const Index r = e / d_pad, c = e % d_pad;
-    T factor = T(1);
-    const auto* from = source(r, factor);
-    const T x = from != nullptr && c < d ? T(load(from[c]) * factor) : T(0);
-    if (rows.extent(0)) rows(r, c) = x;
-    if (cols.extent(0)) cols(c, r) = x;
-  });
-}
-
-// Gathers rows [0, n) of a tile of C (the compute type): row r is factor * the
-// d values at source(r, factor) (nullptr: a zero row; any storage type, loaded
-// into C), then zeros up to d_pad columns; written as
-// rows [n][d_pad] and/or transposed, cols [d_pad][n] (empty views are skipped).
-// On the host the transposed copy takes 8 rows at a time, so that each column
-// of the group is one contiguous run of 8 stores instead of 8 stores n apart.
-template <class T, class Source>
-KOKKOS_INLINE_FUNCTION void gather_rows(const TeamMember& team, Index n, Index d, Index d_pad,
-                                        Source&& source, Scratch2<T> rows, Scratch2<T> cols) {
-  if constexpr (!kHostMemory) {
-    gather_elements<T>(team, n, d, d_pad, source, rows, cols);
-    return;
-  }
-  constexpr Index G = 8;
-  using From = std::remove_reference_t<decltype(*source(Index(0), std::declval<T&>()))>;
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (n + G - 1) / G), [&](Index group) {
-    const Index first = group * G, count = first + G <= n ? G : n - first;
-    From* from[G];
-    T factor[G];
-    for (Index u = 0; u < G; ++u) {
-      factor[u] = T(1);
-      from[u] = u < count ? source(first + u, factor[u]) : nullptr;
-    }
-    if (rows.extent(0))
-      for (Index u = 0; u < count; ++u) {
-        T* to = &rows(first + u, 0);
-        if (from[u])
-          for (Index c = 0; c < d; ++c) to[c] = load(from[u][c]) * factor[u];
-        else
-          for (Index c = 0; c < d; ++c) to[c] = T(0);
-        for (Index c = d; c < d_pad; ++c) to[c] = T(0);
-      }
-    if (cols.extent(0)) {
-      // Absent rows read a zero row with factor 0 (no branch in the loop).
-      From zeros[1] = {store<std::remove_const_t<From>>(0)};
-      Index step[G];
-      for (Index u = 0; u < G; ++u) {
-        step[u] = from[u] ? 1 : 0;
-        if (!from[u]) {
-          from[u] = zeros;
-          factor[u] = T(0);
-        }
-      }
-      for (Index c = 0; c < d; ++c) {
-        T* to = &cols(c, first);
-        for (Index u = 0; u < count; ++u) to[u] = load(from[u][c * step[u]]) * factor[u];
-      }
-      for (Index c = d; c < d_pad; ++c)
-        for (Index u = 0; u < count; ++u) cols(c, first + u) = T(0);
-    }
-  });
-}
 
 // Asks the cache for the team's rows of three [batch, length, heads, d] views
 // (`by_query` at the chunk's query positions, `key_a` and `key_b` at its
@@ -572,7 +501,7 @@ struct ChunkedBackward {
 // ---- The streamed shape (ChunkedKernelShape::streamed) ----
 //
 // The forward streams a query tile's window through the online softmax of
-// exact attention (online_softmax.hpp), whose score policy this is: for key
+// exact attention (tiled/online_softmax.hpp), whose score policy this is: for key
 // tile kt (window slots [kt BK, kt BK + BK)) it gathers the scaled keys and
 // the values and fills S^T = K Q^T, masked as in the whole-window kernel.
 // Absent slots (before the first chunk, past the window) score no_score and

@@ -15,7 +15,8 @@
 
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
-#include "attention/online_softmax.hpp"
+#include "attention/tiled/backward.hpp"
+#include "attention/tiled/online_softmax.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/tile_multiply.hpp"
 
@@ -99,36 +100,18 @@ struct ExactInputs {
   KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
     return in.dropout.template factor<C>(bh, in.heads, i, j, lq, lk);
   }
-  // Loads `rows` rows of x [batch, length, heads, d] starting at `first` into
-  // scratch, times `factor`; rows past `length` are zero. As rows: contiguous
-  // copies (every tile pair loads its streamed operands this way); transposed:
-  // through the chunked kernels' gather (once per team).
+  // Rows [first, first + rows) of x [batch, length, heads, d] for (b, h) as a
+  // tile (tiled/tile_loads.hpp): rows past `length` are zero.
   template <class X>
-  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, Index b, Index h,
-                                        Index first, Index rows, Index length, C factor,
-                                        Scratch2<C> dst) const {
-    const Index dh = in.d_head;
-    if (elements) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * dh), [&](Index e) {
-        const Index r = e / dh, c = e % dh;
-        dst(r, c) = first + r < length ? C(load(x(b, first + r, h, c))) * factor : C(0);
-      });
-      return;
-    }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
-      C* to = &dst(r, 0);
-      if (first + r >= length) {
-        for (Index c = 0; c < dh; ++c) to[c] = C(0);
-        return;
-      }
-      const auto* from = &x(b, first + r, h, 0);
-      for (Index c = 0; c < dh; ++c) to[c] = C(load(from[c])) * factor;
-    });
+  KOKKOS_INLINE_FUNCTION detail::TileSource<X, param_t<T>> rows_of(const X& x, Index b, Index h,
+                                                                   Index first,
+                                                                   Index length) const {
+    return detail::tile_source(x, b, h, first, length);
   }
   // Rows [first, first + rows) of x as a tile for team_multiply: read in
   // place (returns a pointer into x, ld = its row stride) when they are whole
   // rows inside the sequence and d_head needs no padding, else loaded into dst
-  // by load_rows with factor 1 (ld = dpad). Streamed tiles skip a copy this way.
+  // with factor 1 (ld = dpad). Streamed tiles skip a copy this way.
   // bf16 rows are always loaded (widened to float32).
   template <class X>
   KOKKOS_INLINE_FUNCTION const C* tile_rows(const TeamMember& team, const X& x, Index b, Index h,
@@ -140,41 +123,16 @@ struct ExactInputs {
         return &x(b, first, h, 0);
       }
     }
-    load_rows(team, x, b, h, first, rows, length, C(1), dst);
+    detail::load_tile_rows(team, rows_of(x, b, h, first, length), rows, in.d_head, C(1), dst,
+                           elements);
     ld = dpad;
     return &dst(0, 0);
-  }
-  template <class X>
-  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, Index b, Index h,
-                                        Index first, Index rows, Index length, C factor,
-                                        Scratch2<C> dst) const {
-    detail::gather_rows<C>(
-        team, rows, in.d_head, in.d_head,
-        [&](Index r, C& f) {
-          f = factor;
-          return first + r < length ? &x(b, first + r, h, 0) : nullptr;
-        },
-        Scratch2<C>(), dst);
   }
   // Positions of a tile's rows (-1 past the sequence).
   KOKKOS_INLINE_FUNCTION void positions(const TeamMember& team, Index first, Index n, Index length,
                                         ScratchInts pos) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
                          [&](Index r) { pos(r) = first + r < length ? int(first + r) : -1; });
-  }
-  // Per query r of a tile: softmax_base and D_i, as ld(0..2, r) = base, D, rest
-  // (rows of BQ, so that loops along a row of keys read them contiguously).
-  template <class L>
-  KOKKOS_INLINE_FUNCTION void load_rows_stats(const TeamMember& team, const L& lse, const L& delta,
-                                              Index b, Index h, Index first, Scratch2<C> ld) const {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-      const Index i = first + r;
-      C base = 0, rest = 0;
-      if (i < lq) softmax_base(b, i, lse(b, i, h), base, rest);
-      ld(0, r) = base;
-      ld(1, r) = i < lq ? delta(b, i, h) : C(0);
-      ld(2, r) = rest;
-    });
   }
   // Scores of key j (a row of S^T) against the queries [first, first + BQ),
   // with the masks of full attention. Absent keys or queries get kNoScore.
@@ -273,74 +231,6 @@ struct ExactInputs {
       score = p;
     }
   }
-  // The tiles of a team that holds key tile kc (kt, vt: K and V transposed)
-  // and streams query tiles past it.
-  struct KeyTileScratch {
-    Scratch2<C> kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs;
-  };
-  // Query tile qc streamed past key tile kc (positions posk): S = Qs K^T,
-  // dP = dout V^T, then s <- dropout(P), dps <- dS, and dV += dropout(P)^T dout,
-  // dK += dS^T Qs (t.dvs, t.dks). Leaves t.dps = dS (the one-pass kernel
-  // multiplies it by K for dQ).
-  template <class L, class D>
-  KOKKOS_INLINE_FUNCTION void key_tile_gradients(const TeamMember& team, const L& lse,
-                                                 const L& delta, const D& dout, Index b, Index bh,
-                                                 Index qc, Index kc, ScratchInts posk,
-                                                 const KeyTileScratch& t) const {
-    const Index h = bh % in.heads, dp = dpad;
-    const bool dropout = in.dropout.rate > 0.0, plain = plain_tile(qc, kc);
-    team.team_barrier();
-    load_rows_stats(team, lse, delta, b, h, qc * BQ, t.ld);
-    load_rows(team, in.q, b, h, qc * BQ, BQ, lq, scale, t.qs);
-    load_rows(team, dout, b, h, qc * BQ, BQ, lq, C(1), t.dos);
-    team.team_barrier();
-    team_multiply<false, Shape>(team, BQ, BK, dp, &t.s(0, 0), BK, &t.qs(0, 0), dp, 1, &t.kt(0, 0),
-                                BK);
-    team_multiply<false, Shape>(team, BQ, BK, dp, &t.dps(0, 0), BK, &t.dos(0, 0), dp, 1,
-                                &t.vt(0, 0), BK);
-    team.team_barrier();
-    if (elements)
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
-        const Index r = e / BK, c = e % BK;
-        query_pair_gradient(b, bh, qc * BQ + r, posk(c), t.ld, r, dropout, plain, t.s(r, c),
-                            t.dps(r, c));
-      });
-    else
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
-        query_row_gradients(b, bh, qc * BQ + r, &posk(0), t.ld, r, dropout, plain, &t.s(r, 0),
-                            &t.dps(r, 0), &t.grad_masks(r, 0));
-      });
-    team.team_barrier();
-    team_multiply<true, Shape>(team, BK, dp, BQ, &t.dvs(0, 0), dp, &t.s(0, 0), 1, BK, &t.dos(0, 0),
-                               dp);
-    team_multiply<true, Shape>(team, BK, dp, BQ, &t.dks(0, 0), dp, &t.dps(0, 0), 1, BK, &t.qs(0, 0),
-                               dp);
-  }
-  // Writes the sums of key tile kc into dk and dv (rows past lk are padding).
-  KOKKOS_INLINE_FUNCTION void store_key_gradients(const TeamMember& team, Index b, Index h,
-                                                  Index kc, Scratch2<C> dks, Scratch2<C> dvs,
-                                                  const View4<T>& dk, const View4<T>& dv) const {
-    const Index dh = in.d_head;
-    if (elements) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * dh), [&](Index e) {
-        const Index t = e / dh, c = e % dh, j = kc * BK + t;
-        if (j >= lk) return;
-        dk(b, j, h, c) = store<T>(dks(t, c));
-        dv(b, j, h, c) = store<T>(dvs(t, c));
-      });
-      return;
-    }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-      const Index j = kc * BK + t;
-      if (j >= lk) return;
-      T* gk = &dk(b, j, h, 0);
-      T* gv = &dv(b, j, h, 0);
-      for (Index c = 0; c < dh; ++c) {
-        gk[c] = store<T>(dks(t, c));
-        gv[c] = store<T>(dvs(t, c));
-      }
-    });
-  }
   // Backward along key j: srow holds its scores (S^T row), drow dP^T = (v_j . dout_i);
   // afterwards srow = dropout(P)^T and drow = dS^T = P (drop dP - D), zero where a
   // constant replaced the score.
@@ -427,7 +317,7 @@ struct ExactInputs {
   }
 };
 
-// The score policy of the forward (online_softmax.hpp) for one team: S^T =
+// The score policy of the forward (tiled/online_softmax.hpp) for one team: S^T =
 // K Qs^T of a key tile against the team's queries qt, with the masks of full
 // attention (tiles that need none skip the pass). K and V are read in place
 // where they can be, else loaded into ks and vs.
@@ -465,8 +355,8 @@ struct ExactScores {
 // Forward: one team per (batch * head, query tile), heaviest tiles first. The
 // team keeps its queries transposed (Qs^T) and streams key tiles as rows:
 // S^T = K Qs^T, so that only contiguous rows are loaded per key tile. The
-// online softmax (online_softmax.hpp) runs down the columns of S^T (one per
-// query), vectorised along the row.
+// online softmax (tiled/online_softmax.hpp) runs down the columns of S^T (one
+// per query), vectorised along the row.
 template <class T, class Shape>
 struct ExactForward {
   using C = compute_t<T>;
@@ -491,13 +381,7 @@ struct ExactForward {
     const auto scratch = team.team_scratch(level);
     Scratch2<C> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
         st(scratch, BK, BQ), stats(scratch, 3, BQ);
-    if (dh != dp) {
-      zero<C>(team, qt);
-      zero<C>(team, ks);
-      zero<C>(team, vs);
-    }
-    team.team_barrier();
-    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, x.lq, x.scale, qt);
+    detail::load_tile_cols(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, dh, x.scale, qt);
     const ExactScores<T, Shape> scores{x, b, h, bh, qc, qt, ks, vs};
     detail::OnlineSoftmax<C, Shape>{o, st, stats, x.elements}.run(
         team, scores, 0, x.key_tiles(b, qc), x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh, out,
@@ -505,15 +389,100 @@ struct ExactForward {
   }
 };
 
-// Backward, keys: one team per (batch * head, key tile) keeps its keys and
-// values transposed and streams the query tiles that see it as rows:
-// S = Qs K^T, dP = dout V^T (rows: queries, masked by the chunked kernels'
-// mask_row), then dV += dropout(P)^T dout and dK += dS^T Qs, with P and dS read
-// transposed. The sums stay in scratch.
+// Exact attention's part of both backward passes (tiled/backward.hpp) for one
+// team: the scores are Qs K^T with the masks of full attention (the chunked
+// kernels' mask_row along a query, mask_key_row along a key), and tiles that
+// need no mask (plain_tile) skip it.
+template <class T, class Shape>
+struct ExactGradients {
+  using C = compute_t<T>;
+  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  const ExactInputs<T, Shape>& x;
+  Index b, h, bh;
+  // Key pass only: the gradient masks of mask_row and the keys' positions.
+  Scratch2<C> grad_masks;
+  ScratchInts posk;
+
+  static size_t key_pass_bytes() {
+    return Scratch2<C>::shmem_size(BQ, BK) + ScratchInts::shmem_size(BK);
+  }
+  KOKKOS_INLINE_FUNCTION detail::TileTeam team_of() const {
+    return {b, h, x.lq, x.lk, x.in.d_head, x.elements};
+  }
+
+  KOKKOS_INLINE_FUNCTION void softmax_base(Index i, C lse_i, C& base, C& rest) const {
+    x.softmax_base(b, i, lse_i, base, rest);
+  }
+  template <class Tile>
+  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember&, Index, Index, const Tile&) const {}
+
+  // Key pass: every query tile up to the causal diagonal.
+  KOKKOS_INLINE_FUNCTION void query_tiles(Index, Index& begin, Index& end) const {
+    begin = 0;
+    end = x.nq;
+  }
+  KOKKOS_INLINE_FUNCTION bool visits(Index qc, Index kc) const { return kc < x.key_tiles(b, qc); }
+  KOKKOS_INLINE_FUNCTION void begin_key_tile(const TeamMember& team, Index kc) const {
+    x.positions(team, kc * BK, BK, x.lk, posk);
+  }
+  KOKKOS_INLINE_FUNCTION void load_queries(const TeamMember& team, Index qc, Index,
+                                           Scratch2<C> qs) const {
+    detail::load_tile_rows(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, x.in.d_head, x.scale,
+                           qs, x.elements);
+  }
+  KOKKOS_INLINE_FUNCTION void load_queries_transposed(const TeamMember& team, Index qc,
+                                                      Scratch2<C> qt) const {
+    detail::load_tile_cols(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, x.in.d_head, x.scale,
+                           qt);
+  }
+  // Key pass: S rows (queries) into drop P and dP into dS.
+  KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
+                                        const detail::KeyPass<C, Shape>& t) const {
+    const bool dropout = x.in.dropout.rate > 0.0, plain = x.plain_tile(qc, kc);
+    if (x.elements)
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
+        const Index r = e / BK, c = e % BK;
+        x.query_pair_gradient(b, bh, qc * BQ + r, posk(c), t.ld, r, dropout, plain, t.s(r, c),
+                              t.dps(r, c));
+      });
+    else
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
+        x.query_row_gradients(b, bh, qc * BQ + r, &posk(0), t.ld, r, dropout, plain, &t.s(r, 0),
+                              &t.dps(r, 0), &grad_masks(r, 0));
+      });
+  }
+
+  // Query pass: the key tiles up to the causal diagonal.
+  KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
+    begin = 0;
+    end = x.key_tiles(b, qc);
+  }
+  KOKKOS_INLINE_FUNCTION void load_keys(const TeamMember&, Index, Index) const {}
+  // Query pass: S^T rows (keys) into drop P^T and dP^T into dS^T.
+  KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
+                                        const detail::QueryPass<C, Shape>& t) const {
+    const bool plain = x.plain_tile(qc, kc);
+    if (x.elements)
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ), [&](Index e) {
+        const Index r = e / BQ, c = e % BQ;
+        x.key_pair_gradient(b, bh, kc * BK + r, qc * BQ + c, t.ld, c, plain, t.st(r, c),
+                            t.dpt(r, c));
+      });
+    else
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index r) {
+        x.key_row_gradients(b, bh, kc * BK + r, qc * BQ, t.ld, plain, &t.st(r, 0), &t.dpt(r, 0));
+      });
+  }
+  template <class Tile>
+  KOKKOS_INLINE_FUNCTION void add_sums(const TeamMember&, Index, Index, const Tile&) const {}
+};
+
+// Backward, keys: one team per (batch * head, key tile) runs the key pass
+// (tiled/backward.hpp) over the query tiles that see it.
 template <class T, class Shape>
 struct ExactBackwardKeys {
   using C = compute_t<T>;
-  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  using Pass = detail::KeyPass<C, Shape>;
   ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
@@ -521,113 +490,51 @@ struct ExactBackwardKeys {
   int level = 0;
 
   size_t scratch_bytes() const {
-    const Index dp = x.dpad;
-    return 2 * Scratch2<C>::shmem_size(dp, BK) + 2 * Scratch2<C>::shmem_size(BK, dp) +
-           2 * Scratch2<C>::shmem_size(BQ, dp) + 3 * Scratch2<C>::shmem_size(BQ, BK) +
-           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+    return Pass::tile_bytes(x.dpad) + ExactGradients<T, Shape>::key_pass_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index bhs = x.in.heads * dout.extent(0), heads = x.in.heads, dh = x.in.d_head;
-    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index bhs = x.in.heads * dout.extent(0);
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
-    const Index b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
-        dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), s(scratch, BQ, BK),
-        dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
-    ScratchInts posk(scratch, BK);
-    zero<C>(team, dks);
-    zero<C>(team, dvs);
-    if (dh != dp) {
-      zero<C>(team, kt);
-      zero<C>(team, vt);
-      zero<C>(team, qs);
-      zero<C>(team, dos);
-    }
-    team.team_barrier();
-    x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, C(1), kt);
-    x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vt);
-    x.positions(team, kc * BK, BK, lk, posk);
-    for (Index qc = 0; qc < x.nq; ++qc) {
-      if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
-      x.key_tile_gradients(team, lse, delta, dout, b, bh, qc, kc, posk,
-                           {kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs});
-    }
-    team.team_barrier();
-    x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
+    const Pass pass(scratch, x.dpad);
+    const ExactGradients<T, Shape> policy{x,
+                                          bh / x.in.heads,
+                                          bh % x.in.heads,
+                                          bh,
+                                          Scratch2<C>(scratch, Shape::query_tile, Shape::key_tile),
+                                          ScratchInts(scratch, Shape::key_tile)};
+    const auto t = policy.team_of();
+    pass.run(team, policy, t, x.in.k, x.in.v, dout, lse, delta, kc, [](Index) {});
+    pass.store(team, t, kc, dk, dv);
   }
 };
 
 // Backward, queries: one team per (batch * head, query tile), heaviest first,
-// keeps its queries and output gradients transposed and streams the key tiles
-// it sees as rows: S^T = K Qs^T, dP^T = V dout^T (rows: keys), then
-// dQ += dS K with dS read transposed; dQ = scale dQ at the end.
+// runs the query pass (tiled/backward.hpp); dQ = scale dQs at the end.
 template <class T, class Shape>
 struct ExactBackwardQueries {
   using C = compute_t<T>;
-  static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
+  using Pass = detail::QueryPass<C, Shape>;
+  static constexpr Index BQ = Shape::query_tile;
   ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
   View4<T> dq;
   int level = 0;
 
-  size_t scratch_bytes() const {
-    const Index dp = x.dpad;
-    return 2 * Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(BQ, dp) +
-           2 * Scratch2<C>::shmem_size(BK, dp) + 2 * Scratch2<C>::shmem_size(BK, BQ) +
-           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BQ);
-  }
+  size_t scratch_bytes() const { return Pass::tile_bytes(x.dpad); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index bhs = x.in.heads * dout.extent(0), heads = x.in.heads, dh = x.in.d_head;
-    const Index dp = x.dpad, lq = x.lq, lk = x.lk;
+    const Index bhs = x.in.heads * dout.extent(0), dh = x.in.d_head, lq = x.lq;
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
-    const Index b = bh / heads, h = bh % heads;
+    const Index b = bh / x.in.heads, h = bh % x.in.heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> qt(scratch, dp, BQ), dot(scratch, dp, BQ), dqs(scratch, BQ, dp),
-        ks(scratch, BK, dp), vs(scratch, BK, dp), st(scratch, BK, BQ), dpt(scratch, BK, BQ),
-        ld(scratch, 3, BQ);
-    ScratchInts posq(scratch, BQ);
-    zero<C>(team, dqs);
-    if (dh != dp) {
-      zero<C>(team, qt);
-      zero<C>(team, dot);
-      zero<C>(team, ks);
-      zero<C>(team, vs);
-    }
-    team.team_barrier();
-    x.load_cols(team, x.in.q, b, h, qc * BQ, BQ, lq, x.scale, qt);
-    x.load_cols(team, dout, b, h, qc * BQ, BQ, lq, C(1), dot);
-    x.positions(team, qc * BQ, BQ, lq, posq);
-    x.load_rows_stats(team, lse, delta, b, h, qc * BQ, ld);
-    const Index tiles = x.key_tiles(b, qc);
-    for (Index kc = 0; kc < tiles; ++kc) {
-      team.team_barrier();
-      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, C(1), ks);
-      x.load_rows(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vs);
-      team.team_barrier();
-      team_multiply<false, Shape>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qt(0, 0), BQ);
-      team_multiply<false, Shape>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0),
-                                  BQ);
-      team.team_barrier();
-      const bool plain = x.plain_tile(qc, kc);
-      if (x.elements)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ), [&](Index e) {
-          const Index t = e / BQ, c = e % BQ;
-          x.key_pair_gradient(b, bh, kc * BK + t, qc * BQ + c, ld, c, plain, st(t, c), dpt(t, c));
-        });
-      else
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-          x.key_row_gradients(b, bh, kc * BK + t, qc * BQ, ld, plain, &st(t, 0), &dpt(t, 0));
-        });
-      team.team_barrier();
-      team_multiply<true, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0),
-                                 dp);
-    }
-    team.team_barrier();
+    const Pass pass(scratch, x.dpad);
+    const ExactGradients<T, Shape> policy{x, b, h, bh, {}, {}};
+    pass.run(team, policy, policy.team_of(), x.in.k, x.in.v, dout, lse, delta, qc);
     const C scale = x.scale;
+    const auto dqs = pass.dqs;
     if (x.elements) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * dh), [&](Index e) {
         const Index r = e / dh, c = e % dh, i = qc * BQ + r;
@@ -644,14 +551,14 @@ struct ExactBackwardQueries {
   }
 };
 
-// Backward in one pass (host): one team per (batch * head) walks its key tiles;
-// for each it keeps K and V transposed and K as rows, streams the query tiles
-// that see it (S = Qs K^T, dP = dout V^T, masked by mask_row as in the keys
-// pass), sums dV += dropout(P)^T dout and dK += dS^T Qs in scratch, and adds
-// dS K into dq rows that only this team writes (scaled once at the end).
+// Backward in one pass (host): one team per (batch * head) runs the key pass
+// for each of its key tiles, also keeping K as rows, and after each query
+// tile adds dS K into dq rows that only this team writes (scaled once at the
+// end).
 template <class T, class Shape>
 struct ExactBackwardOnePass {
   using C = compute_t<T>;
+  using Pass = detail::KeyPass<C, Shape>;
   static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
   ExactInputs<T, Shape> x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
@@ -662,11 +569,11 @@ struct ExactBackwardOnePass {
   View4<C> dq_sum;
   int level = 0;
 
+  // The key pass's tiles, then K rows and a tile of dS K.
   size_t scratch_bytes() const {
     const Index dp = x.dpad;
-    return 2 * Scratch2<C>::shmem_size(dp, BK) + 3 * Scratch2<C>::shmem_size(BK, dp) +
-           3 * Scratch2<C>::shmem_size(BQ, dp) + 3 * Scratch2<C>::shmem_size(BQ, BK) +
-           Scratch2<C>::shmem_size(3, BQ) + ScratchInts::shmem_size(BK);
+    return Pass::tile_bytes(dp) + ExactGradients<T, Shape>::key_pass_bytes() +
+           Scratch2<C>::shmem_size(BK, dp) + Scratch2<C>::shmem_size(BQ, dp);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -674,35 +581,22 @@ struct ExactBackwardOnePass {
     const Index dp = x.dpad, lq = x.lq, lk = x.lk;
     const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), ks(scratch, BK, dp), dks(scratch, BK, dp),
-        dvs(scratch, BK, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp), dqs(scratch, BQ, dp),
-        s(scratch, BQ, BK), dps(scratch, BQ, BK), grad_masks(scratch, BQ, BK), ld(scratch, 3, BQ);
-    ScratchInts posk(scratch, BK);
-    if (dh != dp) {
-      zero<C>(team, kt);
-      zero<C>(team, vt);
-      zero<C>(team, ks);
-      zero<C>(team, qs);
-      zero<C>(team, dos);
-    }
+    const Pass pass(scratch, dp);
+    const ExactGradients<T, Shape> policy{
+        x, b, h, bh, Scratch2<C>(scratch, BQ, BK), ScratchInts(scratch, BK)};
+    Scratch2<C> ks(scratch, BK, dp), dqs(scratch, BQ, dp);
+    const auto t = policy.team_of();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
       C* dst = &dq_sum(b, i, h, 0);
       for (Index c = 0; c < dh; ++c) dst[c] = C(0);
     });
     for (Index kc = 0; kc < x.nk; ++kc) {
       team.team_barrier();
-      zero<C>(team, dks);
-      zero<C>(team, dvs);
-      x.load_cols(team, x.in.k, b, h, kc * BK, BK, lk, C(1), kt);
-      x.load_cols(team, x.in.v, b, h, kc * BK, BK, lk, C(1), vt);
-      x.load_rows(team, x.in.k, b, h, kc * BK, BK, lk, C(1), ks);
-      x.positions(team, kc * BK, BK, lk, posk);
-      for (Index qc = 0; qc < x.nq; ++qc) {
-        if (kc >= x.key_tiles(b, qc)) continue;  // wholly above the diagonal
-        x.key_tile_gradients(team, lse, delta, dout, b, bh, qc, kc, posk,
-                             {kt, vt, qs, dos, s, dps, grad_masks, ld, dks, dvs});
-        team_multiply<false, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &dps(0, 0), BK, 1, &ks(0, 0),
-                                    dp);
+      detail::load_tile_rows(team, x.rows_of(x.in.k, b, h, kc * BK, lk), BK, dh, C(1), ks,
+                             x.elements);
+      pass.run(team, policy, t, x.in.k, x.in.v, dout, lse, delta, kc, [&](Index qc) {
+        team_multiply<false, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &pass.dps(0, 0), BK, 1,
+                                    &ks(0, 0), dp);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index r) {
           const Index i = qc * BQ + r;
@@ -711,9 +605,8 @@ struct ExactBackwardOnePass {
           const C* from = &dqs(r, 0);
           for (Index c = 0; c < dh; ++c) dst[c] += from[c];
         });
-      }
-      team.team_barrier();
-      x.store_key_gradients(team, b, h, kc, dks, dvs, dk, dv);
+      });
+      pass.store(team, t, kc, dk, dv);
     }
     team.team_barrier();
     const C scale = x.scale;

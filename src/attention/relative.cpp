@@ -22,7 +22,8 @@
 
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
-#include "attention/online_softmax.hpp"
+#include "attention/tiled/backward.hpp"
+#include "attention/tiled/online_softmax.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
@@ -33,6 +34,8 @@
 namespace reformer::attention {
 namespace {
 
+using detail::load_tile_cols;
+using detail::load_tile_rows;
 using detail::Scratch2;
 using detail::zero;
 
@@ -96,42 +99,14 @@ struct RelativeInputs {
     end = last < first ? begin : last / BQ + 1;
   }
 
-  // dst(row, c) = factor * (x(b, first + row, h, c) + bias[c]) for rows inside
-  // [0, length), zero elsewhere and in the padded columns. bias may be null.
+  // Rows [first, first + n) of x [batch, length, heads, d] for (b, h) as a
+  // tile (tiled/tile_loads.hpp), plus bias where one is given (the queries'
+  // u and v); rows outside [0, length) are zero.
   template <class X>
-  KOKKOS_INLINE_FUNCTION void load_rows(const TeamMember& team, const X& x, const P* bias, Index b,
-                                        Index h, Index first, Index rows, Index length, C factor,
-                                        Scratch2<C> dst) const {
-    const Index dh = d_head, dp = dpad;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
-      C* to = &dst(row, 0);
-      const Index p = first + row;
-      if (p < 0 || p >= length) {
-        for (Index c = 0; c < dp; ++c) to[c] = C(0);
-        return;
-      }
-      const auto* from = &x(b, p, h, 0);
-      for (Index c = 0; c < dh; ++c) to[c] = (load(from[c]) + (bias ? C(bias[c]) : C(0))) * factor;
-      for (Index c = dh; c < dp; ++c) to[c] = C(0);
-    });
-  }
-  // The same transposed: dst(c, row), dst [dpad, rows].
-  template <class X>
-  KOKKOS_INLINE_FUNCTION void load_cols(const TeamMember& team, const X& x, const P* bias, Index b,
-                                        Index h, Index first, Index rows, Index length, C factor,
-                                        Scratch2<C> dst) const {
-    const Index dh = d_head, dp = dpad;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
-      const Index p = first + row;
-      if (p < 0 || p >= length) {
-        for (Index c = 0; c < dp; ++c) dst(c, row) = C(0);
-        return;
-      }
-      const auto* from = &x(b, p, h, 0);
-      for (Index c = 0; c < dh; ++c)
-        dst(c, row) = (load(from[c]) + (bias ? C(bias[c]) : C(0))) * factor;
-      for (Index c = dh; c < dp; ++c) dst(c, row) = C(0);
-    });
+  KOKKOS_INLINE_FUNCTION detail::TileSource<X, P> rows_of(const X& x, Index b, Index h, Index first,
+                                                          Index length,
+                                                          const P* bias = nullptr) const {
+    return detail::tile_source(x, b, h, first, length, bias);
   }
   // Rows of r for the distances [first, first + rows) as rows (dst [rows,
   // dpad]) or transposed (dst [dpad, rows]); distances outside [0, limit) are
@@ -161,26 +136,16 @@ struct RelativeInputs {
                                                 Scratch2<C> ks, Scratch2<C> vs, Scratch2<C> rw,
                                                 Scratch2<C> st, Scratch2<C> bt) const {
     const Index dp = dpad, j0 = kc * BK, dmin = i0 + memory - j0 - BK + 1;
-    load_rows(team, k, nullptr, b, h, j0, BK, lk, C(1), ks);
-    load_rows(team, v, nullptr, b, h, j0, BK, lk, C(1), vs);
+    load_tile_rows(team, rows_of(k, b, h, j0, lk), BK, d_head, C(1), ks, false);
+    load_tile_rows(team, rows_of(v, b, h, j0, lk), BK, d_head, C(1), vs, false);
     load_r(team, h, dmin, W, false, rw);
     team.team_barrier();
     team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
     team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
   }
-  // Per query of the tile at `first`: lse and D = dout . out, as ld(0..1, s).
-  template <class L>
-  KOKKOS_INLINE_FUNCTION void load_stats(const TeamMember& team, const L& lse, const L& delta,
-                                         Index b, Index h, Index first, Scratch2<C> ld) const {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
-      const Index i = first + s;
-      ld(0, s) = i < lq ? lse(b, i, h) : C(0);
-      ld(1, s) = i < lq ? delta(b, i, h) : C(0);
-    });
-  }
 };
 
-// The score policy of the forward (online_softmax.hpp) for one team:
+// The score policy of the forward (tiled/online_softmax.hpp) for one team:
 // S^T = K qu^T + shift(Rw qv^T) of a key tile against the team's queries,
 // kMasked where a pair is not allowed.
 template <class T>
@@ -215,7 +180,7 @@ struct RelativeScores {
 
 // Forward: one team per (batch * head, query tile), heaviest tiles first. The
 // team keeps qu and qv transposed and streams key tiles as rows:
-// S^T = K qu^T + shift(Rw qv^T), online softmax (online_softmax.hpp) down the
+// S^T = K qu^T + shift(Rw qv^T), online softmax (tiled/online_softmax.hpp) down the
 // columns of S^T.
 template <class T>
 struct RelativeForward {
@@ -244,8 +209,10 @@ struct RelativeForward {
     Scratch2<C> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
         vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ), bt(scratch, W, BQ),
         stats(scratch, 3, BQ);
-    x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
-    x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
+    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
+                   qut);
+    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
+                   qvt);
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
     const RelativeScores<T> scores{x, b, h, bh, i0, qut, qvt, ks, vs, rw, bt};
@@ -268,15 +235,156 @@ KOKKOS_INLINE_FUNCTION compute_t<T> pair_gradient(const RelativeInputs<T>& x, In
   return weight * (keep * dp - d_i);
 }
 
-// Backward, keys: one team per (batch * head, key tile) keeps its keys and
-// values transposed and streams the query tiles that see it:
-// S = qu K^T + shift(qv Rw^T), dP = dout V^T, then dV += (P drop)^T dout and
-// dK += dS^T qu.
+// Relative attention's part of both backward passes (tiled/backward.hpp) for
+// one team: S = qu K^T + shift(qv Rw^T), masked where a pair is not allowed;
+// qu = scale (q + u) are the engine's Qs.
+template <class T>
+struct RelativeGradients {
+  using In = RelativeInputs<T>;
+  using C = compute_t<T>;
+  using Shape = typename In::Traits;
+  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  const In& x;
+  Index b, h, bh;
+
+  KOKKOS_INLINE_FUNCTION detail::TileTeam team_of() const {
+    return {b, h, x.lq, x.lk, x.d_head, false};
+  }
+  // Every query has an allowed key (its own position): P = exp(S - lse).
+  KOKKOS_INLINE_FUNCTION void softmax_base(Index, C lse_i, C& base, C& rest) const {
+    base = lse_i;
+    rest = C(0);
+  }
+  // The first distance of the tile pair (query tile qc, key tile kc).
+  KOKKOS_INLINE_FUNCTION Index first_distance(Index qc, Index kc) const {
+    return qc * BQ + x.memory - kc * BK - BK + 1;
+  }
+};
+
+// The key pass: also qv rows, Rw^T (the rows of r at the tile pair's
+// distances) and bm = qv Rw^T, whose shifted diagonals are the relative terms.
+template <class T>
+struct RelativeKeyGradients : RelativeGradients<T> {
+  using Base = RelativeGradients<T>;
+  using Base::b, Base::bh, Base::BK, Base::BQ, Base::h, Base::W, Base::x;
+  using typename Base::C;
+  Scratch2<C> qvs, rwt, bm;
+
+  static size_t tile_bytes(Index dp) {
+    return Scratch2<C>::shmem_size(BQ, dp) + Scratch2<C>::shmem_size(dp, W) +
+           Scratch2<C>::shmem_size(BQ, W);
+  }
+  KOKKOS_INLINE_FUNCTION void query_tiles(Index kc, Index& begin, Index& end) const {
+    x.query_tiles(kc, begin, end);
+  }
+  KOKKOS_INLINE_FUNCTION bool visits(Index, Index) const { return true; }
+  KOKKOS_INLINE_FUNCTION void begin_key_tile(const TeamMember&, Index) const {}
+  KOKKOS_INLINE_FUNCTION void load_queries(const TeamMember& team, Index qc, Index kc,
+                                           Scratch2<C> qs) const {
+    const Index i0 = qc * BQ;
+    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale, qs,
+                   false);
+    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
+                   qvs, false);
+    x.load_r(team, h, this->first_distance(qc, kc), W, true, rwt);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember& team, Index, Index,
+                                           const Pass&) const {
+    const Index dp = x.dpad;
+    team_multiply<false>(team, BQ, W, dp, &bm(0, 0), W, &qvs(0, 0), dp, 1, &rwt(0, 0), W);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
+                                        const Pass& t) const {
+    const Index i0 = qc * BQ, j0 = kc * BK;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
+      const Index i = i0 + q;
+      const C lse_i = t.ld(0, q), d_i = t.ld(1, q);
+      for (Index u = 0; u < BK; ++u) {
+        if (!x.allowed(i, j0 + u)) {
+          t.s(q, u) = t.dps(q, u) = C(0);
+          continue;
+        }
+        C p;
+        const C score = t.s(q, u) + bm(q, q - u + BK - 1);
+        t.dps(q, u) = pair_gradient(x, bh, i, j0 + u, score, t.dps(q, u), lse_i, d_i, p);
+        t.s(q, u) = p;
+      }
+    });
+  }
+};
+
+// The query pass: also qv^T, Rw, bt = Rw qv^T, G (dS on the shifted
+// diagonals) and dqv += G Rw.
+template <class T>
+struct RelativeQueryGradients : RelativeGradients<T> {
+  using Base = RelativeGradients<T>;
+  using Base::b, Base::bh, Base::BK, Base::BQ, Base::h, Base::W, Base::x;
+  using typename Base::C;
+  Scratch2<C> qvt, rw, bt, g, dqvs;
+
+  static size_t tile_bytes(Index dp) {
+    return Scratch2<C>::shmem_size(dp, BQ) + Scratch2<C>::shmem_size(W, dp) +
+           Scratch2<C>::shmem_size(W, BQ) + Scratch2<C>::shmem_size(BQ, W) +
+           Scratch2<C>::shmem_size(BQ, dp);
+  }
+  KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
+    x.key_tiles(qc, begin, end);
+  }
+  KOKKOS_INLINE_FUNCTION void load_queries_transposed(const TeamMember& team, Index qc,
+                                                      Scratch2<C> qt) const {
+    const Index i0 = qc * BQ;
+    // Every tile writes the same band of g; the rest stays zero.
+    zero<C>(team, g);
+    zero<C>(team, dqvs);
+    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
+                   qt);
+    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
+                   qvt);
+  }
+  KOKKOS_INLINE_FUNCTION void load_keys(const TeamMember& team, Index qc, Index kc) const {
+    x.load_r(team, h, this->first_distance(qc, kc), W, false, rw);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember& team, Index, Index,
+                                           const Pass&) const {
+    const Index dp = x.dpad;
+    team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
+                                        const Pass& t) const {
+    const Index i0 = qc * BQ, j0 = kc * BK;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index u) {
+      const Index j = j0 + u;
+      for (Index s = 0; s < BQ; ++s) {
+        const Index i = i0 + s;
+        C ds = C(0);
+        if (x.allowed(i, j)) {
+          C p;
+          const C score = t.st(u, s) + bt(s - u + BK - 1, s);
+          ds = pair_gradient(x, bh, i, j, score, t.dpt(u, s), t.ld(0, s), t.ld(1, s), p);
+        }
+        t.dpt(u, s) = ds;
+        g(s, s - u + BK - 1) = ds;
+      }
+    });
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_sums(const TeamMember& team, Index, Index, const Pass&) const {
+    const Index dp = x.dpad;
+    team_multiply<true>(team, BQ, dp, W, &dqvs(0, 0), dp, &g(0, 0), W, 1, &rw(0, 0), dp);
+  }
+};
+
+// Backward, keys: one team per (batch * head, key tile) runs the key pass
+// (tiled/backward.hpp): dV += (P drop)^T dout and dK += dS^T qu.
 template <class T>
 struct RelativeBackwardKeys {
   using In = RelativeInputs<T>;
   using C = compute_t<T>;
-  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  using Pass = detail::KeyPass<C, typename In::Traits>;
   In x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
@@ -284,83 +392,35 @@ struct RelativeBackwardKeys {
   int level = 0;
 
   size_t scratch_bytes() const {
-    const Index dp = x.dpad;
-    return 2 * Scratch2<C>::shmem_size(dp, BK) + 3 * Scratch2<C>::shmem_size(BQ, dp) +
-           Scratch2<C>::shmem_size(dp, W) + 2 * Scratch2<C>::shmem_size(BQ, BK) +
-           Scratch2<C>::shmem_size(BQ, W) + Scratch2<C>::shmem_size(2, BQ) +
-           2 * Scratch2<C>::shmem_size(BK, dp);
+    return Pass::tile_bytes(x.dpad) + RelativeKeyGradients<T>::tile_bytes(x.dpad);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index bhs = x.heads * dout.extent(0), dh = x.d_head, dp = x.dpad;
+    const Index bhs = x.heads * dout.extent(0), dp = x.dpad, BQ = In::BQ, W = In::W;
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
-    const Index b = bh / x.heads, h = bh % x.heads, j0 = kc * BK;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> kt(scratch, dp, BK), vt(scratch, dp, BK), qus(scratch, BQ, dp),
-        qvs(scratch, BQ, dp), dos(scratch, BQ, dp), rwt(scratch, dp, W), s(scratch, BQ, BK),
-        dps(scratch, BQ, BK), bm(scratch, BQ, W), ld(scratch, 2, BQ), dks(scratch, BK, dp),
-        dvs(scratch, BK, dp);
-    zero<C>(team, dks);
-    zero<C>(team, dvs);
-    x.load_cols(team, x.k, nullptr, b, h, j0, BK, x.lk, C(1), kt);
-    x.load_cols(team, x.v, nullptr, b, h, j0, BK, x.lk, C(1), vt);
-    Index begin = 0, end = 0;
-    x.query_tiles(kc, begin, end);
-    for (Index qc = begin; qc < end; ++qc) {
-      const Index i0 = qc * BQ, dmin = i0 + x.memory - j0 - BK + 1;
-      team.team_barrier();
-      x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
-      x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
-      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dos);
-      x.load_r(team, h, dmin, W, true, rwt);
-      x.load_stats(team, lse, delta, b, h, i0, ld);
-      team.team_barrier();
-      team_multiply<false>(team, BQ, BK, dp, &s(0, 0), BK, &qus(0, 0), dp, 1, &kt(0, 0), BK);
-      team_multiply<false>(team, BQ, W, dp, &bm(0, 0), W, &qvs(0, 0), dp, 1, &rwt(0, 0), W);
-      team_multiply<false>(team, BQ, BK, dp, &dps(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index q) {
-        const Index i = i0 + q;
-        const C lse_i = ld(0, q), d_i = ld(1, q);
-        for (Index t = 0; t < BK; ++t) {
-          if (!x.allowed(i, j0 + t)) {
-            s(q, t) = dps(q, t) = C(0);
-            continue;
-          }
-          C p;
-          const C score = s(q, t) + bm(q, q - t + BK - 1);
-          dps(q, t) = pair_gradient(x, bh, i, j0 + t, score, dps(q, t), lse_i, d_i, p);
-          s(q, t) = p;
-        }
-      });
-      team.team_barrier();
-      team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &s(0, 0), 1, BK, &dos(0, 0), dp);
-      team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &dps(0, 0), 1, BK, &qus(0, 0), dp);
-    }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-      const Index j = j0 + t;
-      if (j >= x.lk) return;
-      T* gk = &dk(b, j, h, 0);
-      T* gv = &dv(b, j, h, 0);
-      for (Index c = 0; c < dh; ++c) {
-        gk[c] = store<T>(dks(t, c));
-        gv[c] = store<T>(dvs(t, c));
-      }
-    });
+    const Pass pass(scratch, dp);
+    const RelativeKeyGradients<T> policy{{x, bh / x.heads, bh % x.heads, bh},
+                                         Scratch2<C>(scratch, BQ, dp),
+                                         Scratch2<C>(scratch, dp, W),
+                                         Scratch2<C>(scratch, BQ, W)};
+    const auto t = policy.team_of();
+    pass.run(team, policy, t, x.k, x.v, dout, lse, delta, kc, [](Index) {});
+    pass.store(team, t, kc, dk, dv);
   }
 };
 
-// Backward, queries: one team per (batch * head, query tile) keeps qu, qv and
-// dout transposed and streams the key tiles it sees: dqu += dS K and
-// dqv += G Rw (G: dS on the shifted diagonals). dq = scale (dqu + dqv); the
-// team's sums of scale dqu and scale dqv over its queries go to part_u and
-// part_v [batch * query tiles, heads, d_head] (summed into du and dv_bias).
+// Backward, queries: one team per (batch * head, query tile) runs the query
+// pass (tiled/backward.hpp): dqu += dS K and dqv += G Rw. dq = scale (dqu +
+// dqv); the team's sums of scale dqu and scale dqv over its queries go to
+// part_u and part_v [batch * query tiles, heads, d_head] (summed into du and
+// dv_bias).
 template <class T>
 struct RelativeBackwardQueries {
   using In = RelativeInputs<T>;
   using C = compute_t<T>;
-  static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
+  using Pass = detail::QueryPass<C, typename In::Traits>;
+  static constexpr Index BQ = In::BQ, W = In::W;
   In x;
   Kokkos::View<const C***, Layout, MemSpace> lse, delta;
   Kokkos::View<const T****, Layout, MemSpace> dout;
@@ -369,11 +429,7 @@ struct RelativeBackwardQueries {
   int level = 0;
 
   size_t scratch_bytes() const {
-    const Index dp = x.dpad;
-    return 3 * Scratch2<C>::shmem_size(dp, BQ) + 2 * Scratch2<C>::shmem_size(BK, dp) +
-           Scratch2<C>::shmem_size(W, dp) + 2 * Scratch2<C>::shmem_size(BK, BQ) +
-           Scratch2<C>::shmem_size(W, BQ) + Scratch2<C>::shmem_size(BQ, W) +
-           2 * Scratch2<C>::shmem_size(BQ, dp) + Scratch2<C>::shmem_size(2, BQ);
+    return Pass::tile_bytes(x.dpad) + RelativeQueryGradients<T>::tile_bytes(x.dpad);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -381,46 +437,16 @@ struct RelativeBackwardQueries {
     const Index qc = x.nq - 1 - team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), dot(scratch, dp, BQ),
-        ks(scratch, BK, dp), vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ),
-        dpt(scratch, BK, BQ), bt(scratch, W, BQ), g(scratch, BQ, W), dqus(scratch, BQ, dp),
-        dqvs(scratch, BQ, dp), ld(scratch, 2, BQ);
-    // Every tile writes the same band of g; the rest stays zero.
-    zero<C>(team, g);
-    zero<C>(team, dqus);
-    zero<C>(team, dqvs);
-    x.load_cols(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qut);
-    x.load_cols(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvt);
-    x.load_cols(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dot);
-    x.load_stats(team, lse, delta, b, h, i0, ld);
-    Index begin = 0, end = 0;
-    x.key_tiles(qc, begin, end);
-    for (Index kc = begin; kc < end; ++kc) {
-      const Index j0 = kc * BK;
-      team.team_barrier();
-      x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt);
-      team_multiply<false>(team, BK, BQ, dp, &dpt(0, 0), BQ, &vs(0, 0), dp, 1, &dot(0, 0), BQ);
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
-        const Index j = j0 + t;
-        for (Index s = 0; s < BQ; ++s) {
-          const Index i = i0 + s;
-          C ds = C(0);
-          if (x.allowed(i, j)) {
-            C p;
-            const C score = st(t, s) + bt(s - t + BK - 1, s);
-            ds = pair_gradient(x, bh, i, j, score, dpt(t, s), ld(0, s), ld(1, s), p);
-          }
-          dpt(t, s) = ds;
-          g(s, s - t + BK - 1) = ds;
-        }
-      });
-      team.team_barrier();
-      team_multiply<true>(team, BQ, dp, BK, &dqus(0, 0), dp, &dpt(0, 0), 1, BQ, &ks(0, 0), dp);
-      team_multiply<true>(team, BQ, dp, W, &dqvs(0, 0), dp, &g(0, 0), W, 1, &rw(0, 0), dp);
-    }
-    team.team_barrier();
+    const Pass pass(scratch, dp);
+    const RelativeQueryGradients<T> policy{{x, b, h, bh},
+                                           Scratch2<C>(scratch, dp, BQ),
+                                           Scratch2<C>(scratch, W, dp),
+                                           Scratch2<C>(scratch, W, BQ),
+                                           Scratch2<C>(scratch, BQ, W),
+                                           Scratch2<C>(scratch, BQ, dp)};
+    pass.run(team, policy, policy.team_of(), x.k, x.v, dout, lse, delta, qc);
     const C scale = x.scale;
+    const auto dqus = pass.dqs, dqvs = policy.dqvs;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
       const Index i = i0 + s;
       if (i >= x.lq) return;
@@ -464,7 +490,7 @@ struct RelativeBackwardDistances {
     return 3 * Scratch2<C>::shmem_size(BQ, dp) + 2 * Scratch2<C>::shmem_size(dp, W) +
            Scratch2<C>::shmem_size(dp, BD) + 2 * Scratch2<C>::shmem_size(BQ, W) +
            2 * Scratch2<C>::shmem_size(BQ, BD) + Scratch2<C>::shmem_size(BD, dp) +
-           Scratch2<C>::shmem_size(2, BQ);
+           Scratch2<C>::shmem_size(3, BQ);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -475,7 +501,8 @@ struct RelativeBackwardDistances {
     Scratch2<C> qus(scratch, BQ, dp), qvs(scratch, BQ, dp), dos(scratch, BQ, dp),
         kwt(scratch, dp, W), vwt(scratch, dp, W), rt(scratch, dp, BD), cw(scratch, BQ, W),
         dpw(scratch, BQ, W), bm(scratch, BQ, BD), e(scratch, BQ, BD), drs(scratch, BD, dp),
-        ld(scratch, 2, BQ);
+        ld(scratch, 3, BQ);
+    const RelativeGradients<T> policy{x, b, h, bh};
     zero<C>(team, drs);
     x.load_r(team, h, d0, BD, true, rt);
     // Queries i >= d0 - M have a key at distance d0 or more.
@@ -483,12 +510,14 @@ struct RelativeBackwardDistances {
     for (Index qc = first / BQ; qc < x.nq; ++qc) {
       const Index i0 = qc * BQ, jlo = i0 + x.memory - d0 - BD + 1;
       team.team_barrier();
-      x.load_rows(team, x.q, &x.bias_u(h, 0), b, h, i0, BQ, x.lq, x.scale, qus);
-      x.load_rows(team, x.q, &x.bias_v(h, 0), b, h, i0, BQ, x.lq, x.scale, qvs);
-      x.load_rows(team, dout, nullptr, b, h, i0, BQ, x.lq, C(1), dos);
-      x.load_cols(team, x.k, nullptr, b, h, jlo, W, x.lk, C(1), kwt);
-      x.load_cols(team, x.v, nullptr, b, h, jlo, W, x.lk, C(1), vwt);
-      x.load_stats(team, lse, delta, b, h, i0, ld);
+      load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, dh, x.scale, qus,
+                     false);
+      load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, dh, x.scale, qvs,
+                     false);
+      load_tile_rows(team, x.rows_of(dout, b, h, i0, x.lq), BQ, dh, C(1), dos, false);
+      load_tile_cols(team, x.rows_of(x.k, b, h, jlo, x.lk), W, dh, C(1), kwt);
+      load_tile_cols(team, x.rows_of(x.v, b, h, jlo, x.lk), W, dh, C(1), vwt);
+      detail::load_softmax_stats(team, policy, policy.team_of(), lse, delta, i0, ld);
       team.team_barrier();
       team_multiply<false>(team, BQ, W, dp, &cw(0, 0), W, &qus(0, 0), dp, 1, &kwt(0, 0), W);
       team_multiply<false>(team, BQ, W, dp, &dpw(0, 0), W, &dos(0, 0), dp, 1, &vwt(0, 0), W);

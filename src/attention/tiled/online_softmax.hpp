@@ -1,5 +1,6 @@
-// The tiled online-softmax forward shared by exact and relative attention
-// (internal header; chunked_kernels.hpp plays this part for LSH and local).
+// The tiled online-softmax forward shared by exact, relative and the streamed
+// chunked kernels of LSH and local attention (internal header; backward.hpp
+// is the backward's engine).
 //
 // One team holds a tile of BQ queries and streams the key tiles they see. Per
 // key tile a score policy fills S^T (rows: keys, columns: queries, masked) and
@@ -24,6 +25,7 @@
 //                                      with dropout; 0 for absent pairs)
 #pragma once
 
+#include "attention/tiled/tile_loads.hpp"
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/team_scratch.hpp"
@@ -32,21 +34,6 @@
 #include <type_traits>
 
 namespace reformer::attention::detail {
-
-// Zeroes a scratch matrix (the padding of a tile stays zero afterwards): by
-// rows on the host, a thread per element on GPUs.
-template <class T>
-KOKKOS_INLINE_FUNCTION void zero(const TeamMember& team, ScratchMatrix<T> m) {
-  const Index cols = m.extent(1);
-  if constexpr (!kHostMemory) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0)) * cols),
-                         [&](Index e) { m(e / cols, e % cols) = T(0); });
-    return;
-  }
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Index(m.extent(0))), [&](Index r) {
-    for (Index c = 0; c < cols; ++c) m(r, c) = T(0);
-  });
-}
 
 // The engine's tiles in the caller's scratch (allocated where the caller's
 // layout puts them): o [BQ, dpad], st [BK, BQ], stats [3, BQ] (per query: the
