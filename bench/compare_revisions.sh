@@ -15,16 +15,23 @@
 # and relative attention, forward + backward, at 2K and 4K) N rounds (default 3)
 # per build, before and after alternating, and ends with a Markdown table of
 # the best time of each side and after / before (default threads: 2).
+#   --paired (with --isa) runs before and after at the same time, one thread
+# each, pinned to cores 0 and 1 and swapped every round (taskset), so that
+# both see the same moments of a noisy machine (a shared VM's times vary by 30%
+# and more from one minute to the next); the table gives the median of the
+# rounds' after / before ratios beside the best times.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 isa=0
 filter='BM_(Exact|Relative)Attention/(2048|4096)/'
 rounds=3
+paired=0
 while [ $# -gt 0 ]; do
   case $1 in
     --isa) isa=1; shift ;;
     --filter) filter=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --paired) paired=1; shift ;;
     *) break ;;
   esac
 done
@@ -62,6 +69,29 @@ if [ $isa = 1 ]; then
       echo "$t, $n threads: $(echo "$guard" | sed -n 's/^tile_guard: [^;]*; \([^;]*\);.*/\1/p');" \
         "$(echo "$guard" | grep -o 'large sgemm.*')"
     done
+    if [ $paired = 1 ]; then
+      for r in $(seq "$rounds"); do
+        for t in "${targets[@]}"; do
+          cores=(0 1)
+          [ $((r % 2)) = 0 ] && cores=(1 0)
+          b_out=$(mktemp)
+          a_out=$(mktemp)
+          OMP_NUM_THREADS=1 taskset -c "${cores[0]}" "$old/build/isa/$t/bench/bench_attention" \
+            --benchmark_filter="$filter" 2>/dev/null >"$b_out" &
+          OMP_NUM_THREADS=1 taskset -c "${cores[1]}" "$root/build/isa/$t/bench/bench_attention" \
+            --benchmark_filter="$filter" 2>/dev/null >"$a_out" &
+          wait
+          for side in before after; do
+            out=$b_out
+            [ $side = after ] && out=$a_out
+            grep -E '^BM_' "$out" |
+              awk -v t="$t" -v s="$side" -v r="$r" '{print t, "1p", s, r, $1, $2}' | tee -a "$raw"
+          done
+          rm -f "$b_out" "$a_out"
+        done
+      done
+      break
+    fi
     for r in $(seq "$rounds"); do
       for t in "${targets[@]}"; do
         for side in before after; do
@@ -74,6 +104,30 @@ if [ $isa = 1 ]; then
     done
   done
   echo
+  if [ $paired = 1 ]; then
+    echo "paired: before and after at once, 1 thread each, cores swapped every round ($rounds rounds)"
+    echo
+    echo "| target | case | best before ms | best after ms | median of after / before |"
+    echo "|---|---|---|---|---|"
+    python3 - "$raw" <<'PY'
+import collections, statistics, sys
+t = collections.defaultdict(dict)
+order = []
+for line in open(sys.argv[1]):
+    target, _, side, rnd, case, ms = line.split()
+    key = (target, case.split("/iterations")[0])
+    if key not in order:
+        order.append(key)
+    t[key].setdefault(side, {})[rnd] = float(ms)
+for key in order:
+    b, a = t[key].get("before", {}), t[key].get("after", {})
+    ratios = [a[r] / b[r] for r in b if r in a]
+    print(f"| {key[0]} | {key[1]} | {min(b.values()):.1f} | {min(a.values()):.1f} | "
+          f"{statistics.median(ratios):.3f} |")
+PY
+    rm -f "$raw"
+    exit 0
+  fi
   echo "| target | threads | case | before ms | after ms | after / before |"
   echo "|---|---|---|---|---|---|"
   awk '{k = $1 " " $2 " " $5; if (!(k in seen)) { seen[k] = 1; order[++m] = k }

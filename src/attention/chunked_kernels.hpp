@@ -35,6 +35,7 @@
 // (n_before + 1) * rounds windows).
 #pragma once
 
+#include "attention/tiled/backward.hpp"
 #include "attention/tiled/online_softmax.hpp"
 #include "attention/tiled/tile_loads.hpp"
 #include "reformer/attention/chunked_scratch.hpp"
@@ -594,22 +595,101 @@ struct StreamedForward {
   }
 };
 
+// The streamed chunked kernels' part of the key pass (tiled/backward.hpp) for
+// one team, which holds query chunk qc and the group of its queries [g0,
+// g_end): queries and keys are gathered by position (the window's keys
+// scaled), the masks, dropout and duplicate correction applied per element.
+template <class T>
+struct StreamedGradients {
+  using C = compute_t<T>;
+  using Tiles = StreamTileTraits<C>;
+  static constexpr Index BQ = Tiles::query, BK = Tiles::backward_key;
+  using Shape = TileShape<BQ, BK, TileTraits<C>::block_rows, TileTraits<C>::block_cols>;
+  const ChunkedInputs<T>& in;
+  const ItemScalars<const C>& lse;
+  const ItemScalars<const C>& delta;
+  const ItemView<const T>& dout;
+  Index b, h, bh, qc, g0, g_tiles;
+  Scratch2<C> ks;  // the key tile's keys as rows, for dQ += dS K
+  ScratchInts posq, posk;
+
+  KOKKOS_INLINE_FUNCTION void query_tiles(Index, Index& begin, Index& end) const {
+    begin = g0 / BQ;
+    end = g_tiles / BQ;
+  }
+  KOKKOS_INLINE_FUNCTION bool visits(Index, Index) const { return true; }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_key_tile(const TeamMember& team, Index tile,
+                                            const Pass& pass) const {
+    const Index dh = in.d_head, dp = pass.kt.extent(0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
+                         [&](Index t) { posk(t) = in.key_position(b, bh, qc, tile * BK + t); });
+    team.team_barrier();
+    gather_elements<C>(
+        team, BK, dh, dp, [&](Index t, C& factor) { return in.key_row(b, h, posk(t), factor); }, ks,
+        pass.kt);
+    gather_elements<C>(
+        team, BK, dh, dp, [&](Index t, C&) { return in.value_row(b, h, posk(t)); }, Scratch2<C>(),
+        pass.vt);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_query_tile(const TeamMember& team, Index qt, Index,
+                                              const Pass& pass) const {
+    const Index dh = in.d_head, dp = pass.kt.extent(0), q0 = qt * BQ;
+    gather_elements<C>(
+        team, BQ, dh, dp,
+        [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &in.q(b, posq(q0 + i), h, 0); },
+        pass.qs, Scratch2<C>());
+    gather_elements<C>(
+        team, BQ, dh, dp,
+        [&](Index i, C&) { return posq(q0 + i) < 0 ? nullptr : &dout(b, posq(q0 + i), h, 0); },
+        pass.dos, Scratch2<C>());
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember&, Index, Index, const Pass&) const {}
+  // s <- dropout(P), dps <- dS (0 where a mask constant replaced the score).
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qt, Index tile,
+                                        const Pass& pass) const {
+    const Index c = in.window.chunk, q0 = qt * BQ;
+    const bool dropout = in.dropout.rate > 0.0;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
+      const Index i = e / BK, t = e % BK, pq = posq(q0 + i), pk = posk(t);
+      if (pq < 0 || pk < 0) {
+        pass.s(i, t) = C(0);
+        pass.dps(i, t) = C(0);
+        return;
+      }
+      bool constant = true;
+      const C score = in.mask_score(b, bh, pq, pk, pass.s(i, t), constant);
+      const C weight = softmax_weight(score - lse(b, pq, h));
+      const C drop = dropout ? in.drop_factor(bh, qc * c + q0 + i, tile * BK + t) : C(1);
+      pass.dps(i, t) = constant ? C(0) : weight * (drop * pass.dps(i, t) - delta(b, pq, h));
+      pass.s(i, t) = weight * drop;
+    });
+  }
+};
+
 // Backward, streamed: one team per query chunk, launched as the whole-window
 // backward is (the same colours). The team takes the chunk's queries in groups
 // of R = StreamTileTraits::backward_rows (one group for chunks up to R). For
-// each group and each key tile of the window (BK slots) it walks the group's
-// query tiles (BQ queries) and recomputes
+// each group and each key tile of the window (BK slots) it runs the key pass
+// of tiled/backward.hpp over the group's query tiles (BQ queries), which
+// recomputes
 //   S = Q K^T, dP = dout V^T, P = exp(S - LSE), dS = P (drop dP - D),
-// adding dS K into the group's dq sums (scratch, added into dq when the group
-// is done), and dS^T Q and dropout(P)^T dout into the key tile's dk and dv
-// sums, which go into dk and dv (rows by position) when the tile is done: a
-// gradient row is added into once per group as often as in the whole-window
-// kernel (bf16: that many roundings). The query and dout tiles are gathered
-// again for every key tile: holding the chunk's would not fit level 0.
+// and adds dS K into the group's dq sums after each query tile (scratch,
+// added into dq when the group is done); the pass's dS^T Q and dropout(P)^T
+// dout sums of the key tile go into dk and dv (rows by position) when the tile
+// is done: a gradient row is added into once per group as often as in the
+// whole-window kernel (bf16: that many roundings). The query and dout tiles
+// are gathered again for every key tile: holding the chunk's would not fit
+// level 0.
 template <class T>
 struct StreamedBackward {
   using C = compute_t<T>;
   using Tiles = StreamTileTraits<C>;
+  using Policy = StreamedGradients<T>;
+  using Pass = detail::KeyPass<C, typename Policy::Shape>;
   static constexpr Index BQ = Tiles::query, BK = Tiles::backward_key, R = Tiles::backward_rows;
   ChunkedInputs<T> in;
   ItemScalars<const C> lse, delta;
@@ -628,73 +708,37 @@ struct StreamedBackward {
     const Index dp = TileTraits<C>::pad_columns(dh), cq = (c + BQ - 1) / BQ * BQ;
     const Index qc = first_chunk + team.league_rank() % chunks * chunk_stride;
     const Index bh = team.league_rank() / chunks, b = bh / in.heads, h = bh % in.heads;
-    const bool dropout = in.dropout.rate > 0.0;
     const auto scratch = team.team_scratch(level);
-    Scratch2<C> dqs(scratch, cq < R ? cq : R, dp), qs(scratch, BQ, dp), dos(scratch, BQ, dp),
-        ks(scratch, BK, dp), kt(scratch, dp, BK), vt(scratch, dp, BK), dks(scratch, BK, dp),
-        dvs(scratch, BK, dp), p(scratch, BQ, BK), ds(scratch, BQ, BK);
-    ScratchInts posq(scratch, cq), posk(scratch, BK);
+    const Pass pass(scratch, dp, /*stats=*/false);
+    Scratch2<C> dqs(scratch, cq < R ? cq : R, dp);
+    Policy policy{in,
+                  lse,
+                  delta,
+                  dout,
+                  b,
+                  h,
+                  bh,
+                  qc,
+                  0,
+                  0,
+                  Scratch2<C>(scratch, BK, dp),
+                  ScratchInts(scratch, cq),
+                  ScratchInts(scratch, BK)};
+    const auto posq = policy.posq, posk = policy.posk;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cq),
                          [&](Index i) { posq(i) = in.query_position(bh, qc, i); });
     for (Index g0 = 0; g0 < c; g0 += R) {
-      const Index g_end = g0 + R < c ? g0 + R : c, g_tiles = g0 + (g_end - g0 + BQ - 1) / BQ * BQ;
+      const Index g_end = g0 + R < c ? g0 + R : c;
+      policy.g0 = g0;
+      policy.g_tiles = g0 + (g_end - g0 + BQ - 1) / BQ * BQ;
       team.team_barrier();
       zero<C>(team, dqs);
       for (Index tile = 0; tile * BK < w; ++tile) {
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
-                             [&](Index t) { posk(t) = in.key_position(b, bh, qc, tile * BK + t); });
-        zero<C>(team, dks);
-        zero<C>(team, dvs);
-        team.team_barrier();
-        gather_elements<C>(
-            team, BK, dh, dp, [&](Index t, C& factor) { return in.key_row(b, h, posk(t), factor); },
-            ks, kt);
-        gather_elements<C>(
-            team, BK, dh, dp, [&](Index t, C&) { return in.value_row(b, h, posk(t)); },
-            Scratch2<C>(), vt);
-        for (Index q0 = g0; q0 < g_tiles; q0 += BQ) {
-          team.team_barrier();
-          gather_elements<C>(
-              team, BQ, dh, dp,
-              [&](Index i, C&) {
-                return posq(q0 + i) < 0 ? nullptr : &in.q(b, posq(q0 + i), h, 0);
-              },
-              qs, Scratch2<C>());
-          gather_elements<C>(
-              team, BQ, dh, dp,
-              [&](Index i, C&) {
-                return posq(q0 + i) < 0 ? nullptr : &dout(b, posq(q0 + i), h, 0);
-              },
-              dos, Scratch2<C>());
-          team.team_barrier();
-          // S = Q K^T, dP = dout V^T.
-          team_multiply<false>(team, BQ, BK, dp, &p(0, 0), BK, &qs(0, 0), dp, 1, &kt(0, 0), BK);
-          team_multiply<false>(team, BQ, BK, dp, &ds(0, 0), BK, &dos(0, 0), dp, 1, &vt(0, 0), BK);
-          team.team_barrier();
-          // p <- dropout(P), ds <- dS (0 where a mask constant replaced the score).
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
-            const Index i = e / BK, t = e % BK, pq = posq(q0 + i), pk = posk(t);
-            if (pq < 0 || pk < 0) {
-              p(i, t) = C(0);
-              ds(i, t) = C(0);
-              return;
-            }
-            bool constant = true;
-            const C score = in.mask_score(b, bh, pq, pk, p(i, t), constant);
-            const C weight = softmax_weight(score - lse(b, pq, h));
-            const C drop = dropout ? in.drop_factor(bh, qc * c + q0 + i, tile * BK + t) : C(1);
-            ds(i, t) = constant ? C(0) : weight * (drop * ds(i, t) - delta(b, pq, h));
-            p(i, t) = weight * drop;
-          });
-          team.team_barrier();
-          // dQ += dS K,  dK += dS^T Q,  dV += dropout(P)^T dout.
-          team_multiply<true>(team, BQ, dp, BK, &dqs(q0 - g0, 0), dp, &ds(0, 0), BK, 1, &ks(0, 0),
-                              dp);
-          team_multiply<true>(team, BK, dp, BQ, &dks(0, 0), dp, &ds(0, 0), 1, BK, &qs(0, 0), dp);
-          team_multiply<true>(team, BK, dp, BQ, &dvs(0, 0), dp, &p(0, 0), 1, BK, &dos(0, 0), dp);
-        }
-        team.team_barrier();
+        pass.run(team, policy, tile, [&](Index qt) {
+          team_multiply<true>(team, BQ, dp, BK, &dqs(qt * BQ - g0, 0), dp, &pass.dps(0, 0), BK, 1,
+                              &policy.ks(0, 0), dp);
+        });
         // One thread per column, down the tile's rows (a window may hold a
         // position twice, once per round).
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index d) {
@@ -702,8 +746,8 @@ struct StreamedBackward {
             if (posk(t) < 0) continue;
             T& to_k = dk_scaled(b, posk(t), h, d);
             T& to_v = dv(b, posk(t), h, d);
-            to_k = store<T>(load(to_k) + dks(t, d));
-            to_v = store<T>(load(to_v) + dvs(t, d));
+            to_k = store<T>(load(to_k) + pass.dks(t, d));
+            to_v = store<T>(load(to_v) + pass.dvs(t, d));
           }
         });
       }

@@ -100,6 +100,12 @@ struct ExactInputs {
   KOKKOS_INLINE_FUNCTION C drop(Index bh, Index i, Index j) const {
     return in.dropout.template factor<C>(bh, in.heads, i, j, lq, lk);
   }
+  // The backward's loads of whole sequences for (b, h) (tiled/backward.hpp).
+  template <class D, class L>
+  KOKKOS_INLINE_FUNCTION detail::SequenceTiles<T> sequence(Index b, Index h, const D& dout,
+                                                           const L& lse, const L& delta) const {
+    return {in.k, in.v, dout, lse, delta, b, h, lq, lk, in.d_head, elements};
+  }
   // Rows [first, first + rows) of x [batch, length, heads, d] for (b, h) as a
   // tile (tiled/tile_loads.hpp): rows past `length` are zero.
   template <class X>
@@ -398,7 +404,8 @@ struct ExactGradients {
   using C = compute_t<T>;
   static constexpr Index BQ = Shape::query_tile, BK = Shape::key_tile;
   const ExactInputs<T, Shape>& x;
-  Index b, h, bh;
+  detail::SequenceTiles<T> seq;
+  Index bh;
   // Key pass only: the gradient masks of mask_row and the keys' positions.
   Scratch2<C> grad_masks;
   ScratchInts posk;
@@ -406,38 +413,35 @@ struct ExactGradients {
   static size_t key_pass_bytes() {
     return Scratch2<C>::shmem_size(BQ, BK) + ScratchInts::shmem_size(BK);
   }
-  KOKKOS_INLINE_FUNCTION detail::TileTeam team_of() const {
-    return {b, h, x.lq, x.lk, x.in.d_head, x.elements};
-  }
-
   KOKKOS_INLINE_FUNCTION void softmax_base(Index i, C lse_i, C& base, C& rest) const {
-    x.softmax_base(b, i, lse_i, base, rest);
+    x.softmax_base(seq.b, i, lse_i, base, rest);
   }
-  template <class Tile>
-  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember&, Index, Index, const Tile&) const {}
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_products(const TeamMember&, Index, Index, const Pass&) const {}
 
   // Key pass: every query tile up to the causal diagonal.
   KOKKOS_INLINE_FUNCTION void query_tiles(Index, Index& begin, Index& end) const {
     begin = 0;
     end = x.nq;
   }
-  KOKKOS_INLINE_FUNCTION bool visits(Index qc, Index kc) const { return kc < x.key_tiles(b, qc); }
-  KOKKOS_INLINE_FUNCTION void begin_key_tile(const TeamMember& team, Index kc) const {
+  KOKKOS_INLINE_FUNCTION bool visits(Index qc, Index kc) const {
+    return kc < x.key_tiles(seq.b, qc);
+  }
+  KOKKOS_INLINE_FUNCTION void load_key_tile(const TeamMember& team, Index kc,
+                                            const detail::KeyPass<C, Shape>& t) const {
+    seq.load_key_cols(team, kc, t);
     x.positions(team, kc * BK, BK, x.lk, posk);
   }
-  KOKKOS_INLINE_FUNCTION void load_queries(const TeamMember& team, Index qc, Index,
-                                           Scratch2<C> qs) const {
-    detail::load_tile_rows(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, x.in.d_head, x.scale,
-                           qs, x.elements);
-  }
-  KOKKOS_INLINE_FUNCTION void load_queries_transposed(const TeamMember& team, Index qc,
-                                                      Scratch2<C> qt) const {
-    detail::load_tile_cols(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, x.in.d_head, x.scale,
-                           qt);
+  KOKKOS_INLINE_FUNCTION void load_query_tile(const TeamMember& team, Index qc, Index,
+                                              const detail::KeyPass<C, Shape>& t) const {
+    seq.load_dout_rows(team, *this, qc, t);
+    detail::load_tile_rows(team, seq.rows(x.in.q, qc * BQ, x.lq), BQ, x.in.d_head, x.scale, t.qs,
+                           x.elements);
   }
   // Key pass: S rows (queries) into drop P and dP into dS.
   KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
                                         const detail::KeyPass<C, Shape>& t) const {
+    const Index b = seq.b;
     const bool dropout = x.in.dropout.rate > 0.0, plain = x.plain_tile(qc, kc);
     if (x.elements)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * BK), [&](Index e) {
@@ -455,12 +459,21 @@ struct ExactGradients {
   // Query pass: the key tiles up to the causal diagonal.
   KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
     begin = 0;
-    end = x.key_tiles(b, qc);
+    end = x.key_tiles(seq.b, qc);
   }
-  KOKKOS_INLINE_FUNCTION void load_keys(const TeamMember&, Index, Index) const {}
+  KOKKOS_INLINE_FUNCTION void load_query_tile(const TeamMember& team, Index qc,
+                                              const detail::QueryPass<C, Shape>& t) const {
+    detail::load_tile_cols(team, seq.rows(x.in.q, qc * BQ, x.lq), BQ, x.in.d_head, x.scale, t.qt);
+    seq.load_dout_cols(team, *this, qc, t);
+  }
+  KOKKOS_INLINE_FUNCTION void load_key_tile(const TeamMember& team, Index, Index kc,
+                                            const detail::QueryPass<C, Shape>& t) const {
+    seq.load_key_rows(team, kc, t);
+  }
   // Query pass: S^T rows (keys) into drop P^T and dP^T into dS^T.
   KOKKOS_INLINE_FUNCTION void gradients(const TeamMember& team, Index qc, Index kc,
                                         const detail::QueryPass<C, Shape>& t) const {
+    const Index b = seq.b;
     const bool plain = x.plain_tile(qc, kc);
     if (x.elements)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ), [&](Index e) {
@@ -473,8 +486,8 @@ struct ExactGradients {
         x.key_row_gradients(b, bh, kc * BK + r, qc * BQ, t.ld, plain, &t.st(r, 0), &t.dpt(r, 0));
       });
   }
-  template <class Tile>
-  KOKKOS_INLINE_FUNCTION void add_sums(const TeamMember&, Index, Index, const Tile&) const {}
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void add_sums(const TeamMember&, Index, Index, const Pass&) const {}
 };
 
 // Backward, keys: one team per (batch * head, key tile) runs the key pass
@@ -498,15 +511,12 @@ struct ExactBackwardKeys {
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const auto scratch = team.team_scratch(level);
     const Pass pass(scratch, x.dpad);
-    const ExactGradients<T, Shape> policy{x,
-                                          bh / x.in.heads,
-                                          bh % x.in.heads,
-                                          bh,
-                                          Scratch2<C>(scratch, Shape::query_tile, Shape::key_tile),
-                                          ScratchInts(scratch, Shape::key_tile)};
-    const auto t = policy.team_of();
-    pass.run(team, policy, t, x.in.k, x.in.v, dout, lse, delta, kc, [](Index) {});
-    pass.store(team, t, kc, dk, dv);
+    const ExactGradients<T, Shape> policy{
+        x, x.sequence(bh / x.in.heads, bh % x.in.heads, dout, lse, delta), bh,
+        Scratch2<C>(scratch, Shape::query_tile, Shape::key_tile),
+        ScratchInts(scratch, Shape::key_tile)};
+    pass.run(team, policy, kc, [](Index) {});
+    policy.seq.store_keys(team, kc, pass, dk, dv);
   }
 };
 
@@ -531,8 +541,8 @@ struct ExactBackwardQueries {
     const Index b = bh / x.in.heads, h = bh % x.in.heads;
     const auto scratch = team.team_scratch(level);
     const Pass pass(scratch, x.dpad);
-    const ExactGradients<T, Shape> policy{x, b, h, bh, {}, {}};
-    pass.run(team, policy, policy.team_of(), x.in.k, x.in.v, dout, lse, delta, qc);
+    const ExactGradients<T, Shape> policy{x, x.sequence(b, h, dout, lse, delta), bh, {}, {}};
+    pass.run(team, policy, qc);
     const C scale = x.scale;
     const auto dqs = pass.dqs;
     if (x.elements) {
@@ -582,10 +592,9 @@ struct ExactBackwardOnePass {
     const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
     const auto scratch = team.team_scratch(level);
     const Pass pass(scratch, dp);
-    const ExactGradients<T, Shape> policy{
-        x, b, h, bh, Scratch2<C>(scratch, BQ, BK), ScratchInts(scratch, BK)};
+    const ExactGradients<T, Shape> policy{x, x.sequence(b, h, dout, lse, delta), bh,
+                                          Scratch2<C>(scratch, BQ, BK), ScratchInts(scratch, BK)};
     Scratch2<C> ks(scratch, BK, dp), dqs(scratch, BQ, dp);
-    const auto t = policy.team_of();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lq), [&](Index i) {
       C* dst = &dq_sum(b, i, h, 0);
       for (Index c = 0; c < dh; ++c) dst[c] = C(0);
@@ -594,7 +603,7 @@ struct ExactBackwardOnePass {
       team.team_barrier();
       detail::load_tile_rows(team, x.rows_of(x.in.k, b, h, kc * BK, lk), BK, dh, C(1), ks,
                              x.elements);
-      pass.run(team, policy, t, x.in.k, x.in.v, dout, lse, delta, kc, [&](Index qc) {
+      pass.run(team, policy, kc, [&](Index qc) {
         team_multiply<false, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &pass.dps(0, 0), BK, 1,
                                     &ks(0, 0), dp);
         team.team_barrier();
@@ -606,7 +615,7 @@ struct ExactBackwardOnePass {
           for (Index c = 0; c < dh; ++c) dst[c] += from[c];
         });
       });
-      pass.store(team, t, kc, dk, dv);
+      policy.seq.store_keys(team, kc, pass, dk, dv);
     }
     team.team_barrier();
     const C scale = x.scale;

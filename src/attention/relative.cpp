@@ -108,6 +108,12 @@ struct RelativeInputs {
                                                           const P* bias = nullptr) const {
     return detail::tile_source(x, b, h, first, length, bias);
   }
+  // The backward's loads of whole sequences for (b, h) (tiled/backward.hpp).
+  template <class D, class L>
+  KOKKOS_INLINE_FUNCTION detail::SequenceTiles<T> sequence(Index b, Index h, const D& dout,
+                                                           const L& lse, const L& delta) const {
+    return {k, v, dout, lse, delta, b, h, lq, lk, d_head, false};
+  }
   // Rows of r for the distances [first, first + rows) as rows (dst [rows,
   // dpad]) or transposed (dst [dpad, rows]); distances outside [0, limit) are
   // zero rows (their pairs are masked).
@@ -245,11 +251,9 @@ struct RelativeGradients {
   using Shape = typename In::Traits;
   static constexpr Index BQ = In::BQ, BK = In::BK, W = In::W;
   const In& x;
-  Index b, h, bh;
+  detail::SequenceTiles<T> seq;
+  Index bh;
 
-  KOKKOS_INLINE_FUNCTION detail::TileTeam team_of() const {
-    return {b, h, x.lq, x.lk, x.d_head, false};
-  }
   // Every query has an allowed key (its own position): P = exp(S - lse).
   KOKKOS_INLINE_FUNCTION void softmax_base(Index, C lse_i, C& base, C& rest) const {
     base = lse_i;
@@ -266,7 +270,7 @@ struct RelativeGradients {
 template <class T>
 struct RelativeKeyGradients : RelativeGradients<T> {
   using Base = RelativeGradients<T>;
-  using Base::b, Base::bh, Base::BK, Base::BQ, Base::h, Base::W, Base::x;
+  using Base::bh, Base::BK, Base::BQ, Base::seq, Base::W, Base::x;
   using typename Base::C;
   Scratch2<C> qvs, rwt, bm;
 
@@ -278,12 +282,18 @@ struct RelativeKeyGradients : RelativeGradients<T> {
     x.query_tiles(kc, begin, end);
   }
   KOKKOS_INLINE_FUNCTION bool visits(Index, Index) const { return true; }
-  KOKKOS_INLINE_FUNCTION void begin_key_tile(const TeamMember&, Index) const {}
-  KOKKOS_INLINE_FUNCTION void load_queries(const TeamMember& team, Index qc, Index kc,
-                                           Scratch2<C> qs) const {
-    const Index i0 = qc * BQ;
-    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale, qs,
-                   false);
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_key_tile(const TeamMember& team, Index kc,
+                                            const Pass& pass) const {
+    seq.load_key_cols(team, kc, pass);
+  }
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_query_tile(const TeamMember& team, Index qc, Index kc,
+                                              const Pass& pass) const {
+    const Index b = seq.b, h = seq.h, i0 = qc * BQ;
+    seq.load_dout_rows(team, *this, qc, pass);
+    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
+                   pass.qs, false);
     load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
                    qvs, false);
     x.load_r(team, h, this->first_distance(qc, kc), W, true, rwt);
@@ -320,7 +330,7 @@ struct RelativeKeyGradients : RelativeGradients<T> {
 template <class T>
 struct RelativeQueryGradients : RelativeGradients<T> {
   using Base = RelativeGradients<T>;
-  using Base::b, Base::bh, Base::BK, Base::BQ, Base::h, Base::W, Base::x;
+  using Base::bh, Base::BK, Base::BQ, Base::seq, Base::W, Base::x;
   using typename Base::C;
   Scratch2<C> qvt, rw, bt, g, dqvs;
 
@@ -332,19 +342,24 @@ struct RelativeQueryGradients : RelativeGradients<T> {
   KOKKOS_INLINE_FUNCTION void key_tiles(Index qc, Index& begin, Index& end) const {
     x.key_tiles(qc, begin, end);
   }
-  KOKKOS_INLINE_FUNCTION void load_queries_transposed(const TeamMember& team, Index qc,
-                                                      Scratch2<C> qt) const {
-    const Index i0 = qc * BQ;
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_query_tile(const TeamMember& team, Index qc,
+                                              const Pass& pass) const {
+    const Index b = seq.b, h = seq.h, i0 = qc * BQ;
     // Every tile writes the same band of g; the rest stays zero.
     zero<C>(team, g);
     zero<C>(team, dqvs);
     load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
-                   qt);
+                   pass.qt);
     load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
                    qvt);
+    seq.load_dout_cols(team, *this, qc, pass);
   }
-  KOKKOS_INLINE_FUNCTION void load_keys(const TeamMember& team, Index qc, Index kc) const {
-    x.load_r(team, h, this->first_distance(qc, kc), W, false, rw);
+  template <class Pass>
+  KOKKOS_INLINE_FUNCTION void load_key_tile(const TeamMember& team, Index qc, Index kc,
+                                            const Pass& pass) const {
+    seq.load_key_rows(team, kc, pass);
+    x.load_r(team, seq.h, this->first_distance(qc, kc), W, false, rw);
   }
   template <class Pass>
   KOKKOS_INLINE_FUNCTION void add_products(const TeamMember& team, Index, Index,
@@ -400,13 +415,13 @@ struct RelativeBackwardKeys {
     const Index kc = team.league_rank() / bhs, bh = team.league_rank() % bhs;
     const auto scratch = team.team_scratch(level);
     const Pass pass(scratch, dp);
-    const RelativeKeyGradients<T> policy{{x, bh / x.heads, bh % x.heads, bh},
-                                         Scratch2<C>(scratch, BQ, dp),
-                                         Scratch2<C>(scratch, dp, W),
-                                         Scratch2<C>(scratch, BQ, W)};
-    const auto t = policy.team_of();
-    pass.run(team, policy, t, x.k, x.v, dout, lse, delta, kc, [](Index) {});
-    pass.store(team, t, kc, dk, dv);
+    const RelativeKeyGradients<T> policy{
+        {x, x.sequence(bh / x.heads, bh % x.heads, dout, lse, delta), bh},
+        Scratch2<C>(scratch, BQ, dp),
+        Scratch2<C>(scratch, dp, W),
+        Scratch2<C>(scratch, BQ, W)};
+    pass.run(team, policy, kc, [](Index) {});
+    policy.seq.store_keys(team, kc, pass, dk, dv);
   }
 };
 
@@ -438,13 +453,13 @@ struct RelativeBackwardQueries {
     const Index b = bh / x.heads, h = bh % x.heads, i0 = qc * BQ;
     const auto scratch = team.team_scratch(level);
     const Pass pass(scratch, dp);
-    const RelativeQueryGradients<T> policy{{x, b, h, bh},
+    const RelativeQueryGradients<T> policy{{x, x.sequence(b, h, dout, lse, delta), bh},
                                            Scratch2<C>(scratch, dp, BQ),
                                            Scratch2<C>(scratch, W, dp),
                                            Scratch2<C>(scratch, W, BQ),
                                            Scratch2<C>(scratch, BQ, W),
                                            Scratch2<C>(scratch, BQ, dp)};
-    pass.run(team, policy, policy.team_of(), x.k, x.v, dout, lse, delta, qc);
+    pass.run(team, policy, qc);
     const C scale = x.scale;
     const auto dqus = pass.dqs, dqvs = policy.dqvs;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
@@ -502,7 +517,7 @@ struct RelativeBackwardDistances {
         kwt(scratch, dp, W), vwt(scratch, dp, W), rt(scratch, dp, BD), cw(scratch, BQ, W),
         dpw(scratch, BQ, W), bm(scratch, BQ, BD), e(scratch, BQ, BD), drs(scratch, BD, dp),
         ld(scratch, 3, BQ);
-    const RelativeGradients<T> policy{x, b, h, bh};
+    const RelativeGradients<T> policy{x, x.sequence(b, h, dout, lse, delta), bh};
     zero<C>(team, drs);
     x.load_r(team, h, d0, BD, true, rt);
     // Queries i >= d0 - M have a key at distance d0 or more.
@@ -517,7 +532,7 @@ struct RelativeBackwardDistances {
       load_tile_rows(team, x.rows_of(dout, b, h, i0, x.lq), BQ, dh, C(1), dos, false);
       load_tile_cols(team, x.rows_of(x.k, b, h, jlo, x.lk), W, dh, C(1), kwt);
       load_tile_cols(team, x.rows_of(x.v, b, h, jlo, x.lk), W, dh, C(1), vwt);
-      detail::load_softmax_stats(team, policy, policy.team_of(), lse, delta, i0, ld);
+      policy.seq.load_stats(team, policy, i0, ld);
       team.team_barrier();
       team_multiply<false>(team, BQ, W, dp, &cw(0, 0), W, &qus(0, 0), dp, 1, &kwt(0, 0), W);
       team_multiply<false>(team, BQ, W, dp, &dpw(0, 0), W, &dos(0, 0), dp, 1, &vwt(0, 0), W);
