@@ -106,14 +106,6 @@ struct ExactInputs {
                                                            const L& lse, const L& delta) const {
     return {in.k, in.v, dout, lse, delta, b, h, lq, lk, in.d_head, elements};
   }
-  // Rows [first, first + rows) of x [batch, length, heads, d] for (b, h) as a
-  // tile (tiled/tile_loads.hpp): rows past `length` are zero.
-  template <class X>
-  KOKKOS_INLINE_FUNCTION detail::TileSource<X, param_t<T>> rows_of(const X& x, Index b, Index h,
-                                                                   Index first,
-                                                                   Index length) const {
-    return detail::tile_source(x, b, h, first, length);
-  }
   // Rows [first, first + rows) of x as a tile for team_multiply: read in
   // place (returns a pointer into x, ld = its row stride) when they are whole
   // rows inside the sequence and d_head needs no padding, else loaded into dst
@@ -129,8 +121,8 @@ struct ExactInputs {
         return &x(b, first, h, 0);
       }
     }
-    detail::load_tile_rows(team, rows_of(x, b, h, first, length), rows, in.d_head, C(1), dst,
-                           elements);
+    detail::load_tile_rows(team, detail::tile_source(x, b, h, first, length), rows, in.d_head, C(1),
+                           dst, elements);
     ld = dpad;
     return &dst(0, 0);
   }
@@ -387,7 +379,8 @@ struct ExactForward {
     const auto scratch = team.team_scratch(level);
     Scratch2<C> qt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp), vs(scratch, BK, dp),
         st(scratch, BK, BQ), stats(scratch, 3, BQ);
-    detail::load_tile_cols(team, x.rows_of(x.in.q, b, h, qc * BQ, x.lq), BQ, dh, x.scale, qt);
+    detail::load_tile_cols(team, detail::tile_source(x.in.q, b, h, qc * BQ, x.lq), BQ, dh, x.scale,
+                           qt);
     const ExactScores<T, Shape> scores{x, b, h, bh, qc, qt, ks, vs};
     detail::OnlineSoftmax<C, Shape>{o, st, stats, x.elements}.run(
         team, scores, 0, x.key_tiles(b, qc), x.in.dropout.rate > 0.0, b, h, qc * BQ, x.lq, dh, out,
@@ -601,7 +594,7 @@ struct ExactBackwardOnePass {
     });
     for (Index kc = 0; kc < x.nk; ++kc) {
       team.team_barrier();
-      detail::load_tile_rows(team, x.rows_of(x.in.k, b, h, kc * BK, lk), BK, dh, C(1), ks,
+      detail::load_tile_rows(team, detail::tile_source(x.in.k, b, h, kc * BK, lk), BK, dh, C(1), ks,
                              x.elements);
       pass.run(team, policy, kc, [&](Index qc) {
         team_multiply<false, Shape>(team, BQ, dp, BK, &dqs(0, 0), dp, &pass.dps(0, 0), BK, 1,

@@ -99,14 +99,20 @@ struct RelativeInputs {
     end = last < first ? begin : last / BQ + 1;
   }
 
-  // Rows [first, first + n) of x [batch, length, heads, d] for (b, h) as a
-  // tile (tiled/tile_loads.hpp), plus bias where one is given (the queries'
-  // u and v); rows outside [0, length) are zero.
-  template <class X>
-  KOKKOS_INLINE_FUNCTION detail::TileSource<X, P> rows_of(const X& x, Index b, Index h, Index first,
-                                                          Index length,
-                                                          const P* bias = nullptr) const {
-    return detail::tile_source(x, b, h, first, length, bias);
+  // The queries of the tile at i0 of (b, h) as the two products see them,
+  // qu = scale (q + u) and qv = scale (q + v): as rows ([BQ, dpad]) or
+  // transposed ([dpad, BQ]). Rows past the segment are zero.
+  KOKKOS_INLINE_FUNCTION void load_queries(const TeamMember& team, Index b, Index h, Index i0,
+                                           bool transposed, Scratch2<C> qu, Scratch2<C> qv) const {
+    const auto u = detail::tile_source(q, b, h, i0, lq, &bias_u(h, 0));
+    const auto w = detail::tile_source(q, b, h, i0, lq, &bias_v(h, 0));
+    if (transposed) {
+      load_tile_cols(team, u, BQ, d_head, scale, qu);
+      load_tile_cols(team, w, BQ, d_head, scale, qv);
+    } else {
+      load_tile_rows(team, u, BQ, d_head, scale, qu, false);
+      load_tile_rows(team, w, BQ, d_head, scale, qv, false);
+    }
   }
   // The backward's loads of whole sequences for (b, h) (tiled/backward.hpp).
   template <class D, class L>
@@ -142,8 +148,8 @@ struct RelativeInputs {
                                                 Scratch2<C> ks, Scratch2<C> vs, Scratch2<C> rw,
                                                 Scratch2<C> st, Scratch2<C> bt) const {
     const Index dp = dpad, j0 = kc * BK, dmin = i0 + memory - j0 - BK + 1;
-    load_tile_rows(team, rows_of(k, b, h, j0, lk), BK, d_head, C(1), ks, false);
-    load_tile_rows(team, rows_of(v, b, h, j0, lk), BK, d_head, C(1), vs, false);
+    load_tile_rows(team, detail::tile_source(k, b, h, j0, lk), BK, d_head, C(1), ks, false);
+    load_tile_rows(team, detail::tile_source(v, b, h, j0, lk), BK, d_head, C(1), vs, false);
     load_r(team, h, dmin, W, false, rw);
     team.team_barrier();
     team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
@@ -215,10 +221,7 @@ struct RelativeForward {
     Scratch2<C> qut(scratch, dp, BQ), qvt(scratch, dp, BQ), o(scratch, BQ, dp), ks(scratch, BK, dp),
         vs(scratch, BK, dp), rw(scratch, W, dp), st(scratch, BK, BQ), bt(scratch, W, BQ),
         stats(scratch, 3, BQ);
-    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
-                   qut);
-    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
-                   qvt);
+    x.load_queries(team, b, h, i0, true, qut, qvt);
     Index begin = 0, end = 0;
     x.key_tiles(qc, begin, end);
     const RelativeScores<T> scores{x, b, h, bh, i0, qut, qvt, ks, vs, rw, bt};
@@ -292,10 +295,7 @@ struct RelativeKeyGradients : RelativeGradients<T> {
                                               const Pass& pass) const {
     const Index b = seq.b, h = seq.h, i0 = qc * BQ;
     seq.load_dout_rows(team, *this, qc, pass);
-    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
-                   pass.qs, false);
-    load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
-                   qvs, false);
+    x.load_queries(team, b, h, i0, false, pass.qs, qvs);
     x.load_r(team, h, this->first_distance(qc, kc), W, true, rwt);
   }
   template <class Pass>
@@ -349,10 +349,7 @@ struct RelativeQueryGradients : RelativeGradients<T> {
     // Every tile writes the same band of g; the rest stays zero.
     zero<C>(team, g);
     zero<C>(team, dqvs);
-    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, x.d_head, x.scale,
-                   pass.qt);
-    load_tile_cols(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, x.d_head, x.scale,
-                   qvt);
+    x.load_queries(team, b, h, i0, true, pass.qt, qvt);
     seq.load_dout_cols(team, *this, qc, pass);
   }
   template <class Pass>
@@ -525,13 +522,10 @@ struct RelativeBackwardDistances {
     for (Index qc = first / BQ; qc < x.nq; ++qc) {
       const Index i0 = qc * BQ, jlo = i0 + x.memory - d0 - BD + 1;
       team.team_barrier();
-      load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_u(h, 0)), BQ, dh, x.scale, qus,
-                     false);
-      load_tile_rows(team, x.rows_of(x.q, b, h, i0, x.lq, &x.bias_v(h, 0)), BQ, dh, x.scale, qvs,
-                     false);
-      load_tile_rows(team, x.rows_of(dout, b, h, i0, x.lq), BQ, dh, C(1), dos, false);
-      load_tile_cols(team, x.rows_of(x.k, b, h, jlo, x.lk), W, dh, C(1), kwt);
-      load_tile_cols(team, x.rows_of(x.v, b, h, jlo, x.lk), W, dh, C(1), vwt);
+      x.load_queries(team, b, h, i0, false, qus, qvs);
+      load_tile_rows(team, detail::tile_source(dout, b, h, i0, x.lq), BQ, dh, C(1), dos, false);
+      load_tile_cols(team, detail::tile_source(x.k, b, h, jlo, x.lk), W, dh, C(1), kwt);
+      load_tile_cols(team, detail::tile_source(x.v, b, h, jlo, x.lk), W, dh, C(1), vwt);
       policy.seq.load_stats(team, policy, i0, ld);
       team.team_barrier();
       team_multiply<false>(team, BQ, W, dp, &cw(0, 0), W, &qus(0, 0), dp, 1, &kwt(0, 0), W);
