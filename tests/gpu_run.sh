@@ -178,7 +178,7 @@ time_step() {
   [ $# -gt 0 ] && shift
   env "${vars[@]}" timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 \
     --lengths "$length" --steps 2 --out "$out/$name" "$@" 2>&1 |
-    grep -E "^(variant|reformer) |rror" | tee -a "$out/$file"
+    grep -E "^(variant|reformer) | chunks: |rror" | tee -a "$out/$file"
 }
 part_sgemm() {
   python3 - <<'PY' | tee "$out/sgemm.txt"
@@ -309,6 +309,13 @@ part_step() {
     timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths "$length" \
       --steps 2 --out "$out/memory_6_ff8_$length" "model.ff_chunk=$((length / 8))" |
       tee -a "$out/memory_6_ff8.txt"
+  done
+  # A run's GPU default (model.ff_chunk and model.loss_chunk "auto": the
+  # largest chunks that do not raise the predicted peak, L / 4 for the
+  # feed-forward here; docs/memory.md "Automatic chunks"), the chunks named.
+  for length in ${STEP_LENGTHS:-16384 65536}; do
+    time_step memory_6_auto.txt "$length" "memory_6_auto_$length" -- --explain \
+      model.ff_chunk=auto model.loss_chunk=auto
   done
   REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/reformer" memory --variants reformer --layers 6 \
     --lengths 16384 --steps 2 --out "$out/memory_6_portable" | tee "$out/memory_6_portable.txt"

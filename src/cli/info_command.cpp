@@ -4,6 +4,7 @@
 
 #include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/attention/exact.hpp"
+#include "reformer/config/run_config.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/error.hpp"
@@ -67,6 +68,20 @@ int run_info(const GlobalOptions& global) {
                 format_bytes(std::int64_t(attention::chunk_slice_budget())).c_str());
   else
     std::printf("  chunk products     fused (in the chunked kernels' teams)\n");
+  // A run's default feed-forward and loss chunks on this backend
+  // (config::run_model_defaults; "auto": train/chunk_choice.hpp).
+  {
+    const auto m = config::run_model_defaults();
+    auto rows = [](Index chunk, const char* all) {
+      return chunk == kAutoChunk ? std::string("\"auto\"")
+             : chunk == 0        ? std::string(all)
+                                 : std::to_string(chunk) + " rows";
+    };
+    std::printf(
+        "  run chunks         feed-forward %s, loss %s by default (\"auto\": the largest chunks "
+        "that do not raise the predicted peak)\n",
+        rows(m.ff_chunk, "all rows at once").c_str(), rows(m.loss_chunk, "all rows").c_str());
+  }
   // The elementwise passes inside the fused kernels' tiles (REFORMER_TILE_LOOPS).
   std::printf("  tile loops         %s\n", tile_loops() == TileLoops::elements
                                                ? "elements (a thread per element)"

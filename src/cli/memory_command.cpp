@@ -207,6 +207,10 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                           variant.c_str(), (long long)length, (long long)layers, (long long)batch,
                           precision.c_str(), p.skipped.c_str(), index, total);
             if (p.ran && args.explain) {
+              std::printf(
+                  "          chunks: feed-forward %s, loss %lld rows\n",
+                  p.ff_chunk > 0 ? (std::to_string(p.ff_chunk) + " rows").c_str() : "all rows",
+                  (long long)p.loss_chunk);
               std::printf("          at the peak:");
               for (std::size_t i = 0; i < p.composition.size() && i < 8; ++i)
                 std::printf(" %s %.1f MiB (%lld)%s", p.composition[i].label.c_str(),
@@ -248,6 +252,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                  << ", \"predicted_state_MiB\": " << mib(p.predicted_state_bytes)
                  << ", \"backend_MiB\": " << mib(p.backend_bytes)
                  << ", \"launches_per_step\": " << p.launches_per_step
+                 << ", \"ff_chunk\": " << p.ff_chunk << ", \"loss_chunk\": " << p.loss_chunk
                  << ", \"skipped\": " << json_quoted(p.skipped) << "}";
             first = false;
             // Rewritten after every point: a sweep stopped midway keeps what ran.

@@ -65,6 +65,30 @@ Key integer_key(std::string name, Access<std::int64_t> field) {
           [field](const RunConfig& c) { return std::to_string(get(field, c)); }};
 }
 
+// A chunk of rows (model.ff_chunk, model.loss_chunk): an integer, or "auto"
+// (kAutoChunk: the run picks it, train/chunk_choice.hpp).
+Key chunk_key(std::string name, Access<std::int64_t> field) {
+  Key key = integer_key(std::move(name), field);
+  key.read = [field, integer = key.read](RunConfig& c, const TomlNode& v) {
+    if (v.type == Type::String && v.string != "auto")
+      throw ConfigError(concat("value ", detail::to_toml_text(v),
+                               " is unknown; give rows (an integer) or \"auto\""));
+    if (v.type == Type::String) {
+      field(c) = kAutoChunk;
+      return;
+    }
+    integer(c, v);
+    if (field(c) < 0)
+      throw ConfigError(
+          concat("value ", field(c), " is negative but must be rows >= 0 or \"auto\""));
+  };
+  key.write = [field](const RunConfig& c) {
+    const auto rows = get(field, c);
+    return rows == kAutoChunk ? std::string("\"auto\"") : std::to_string(rows);
+  };
+  return key;
+}
+
 // TOML integers are signed 64-bit: seeds are in [0, 2^63).
 Key seed_key(std::string name, Access<std::uint64_t> field) {
   return {std::move(name),
@@ -304,7 +328,7 @@ std::vector<Key> make_keys() {
     if (!c.model.axial_dims.empty() || c.model.positions != PositionKind::Axial) return "";
     return "automatic: " + integer_list(c.model.resolved_axial_dims());
   };
-  k.push_back(integer_key("model.ff_chunk", REFORMER_FIELD(model.ff_chunk)));
+  k.push_back(chunk_key("model.ff_chunk", REFORMER_FIELD(model.ff_chunk)));
   k.push_back(enum_key<ops::Activation>("model.ff_activation", REFORMER_FIELD(model.ff_activation),
                                         {ops::Activation::ReLU, ops::Activation::GELU},
                                         activation_name, ops::parse_activation));
@@ -312,7 +336,7 @@ std::vector<Key> make_keys() {
   k.push_back(float_key("model.attention_dropout", REFORMER_FIELD(model.attention_dropout)));
   k.push_back(float_key("model.layer_norm_eps", REFORMER_FIELD(model.layer_norm_eps)));
   k.push_back(bool_key("model.tie_embeddings", REFORMER_FIELD(model.tie_embeddings)));
-  k.push_back(integer_key("model.loss_chunk", REFORMER_FIELD(model.loss_chunk)));
+  k.push_back(chunk_key("model.loss_chunk", REFORMER_FIELD(model.loss_chunk)));
   k.push_back(float_key("model.label_smoothing", REFORMER_FIELD(model.label_smoothing)));
 
   k.push_back(integer_key("model.lsh.chunk", REFORMER_FIELD(model.lsh.chunk)));

@@ -33,7 +33,8 @@ void FeedForwardConfig::validate() const {
   require<ConfigError>(dropout >= 0.0 && dropout < 1.0, op, ": dropout is ", dropout,
                        " but must be in [0, 1)");
   require<ConfigError>(chunk >= 0, op, ": chunk is ", chunk,
-                       " but must be >= 0 (0 processes all rows at once)");
+                       " but must be >= 0 (0 processes all rows at once)",
+                       chunk == kAutoChunk ? unresolved_auto_chunk() : "");
   require<ConfigError>(layer_norm_eps > 0.0, op, ": layer_norm_eps is ", layer_norm_eps,
                        " but must be positive");
 }

@@ -1,5 +1,6 @@
 #include "reformer/layers/vocabulary_head.hpp"
 
+#include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "reformer/ops/linear.hpp"
@@ -12,6 +13,9 @@ template <class T>
 VocabularyHead<T>::VocabularyHead(const std::string& prefix, const VocabularyHeadConfig& config,
                                   ParameterSet<param_t<T>>& params, Parameter<param_t<T>>* tied)
     : config_(config), tied_(tied != nullptr) {
+  require<ConfigError>(config.loss_chunk >= 0, "VocabularyHead: loss_chunk is ", config.loss_chunk,
+                       " but must be >= 0 (0: all rows at once)",
+                       config.loss_chunk == kAutoChunk ? unresolved_auto_chunk() : "");
   weight_ = tied ? tied : &params.add(prefix + ".w", {config.d_in, config.vocab});
   bias_ = &params.add(prefix + ".b", {config.vocab});
 }

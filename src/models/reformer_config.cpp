@@ -130,9 +130,9 @@ void ReformerConfig::validate() const {
                        "(full, lsh or local)");
   require_positive("model.max_length", max_length);
   checked_product("model.max_length", max_length, "model.d_model", d_model);
-  require<ConfigError>(ff_chunk >= 0, kOp, ": model.ff_chunk is ", ff_chunk,
-                       " but must be >= 0 (0: all positions at once)");
-  require_positive("model.loss_chunk", loss_chunk);
+  require<ConfigError>(ff_chunk >= 0 || ff_chunk == kAutoChunk, kOp, ": model.ff_chunk is ",
+                       ff_chunk, " but must be >= 0 (0: all positions at once) or \"auto\"");
+  if (loss_chunk != kAutoChunk) require_positive("model.loss_chunk", loss_chunk);
   require_rate("model.dropout", dropout);
   require_rate("model.attention_dropout", attention_dropout);
   if (lsh_attention_dropout != -1.0)

@@ -50,25 +50,25 @@ void require_rate(const char* key, double value) {
 // ---------------------------------------------------------------- config
 
 void TransformerConfig::validate() const {
-  for (const auto& [key, value] :
-       std::vector<std::pair<const char*, Index>>{{"source_vocab", source_vocab},
-                                                  {"target_vocab", target_vocab},
-                                                  {"d_model", d_model},
-                                                  {"d_ff", d_ff},
-                                                  {"heads", heads},
-                                                  {"d_head", d_head},
-                                                  {"seq2seq.encoder_layers", encoder_layers},
-                                                  {"seq2seq.decoder_layers", decoder_layers},
-                                                  {"max_length", max_length},
-                                                  {"loss_chunk", loss_chunk}})
+  for (const auto& [key, value] : std::vector<std::pair<const char*, Index>>{
+           {"source_vocab", source_vocab},
+           {"target_vocab", target_vocab},
+           {"d_model", d_model},
+           {"d_ff", d_ff},
+           {"heads", heads},
+           {"d_head", d_head},
+           {"seq2seq.encoder_layers", encoder_layers},
+           {"seq2seq.decoder_layers", decoder_layers},
+           {"max_length", max_length},
+           {"loss_chunk", loss_chunk == kAutoChunk ? Index(1) : loss_chunk}})
     require<ConfigError>(value > 0, kOp, ": model.", key, " is ", value, " but must be positive");
   require<ConfigError>(source_vocab <= INT_MAX && target_vocab <= INT_MAX, kOp,
                        ": the vocabularies (", source_vocab, ", ", target_vocab,
                        ") must be at most ", INT_MAX, " (ids are ints)");
   require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
                        ": model.seq2seq.encoder_layers and decoder_layers must be at most 100000");
-  require<ConfigError>(ff_chunk >= 0, kOp, ": model.ff_chunk is ", ff_chunk,
-                       " but must be >= 0 (0: all positions at once)");
+  require<ConfigError>(ff_chunk >= 0 || ff_chunk == kAutoChunk, kOp, ": model.ff_chunk is ",
+                       ff_chunk, " but must be >= 0 (0: all positions at once) or \"auto\"");
   require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
                        kOp, ": model.positions is ", to_string(positions),
                        " but the encoder-decoder takes sinusoidal or learned positions");
@@ -86,7 +86,11 @@ void TransformerConfig::validate() const {
   require<ConfigError>(layer_norm_eps > 0 && std::isfinite(layer_norm_eps), kOp,
                        ": model.layer_norm_eps is ", layer_norm_eps, " but must be positive");
   encoder_attention_config().validate();
-  decoder_block_config().validate();
+  // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
+  // run has resolved it first.
+  auto block = decoder_block_config();
+  if (ff_chunk == kAutoChunk) block.feed_forward.chunk = 0;
+  block.validate();
 }
 
 attention::AttentionLayerConfig TransformerConfig::encoder_attention_config() const {

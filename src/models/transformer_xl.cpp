@@ -85,10 +85,15 @@ void TransformerXLConfig::validate() const {
   const char* op = "TransformerXLConfig";
   require<ConfigError>(vocab > 1, op, ": vocab is ", vocab, " but must be at least 2");
   require<ConfigError>(layers > 0, op, ": layers is ", layers, " but must be positive");
-  require<ConfigError>(loss_chunk > 0, op, ": loss_chunk is ", loss_chunk, " but must be positive");
+  require<ConfigError>(loss_chunk > 0 || loss_chunk == kAutoChunk, op, ": loss_chunk is ",
+                       loss_chunk, " but must be positive or \"auto\"");
   require<ConfigError>(label_smoothing >= 0.0 && label_smoothing < 1.0, op, ": label_smoothing is ",
                        label_smoothing, " but must be in [0, 1)");
-  layer_config().validate();
+  // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
+  // run has resolved it first.
+  auto layer = layer_config();
+  if (ff_chunk == kAutoChunk) layer.feed_forward.chunk = 0;
+  layer.validate();
 }
 
 layers::TransformerXLLayerConfig TransformerXLConfig::layer_config() const {

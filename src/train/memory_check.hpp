@@ -12,11 +12,13 @@ inline std::int64_t scalar_bytes(const config::RunConfig& config) {
   return config.train.dtype == "double" ? 8 : 4;
 }
 
-// MemoryError naming the need, the free memory and the keys to change when
-// the prediction of `reformer memory` for this run (its family's, at `batch`
-// rows; training: a step, else a forward pass) does not fit the free memory of
-// the device. `op` begins the message ("train", "eval", "generate").
-void require_memory_fits(const config::RunConfig& config, Index batch, bool training,
-                         const char* op);
+// The run's config as it builds its model: its automatic chunks resolved
+// for `batch` rows (train/chunk_choice.hpp). MemoryError naming the need, the
+// free memory and the keys to change when the prediction of `reformer memory`
+// for this run (its family's, at `batch` rows; training: a step, else a
+// forward pass) does not fit the free memory of the device. `op` begins the
+// message ("train", "eval", "generate").
+[[nodiscard]] config::RunConfig require_memory_fits(const config::RunConfig& config, Index batch,
+                                                    bool training, const char* op);
 
 }  // namespace reformer::train

@@ -11,6 +11,7 @@
 #include "reformer/core/kernel_profile.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/train/chunk_choice.hpp"
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/synthetic_step.hpp"
 
@@ -148,7 +149,7 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
 // family's own predictions; run_point below uses the overloads of
 // memory_sweep.hpp).
 template <template <class> class Step, class Config, class Predict, class State>
-SweepPoint run_point_with(const std::string& variant, const Config& config, Index layers,
+SweepPoint run_point_with(const std::string& variant, const Config& asked, Index layers,
                           Index batch, Index length, const SweepOptions& options,
                           const Predict& predict, const State& state) {
   SweepPoint point;
@@ -158,7 +159,14 @@ SweepPoint run_point_with(const std::string& variant, const Config& config, Inde
   point.layers = layers;
   const std::int64_t scalar = options.dtype == "float" ? 4 : 8;
   const bool reduced = options.precision == "bf16";
-  point.predicted = predict(config, batch, length, scalar, reduced ? 2 : scalar);
+  const std::int64_t activation = reduced ? 2 : scalar;
+  // "auto" chunks, chosen by this point's own prediction.
+  const Config config = with_auto_chunks(
+      asked, batch * length, [](Config& c) -> models::ModelSizes& { return c.sizes(); },
+      [&](const Config& c) { return predict(c, batch, length, scalar, activation).peak(); });
+  point.ff_chunk = config.sizes().ff_chunk;
+  point.loss_chunk = config.sizes().loss_chunk;
+  point.predicted = predict(config, batch, length, scalar, activation);
   point.predicted_state_bytes = state(config, scalar);
   const std::int64_t needed = point.predicted.peak() + point.predicted_state_bytes;
   const std::int64_t budget =

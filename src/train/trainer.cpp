@@ -9,6 +9,7 @@
 #include "reformer/io/files.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/ops/elementwise.hpp"
+#include "reformer/train/chunk_choice.hpp"
 #include "reformer/train/grad_clip.hpp"
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/model_family.hpp"
@@ -355,7 +356,9 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
                        "processes) must be a multiple of the processes, e.g. ",
                        (tc.batch / ranks + 1) * ranks);
   if (ranks > 1) require_same_config(config, comm);
-  require_memory_fits(config, tc.batch / ranks, true, "train");
+  // The config the model is built from: "auto" chunks resolved for this
+  // process's rows (run.resolved below keeps "auto", as the user wrote it).
+  const config::RunConfig built = require_memory_fits(config, tc.batch / ranks, true, "train");
   check_run_data(config);
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
@@ -374,7 +377,7 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
 
   const std::string resume_from = resume_point(run, options.resume);
 
-  run.workload = make_workload<T>(config);
+  run.workload = make_workload<T>(built);
   Workload<T>& w = *run.workload;
   w.shard(comm);
   w.init({tc.seed, stream_id(kInit)});
@@ -411,7 +414,8 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
 
   out << "run " << config.run_dir << ": " << w.describe() << "; " << w.params.size() << " tensors, "
       << w.params.total_elements() << " parameters (" << model_family(config).summary(config)
-      << ", " << tc.dtype << (tc.precision == "bf16" ? ", bf16 activations" : "") << ")";
+      << ", " << tc.dtype << (tc.precision == "bf16" ? ", bf16 activations" : "")
+      << describe_auto_chunks(config, built) << ")";
   if (ranks > 1)
     out << "; " << ranks << " processes (" << mpi_description() << "), " << tc.batch / ranks
         << " sequences each, gradient sums "
@@ -737,8 +741,8 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
 
 template <class T>
 EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t batches) {
-  require_memory_fits(run.config, run.config.train.batch, false, "eval");
-  const auto workload = make_workload<T>(run.config);
+  const auto workload =
+      make_workload<T>(require_memory_fits(run.config, run.config.train.batch, false, "eval"));
   io::load_checkpoint<T>(run.checkpoint, workload->params, nullptr);
   if (batches == 0) batches = workload->batches_in_split(split, run.config.train.batch);
   return evaluate_workload(*workload, split, batches, run.config.train.batch,

@@ -376,6 +376,40 @@ TEST(RunConfig, OutOfRangeValuesNameKeyValueAndRule) {
       {"data.vocab is 256", "set data.vocab = 258"});
 }
 
+// model.ff_chunk and model.loss_chunk take rows or "auto" (kAutoChunk, which a
+// run resolves: train/chunk_choice.hpp), written back as they were given; a
+// run's defaults are "auto" on GPUs and rows on the host.
+TEST(RunConfig, ChunksTakeRowsOrAuto) {
+  const RunConfig rows = parse("[model]\nff_chunk = 512\nloss_chunk = 256\n");
+  EXPECT_EQ(rows.model.ff_chunk, 512);
+  EXPECT_EQ(rows.model.loss_chunk, 256);
+  const RunConfig automatic = parse("[model]\nff_chunk = \"auto\"\nloss_chunk = \"auto\"\n");
+  EXPECT_EQ(automatic.model.ff_chunk, kAutoChunk);
+  EXPECT_EQ(automatic.model.loss_chunk, kAutoChunk);
+  const std::string text = to_toml(automatic);
+  EXPECT_NE(text.find("ff_chunk = \"auto\""), std::string::npos) << text;
+  EXPECT_NE(text.find("loss_chunk = \"auto\""), std::string::npos) << text;
+  const RunConfig back = parse(text);
+  EXPECT_EQ(back.model.ff_chunk, kAutoChunk);
+  EXPECT_EQ(back.model.loss_chunk, kAutoChunk);
+  EXPECT_NE(first_difference(rows, automatic, {}), "");
+  // The defaults of this backend.
+  const RunConfig defaults{};
+  EXPECT_EQ(defaults.model.ff_chunk, kHostMemory ? 0 : kAutoChunk);
+  EXPECT_EQ(defaults.model.loss_chunk, kHostMemory ? 1024 : kAutoChunk);
+  // Anything else is refused by name; -1 is not a way to write "auto".
+  expect_error<ConfigError>([] { parse("[model]\nff_chunk = \"Auto\"\n"); },
+                            {"model.ff_chunk", "\"Auto\" is unknown", "\"auto\""});
+  expect_error<ConfigError>([] { parse("", {"model.loss_chunk=all"}); },
+                            {"model.loss_chunk", "\"all\" is unknown", "\"auto\""});
+  expect_error<ConfigError>([] { parse("[model]\nff_chunk = -1\n"); },
+                            {"model.ff_chunk", "-1 is negative", ">= 0 or \"auto\""});
+  expect_error<ConfigError>([] { parse("[model]\nloss_chunk = 0\n"); },
+                            {"model.loss_chunk is 0", "positive"});
+  expect_error<ConfigError>([] { parse("[model]\nff_chunk = 1.5\n"); },
+                            {"model.ff_chunk", "expected an integer"});
+}
+
 // Per-kind attention dropout reaches the layers of that kind only; -1 follows
 // model.attention_dropout. The encoder-decoder refuses per-kind rates.
 TEST(RunConfig, PerKindAttentionDropout) {

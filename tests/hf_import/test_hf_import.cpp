@@ -12,6 +12,7 @@
 #include "reformer/core/random.hpp"
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/models/reformer_lm.hpp"
+#include "reformer/train/chunk_choice.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -117,7 +118,7 @@ std::unique_ptr<Imported> load_imported(const std::string& fixture) {
   const auto run = config::parse_run_config(meta.config, path);
   run.validate();
   EXPECT_EQ(run.train.dtype, "double");
-  m->config = run.model;
+  m->config = train::resolve_auto_chunks(run, 1, false).model;
   m->model = std::make_unique<ReformerLM<double>>(m->config, m->params);
   io::load_checkpoint<double>(path, m->params, nullptr);
   return m;

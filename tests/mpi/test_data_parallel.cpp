@@ -11,6 +11,7 @@
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
+#include "support/run_configs.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -45,7 +46,7 @@ config::RunConfig lm_run(const std::string& dir, std::int64_t steps,
 
 std::vector<double> parameters_of(const config::RunConfig& config, const std::string& checkpoint) {
   ParameterSet<float> params;
-  models::ReformerLM<float> model(config.model, params);
+  models::ReformerLM<float> model(lm_model_of(config), params);
   io::load_checkpoint<float>(checkpoint, params, nullptr);
   return to_host(params.values());
 }

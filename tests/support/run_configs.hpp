@@ -4,6 +4,7 @@
 #pragma once
 
 #include "reformer/config/run_config.hpp"
+#include "reformer/train/chunk_choice.hpp"
 #include "reformer/train/trainer.hpp"
 
 #include <cstdint>
@@ -26,6 +27,12 @@ inline train::TrainOptions quiet_options(std::ostream* out = nullptr) {
   options.out = out ? out : &quiet_stream();
   options.handle_signals = false;
   return options;
+}
+
+// The language model of a run's config as the run builds it: "auto" chunks
+// (the default on GPUs) resolved for train.batch rows.
+inline models::ReformerConfig lm_model_of(const config::RunConfig& config) {
+  return config::lm_config(train::resolve_auto_chunks(config, config.train.batch, true));
 }
 
 // The Reformer LM on the duplication task: 2 layers (local, LSH), length 16,

@@ -40,7 +40,7 @@ config::RunConfig bf16_run(const std::string& dir, std::int64_t steps,
 std::vector<std::vector<float>> float_state(const config::RunConfig& config,
                                             const std::string& path) {
   ParameterSet<float> params;
-  models::ReformerLM<float> model(config.model, params);
+  models::ReformerLM<float> model(lm_model_of(config), params);
   train::Adam<float> adam(params);
   io::load_checkpoint<float>(path, params, &adam);
   std::vector<std::vector<float>> out;

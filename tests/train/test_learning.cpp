@@ -214,7 +214,7 @@ TEST(Learning, TopKSamplesOnlyAmongTheKMostLikelyTokens) {
   train::run_training(config, quiet_options(&log));
   const Index vocab = config.model.vocab, k = 3;
   ParameterSet<double> params;
-  models::ReformerLM<double> model(config::lm_config(config), params);
+  models::ReformerLM<double> model(lm_model_of(config), params);
   io::load_checkpoint<double>(train::resolve_checkpoint(config.run_dir), params, nullptr);
   models::ReformerState<double> state;
   View2<double> logits("logits", 1, vocab);

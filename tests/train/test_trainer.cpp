@@ -184,7 +184,7 @@ config::RunConfig bytes_run(const std::string& dir, const std::string& corpus, s
 std::vector<std::string> checkpoint_tensors(const config::RunConfig& config,
                                             const std::string& path) {
   ParameterSet<float> params;
-  models::ReformerLM<float> model(config.model, params);
+  models::ReformerLM<float> model(lm_model_of(config), params);
   train::Adam<float> adam(params);
   io::load_checkpoint<float>(path, params, &adam);
   std::vector<std::string> out;
@@ -279,7 +279,7 @@ void resave(const config::RunConfig& config, std::int64_t name_step,
             const std::function<void(io::CheckpointMeta&, train::Adam<float>&)>& change) {
   const auto latest = *io::latest_checkpoint(config.run_dir);
   ParameterSet<float> params;
-  models::ReformerLM<float> model(config.model, params);
+  models::ReformerLM<float> model(lm_model_of(config), params);
   train::Adam<float> adam(params);
   auto meta = io::load_checkpoint<float>(latest, params, &adam);
   change(meta, adam);

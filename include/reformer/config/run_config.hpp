@@ -46,17 +46,27 @@ struct EvalConfig {
   bool recompute = false;
 };
 
+// [model]'s defaults in a run: the model's, except that on GPUs the
+// feed-forward and loss chunks are "auto" (the largest that do not raise the
+// predicted peak; train/chunk_choice.hpp). The host keeps all rows at once
+// and 1024-row loss chunks.
+inline models::ReformerConfig run_model_defaults() {
+  models::ReformerConfig m;
+  if (!kHostMemory) m.ff_chunk = m.loss_chunk = kAutoChunk;
+  return m;
+}
+
 struct RunConfig {
   // [model] type: a family of the registry (config/model_type.hpp), e.g.
   // "reformer" (the language model), "transformer" (the encoder-decoder,
   // which reads the [model] keys that apply to it and [model.seq2seq];
   // transformer_config() below) or "transformer_xl" (the [model] keys that
   // apply and [model.xl]; xl_config() below).
-  ModelType model_type{};                   // index 0 of the registry: the Reformer LM
-  models::ReformerConfig model{};           // [model], [model.lsh], [model.local]
-  models::TransformerConfig transformer{};  // [model.seq2seq] (the rest from [model])
-  XLConfig xl{};                            // [model.xl]
-  EvalConfig eval{};                        // [eval] (Transformer-XL only)
+  ModelType model_type{};                               // index 0 of the registry: the Reformer LM
+  models::ReformerConfig model = run_model_defaults();  // [model], [model.lsh], [model.local]
+  models::TransformerConfig transformer{};              // [model.seq2seq] (the rest from [model])
+  XLConfig xl{};                                        // [model.xl]
+  EvalConfig eval{};                                    // [eval] (Transformer-XL only)
   // The keys a family declares in its own folder (ModelSection::own_keys),
   // by dotted name ("model.<family>.<key>", "data.<task>.<key>").
   FamilySettings settings{};

@@ -59,6 +59,17 @@ inline RangePolicy range(Index n) { return RangePolicy(0, n); }
 // Memory of the default execution space is host memory (Serial, OpenMP).
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
+// model.ff_chunk or model.loss_chunk = "auto": the rows a run picks from the
+// predicted peak (train/chunk_choice.hpp) before it builds the model. The
+// default of a run's config on GPUs; a layer given it unresolved refuses it.
+constexpr Index kAutoChunk = -1;
+// The end of a layer's error for a chunk of kAutoChunk.
+inline const char* unresolved_auto_chunk() {
+  return "; -1 is \"auto\", which a run (train, eval, generate, reformer memory) resolves to "
+         "rows before it builds the model: call train::resolve_auto_chunks on the run's config "
+         "first, or give rows";
+}
+
 // The arrays a block loop walks through whose elements are narrower than
 // float32 (bf16): their base addresses and element sizes, at most four, in a
 // plain struct that a device lambda can capture (nvcc's extended lambdas may

@@ -40,6 +40,9 @@ struct ClassifierConfig {
   ReformerConfig encoder{};  // the embedding, the positions and the blocks (vocab: input ids)
   Index classes = 2;
   Pooling pooling = Pooling::Mean;
+  // The encoder's sizes (its chunks).
+  ModelSizes& sizes() { return encoder; }
+  const ModelSizes& sizes() const { return encoder; }
   // ConfigError naming the first bad field.
   void validate() const;
 };

@@ -25,6 +25,8 @@ struct ModelSizes {
   double label_smoothing = 0.0;    // label smoothing eps of the loss, in [0, 1)
   Index ff_chunk = 0;              // rows per feed-forward chunk; 0: all at once
   Index loss_chunk = 1024;         // rows of logits materialised at a time
+  // Either may be kAutoChunk ("auto") in a run's config, which resolves it
+  // before it builds the model (train/chunk_choice.hpp).
 
   // This struct inside a family's config (which derives from it).
   ModelSizes& sizes() { return *this; }

@@ -131,6 +131,9 @@ struct SweepPoint {
   // Our kernel launches in the measured step (MemoryTracker::launches().ours():
   // Kokkos' copies, fills and View initialisation not counted).
   std::int64_t launches_per_step = 0;
+  // The feed-forward's and the loss's chunks the point ran with, in rows
+  // (model.ff_chunk and model.loss_chunk, "auto" resolved; ff 0: all rows).
+  Index ff_chunk = 0, loss_chunk = 0;
 };
 
 struct SweepOptions {

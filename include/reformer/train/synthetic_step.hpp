@@ -58,6 +58,9 @@ class Seq2SeqSyntheticStep {
 struct XLStepConfig {
   models::TransformerXLConfig model{};
   Index mem_len = 0;
+  // The model's sizes (its chunks).
+  models::ModelSizes& sizes() { return model; }
+  const models::ModelSizes& sizes() const { return model; }
 };
 
 // The same for Transformer-XL (models/transformer_xl.hpp): random ids and a

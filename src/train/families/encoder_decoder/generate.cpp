@@ -25,10 +25,10 @@ std::vector<int> until_end(const data::HostTokens& t, Index row) {
 template <class T>
 GenerateResult generate_encoder_decoder(const std::string& checkpoint, const config::RunConfig& run,
                                         const GenerateOptions& options) {
-  require_memory_fits(run, std::max<Index>(1, options.beam), false, "generate");
+  const auto built = require_memory_fits(run, std::max<Index>(1, options.beam), false, "generate");
   const auto task = data::make_pair_task(data::pair_config(run.data));
   ParameterSet<T> params;
-  models::EncoderDecoder<T> model(config::transformer_config(run, task->vocab()), params);
+  models::EncoderDecoder<T> model(config::transformer_config(built, task->vocab()), params);
   io::load_checkpoint<T>(checkpoint, params, nullptr);
   const Index length = task->length();
   GenerateResult result;

@@ -50,13 +50,14 @@ GenerateResult generate_lm(const std::string& checkpoint, const config::RunConfi
       std::min(options.tokens > 0 ? Index(options.tokens) : std::max<Index>(1, length - longest),
                config.max_length - longest);
   const Index capacity = longest + budget;
-  require_memory_fits(run, rows, false, "generate");
+  // The model with its "auto" chunks resolved for these rows.
+  const auto built = config::lm_config(require_memory_fits(run, rows, false, "generate"));
   struct {
     ParameterSet<T> params;
     std::unique_ptr<models::ReformerLM<T>> model;
     models::ReformerState<T> state;
   } m;
-  m.model = std::make_unique<models::ReformerLM<T>>(config, m.params);
+  m.model = std::make_unique<models::ReformerLM<T>>(built, m.params);
   io::load_checkpoint<T>(checkpoint, m.params, nullptr);
   result.generations.assign(std::size_t(rows), {});
   std::vector<bool> done(std::size_t(rows), false);

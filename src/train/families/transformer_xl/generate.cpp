@@ -162,9 +162,9 @@ GenerateResult generate_transformer_xl(const std::string& checkpoint,
   // The largest batch decodes like an evaluation batch of its rows.
   std::size_t widest = 0;
   for (const auto& group : by_length) widest = std::max(widest, group.second.size());
-  require_memory_fits(config, Index(widest), false, op);
   ParameterSet<T> params;
-  const models::TransformerXL<T> model(model_config, params);
+  const models::TransformerXL<T> model(
+      config::xl_config(require_memory_fits(config, Index(widest), false, op)), params);
   io::load_checkpoint<T>(checkpoint, params, nullptr);
   result.generations.assign(result.prompts.size(), {});
   const auto start = std::chrono::steady_clock::now();
