@@ -1,8 +1,8 @@
 // "auto" feed-forward and loss chunks (train/chunk_choice.hpp, issue 46 item
 // 3): the largest chunk whose predicted peak is no higher than with chunks of
-// kAutoChunkFloor rows, for every family; a run builds its model with them,
-// `reformer memory` measures them, and a model given an unresolved "auto"
-// refuses it by name.
+// kAutoChunkFloor rows, for every family; a run builds its model with them
+// (`reformer memory` measures them: test_memory_sweep.cpp), and a model given
+// an unresolved "auto" refuses it by name.
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/models/reformer_lm.hpp"
@@ -130,35 +130,6 @@ TEST(ChunkChoice, TheReformerOfTheGpuGoalTakesQuarterChunks) {
               ", feed-forward in chunks of " + std::to_string(length / 4) +
                   " rows (auto), loss in chunks of 1024 rows (auto)");
   }
-}
-
-// `reformer memory` with automatic chunks: the point runs with the chunks the
-// prediction chose; its measured peak is the floor chunks' (within the
-// prediction's tolerance) and it takes fewer launches.
-TEST(ChunkChoice, MemorySweepMeasuresTheChosenChunks) {
-  models::ReformerConfig base;
-  base.vocab = 32;
-  base.d_model = 32;
-  base.heads = 2;
-  base.d_head = 16;
-  base.d_ff = 64;
-  base.layers = 2;
-  base.lsh.chunk = 32;
-  base.ff_chunk = base.loss_chunk = kAutoChunk;
-  train::SweepOptions options;
-  options.timed_steps = 0;
-  const Index batch = 1, length = 8192;
-  const auto chosen = train::run_sweep_point("reformer", base, batch, length, options);
-  ASSERT_TRUE(chosen.ran) << chosen.skipped;
-  EXPECT_GT(chosen.ff_chunk, train::kAutoChunkFloor);
-  EXPECT_EQ(chosen.loss_chunk, train::kAutoChunkFloor);  // the loss phase is the peak
-  base.ff_chunk = base.loss_chunk = train::kAutoChunkFloor;
-  const auto floor = train::run_sweep_point("reformer", base, batch, length, options);
-  EXPECT_EQ(floor.ff_chunk, train::kAutoChunkFloor);
-  EXPECT_EQ(chosen.predicted.peak(), floor.predicted.peak());
-  EXPECT_LE(double(chosen.measured.peak() - chosen.backend_bytes),
-            1.05 * double(floor.measured.peak() - floor.backend_bytes));
-  EXPECT_LT(chosen.launches_per_step, floor.launches_per_step);
 }
 
 // A run builds its model with the chunks it resolved: the first line names

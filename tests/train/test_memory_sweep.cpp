@@ -1,5 +1,6 @@
 #include "reformer/core/error.hpp"
 #include "reformer/core/memory_tracker.hpp"
+#include "reformer/train/chunk_choice.hpp"
 #include "reformer/train/memory_sweep.hpp"
 #include "reformer/train/model_family.hpp"
 #include "support/checks.hpp"
@@ -308,6 +309,28 @@ TEST(MemorySweep, ReversibleEncoderDecoderPeakDoesNotGrowWithDepth) {
     EXPECT_LT(peak("full-rev", 6, predicted) / peak("full-rev", 2, predicted), 1.05) << predicted;
     EXPECT_GT(peak("full", 6, predicted) / peak("full", 2, predicted), 2.0) << predicted;
   }
+}
+
+// `reformer memory` with automatic chunks (train/chunk_choice.hpp): the point
+// runs with the chunks its prediction chose; its measured peak is the floor
+// chunks' (within the prediction's tolerance) and it takes fewer launches.
+TEST(MemorySweep, AutomaticChunksKeepTheFloorsPeakWithFewerLaunches) {
+  auto base = small_base();
+  base.ff_chunk = base.loss_chunk = kAutoChunk;
+  train::SweepOptions options;
+  options.timed_steps = 0;
+  const Index batch = 1, length = 8192;
+  const auto chosen = train::run_sweep_point("reformer", base, batch, length, options);
+  ASSERT_TRUE(chosen.ran) << chosen.skipped;
+  EXPECT_GT(chosen.ff_chunk, train::kAutoChunkFloor);
+  EXPECT_EQ(chosen.loss_chunk, train::kAutoChunkFloor);  // the loss phase is the peak
+  base.ff_chunk = base.loss_chunk = train::kAutoChunkFloor;
+  const auto floor = train::run_sweep_point("reformer", base, batch, length, options);
+  EXPECT_EQ(floor.ff_chunk, train::kAutoChunkFloor);
+  EXPECT_EQ(chosen.predicted.peak(), floor.predicted.peak());
+  EXPECT_LE(double(chosen.measured.peak() - chosen.backend_bytes),
+            1.05 * double(floor.measured.peak() - floor.backend_bytes));
+  EXPECT_LT(chosen.launches_per_step, floor.launches_per_step);
 }
 
 TEST(MemorySweep, BadVariantsAndShapesAreNamed) {
