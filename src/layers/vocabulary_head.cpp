@@ -34,31 +34,34 @@ void VocabularyHead<T>::logits(In2<T> hidden, View2<T> logits) const {
 }
 
 template <class T>
-ops::CrossEntropyOptions VocabularyHead<T>::options(Index rows, int ignore_id,
-                                                    double loss_scale) const {
+ops::CrossEntropyOptions VocabularyHead<T>::options(Index rows, int ignore_id, double loss_scale,
+                                                    Workspace* workspace) const {
   ops::CrossEntropyOptions options;
   options.pad_id = ignore_id;
   options.smoothing = config_.label_smoothing;
   options.chunk_rows = config_.loss_chunk > 0 ? config_.loss_chunk : std::max<Index>(1, rows);
   options.weight_is_embedding = tied_;
   options.gradient_scale = loss_scale;
+  options.workspace = workspace;
   return options;
 }
 
 template <class T>
-ops::CrossEntropyResult VocabularyHead<T>::forward(In2<T> hidden, In1<int> targets,
-                                                   int ignore_id) const {
+ops::CrossEntropyResult VocabularyHead<T>::forward(In2<T> hidden, In1<int> targets, int ignore_id,
+                                                   Workspace* workspace) const {
   return ops::cross_entropy_forward<T>(hidden, weight_->matrix(), bias_->value, targets,
-                                       options(hidden.extent(0), ignore_id, 1.0));
+                                       options(hidden.extent(0), ignore_id, 1.0, workspace));
 }
 
 template <class T>
 ops::CrossEntropyResult VocabularyHead<T>::forward_backward(In2<T> hidden, In1<int> targets,
                                                             int ignore_id, double loss_scale,
-                                                            View2<T> dhidden) const {
-  return ops::cross_entropy_forward_backward<T>(hidden, weight_->matrix(), bias_->value, targets,
-                                                options(hidden.extent(0), ignore_id, loss_scale),
-                                                dhidden, weight_->grad_matrix(), bias_->grad);
+                                                            View2<T> dhidden,
+                                                            Workspace* workspace) const {
+  return ops::cross_entropy_forward_backward<T>(
+      hidden, weight_->matrix(), bias_->value, targets,
+      options(hidden.extent(0), ignore_id, loss_scale, workspace), dhidden, weight_->grad_matrix(),
+      bias_->grad);
 }
 
 template class VocabularyHead<float>;
@@ -68,8 +71,10 @@ template class VocabularyHead<double>;
 template VocabularyHead<bf16>::VocabularyHead(const std::string&, const VocabularyHeadConfig&,
                                               ParameterSet<float>&, Parameter<float>*);
 template void VocabularyHead<bf16>::init(RandomKey);
-template ops::CrossEntropyResult VocabularyHead<bf16>::forward(In2<bf16>, In1<int>, int) const;
+template ops::CrossEntropyResult VocabularyHead<bf16>::forward(In2<bf16>, In1<int>, int,
+                                                               Workspace*) const;
 template ops::CrossEntropyResult VocabularyHead<bf16>::forward_backward(In2<bf16>, In1<int>, int,
-                                                                        double, View2<bf16>) const;
+                                                                        double, View2<bf16>,
+                                                                        Workspace*) const;
 
 }  // namespace reformer::layers

@@ -259,9 +259,12 @@ ops::CrossEntropyResult ReformerLM<T>::loss(IdMatrix targets, int ignore_id,
     input = frame.take<View2<T>>(rows, d);
     fold_halves<T>(hidden, input);
   }
-  if (!gradients) return head_->forward(input, t, ignore_id);
+  // The chunks' logits come from the workspace, which is idle while the loss
+  // runs (its high-water mark is the backward's).
+  if (!gradients) return head_->forward(input, t, ignore_id, &state.workspace);
   auto dinput = frame.take<View2<T>>(rows, input.extent(1));
-  const auto result = head_->forward_backward(input, t, ignore_id, state.call.loss_scale, dinput);
+  const auto result =
+      head_->forward_backward(input, t, ignore_id, state.call.loss_scale, dinput, &state.workspace);
   View2<T> dhidden = dinput;
   if (config_.tie_embeddings) {
     dhidden = frame.take<View2<T>>(rows, 2 * d);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace reformer::ops {
 namespace {
@@ -200,7 +201,10 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
   }
   const C inv_tokens = static_cast<C>(options.gradient_scale / static_cast<double>(result.tokens));
   const Index chunk = std::min(options.chunk_rows, n);
-  View2<C> logits("cross_entropy_logits", chunk, vocab);
+  std::optional<Workspace::Frame> frame;
+  if (options.workspace) frame.emplace(*options.workspace);
+  const View2<C> logits =
+      frame ? frame->take<View2<C>>(chunk, vocab) : View2<C>("cross_entropy_logits", chunk, vocab);
   View1<double> row_loss("cross_entropy_row_loss", n);
   View1<int> row_correct("cross_entropy_row_correct", n);
   for (Index row0 = 0; row0 < n; row0 += chunk) {

@@ -110,10 +110,9 @@ TEST(ChunkChoice, EveryFamilyKeepsThePeakOfTheFloorChunks) {
 
 // The Reformer of the GPU goal (6 layers, d_model 256, d_ff 1024, LSH-2,
 // reversible) at 16K and 64K: the feed-forward in L/4 (reformer-pytorch's
-// ff_chunks 4; L/2 would raise the peak). The loss keeps 1024 rows: its
-// logits come on top of the workspace the step keeps, so the loss phase is
-// the step's peak and every larger chunk would raise it (docs/memory.md).
-TEST(ChunkChoice, TheReformerOfTheGpuGoalTakesQuarterChunks) {
+// ff_chunks 4; L/2 would raise the peak), the loss in one chunk (its logits
+// fit in the workspace, idle while the loss runs; docs/memory.md).
+TEST(ChunkChoice, TheReformerOfTheGpuGoalTakesQuarterChunksAndOneLossChunk) {
   for (const Index length : {Index(16384), Index(65536)}) {
     auto c = family_run("reformer", length);
     c.model.d_model = 256;
@@ -125,10 +124,10 @@ TEST(ChunkChoice, TheReformerOfTheGpuGoalTakesQuarterChunks) {
     c.model.lsh.n_hashes = 2;
     const auto resolved = train::resolve_auto_chunks(c, 1, true);
     EXPECT_EQ(resolved.model.ff_chunk, length / 4) << length;
-    EXPECT_EQ(resolved.model.loss_chunk, train::kAutoChunkFloor) << length;
+    EXPECT_EQ(resolved.model.loss_chunk, length) << length;
     EXPECT_EQ(train::describe_auto_chunks(c, resolved),
               ", feed-forward in chunks of " + std::to_string(length / 4) +
-                  " rows (auto), loss in chunks of 1024 rows (auto)");
+                  " rows (auto), loss in chunks of " + std::to_string(length) + " rows (auto)");
   }
 }
 

@@ -48,16 +48,21 @@ class VocabularyHead {
   void logits(In2<T> hidden, View2<T> logits) const;
   // Loss (mean over the rows whose target is not ignore_id; -1: every row
   // counts unless its target is -1), token count and correct predictions.
-  ops::CrossEntropyResult forward(In2<T> hidden, In1<int> targets, int ignore_id) const;
+  // The chunk's logits come from `workspace` when given (the caller's, idle
+  // while the loss runs).
+  ops::CrossEntropyResult forward(In2<T> hidden, In1<int> targets, int ignore_id,
+                                  Workspace* workspace = nullptr) const;
   // The same, and the gradients of loss_scale x the loss: dhidden
   // overwritten, the weight's and the bias's gradients accumulated.
   ops::CrossEntropyResult forward_backward(In2<T> hidden, In1<int> targets, int ignore_id,
-                                           double loss_scale, View2<T> dhidden) const;
+                                           double loss_scale, View2<T> dhidden,
+                                           Workspace* workspace = nullptr) const;
   bool tied() const { return tied_; }
   const VocabularyHeadConfig& config() const { return config_; }
 
  private:
-  ops::CrossEntropyOptions options(Index rows, int ignore_id, double loss_scale) const;
+  ops::CrossEntropyOptions options(Index rows, int ignore_id, double loss_scale,
+                                   Workspace* workspace) const;
 
   VocabularyHeadConfig config_;
   bool tied_ = false;

@@ -23,6 +23,7 @@
 
 #include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
+#include "reformer/core/workspace.hpp"
 
 namespace reformer::ops {
 
@@ -40,6 +41,9 @@ struct CrossEntropyOptions {
   // The gradients are those of gradient_scale x the loss (a micro-batch's share
   // of a step's tokens under gradient accumulation); the loss is not scaled.
   double gradient_scale = 1.0;
+  // Where the [chunk_rows, V] logits live: a frame of this workspace (a
+  // model's, idle while its loss runs), or an allocation of their own.
+  Workspace* workspace = nullptr;
 };
 
 struct CrossEntropyResult {
@@ -55,7 +59,7 @@ struct CrossEntropyResult {
 double smoothed_target_entropy(double smoothing, Index vocab, int pad_id);
 
 // Loss, token count and correct predictions. Temporaries: one [chunk_rows, V]
-// logits buffer and per-row statistics.
+// logits buffer (from options.workspace when given) and per-row statistics.
 template <class T>
 CrossEntropyResult cross_entropy_forward(In2<T> h, In2<param_t<T>> weight, In1<param_t<T>> bias,
                                          In1<int> targets, const CrossEntropyOptions& options);

@@ -8,8 +8,8 @@
 // less would raise the peak. The candidates are kAutoChunkFloor * 2^j rows
 // below the call's rows, and all rows (feed-forward 0, loss `rows`). For the
 // Reformer at 16K (d_model 256, d_ff 1024, LSH-2) the feed-forward gets L/4,
-// reformer-pytorch's ff_chunks 4, and the loss keeps 1024 rows: its logits
-// come on top of the workspace the step keeps (docs/memory.md).
+// reformer-pytorch's ff_chunks 4, and the loss one chunk: its logits fit in
+// the workspace, which is idle while the loss runs (docs/memory.md).
 #pragma once
 
 #include "reformer/config/run_config.hpp"

@@ -165,8 +165,10 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   const double x = double(batch) * length, d = c.d_model, v = c.vocab;
   const double loss_rows = std::min(double(c.loss_chunk), x);
   const auto stack = sweep::encoder_stack_memory(c, batch, length, s, a);
-  // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice.
-  const double ws_loss = x * 6 * d * a + 2 * x * s;
+  // The head: [y1; y2] and its LayerNorm, d[y1; y2] twice; while the
+  // cross-entropy runs, the LayerNorm's output and d[y1; y2] beside one chunk
+  // of logits (float32 h W: the loss takes them from the workspace).
+  const double ws_loss = std::max(x * 6 * d * a, x * 4 * d * a + loss_rows * v * s) + 2 * x * s;
   // The loss phase's: the cross-entropy's logits h W (h [loss_rows, 2d], a
   // float32 result), dh = dz W^T and dW += h^T dz.
   const double loss_panels = a < s ? sweep::mixed_panel_bytes({{loss_rows, 2 * d, v, true},
@@ -176,12 +178,12 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   // A training step after the first one (the measured one) starts with what the
   // previous step left: the streams and their gradients, the stored layers or
   // plans, the recompute state and the workspace at its high-water mark. Every
-  // phase holds all of that; the loss adds one chunk of logits and the per-row
-  // losses, which are not workspace.
+  // phase holds all of that; the loss adds the per-row losses, which are not
+  // workspace.
   const double alive = stack.alive + std::max({stack.ws_forward, ws_loss, stack.ws_backward});
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + stack.panels);
-  m.loss = saturated_bytes(alive + loss_panels + (loss_rows * v + x) * s);
+  m.loss = saturated_bytes(alive + loss_panels + x * s);
   return m;
 }
 
