@@ -33,7 +33,7 @@ std::string write_xl_corpus(const TempDir& dir) {
   return path;
 }
 
-std::vector<int> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::vector<int> byte_ids(const std::string& text) { return {text.begin(), text.end()}; }
 
 TEST(Trainer, TransformerXLCachedGenerationMatchesRerunning) {
   TempDir dir;
@@ -46,7 +46,7 @@ TEST(Trainer, TransformerXLCachedGenerationMatchesRerunning) {
   train::GenerateOptions options;
   // Two prompts of 5 bytes (one batch) and one of 11 (a batch of its own):
   // 14 new tokens cross the segment boundaries at 8, 16 and 24.
-  options.prompts = {bytes_of("the s"), bytes_of("of me"), bytes_of("keeps the h")};
+  options.prompts = {byte_ids("the s"), byte_ids("of me"), byte_ids("keeps the h")};
   options.tokens = 14;
   const auto cached = train::generate(run, {}, options);
   ASSERT_EQ(cached.generations.size(), 3u);
@@ -73,7 +73,7 @@ TEST(Trainer, TransformerXLCachedGenerationMatchesRerunning) {
   EXPECT_EQ(train::generate(run, eval, options).generations, short_segments.generations);
   // A prompt decoded alone gets the tokens it gets in a batch (greedy).
   options.cache = true;
-  options.prompts = {bytes_of("the s")};
+  options.prompts = {byte_ids("the s")};
   EXPECT_EQ(train::generate(run, {}, options).generations[0], cached.generations[0]);
 }
 
