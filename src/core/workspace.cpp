@@ -47,6 +47,19 @@ void* Workspace::take(std::size_t bytes) {
 }
 
 void Workspace::end_frame(std::size_t mark) {
+  // The live buffers lie in [0, top_); the overflow allocations are those that
+  // end past the arena, so they are the last ones, back to back up to top_.
+  // Those at or past `mark` belong to the frame that ended and go with it:
+  // sibling frames that each overflow (a layer after a layer, a chunk after a
+  // chunk) do not pile up their allocations until the outermost frame ends
+  // (on a first step they did, far past the high-water mark).
+  std::size_t end = top_;
+  while (!overflow_.empty()) {
+    const std::size_t bytes = std::size_t(overflow_.back().extent(0)) - kAlignment;
+    if (end - bytes < mark) break;  // taken by a frame that is still open
+    end -= bytes;
+    overflow_.pop_back();
+  }
   top_ = mark;
   if (--depth_ > 0) return;
   if (!overflow_.empty() || high_water_ > capacity()) {

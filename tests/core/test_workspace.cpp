@@ -64,6 +64,35 @@ TEST(Workspace, OverflowKeepsBuffersValidThenGrowsOnce) {
   EXPECT_EQ(ws.capacity_bytes(), capacity);
 }
 
+// Sibling frames that overflow (a layer's backward after another's, chunk
+// after chunk) give their allocations back when they end, while the outer
+// frame's buffers stay valid: the first pass's peak is the arena plus one
+// sibling's overflow, not the arena plus all of them.
+TEST(Workspace, OverflowOfEndedFramesIsGivenBack) {
+  Workspace ws;
+  auto& tracker = MemoryTracker::instance();
+  ASSERT_TRUE(tracker.installed());
+  const std::string space = MemSpace::name();
+  const std::int64_t sibling = 100000 * 8;
+  {
+    Workspace::Frame outer(ws);
+    auto a = outer.take<View1<double>>(1000);
+    fill(a, 1.5);
+    tracker.reset_peaks();
+    const auto before = tracker.space(space).current_bytes;
+    for (int layer = 0; layer < 4; ++layer) {
+      Workspace::Frame inner(ws);
+      auto b = inner.take<View1<double>>(100000);
+      fill(b, 2.5 + layer);
+      EXPECT_EQ(first(b), 2.5 + layer);
+    }
+    EXPECT_EQ(first(a), 1.5);
+    EXPECT_LT(tracker.space(space).peak_bytes - before, 2 * sibling);
+    EXPECT_EQ(tracker.space(space).current_bytes, before);
+  }
+  EXPECT_GE(ws.capacity_bytes(), 1000 * 8 + sibling);
+}
+
 // Every buffer starts on a 256-byte boundary.
 TEST(Workspace, BuffersAreAligned) {
   Workspace ws;
