@@ -400,14 +400,15 @@ ops::CrossEntropyResult EncoderDecoder<T>::loss(const Seq2SeqBatch& batch, int p
   // transformer's KLDivLoss): the cross-entropy minus the targets' entropy.
   const double entropy =
       ops::smoothed_target_entropy(config_.label_smoothing, config_.target_vocab, pad_id);
+  // The chunks' logits come from the workspace, past this frame's buffers.
   if (!gradients) {
-    auto result = generator_->forward(hidden, targets, pad_id);
+    auto result = generator_->forward(hidden, targets, pad_id, &state.workspace);
     if (result.tokens > 0) result.loss -= entropy;
     return result;
   }
   auto dhidden = frame.take<View2<T>>(rows, d);
-  auto result =
-      generator_->forward_backward(hidden, targets, pad_id, state.call.loss_scale, dhidden);
+  auto result = generator_->forward_backward(hidden, targets, pad_id, state.call.loss_scale,
+                                             dhidden, &state.workspace);
   if (result.tokens > 0) result.loss -= entropy;
   ensure_view(state.dtarget, "transformer_dtarget", state.batch, state.target_length, d);
   ops::layer_norm_backward<T>(as_matrix(decoder_top(state)), decoder_gamma_->value, mean, rstd,

@@ -254,10 +254,11 @@ ops::CrossEntropyResult TransformerXL<T>::loss(IdMatrix targets, int ignore_id,
                       "TransformerXL: targets has shape ", shape_string(targets),
                       " but the ids were [", batch, ", ", length, "]");
   const auto t = ids_of(targets);
-  if (!gradients) return head_->forward(as_matrix(state.out), t, ignore_id);
+  // The chunks' logits come from the workspace, idle while the loss runs.
+  if (!gradients) return head_->forward(as_matrix(state.out), t, ignore_id, &state.workspace);
   auto dx = ensure_view(state.dx, "txl_dx", batch, length, d);
-  const auto result = head_->forward_backward(as_matrix(state.out), t, ignore_id,
-                                              state.call.loss_scale, as_matrix(dx));
+  const auto result = head_->forward_backward(
+      as_matrix(state.out), t, ignore_id, state.call.loss_scale, as_matrix(dx), &state.workspace);
   const ModelCall& call = state.call;
   if (call.training && config_.dropout > 0)
     ops::dropout_backward<T>(as_vector(dx), config_.dropout,

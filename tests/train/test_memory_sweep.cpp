@@ -316,22 +316,50 @@ TEST(MemorySweep, ReversibleEncoderDecoderPeakDoesNotGrowWithDepth) {
 // measured peak next to nothing over a chunk of 1024 rows, and the prediction
 // says so too (before, every chunk's logits came on top of the workspace).
 TEST(MemorySweep, LossLogitsTakeTheIdleWorkspace) {
-  auto base = small_base();
-  base.ff_chunk = 1024;
   train::SweepOptions options;
   options.timed_steps = 0;
-  const Index batch = 1, length = 8192;
-  base.loss_chunk = 1024;
-  const auto small = train::run_sweep_point("reformer", base, batch, length, options);
-  base.loss_chunk = length;
-  const auto whole = train::run_sweep_point("reformer", base, batch, length, options);
-  ASSERT_TRUE(small.ran && whole.ran);
-  const double logits = double(length - 1024) * base.vocab * 4;
-  EXPECT_LT(double(whole.measured.peak() - whole.backend_bytes) -
-                double(small.measured.peak() - small.backend_bytes),
-            0.25 * logits);
-  EXPECT_EQ(whole.predicted.peak(), small.predicted.peak());
-  expect_prediction_matches(whole);
+  // One loss chunk of all rows against chunks of 1024: the larger chunk's
+  // logits fit in the workspace the backward leaves, so the loss phase's
+  // measured peak grows by less than a quarter of them (with the logits
+  // outside the workspace it grew by all of them), and the prediction says
+  // the same.
+  auto expect_idle = [&](const char* family, const std::string& variant, auto base, Index batch,
+                         Index length, Index vocab) {
+    SCOPED_TRACE(std::string(family) + ", " + variant);
+    base.loss_chunk = 1024;
+    const auto small = train::run_sweep_point(variant, base, batch, length, options);
+    base.loss_chunk = batch * length;
+    const auto whole = train::run_sweep_point(variant, base, batch, length, options);
+    ASSERT_TRUE(small.ran && whole.ran) << small.skipped << whole.skipped;
+    const double logits = double(batch * length - 1024) * double(vocab) * 4;
+    // The loss phase's own peak (the step's may be elsewhere), and the step's.
+    EXPECT_LT(double(whole.measured.loss - whole.backend_bytes) -
+                  double(small.measured.loss - small.backend_bytes),
+              0.25 * logits);
+    EXPECT_LT(double(whole.measured.peak() - whole.backend_bytes) -
+                  double(small.measured.peak() - small.backend_bytes),
+              0.25 * logits);
+    EXPECT_EQ(whole.predicted.loss, small.predicted.loss);
+    EXPECT_EQ(whole.predicted.peak(), small.predicted.peak());
+    expect_prediction_matches(whole);
+  };
+  auto lm = small_base();
+  lm.ff_chunk = 1024;
+  expect_idle("language model", "reformer", lm, 1, 8192, lm.vocab);
+  // The encoder-decoder's generator and Transformer-XL's head: the workspace
+  // of their layers' backward holds the logits of every row too.
+  auto seq = small_seq2seq();
+  seq.ff_chunk = 1024;
+  expect_idle("encoder-decoder", "reformer", seq, 1, 4096, seq.target_vocab);
+  models::TransformerXLConfig xl;
+  xl.vocab = 32;
+  xl.d_model = 32;
+  xl.heads = 2;
+  xl.d_head = 16;
+  xl.d_ff = 64;
+  xl.layers = 2;
+  xl.ff_chunk = 1024;
+  expect_idle("Transformer-XL", "xl-mem0", xl, 2, 2048, xl.vocab);
 }
 
 // `reformer memory` with automatic chunks (train/chunk_choice.hpp): the point

@@ -231,7 +231,9 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
   // second streams, their gradients and the streams' averages).
   double alive = (6 * x * d + (c.reversible ? 6 * x * d : 0)) * a + 2 * x * s;
   double plans = double(c.encoder_layers) * encoder.plan;
-  double workspace = 2 * x * d * a + 2 * x * s;  // the loss: the normed top and its gradient
+  // The loss: the normed top, its statistics and gradient, then one chunk of
+  // the generator's logits (float32 h W, taken from the workspace).
+  double workspace = 2 * x * d * a + 2 * x * s + loss_rows * v * s;
   // Per sub-layer: forward (LayerNorm output, its output, statistics; the
   // activations too when they are not kept), and backward (the upstream copy
   // or the recomputed G, then LayerNorm output, statistics, its gradient,
@@ -272,7 +274,7 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
   const double bytes = alive + workspace + plans;
   StepMemory m;
   m.forward = m.backward = m.optimizer = saturated_bytes(bytes + panels);
-  m.loss = saturated_bytes(bytes + loss_panels + (loss_rows * v + x) * s);
+  m.loss = saturated_bytes(bytes + loss_panels + x * s);
   return m;
 }
 

@@ -177,11 +177,11 @@ StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
       2 * y * s + (x * d + post * x * d) * a + std::max(ff_backward, attention_backward);
   // The model: the stream, the loss's input and its gradient. The workspace
   // keeps its deepest size from step to step, so every phase holds it; the
-  // loss adds the cross-entropy's chunk of logits (outside the workspace).
+  // cross-entropy takes its chunk of logits (float32 h W) from it.
   const double alive = double(kept) * layer + 3 * x * d * a;
-  const double loss_frame = c.pre_norm ? 2 * x * d * a + 2 * x * s : 0;
-  const double workspace = std::max({forward, backward, loss_frame});
   const double loss_rows = std::min(double(c.loss_chunk), x);
+  const double loss_frame = c.pre_norm ? 2 * x * d * a + 2 * x * s : 0;
+  const double workspace = std::max({forward, backward, loss_frame, loss_rows * v * s});
   const double panels = a < s
                             ? sweep::mixed_panel_bytes(
                                   {{y, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
@@ -193,7 +193,7 @@ StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
       a < s ? sweep::mixed_panel_bytes(
                   {{loss_rows, d, v, true}, {loss_rows, 0, d}, {loss_rows, d, v, true, true}})
             : 0.0;
-  m.loss = saturated_bytes(alive + workspace + loss_panels + (loss_rows * v + x) * s);
+  m.loss = saturated_bytes(alive + workspace + loss_panels + x * s);
   return m;
 }
 
