@@ -48,6 +48,19 @@ models::TransformerConfig small_seq2seq() {
   return c;
 }
 
+models::TransformerXLConfig small_xl() {
+  models::TransformerXLConfig c;
+  c.vocab = 32;
+  c.d_model = 32;
+  c.heads = 2;
+  c.d_head = 16;
+  c.d_ff = 64;
+  c.layers = 2;
+  c.ff_chunk = 64;
+  c.loss_chunk = 64;
+  return c;
+}
+
 // The instrument's promise: for every variant the peak predicted from the
 // shapes is within 20% of the tracker's, and the parameter state is exact. The
 // model's share of the measured peak is compared: the backend's own scratch
@@ -257,15 +270,7 @@ TEST(MemorySweep, ClassifierPredictionMatchesMeasuredPeakForEveryVariant) {
 // of four, post-LN and pre-LN, clamped distances; the memory itself is an
 // input (like the ids) and predicted on its own.
 TEST(MemorySweep, TransformerXLPredictionMatchesMeasuredPeakForEveryVariant) {
-  models::TransformerXLConfig base;
-  base.vocab = 32;
-  base.d_model = 32;
-  base.heads = 2;
-  base.d_head = 16;
-  base.d_ff = 64;
-  base.layers = 2;
-  base.ff_chunk = 64;
-  base.loss_chunk = 64;
+  const auto base = small_xl();
   train::SweepOptions options;
   options.timed_steps = 0;
   for (const char* precision : {"float32", "bf16"})
@@ -351,13 +356,7 @@ TEST(MemorySweep, LossLogitsTakeTheIdleWorkspace) {
   auto seq = small_seq2seq();
   seq.ff_chunk = 1024;
   expect_idle("encoder-decoder", "reformer", seq, 1, 4096, seq.target_vocab);
-  models::TransformerXLConfig xl;
-  xl.vocab = 32;
-  xl.d_model = 32;
-  xl.heads = 2;
-  xl.d_head = 16;
-  xl.d_ff = 64;
-  xl.layers = 2;
+  auto xl = small_xl();
   xl.ff_chunk = 1024;
   expect_idle("Transformer-XL", "xl-mem0", xl, 2, 2048, xl.vocab);
 }
