@@ -173,6 +173,9 @@ struct BatchedMatmulKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kMicroTiles), [&](Index t) {
         const Index r0 = t / (kTileN / kMicroCols) * kMicroRows;
         const Index c0 = t % (kTileN / kMicroCols) * kMicroCols;
+        // Micro-tiles wholly past C's last row or column hold only padding,
+        // which is never stored: skip their products.
+        if (r0 >= rows || c0 >= cols) return;
         micro_tile(&pa(r0, 0), pa.stride(0), &pb(0, c0), pb.stride(0), &acc(r0, c0), acc.stride(0),
                    depth);
       });
