@@ -336,7 +336,9 @@ struct ExactScores {
     const C* kp = x.tile_rows(team, x.in.k, b, h, kc * BK, BK, x.lk, ks, kld);
     const C* vp = x.tile_rows(team, x.in.v, b, h, kc * BK, BK, x.lk, vs, vld);
     team.team_barrier();
-    team_multiply<false, Shape>(team, BK, BQ, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
+    // Only the columns of queries the engine reads (its live_columns).
+    const Index live = detail::OnlineSoftmax<C, Shape>::live_columns(qc * BQ, x.lq);
+    team_multiply<false, Shape>(team, BK, live, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
     team.team_barrier();
     if (!x.plain_tile(qc, kc)) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),

@@ -146,14 +146,14 @@ struct RelativeInputs {
   KOKKOS_INLINE_FUNCTION void key_tile_products(const TeamMember& team, Index b, Index h, Index i0,
                                                 Index kc, Scratch2<C> qut, Scratch2<C> qvt,
                                                 Scratch2<C> ks, Scratch2<C> vs, Scratch2<C> rw,
-                                                Scratch2<C> st, Scratch2<C> bt) const {
+                                                Scratch2<C> st, Scratch2<C> bt, Index live) const {
     const Index dp = dpad, j0 = kc * BK, dmin = i0 + memory - j0 - BK + 1;
     load_tile_rows(team, detail::tile_source(k, b, h, j0, lk), BK, d_head, C(1), ks, false);
     load_tile_rows(team, detail::tile_source(v, b, h, j0, lk), BK, d_head, C(1), vs, false);
     load_r(team, h, dmin, W, false, rw);
     team.team_barrier();
-    team_multiply<false>(team, BK, BQ, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
-    team_multiply<false>(team, W, BQ, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
+    team_multiply<false>(team, BK, live, dp, &st(0, 0), BQ, &ks(0, 0), dp, 1, &qut(0, 0), BQ);
+    team_multiply<false>(team, W, live, dp, &bt(0, 0), BQ, &rw(0, 0), dp, 1, &qvt(0, 0), BQ);
   }
 };
 
@@ -174,11 +174,13 @@ struct RelativeScores {
   KOKKOS_INLINE_FUNCTION const C* scores(const TeamMember& team, Index kc, Scratch2<C> st,
                                          Index& vld) const {
     const Index j0 = kc * BK;
-    x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt);
+    // Only the columns of queries the engine reads (its live_columns).
+    const Index live = detail::OnlineSoftmax<C>::live_columns(i0, x.lq);
+    x.key_tile_products(team, b, h, i0, kc, qut, qvt, ks, vs, rw, st, bt, live);
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
       C* row = &st(t, 0);
-      for (Index s = 0; s < BQ; ++s)
+      for (Index s = 0; s < live; ++s)
         row[s] = x.allowed(i0 + s, j0 + t) ? row[s] + bt(s - t + BK - 1, s) : C(kMasked);
     });
     team.team_barrier();

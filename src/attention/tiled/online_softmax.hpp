@@ -60,13 +60,21 @@ struct OnlineSoftmax {
            ScratchMatrix<T>::shmem_size(3, bq);
   }
 
+  // The columns of the query tile at i0 that hold queries (i < lq), rounded up
+  // to whole column groups: the engine's passes and products stop there, so a
+  // short sequence (or the last tile) does not pay for a whole tile of padding.
+  // A score policy may fill only these columns of S^T.
+  KOKKOS_INLINE_FUNCTION static constexpr Index live_columns(Index i0, Index lq) {
+    return lq - i0 >= BQ ? BQ : (lq - i0 + G - 1) / G * G;
+  }
+
   // Key tiles [begin, end) into the query tile at i0 of (b, h), then
   // out(b, i, h, :) and lse(b, i, h) for its queries i < lq.
   template <class Scores, class Out, class Lse>
   KOKKOS_INLINE_FUNCTION void run(const TeamMember& team, const Scores& scores, Index begin,
                                   Index end, bool dropout, Index b, Index h, Index i0, Index lq,
                                   Index d_head, const Out& out, const Lse& lse) const {
-    const Index dp = o.extent(1);
+    const Index dp = o.extent(1), live = live_columns(i0, lq);
     zero<T>(team, o);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
       stats(0, s) = T(Scores::no_score);
@@ -80,7 +88,7 @@ struct OnlineSoftmax {
         // One thread per query for the statistics (the weights are summed
         // here and formed again below: the same values, so the same result as
         // by rows), then one per element for the weights and the rescale.
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, live), [&](Index s) {
           T m_new = stats(0, s), sum = T(0);
           for (Index t = 0; t < BK; ++t) m_new = st(t, s) > m_new ? st(t, s) : m_new;
           for (Index t = 0; t < BK; ++t) sum += scores.weight(st(t, s), m_new);
@@ -90,23 +98,23 @@ struct OnlineSoftmax {
           stats(0, s) = m_new;
         });
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BQ + BQ * dp), [&](Index e) {
-          if (e < BK * BQ) {
-            const Index t = e / BQ, s = e % BQ;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * live + live * dp), [&](Index e) {
+          if (e < BK * live) {
+            const Index t = e / live, s = e % live;
             T w = scores.weight(st(t, s), stats(0, s));
             if (dropout) w *= scores.keep(i0 + s, kc * BK + t);
             st(t, s) = w;
           } else {
-            const Index s = (e - BK * BQ) / dp, c = (e - BK * BQ) % dp;
+            const Index s = (e - BK * live) / dp, c = (e - BK * live) % dp;
             o(s, c) *= stats(2, s);
           }
         });
         team.team_barrier();
-        team_multiply<true, Shape>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+        team_multiply<true, Shape>(team, live, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
         continue;
       }
       // Online softmax per query (column), G columns per thread.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ / G), [&](Index g) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, live / G), [&](Index g) {
         T* m = &stats(0, g * G);
         T* l = &stats(1, g * G);
         T* alpha = &stats(2, g * G);
@@ -138,14 +146,14 @@ struct OnlineSoftmax {
           }
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ), [&](Index s) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, live), [&](Index s) {
         const T a = stats(2, s);
         T* orow = &o(s, 0);
         for (Index c = 0; c < dp; ++c) orow[c] *= a;
       });
       team.team_barrier();
       // O += P V, P read transposed out of S^T.
-      team_multiply<true, Shape>(team, BQ, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
+      team_multiply<true, Shape>(team, live, dp, BK, &o(0, 0), dp, &st(0, 0), 1, BQ, vp, vld);
     }
     team.team_barrier();
     if (elements) {
