@@ -16,6 +16,14 @@
 //     tokens) for each of the 16 tokens.
 // Counter: tokens_per_s.
 //
+// Cached generation of Transformer-XL (TransformerXL::generation_step) with a
+// memory of M positions: segments of M, a prompt of one whole segment (its
+// rows become the memory), then 64 tokens one at a time, each attending to
+// the M memory rows and the new segment so far; float, d_model 256, 4 heads
+// of 64, d_ff 1024, 4 layers, vocabulary 256, batch 1.
+//   BM_XlGenerate/M:M  the 64 steps (the prompt is not timed)
+// Counter: tokens_per_s.
+//
 // One cached LSH step alone (attention::lsh_attention_step, issue 31): the
 // query at position L - 1 over a cache of L positions, float, 4 heads of 64,
 // chunk 64, 2 rounds, 2L/64 buckets, random buckets, keys and values.
@@ -26,6 +34,7 @@
 #include "reformer/core/workspace.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer.hpp"
+#include "reformer/models/transformer_xl.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -159,6 +168,50 @@ BENCHMARK(BM_LmGenerate)
     ->Args({0, 65536})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+void BM_XlGenerate(benchmark::State& bench) {
+  const Index memory = bench.range(0), steps = 64, vocab = 256;
+  models::TransformerXLConfig c;
+  c.vocab = vocab;
+  c.d_model = 256;
+  c.heads = 4;
+  c.d_head = 64;
+  c.d_ff = 1024;
+  c.layers = 4;
+  ParameterSet<float> params;
+  models::TransformerXL<float> model(c, params);
+  model.init({1, 1});
+  Kokkos::View<int**, Layout, MemSpace> prompt("prompt", 1, memory), token("token", 1, 1);
+  Kokkos::parallel_for(
+      "bench_ids", range(memory), KOKKOS_LAMBDA(Index t) { prompt(0, t) = int((t * 37) % vocab); });
+  View2<float> logits("logits", 1, vocab);
+  for (auto _ : bench) {
+    bench.PauseTiming();
+    models::TransformerXLMemory<float> start;
+    start.mem_len = memory;
+    models::TransformerXLGeneration<float> generation;
+    model.start_generation(1, memory, start, generation);
+    model.generation_step(prompt, generation, logits);
+    Kokkos::fence();
+    bench.ResumeTiming();
+    for (Index t = 0; t < steps; ++t) {
+      Kokkos::deep_copy(token, int((t * 11) % vocab));
+      model.generation_step(token, generation, logits);
+    }
+    Kokkos::fence();
+  }
+  bench.counters["tokens_per_s"] =
+      benchmark::Counter(double(steps), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_XlGenerate)
+    ->ArgName("M")
+    ->Arg(512)
+    ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true);
 
 // Standard normal values in every element of a float view (a free function:
 // nvcc accepts no device lambda inside a generic lambda).
