@@ -137,15 +137,17 @@ struct ExactInputs {
   // kGrad: grad[s] = 1 where the score is a dot product, 0 where a constant
   // replaced it. Without padding everything but the row's key is a select: the
   // loop vectorises.
-  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, C* row) const {
+  // The first `columns` queries of the tile (the forward's live columns).
+  KOKKOS_INLINE_FUNCTION void mask_key_row(Index b, Index j, Index first, C* row,
+                                           Index columns = BQ) const {
     if (j >= lk) {
-      for (Index s = 0; s < BQ; ++s) row[s] = C(kNoScore);
+      for (Index s = 0; s < columns; ++s) row[s] = C(kNoScore);
       return;
     }
     const bool padded = in.key_valid.extent(0) && in.key_valid(b, j) == 0;
     const bool causal = in.causal, self_mask = in.self_mask;
     const C self_value = C(MaskValues<C>::self), masked_value = C(MaskValues<C>::masked);
-    for (Index s = 0; s < BQ; ++s) {
+    for (Index s = 0; s < columns; ++s) {
       const Index i = first + s;
       const bool absent = i >= lq, self = self_mask && i == j;
       const bool constant = padded || (causal && j > i);
@@ -341,8 +343,9 @@ struct ExactScores {
     team_multiply<false, Shape>(team, BK, live, dp, &st(0, 0), BQ, kp, kld, 1, &qt(0, 0), BQ);
     team.team_barrier();
     if (!x.plain_tile(qc, kc)) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK),
-                           [&](Index t) { x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0)); });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK), [&](Index t) {
+        x.mask_key_row(b, kc * BK + t, qc * BQ, &st(t, 0), live);
+      });
       team.team_barrier();
     }
     return vp;
