@@ -64,10 +64,29 @@ void Workspace::end_frame(std::size_t mark) {
   if (--depth_ > 0) return;
   if (!overflow_.empty() || high_water_ > capacity()) {
     overflow_.clear();
-    arena_ = Bytes();
-    arena_ =
-        Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), high_water_ + kAlignment);
+    rebuild(high_water_);
   }
+}
+
+void Workspace::rebuild(std::size_t bytes) {
+  arena_ = Bytes();  // the old arena goes first: the two never coexist
+  if (bytes > 0)
+    arena_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), bytes + kAlignment);
+}
+
+void Workspace::reserve(std::int64_t bytes) {
+  require<ConfigError>(depth_ == 0, "Workspace::reserve: called while ", depth_,
+                       " frame(s) are open; reserve before the outermost frame begins");
+  require<ConfigError>(bytes >= 0, "Workspace::reserve: ", bytes,
+                       " bytes asked, but a size must not be negative");
+  const std::size_t wanted = aligned(std::size_t(bytes));
+  if (wanted > capacity()) rebuild(wanted);
+}
+
+void Workspace::shrink_to_high_water() {
+  require<ConfigError>(depth_ == 0, "Workspace::shrink_to_high_water: called while ", depth_,
+                       " frame(s) are open; shrink after the outermost frame ends");
+  if (capacity() > high_water_) rebuild(high_water_);
 }
 
 void Workspace::release() {

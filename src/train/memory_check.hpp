@@ -11,6 +11,10 @@ namespace reformer::train {
 inline std::int64_t scalar_bytes(const config::RunConfig& config) {
   return config.train.dtype == "double" ? 8 : 4;
 }
+// Bytes of a stored activation: 2 with train.precision = "bf16".
+inline std::int64_t activation_bytes(const config::RunConfig& config) {
+  return config.train.precision == "bf16" ? 2 : scalar_bytes(config);
+}
 
 // The run's config as it builds its model: its automatic chunks resolved
 // for `batch` rows (train/chunk_choice.hpp). MemoryError naming the need, the

@@ -197,6 +197,10 @@ void check_sweep_precision(const std::string& precision) {
                        "' but must be \"float32\" or \"bf16\"");
 }
 
+std::int64_t workspace_reserve(std::int64_t predicted_workspace) {
+  return predicted_workspace + (std::int64_t(1) << 16);
+}
+
 std::int64_t StepMemory::peak() const { return std::max({forward, loss, backward, optimizer}); }
 
 std::int64_t RunMemory::total() const {

@@ -89,11 +89,16 @@ SweepPoint measure(SweepPoint point, const Config& config, const SweepOptions& o
   const std::int64_t before = tracker.space(space).current_bytes;
   const std::int64_t backend_before = backend_bytes(tracker.live_composition(space));
   point.state_bytes = before - start - synthetic.id_bytes();
-  // The first step grows the workspace (in pieces until it is consolidated);
-  // the measured step is the second one, as every later step of a training run.
+  // The first step takes the workspace reserved from the prediction, as a
+  // training run does (a reserve below the need still grows it, one above is
+  // given back after the step); the measured step is the second one, as every
+  // later step of a training run.
   tracker.reset_peaks();
+  synthetic.workspace().reserve(workspace_reserve(point.predicted.workspace));
   synthetic.run(0);
   point.warmup_peak = tracker.space(space).peak_bytes - before;
+  point.workspace_bytes = synthetic.workspace().high_water_bytes();
+  synthetic.workspace().shrink_to_high_water();
   tracker.reset_peaks();
   tracker.clear_phases();
   tracker.reset_launches();
@@ -202,13 +207,26 @@ inline RunMemory run_memory_of(const StepMemory& step, std::int64_t state, bool 
   RunMemory memory;
   memory.state = training ? state : state / 4;
   memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
+  memory.workspace = training ? step.workspace : 0;
+  return memory;
+}
+// The check uses float32 activations (for bf16 too: conservative); the
+// workspace a training run reserves is the step's at the run's own activation
+// size. step_at(activation_bytes) is the step's StepMemory (0: scalar_bytes).
+template <class StepAt>
+RunMemory run_memory_at(const StepAt& step_at, std::int64_t state, bool training,
+                        std::int64_t scalar_bytes, std::int64_t activation_bytes) {
+  RunMemory memory = run_memory_of(step_at(0), state, training);
+  if (training && activation_bytes > 0 && activation_bytes != scalar_bytes)
+    memory.workspace = step_at(activation_bytes).workspace;
   return memory;
 }
 template <class Config>
 RunMemory run_memory(const Config& config, Index batch, Index length, std::int64_t scalar_bytes,
-                     bool training) {
-  return run_memory_of(predict_step_memory(config, batch, length, scalar_bytes),
-                       predict_state_bytes(config, scalar_bytes), training);
+                     bool training, std::int64_t activation_bytes) {
+  return run_memory_at(
+      [&](std::int64_t a) { return predict_step_memory(config, batch, length, scalar_bytes, a); },
+      predict_state_bytes(config, scalar_bytes), training, scalar_bytes, activation_bytes);
 }
 
 }  // namespace reformer::train::sweep

@@ -381,6 +381,12 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   Workload<T>& w = *run.workload;
   w.shard(comm);
   w.init({tc.seed, stream_id(kInit)});
+  // The step's workspace at its predicted size, so that the first step does
+  // not grow it in pieces beside what it already holds (which peaked up to
+  // 40% above the later steps); train_step shrinks it to what was used.
+  w.workspace().reserve(workspace_reserve(
+      model_family(built).predict_run_memory(built, tc.batch / ranks, true).workspace));
+  summary.workspace_reserved = w.workspace().capacity_bytes();
   AdamConfig adam_config = tc.adam;
   adam_config.decoupled_weight_decay = tc.optimizer == "adamw";
   Adam<T>& adam = run.adam.emplace(w.params, adam_config);
@@ -484,6 +490,11 @@ std::optional<StepResult> train_step(TrainingRun<T>& run) {
     step_loss += r.tokens > 0 ? weight * r.loss : 0.0;
     step_tokens += r.tokens;
     step_correct += r.correct;
+  }
+  // The workspace reserved before the first step, down to what it used.
+  if (step == run.summary.first_step) {
+    run.summary.workspace_used = w.workspace().high_water_bytes();
+    w.workspace().shrink_to_high_water();
   }
   if (ranks > 1) {
     run.allreduce_seconds += run.allreduce->finish(tc.allreduce_timeout);

@@ -7,6 +7,7 @@
 #include "reformer/config/run_config.hpp"
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/parameter_set.hpp"
+#include "reformer/core/workspace.hpp"
 #include "reformer/data/tasks.hpp"
 #include "reformer/models/model_call.hpp"
 #include "reformer/ops/cross_entropy.hpp"
@@ -41,6 +42,10 @@ class Workload {
   virtual std::pair<Index, Index> exact_matches(data::Split split, std::uint64_t index,
                                                 Index batch) = 0;
   virtual std::string describe() const = 0;
+  // The workspace a training step takes its temporaries from: the trainer
+  // reserves the step's predicted need in it before the first step
+  // (core/workspace.hpp) and shrinks it to the high-water mark after it.
+  virtual Workspace& workspace() = 0;
   // Target tokens a sequence holds (for tokens per second).
   virtual Index sequence_tokens() const = 0;
   // Layers for the progress line.

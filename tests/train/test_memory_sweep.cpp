@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace reformer {
@@ -77,6 +78,15 @@ void expect_prediction_matches(const train::SweepPoint& p) {
   EXPECT_NEAR(model_ratio(p, p.measured.loss, p.predicted.loss), 1.0, 0.2) << where;
   EXPECT_NEAR(model_ratio(p, p.measured.backward, p.predicted.backward), 1.0, 0.2) << where;
   EXPECT_EQ(p.state_bytes, p.predicted_state_bytes) << where;
+  // The workspace's own prediction, which the first step reserves: then the
+  // first step peaks where the later ones do (before the reserve it peaked up
+  // to 42% above them, reversible full attention's forward arena beside its
+  // backward's overflow), past them by no more than the reserve's excess.
+  EXPECT_NEAR(double(p.workspace_bytes) / double(p.predicted.workspace), 1.0, 0.2) << where;
+  const std::int64_t excess = std::max<std::int64_t>(
+      0, train::workspace_reserve(p.predicted.workspace) - p.workspace_bytes);
+  EXPECT_LE(p.warmup_peak, p.measured.peak() + excess + p.measured.peak() / 50)
+      << where << ": workspace " << p.workspace_bytes << " predicted " << p.predicted.workspace;
 }
 TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
   train::SweepOptions options;

@@ -10,6 +10,13 @@
 // separate allocation, so the buffers already handed out stay valid; when the
 // outermost frame ends, the arena is rebuilt at the high-water mark.
 //
+// On a first step that growth costs memory: a request that does not fit is
+// served beside the arena the earlier calls grew (for reversible full
+// attention, whose backward needs far more than its forward, the first step
+// peaked 40% above every later one). A caller that knows the step's need
+// (`reformer memory`'s prediction, train::StepMemory::workspace) reserves it
+// before the first step and shrinks the arena to the high-water mark after it.
+//
 // One workspace can serve every layer of a model: a layer's temporaries are
 // dead when its call returns. What a backward pass needs from its forward pass
 // is not a temporary: it lives in state objects that the caller owns.
@@ -56,6 +63,12 @@ class Workspace {
 
   // Frees the arena and forgets the high-water mark (ConfigError inside a frame).
   void release();
+  // Grows the arena to at least `bytes` (outside every frame; ConfigError
+  // inside one or for a negative size). Never shrinks it.
+  void reserve(std::int64_t bytes);
+  // Rebuilds the arena at the high-water mark when it is larger (a reserve
+  // above what the steps took); outside every frame, as reserve.
+  void shrink_to_high_water();
   // Bytes of the arena now, and the most that was ever out at once.
   std::int64_t capacity_bytes() const { return std::int64_t(capacity()); }
   std::int64_t high_water_bytes() const { return std::int64_t(high_water_); }
@@ -64,6 +77,7 @@ class Workspace {
   void* take(std::size_t bytes);
   std::size_t capacity() const;  // usable bytes of the arena (past its alignment slack)
   void end_frame(std::size_t mark);
+  void rebuild(std::size_t bytes);  // the arena anew at `bytes` usable bytes (0: none)
 
   using Bytes = Kokkos::View<unsigned char*, MemSpace>;
   std::string label_;

@@ -65,6 +65,11 @@ models::TransformerConfig variant_config(const std::string& variant, models::Tra
 // (the parameters, their gradients and the optimizer moments, the token ids).
 struct StepMemory {
   std::int64_t forward = 0, loss = 0, backward = 0, optimizer = 0;
+  // Of each: the model's workspace arena at its high-water mark (every phase
+  // of a steady step holds it), which a run reserves before its first step
+  // so that the first step peaks no higher than the later ones
+  // (core/workspace.hpp).
+  std::int64_t workspace = 0;
   std::int64_t peak() const;
 };
 
@@ -91,6 +96,14 @@ StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index le
 std::int64_t predict_xl_memory_bytes(const XLStepConfig& config, Index batch,
                                      std::int64_t scalar_bytes);
 
+// What a run reserves in its workspace before its first step: the predicted
+// arena (StepMemory::workspace) and 64 KiB. The prediction leaves out each
+// buffer's 256-byte alignment, and a reserve short by even that much serves
+// a whole buffer beside the arena (Transformer-XL's was 512 bytes short);
+// what the step did not use is given back after it
+// (Workspace::shrink_to_high_water).
+std::int64_t workspace_reserve(std::int64_t predicted_workspace);
+
 // What a run needs at most, predicted as `reformer memory` does: the state
 // (training: parameters, gradients and Adam moments; evaluation: parameters)
 // and the peak of a step (training) or of a forward pass and the loss. The
@@ -98,17 +111,23 @@ std::int64_t predict_xl_memory_bytes(const XLStepConfig& config, Index batch,
 // allocate anything. Saturates at about 9e18 bytes instead of overflowing.
 struct RunMemory {
   std::int64_t state = 0, peak = 0;
+  std::int64_t workspace = 0;  // training: the step's arena (StepMemory::workspace); else 0
   std::int64_t total() const;
 };
+// activation_bytes: the run's stored activations (2 for train.precision =
+// "bf16"; 0: scalar_bytes), for RunMemory::workspace alone.
 RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes = 0);
 RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes = 0);
 // Transformer-XL: `groups` memories of `batch` rows (train.accumulate of them
 // in training, 1 in evaluation) count into the state; evaluation keeps one
 // layer's activations.
 RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training, Index groups);
+                             std::int64_t scalar_bytes, bool training, Index groups,
+                             std::int64_t activation_bytes = 0);
 
 struct SweepPoint {
   std::string variant;
@@ -116,8 +135,11 @@ struct SweepPoint {
   bool ran = false;
   std::string skipped;  // why the point did not run (empty if it ran)
   StepMemory measured, predicted;
-  std::int64_t warmup_peak = 0;  // the first step's peak (workspace still growing)
-  std::int64_t state_bytes = 0;  // measured parameters + gradients + Adam moments
+  // The first step's peak, with the workspace reserved from the prediction
+  // before it (predicted.workspace) and shrunk to its high-water mark after it.
+  std::int64_t warmup_peak = 0;
+  std::int64_t workspace_bytes = 0;  // the workspace's measured high-water mark
+  std::int64_t state_bytes = 0;      // measured parameters + gradients + Adam moments
   std::int64_t predicted_state_bytes = 0;
   double seconds_per_step = 0.0;        // median of the timed steps
   std::vector<LabelBytes> composition;  // what was live at the step's peak

@@ -21,6 +21,7 @@ class SyntheticStep {
  public:
   SyntheticStep(const models::ReformerConfig& config, Index batch, Index length);
   void run(std::uint64_t n);  // n keys the dropout stream; fences at the end
+  Workspace& workspace() { return state_.workspace; }  // the state's (reserved by the sweep)
   std::int64_t id_bytes() const {
     return 2 * std::int64_t(ids_.size()) * std::int64_t(sizeof(int));
   }
@@ -42,6 +43,7 @@ class Seq2SeqSyntheticStep {
  public:
   Seq2SeqSyntheticStep(const models::TransformerConfig& config, Index batch, Index length);
   void run(std::uint64_t n);
+  Workspace& workspace() { return state_.workspace; }
   std::int64_t id_bytes() const {
     return 4 * std::int64_t(source_.size()) * std::int64_t(sizeof(int));
   }
@@ -72,6 +74,7 @@ class XLSyntheticStep {
  public:
   XLSyntheticStep(const XLStepConfig& config, Index batch, Index length);
   void run(std::uint64_t n);
+  Workspace& workspace() { return state_.workspace; }
   // The ids, targets and the memory: inputs, not state.
   std::int64_t id_bytes() const;
 

@@ -48,6 +48,10 @@ struct TrainSummary {
   std::string checkpoint;        // the last checkpoint written
   int processes = 1;             // of a data-parallel run
   double allreduce_seconds = 0;  // waited for the gradient sums after the backwards
+  // The step's workspace in bytes (this process's): reserved from the
+  // prediction before the first step, and the most that step used (the
+  // arena is shrunk to it after the step).
+  std::int64_t workspace_reserved = 0, workspace_used = 0;
 };
 
 // Opens the run's data as training will: IoError naming a missing, special or

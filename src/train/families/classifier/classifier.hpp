@@ -38,7 +38,8 @@ const char* sweep_base();
 const std::vector<std::string>& sweep_variants();
 std::unique_ptr<SweepModel> make_sweep(const std::vector<std::string>& overrides);
 RunMemory predict_run_memory(const models::ClassifierConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes = 0);
 std::int64_t predict_state_bytes(const models::ClassifierConfig& config, std::int64_t scalar_bytes);
 StepMemory predict_step_memory(const models::ClassifierConfig& config, Index batch, Index length,
                                std::int64_t scalar_bytes, std::int64_t activation_bytes = 0);

@@ -127,7 +127,8 @@ class ClassifierFamily final : public ModelFamily {
   RunMemory predict_run_memory(const config::RunConfig& config, Index batch,
                                bool training) const override {
     return classifier::predict_run_memory(classifier::model_config(config), batch,
-                                          config.data.length, scalar_bytes(config), training);
+                                          config.data.length, scalar_bytes(config), training,
+                                          activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
     return concat("classifier, ", config.model.layers, " layers, ",

@@ -54,6 +54,7 @@ class ClassifierStep {
   std::int64_t id_bytes() const {
     return std::int64_t(2 * ids_.size() + labels_.size()) * std::int64_t(sizeof(int));
   }
+  Workspace& workspace() { return state_.workspace; }
 
  private:
   ParameterSet<param_t<T>> params_;
@@ -168,8 +169,8 @@ StepMemory predict_step_memory(const models::ClassifierConfig& c, Index batch, I
   // in the state; dh and dp while the loss runs.
   const double head_state = 2 * rows * 2 * d * a + 2 * rows * s;
   const double ws_head = x * s + 2 * rows * 2 * d * a;
-  const double alive =
-      stack.alive + head_state + std::max({stack.ws_forward, ws_head, stack.ws_backward});
+  const double workspace = std::max({stack.ws_forward, ws_head, stack.ws_backward});
+  const double alive = stack.alive + head_state + workspace;
   // bf16: the cross-entropy's products widen h [rows, 2d] and dz into float32
   // panels (as the LM's loss, at `rows` rows and `classes` columns).
   const double C = double(c.classes);
@@ -178,15 +179,18 @@ StepMemory predict_step_memory(const models::ClassifierConfig& c, Index batch, I
                   {{rows, 2 * d, C, true}, {rows, 0, 2 * d}, {rows, 2 * d, C, true, true}})
             : 0.0;
   StepMemory m;
+  m.workspace = saturated_bytes(workspace);
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + stack.panels);
   m.loss = saturated_bytes(alive + loss_panels + (rows * C + rows) * s);
   return m;
 }
 
 RunMemory predict_run_memory(const models::ClassifierConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training) {
-  return sweep::run_memory_of(predict_step_memory(config, batch, length, scalar_bytes),
-                              predict_state_bytes(config, scalar_bytes), training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes) {
+  return sweep::run_memory_at(
+      [&](std::int64_t a) { return predict_step_memory(config, batch, length, scalar_bytes, a); },
+      predict_state_bytes(config, scalar_bytes), training, scalar_bytes, activation_bytes);
 }
 
 }  // namespace reformer::train::classifier

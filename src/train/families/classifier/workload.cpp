@@ -40,6 +40,7 @@ class Classification final : public Workload<T> {
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
     return {0, 0};
   }
+  Workspace& workspace() override { return state_.workspace; }
   std::string describe() const override { return task_->describe(); }
   // A sequence is one prediction; tokens per second counts its positions.
   Index sequence_tokens() const override { return task_->length(); }

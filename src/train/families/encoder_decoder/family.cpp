@@ -63,7 +63,7 @@ class EncoderDecoderFamily final : public ModelFamily {
   RunMemory predict_run_memory(const config::RunConfig& config, Index batch,
                                bool training) const override {
     return train::predict_run_memory(config::transformer_config(config), batch, config.data.length,
-                                     scalar_bytes(config), training);
+                                     scalar_bytes(config), training, activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
     return concat("transformer, ", config.transformer.encoder_layers, " + ",

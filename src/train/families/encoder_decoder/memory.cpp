@@ -273,14 +273,16 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
             : 0.0;
   const double bytes = alive + workspace + plans;
   StepMemory m;
+  m.workspace = saturated_bytes(workspace);
   m.forward = m.backward = m.optimizer = saturated_bytes(bytes + panels);
   m.loss = saturated_bytes(bytes + loss_panels + x * s);
   return m;
 }
 
 RunMemory predict_run_memory(const models::TransformerConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training) {
-  return sweep::run_memory(config, batch, length, scalar_bytes, training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes) {
+  return sweep::run_memory(config, batch, length, scalar_bytes, training, activation_bytes);
 }
 
 }  // namespace reformer::train

@@ -68,6 +68,7 @@ class Seq2Seq final : public Workload<T> {
     }
     return {same, rows};
   }
+  Workspace& workspace() override { return state_.workspace; }
   std::string describe() const override { return task_->describe(); }
   Index sequence_tokens() const override { return task_->length(); }
   Index layers() const override {

@@ -58,7 +58,7 @@ class ReformerLMFamily final : public ModelFamily {
   RunMemory predict_run_memory(const config::RunConfig& config, Index batch,
                                bool training) const override {
     return train::predict_run_memory(config.model, batch, config.data.length, scalar_bytes(config),
-                                     training);
+                                     training, activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
     return concat("reformer, ", config.model.layers, " layers, ",

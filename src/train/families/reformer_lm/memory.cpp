@@ -149,8 +149,9 @@ std::int64_t predict_state_bytes(const models::ReformerConfig& c, std::int64_t s
 }
 
 RunMemory predict_run_memory(const models::ReformerConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training) {
-  return sweep::run_memory(config, batch, length, scalar_bytes, training);
+                             std::int64_t scalar_bytes, bool training,
+                             std::int64_t activation_bytes) {
+  return sweep::run_memory(config, batch, length, scalar_bytes, training, activation_bytes);
 }
 
 // Bytes of one training step above the state, from the shapes: what stays
@@ -180,8 +181,10 @@ StepMemory predict_step_memory(const models::ReformerConfig& c, Index batch, Ind
   // plans, the recompute state and the workspace at its high-water mark. Every
   // phase holds all of that; the loss adds the per-row losses, which are not
   // workspace.
-  const double alive = stack.alive + std::max({stack.ws_forward, ws_loss, stack.ws_backward});
+  const double workspace = std::max({stack.ws_forward, ws_loss, stack.ws_backward});
+  const double alive = stack.alive + workspace;
   StepMemory m;
+  m.workspace = saturated_bytes(workspace);
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + stack.panels);
   m.loss = saturated_bytes(alive + loss_panels + x * s);
   return m;

@@ -41,6 +41,7 @@ class LanguageModel final : public Workload<T> {
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
     return {0, 0};
   }
+  Workspace& workspace() override { return state_.workspace; }
   std::string describe() const override { return task_->describe(); }
   Index sequence_tokens() const override { return task_->length(); }
   Index layers() const override { return model_.layers(); }

@@ -82,7 +82,8 @@ class TransformerXLFamily final : public ModelFamily {
     Index rows = length;
     if (!training) rows = e.recompute ? eval_length + eval_mem : eval_length;
     return train::predict_run_memory(xl, batch, rows, scalar_bytes(config), training,
-                                     training ? config.train.accumulate : 1);
+                                     training ? config.train.accumulate : 1,
+                                     activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
     return concat("transformer_xl, ", config.model.layers, " layers, stored");

@@ -187,6 +187,7 @@ StepMemory xl_step_memory(const XLStepConfig& config, Index batch, Index length,
                                   {{y, d, inner}, {x, inner, d}, {ff_rows, d, f}, {ff_rows, f, d}})
                             : 0.0;
   StepMemory m;
+  m.workspace = saturated_bytes(workspace);
   m.forward = m.backward = m.optimizer = saturated_bytes(alive + workspace + panels);
   // The loss phase's: the logits h W, dh = dz W^T, dW += h^T dz.
   const double loss_panels =
@@ -205,7 +206,8 @@ StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index le
 }
 
 RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index length,
-                             std::int64_t scalar_bytes, bool training, Index groups) {
+                             std::int64_t scalar_bytes, bool training, Index groups,
+                             std::int64_t activation_bytes) {
   const StepMemory step =
       xl_step_memory(config, batch, length, scalar_bytes, 0, training ? config.model.layers : 1);
   const std::int64_t state = predict_state_bytes(config, scalar_bytes);
@@ -214,6 +216,11 @@ RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index leng
                                  double(groups) *
                                      double(predict_xl_memory_bytes(config, batch, scalar_bytes)));
   memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
+  // The workspace a training run reserves, at its own activation size.
+  if (training)
+    memory.workspace =
+        xl_step_memory(config, batch, length, scalar_bytes, activation_bytes, config.model.layers)
+            .workspace;
   return memory;
 }
 

@@ -113,6 +113,7 @@ class SegmentStreams final : public Workload<T> {
   std::int64_t batches_in_split(data::Split split, Index batch) const override {
     return std::int64_t(task_->segments_per_stream(split, batch, eval_length_));
   }
+  Workspace& workspace() override { return state_.workspace; }
   std::string describe() const override {
     const auto& e = config_.eval;
     return detail::concat(
