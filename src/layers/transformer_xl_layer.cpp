@@ -390,10 +390,16 @@ void TransformerXLLayer<T>::step(View3<T> x, TransformerXLLayerCache<T>& cache,
   put_rows<T>(projected, cache.k, first);
   ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, as_matrix(projected));
   put_rows<T>(projected, cache.v, first);
-  // The queries over the keys so far, contiguous [batch, keys, inner].
-  auto k = frame.take<View3<T>>(batch, keys, inner), v = frame.take<View3<T>>(batch, keys, inner);
-  first_rows<T>(cache.k, k);
-  first_rows<T>(cache.v, v);
+  // The queries over the keys so far, contiguous [batch, keys, inner]: one
+  // row's are the cache's first positions already (decoding a single
+  // sequence copies nothing); several rows' are copied out of it.
+  View3<T> k(cache.k.data(), batch, keys, inner), v(cache.v.data(), batch, keys, inner);
+  if (batch > 1) {
+    k = frame.take<View3<T>>(batch, keys, inner);
+    v = frame.take<View3<T>>(batch, keys, inner);
+    first_rows<T>(cache.k, k);
+    first_rows<T>(cache.v, v);
+  }
   const Index positions = cache.rk.extent(0);
   auto attended = frame.take<View2<T>>(batch * n, inner);
   auto lse = frame.take<View3<compute_t<T>>>(batch, n, h);

@@ -112,15 +112,16 @@ struct Xl {
   }
 };
 
-// Feeds `total` ids of batch 2 in segments of S: the first `prompt` in one
+// Feeds `total` ids of batch B in segments of S: the first `prompt` in one
 // call, then one at a time, and checks every call's logits against a rerun
-// of forward on the current segment so far over the segment's memory.
+// of forward on the current segment so far over the segment's memory. (One
+// row reads its keys and values in the cache itself, several rows a copy.)
 template <class T>
-void check_cached_equals_rerun(const Variant& v, Index S, Index prompt, Index total, double tol) {
-  SCOPED_TRACE(v.name);
+void check_cached_equals_rerun(const Variant& v, Index S, Index prompt, Index total, double tol,
+                               Index B = 2) {
+  SCOPED_TRACE(v.name + ", batch " + std::to_string(B));
   const auto config = config_of(v);
   Xl<T> xl(config);
-  const Index B = 2;
   const auto ids = host_ids(B, total, config.vocab, 17);
   TransformerXLMemory<T> memory;  // the memory of the current segment, as forward leaves it
   memory.mem_len = v.mem_len;
@@ -171,6 +172,10 @@ TEST(TransformerXLGeneration, CachedEqualsRerunAcrossSegmentsDouble) {
 
 TEST(TransformerXLGeneration, CachedEqualsRerunAcrossSegmentsFloat) {
   for (const auto& v : kVariants) check_cached_equals_rerun<float>(v, 4, 3, 13, 1e-4);
+}
+
+TEST(TransformerXLGeneration, OneSequenceCachedEqualsRerun) {
+  for (const auto& v : kVariants) check_cached_equals_rerun<double>(v, 4, 6, 15, 1e-10, 1);
 }
 
 TEST(TransformerXLGeneration, PromptLongerThanSeveralSegmentsInOneCall) {
