@@ -208,19 +208,17 @@ StepMemory predict_step_memory(const XLStepConfig& config, Index batch, Index le
 RunMemory predict_run_memory(const XLStepConfig& config, Index batch, Index length,
                              std::int64_t scalar_bytes, bool training, Index groups,
                              std::int64_t activation_bytes) {
-  const StepMemory step =
-      xl_step_memory(config, batch, length, scalar_bytes, 0, training ? config.model.layers : 1);
-  const std::int64_t state = predict_state_bytes(config, scalar_bytes);
-  RunMemory memory;
-  memory.state = saturated_bytes(double(training ? state : state / 4) +
-                                 double(groups) *
-                                     double(predict_xl_memory_bytes(config, batch, scalar_bytes)));
-  memory.peak = training ? step.peak() : std::max(step.forward, step.loss);
-  // The workspace a training run reserves, at its own activation size.
-  if (training)
-    memory.workspace =
-        xl_step_memory(config, batch, length, scalar_bytes, activation_bytes, config.model.layers)
-            .workspace;
+  // As the other families' (training: every layer's activations; evaluation:
+  // one layer's), and the memories of `groups` batches in the state.
+  const Index stored = training ? config.model.layers : 1;
+  RunMemory memory = sweep::run_memory_at(
+      [&](std::int64_t a) {
+        return xl_step_memory(config, batch, length, scalar_bytes, a, stored);
+      },
+      predict_state_bytes(config, scalar_bytes), training, scalar_bytes, activation_bytes);
+  memory.state =
+      saturated_bytes(double(memory.state) + double(groups) * double(predict_xl_memory_bytes(
+                                                                  config, batch, scalar_bytes)));
   return memory;
 }
 
