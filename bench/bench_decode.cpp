@@ -20,9 +20,9 @@
 // memory of M positions: segments of M, a prompt of one whole segment (its
 // rows become the memory), then 64 tokens one at a time, each attending to
 // the M memory rows and the new segment so far; float, d_model 256, 4 heads
-// of 64, d_ff 1024, 4 layers, vocabulary 256, batch 1.
-//   BM_XlGenerate/M:M  the 64 steps (the prompt is not timed)
-// Counter: tokens_per_s.
+// of 64, d_ff 1024, 4 layers, vocabulary 256, B sequences at once.
+//   BM_XlGenerate/M:M/B:B  the 64 steps (the prompt is not timed)
+// Counter: tokens_per_s (64 B tokens over the 64 steps' time).
 //
 // One cached LSH step alone (attention::lsh_attention_step, issue 31): the
 // query at position L - 1 over a cache of L positions, float, 4 heads of 64,
@@ -170,7 +170,7 @@ BENCHMARK(BM_LmGenerate)
     ->Iterations(1);
 
 void BM_XlGenerate(benchmark::State& bench) {
-  const Index memory = bench.range(0), steps = 64, vocab = 256;
+  const Index memory = bench.range(0), batch = bench.range(1), steps = 64, vocab = 256;
   models::TransformerXLConfig c;
   c.vocab = vocab;
   c.d_model = 256;
@@ -181,36 +181,43 @@ void BM_XlGenerate(benchmark::State& bench) {
   ParameterSet<float> params;
   models::TransformerXL<float> model(c, params);
   model.init({1, 1});
-  // The prompt, then the steps' tokens as rows [1, 1] of one [steps, 1] view.
-  Kokkos::View<int**, Layout, MemSpace> prompt("prompt", 1, memory), tokens("tokens", steps, 1);
+  // The prompt, then the steps' tokens as rows [batch, 1] of one
+  // [steps * batch, 1] view.
+  Kokkos::View<int**, Layout, MemSpace> prompt("prompt", batch, memory),
+      tokens("tokens", steps * batch, 1);
   Kokkos::parallel_for(
       "bench_ids", range(memory), KOKKOS_LAMBDA(Index t) {
-        prompt(0, t) = int((t * 37) % vocab);
-        if (t < steps) tokens(t, 0) = int((t * 11) % vocab);
+        for (Index b = 0; b < batch; ++b) {
+          prompt(b, t) = int((t * 37 + b * 5) % vocab);
+          if (t < steps) tokens(t * batch + b, 0) = int((t * 11 + b * 3) % vocab);
+        }
       });
-  View2<float> logits("logits", 1, vocab);
+  View2<float> logits("logits", batch, vocab);
   for (auto _ : bench) {
     bench.PauseTiming();
     models::TransformerXLMemory<float> start;
     start.mem_len = memory;
     models::TransformerXLGeneration<float> generation;
-    model.start_generation(1, memory, start, generation);
+    model.start_generation(batch, memory, start, generation);
     model.generation_step(prompt, generation, logits);
     Kokkos::fence();
     bench.ResumeTiming();
     for (Index t = 0; t < steps; ++t)
-      model.generation_step(Kokkos::subview(tokens, Kokkos::make_pair(t, t + 1), Kokkos::ALL),
-                            generation, logits);
+      model.generation_step(
+          Kokkos::subview(tokens, Kokkos::make_pair(t * batch, (t + 1) * batch), Kokkos::ALL),
+          generation, logits);
     Kokkos::fence();
   }
   bench.counters["tokens_per_s"] =
-      benchmark::Counter(double(steps), benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(double(steps * batch), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK(BM_XlGenerate)
-    ->ArgName("M")
-    ->Arg(512)
-    ->Arg(2048)
+    ->ArgNames({"M", "B"})
+    ->Args({512, 1})
+    ->Args({2048, 1})
+    ->Args({512, 4})
+    ->Args({2048, 4})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1)
     ->Repetitions(3)

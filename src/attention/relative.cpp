@@ -563,7 +563,8 @@ struct RelativeBackwardDistances {
 template <class T>
 void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> r,
                            In2<param_t<T>> bias_u, In2<param_t<T>> bias_v,
-                           const RelativeAttentionConfig& config, const AttentionDropout& dropout) {
+                           const RelativeAttentionConfig& config, const AttentionDropout& dropout,
+                           Index keys) {
   config.validate();
   require_nonempty(op, "q", q);
   require_nonempty(op, "k", k);
@@ -571,13 +572,14 @@ void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> 
   require<ShapeError>(k.extent(0) == q.extent(0), op, ": k and v (memory and segment) have batch ",
                       k.extent(0), " but q has batch ", q.extent(0),
                       "; the memory must come from the same batch rows as the segment");
-  require<ShapeError>(k.extent(1) >= q.extent(1), op, ": k and v have length ", k.extent(1),
+  require<ShapeError>(keys <= Index(k.extent(1)), op, ": keys is ", keys, " but k and v hold ",
+                      k.extent(1), " positions; pass at most their length (or -1: all of them)");
+  require<ShapeError>(keys >= Index(q.extent(1)), op, ": k and v have length ", keys,
                       " but must hold the memory followed by the segment's ", q.extent(1),
                       " positions (length M + ", q.extent(1), " with M >= 0)");
   detail::check_qkv(op, q, k, v, /*same_length=*/false);
   const Index heads = q.extent(2), d = q.extent(3);
-  const Index needed =
-      relative_attention_positions(Index(k.extent(1)) - Index(q.extent(1)), q.extent(1), config);
+  const Index needed = relative_attention_positions(keys - Index(q.extent(1)), q.extent(1), config);
   require<ShapeError>(
       Index(r.extent(0)) >= needed && Index(r.extent(1)) == heads && Index(r.extent(2)) == d, op,
       ": r has shape ", shape_string(r), " but must be [positions >= ", needed, ", ", heads, ", ",
@@ -594,7 +596,7 @@ void check_relative_inputs(const char* op, In4<T> q, In4<T> k, In4<T> v, In3<T> 
 template <class T>
 RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
                                   In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
-                                  const AttentionDropout& dropout) {
+                                  const AttentionDropout& dropout, Index keys) {
   using C = compute_t<T>;
   using Traits = TileTraits<C>;
   RelativeInputs<T> x;
@@ -608,7 +610,7 @@ RelativeInputs<T> relative_inputs(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<pa
   x.d_head = q.extent(3);
   x.dpad = Traits::pad_columns(x.d_head);
   x.lq = q.extent(1);
-  x.lk = k.extent(1);
+  x.lk = keys;  // k and v's positions past it are not read
   x.memory = x.lk - x.lq;
   x.nq = (x.lq + Traits::query_tile - 1) / Traits::query_tile;
   x.nk = (x.lk + Traits::key_tile - 1) / Traits::key_tile;
@@ -646,14 +648,15 @@ template <class T>
 void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
                                 In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
                                 const AttentionDropout& dropout, View4<T> out,
-                                View3<compute_t<T>> lse, Workspace& workspace) {
+                                View3<compute_t<T>> lse, Workspace& workspace, Index keys) {
   const char* op = "relative_attention_forward";
-  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
+  if (keys < 0) keys = k.extent(1);
+  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout, keys);
   require_same_shape(op, "q", q, "out", out);
   detail::check_lse(op, lse, q);
   (void)workspace;
-  RelativeForward<T> kernel{relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout), out,
-                            lse};
+  RelativeForward<T> kernel{relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout, keys),
+                            out, lse};
   kernel.elements = tile_loops() == TileLoops::elements;
   const size_t bytes = kernel.scratch_bytes();
   kernel.level = scratch_level(bytes);
@@ -670,7 +673,8 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<par
                                  View2<param_t<T>> dbias_v, Workspace& workspace) {
   using C = compute_t<T>;
   const char* op = "relative_attention_backward";
-  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout);
+  const Index lk = k.extent(1);
+  check_relative_inputs<T>(op, q, k, v, r, bias_u, bias_v, config, dropout, lk);
   require_same_shape(op, "q", q, "out", out);
   require_same_shape(op, "q", q, "dout", dout);
   require_same_shape(op, "q", q, "dq", dq);
@@ -681,7 +685,7 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<par
   require_same_shape(op, "bias_v", bias_v, "dbias_v", dbias_v);
   detail::check_lse(op, lse, q);
   Workspace::Frame frame(workspace);
-  const auto x = relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout);
+  const auto x = relative_inputs<T>(q, k, v, r, bias_u, bias_v, config, dropout, lk);
   const Index batch = q.extent(0), heads = x.heads, dh = x.d_head, bhs = batch * heads;
   auto delta = frame.take<View3<C>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
@@ -745,7 +749,7 @@ void relative_attention_backward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<par
   template void relative_attention_forward<T>(In4<T>, In4<T>, In4<T>, In3<T>, In2<param_t<T>>,     \
                                               In2<param_t<T>>, const RelativeAttentionConfig&,     \
                                               const AttentionDropout&, View4<T>,                   \
-                                              View3<compute_t<T>>, Workspace&);                    \
+                                              View3<compute_t<T>>, Workspace&, Index);             \
   template void relative_attention_backward<T>(                                                    \
       In4<T>, In4<T>, In4<T>, In3<T>, In2<param_t<T>>, In2<param_t<T>>, In4<T>, In3<compute_t<T>>, \
       In4<T>, const RelativeAttentionConfig&, const AttentionDropout&, View4<T>, View4<T>,         \

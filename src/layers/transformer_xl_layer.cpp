@@ -80,16 +80,6 @@ void put_rows(In3<T> src, View3<T> dst, Index first) {
       KOKKOS_LAMBDA(Index b, Index i, Index f) { dst(b, first + i, f) = src(b, i, f); });
 }
 
-// dst(b, i, :) = src(b, i, :) for the dst's rows (a prefix of src's).
-template <class T>
-void first_rows(In3<T> src, View3<T> dst) {
-  const Index batch = dst.extent(0), rows = dst.extent(1), width = dst.extent(2);
-  using Policy3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
-  Kokkos::parallel_for(
-      "txl_first_rows", Policy3({0, 0, 0}, {batch, rows, width}),
-      KOKKOS_LAMBDA(Index b, Index i, Index f) { dst(b, i, f) = src(b, i, f); });
-}
-
 template <class T>
 View4<T> heads_of(const View2<T>& m, Index batch, Index length, Index heads, Index d_head) {
   return View4<T>(m.data(), batch, length, heads, d_head);
@@ -390,24 +380,16 @@ void TransformerXLLayer<T>::step(View3<T> x, TransformerXLLayerCache<T>& cache,
   put_rows<T>(projected, cache.k, first);
   ops::matmul<T>(as_matrix(a), Trans::No, w_v_->matrix(), Trans::No, as_matrix(projected));
   put_rows<T>(projected, cache.v, first);
-  // The queries over the keys so far, contiguous [batch, keys, inner]: one
-  // row's are the cache's first positions already (decoding a single
-  // sequence copies nothing); several rows' are copied out of it.
-  View3<T> k(cache.k.data(), batch, keys, inner), v(cache.v.data(), batch, keys, inner);
-  if (batch > 1) {
-    k = frame.take<View3<T>>(batch, keys, inner);
-    v = frame.take<View3<T>>(batch, keys, inner);
-    first_rows<T>(cache.k, k);
-    first_rows<T>(cache.v, v);
-  }
-  const Index positions = cache.rk.extent(0);
+  // The queries over the keys so far: the first `keys` positions of each row
+  // of the cache, read where they lie (nothing is copied, for any batch).
+  const Index capacity = cache.k.extent(1), positions = cache.rk.extent(0);
   auto attended = frame.take<View2<T>>(batch * n, inner);
   auto lse = frame.take<View3<compute_t<T>>>(batch, n, h);
   attention::relative_attention_forward<T>(
-      heads_of(q, batch, n, h, dh), View4<T>(k.data(), batch, keys, h, dh),
-      View4<T>(v.data(), batch, keys, h, dh), View3<T>(cache.rk.data(), positions, h, dh),
+      heads_of(q, batch, n, h, dh), View4<T>(cache.k.data(), batch, capacity, h, dh),
+      View4<T>(cache.v.data(), batch, capacity, h, dh), View3<T>(cache.rk.data(), positions, h, dh),
       bias_u_->matrix(), bias_v_->matrix(), cache.relative, attention::AttentionDropout{},
-      heads_of(attended, batch, n, h, dh), lse, workspace);
+      heads_of(attended, batch, n, h, dh), lse, workspace, keys);
   auto ff_input = frame.take<View3<T>>(batch, n, d);
   View3<T> residual, ff_residual;
   if (!config_.pre_norm) {

@@ -417,6 +417,63 @@ TEST(RelativeAttention, MemoryIsLinearInLength) {
     for (std::size_t i = 0; i < grad.size(); i += 997) ASSERT_TRUE(std::isfinite(grad[i])) << i;
 }
 
+// Decoding reads its keys where the cache holds them: k and v of a larger
+// capacity, of which the call names the first `keys` positions, give the
+// output and logsumexps of the call on exactly those positions, bit for bit,
+// for several batch rows; the positions past them are NaN and never read.
+TEST(RelativeAttention, LiveKeysOfALargerCacheEqualTheCallOnThem) {
+  RelativeAttentionConfig same_length;
+  same_length.same_length = true;
+  same_length.mem_len = 6;
+  RelativeAttentionConfig clamped;
+  clamped.clamp_len = 4;
+  for (const auto& config : {RelativeAttentionConfig{}, same_length, clamped})
+    for (const Index length : {1, 5}) {
+      const Index batch = 3, memory = 7, heads = 2, d = 8, keys = memory + length;
+      const Index capacity = keys + 9;
+      RelativeCase<double> c(batch, length, memory, heads, d, config);
+      c.loss();
+      View4<double> kc("k_cache", batch, capacity, heads, d),
+          vc("v_cache", batch, capacity, heads, d);
+      auto hk = Kokkos::create_mirror_view(kc), hv = Kokkos::create_mirror_view(vc);
+      auto k = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.k);
+      auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.v);
+      for (Index b = 0; b < batch; ++b)
+        for (Index j = 0; j < capacity; ++j)
+          for (Index h = 0; h < heads; ++h)
+            for (Index e = 0; e < d; ++e) {
+              hk(b, j, h, e) = j < keys ? k(b, j, h, e) : std::nan("");
+              hv(b, j, h, e) = j < keys ? v(b, j, h, e) : std::nan("");
+            }
+      Kokkos::deep_copy(kc, hk);
+      Kokkos::deep_copy(vc, hv);
+      View4<double> out("out", batch, length, heads, d);
+      View3<double> lse("lse", batch, length, heads);
+      attention::relative_attention_forward<double>(c.q, kc, vc, c.r, c.u, c.bv, config, {}, out,
+                                                    lse, c.workspace, keys);
+      const auto want = to_host(c.out), got = to_host(out);
+      const auto want_lse = to_host(c.lse), got_lse = to_host(lse);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << "out element " << i << ", length " << length;
+      for (std::size_t i = 0; i < want_lse.size(); ++i)
+        ASSERT_EQ(got_lse[i], want_lse[i]) << "lse element " << i << ", length " << length;
+      // More keys than the cache holds, or fewer than the queries: refused.
+      expect_error<ShapeError>(
+          [&] {
+            attention::relative_attention_forward<double>(c.q, kc, vc, c.r, c.u, c.bv, config, {},
+                                                          out, lse, c.workspace, capacity + 1);
+          },
+          {"keys is " + std::to_string(capacity + 1),
+           "k and v hold " + std::to_string(capacity) + " positions"});
+      expect_error<ShapeError>(
+          [&] {
+            attention::relative_attention_forward<double>(c.q, kc, vc, c.r, c.u, c.bv, config, {},
+                                                          out, lse, c.workspace, length - 1);
+          },
+          {"k and v have length " + std::to_string(length - 1), "M + " + std::to_string(length)});
+    }
+}
+
 TEST(RelativeAttention, ClearErrors) {
   RelativeAttentionConfig config;
   RelativeCase<double> c(2, 8, 4, 2, 4, config);

@@ -54,7 +54,8 @@
 
 namespace reformer::attention {
 
-// Hyper-parameters (the memory length M of a call is k's length minus q's).
+// Hyper-parameters (the memory length M of a call is k's length, or the live
+// keys given to the forward, minus q's).
 struct RelativeAttentionConfig {
   // Distances above clamp_len use clamp_len's row of r; 0: no clamping.
   Index clamp_len = 0;
@@ -81,11 +82,16 @@ Index relative_attention_positions(Index memory, Index length,
 // not read. Dropout on the probabilities: pair (b * heads + h, i, j) has
 // index ((b * heads + h) * L + i) * (M + L) + j in the stream (the numbering of
 // exact attention's mask with Lk = M + L).
+//
+// keys >= 0 (decoding over a cache): only k and v's first `keys` positions are
+// the call's M + L keys, the rest of each batch row's capacity is not read, so
+// a cache [batch, capacity, heads, d_head] is attended in place for any batch.
+// keys < 0 (the default): all of k's positions.
 template <class T>
 void relative_attention_forward(In4<T> q, In4<T> k, In4<T> v, In3<T> r, In2<param_t<T>> bias_u,
                                 In2<param_t<T>> bias_v, const RelativeAttentionConfig& config,
                                 const AttentionDropout& dropout, View4<T> out,
-                                View3<compute_t<T>> lse, Workspace& workspace);
+                                View3<compute_t<T>> lse, Workspace& workspace, Index keys = -1);
 
 // Gradients (overwritten) of q, k, v (all M + L rows), r (rows the kernel does
 // not read get zero), bias_u and bias_v, from the forward's out and lse.
