@@ -1,5 +1,6 @@
 #include "reformer/layers/feed_forward.hpp"
 
+#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/shape.hpp"
@@ -30,8 +31,7 @@ void FeedForwardConfig::validate() const {
   const char* op = "FeedForwardConfig";
   require<ConfigError>(d_model > 0 && d_ff > 0, op, ": d_model and d_ff must be positive, got ",
                        d_model, " and ", d_ff);
-  require<ConfigError>(dropout >= 0.0 && dropout < 1.0, op, ": dropout is ", dropout,
-                       " but must be in [0, 1)");
+  require_rate(op, "dropout", dropout);
   require<ConfigError>(chunk >= 0, op, ": chunk is ", chunk,
                        " but must be >= 0 (0 processes all rows at once)",
                        chunk == kAutoChunk ? unresolved_auto_chunk() : "");

@@ -1,5 +1,6 @@
 #include "reformer/layers/transformer_xl_layer.hpp"
 
+#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/shape.hpp"
@@ -99,12 +100,9 @@ void TransformerXLLayerConfig::validate() const {
                        ", ", d_head);
   require<ConfigError>(d_head <= attention::kMaxHeadDim, op, ": d_head is ", d_head,
                        " but relative attention supports at most ", attention::kMaxHeadDim);
-  require<ConfigError>(attention_dropout >= 0.0 && attention_dropout < 1.0, op,
-                       ": attention_dropout is ", attention_dropout, " but must be in [0, 1)");
-  require<ConfigError>(dropout >= 0.0 && dropout < 1.0, op, ": dropout is ", dropout,
-                       " but must be in [0, 1)");
-  require<ConfigError>(position_dropout >= 0.0 && position_dropout < 1.0, op,
-                       ": position_dropout is ", position_dropout, " but must be in [0, 1)");
+  require_rate(op, "attention_dropout", attention_dropout);
+  require_rate(op, "dropout", dropout);
+  require_rate(op, "position_dropout", position_dropout);
   require<ConfigError>(layer_norm_eps > 0.0, op, ": layer_norm_eps is ", layer_norm_eps,
                        " but must be positive");
   relative.validate();

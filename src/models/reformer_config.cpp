@@ -1,5 +1,6 @@
 #include "reformer/models/reformer_config.hpp"
 
+#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/key_errors.hpp"
 
@@ -37,11 +38,6 @@ Index checked_product(const char* key_a, Index a, const char* key_b, Index b) {
                        " = ", a, " * ", b,
                        " overflows a 64-bit size; no tensor can be that large: lower them");
   return product;
-}
-
-void require_rate(const char* key, double value, const char* alternative = "") {
-  require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
-                       " but must be in [0, 1)", alternative);
 }
 
 // Layers using `kind`, as "layers 0, 2 and 4" (for messages).
@@ -130,18 +126,17 @@ void ReformerConfig::validate() const {
                        "(full, lsh or local)");
   require_positive("model.max_length", max_length);
   checked_product("model.max_length", max_length, "model.d_model", d_model);
-  require<ConfigError>(ff_chunk >= 0 || ff_chunk == kAutoChunk, kOp, ": model.ff_chunk is ",
-                       ff_chunk, " but must be >= 0 (0: all positions at once) or \"auto\"");
+  require_ff_chunk(kOp, ff_chunk);
   if (loss_chunk != kAutoChunk) require_positive("model.loss_chunk", loss_chunk);
-  require_rate("model.dropout", dropout);
-  require_rate("model.attention_dropout", attention_dropout);
+  require_rate(kOp, "model.dropout", dropout);
+  require_rate(kOp, "model.attention_dropout", attention_dropout);
   if (lsh_attention_dropout != -1.0)
-    require_rate("model.lsh.attention_dropout", lsh_attention_dropout,
+    require_rate(kOp, "model.lsh.attention_dropout", lsh_attention_dropout,
                  " or -1 (model.attention_dropout)");
   if (local_attention_dropout != -1.0)
-    require_rate("model.local.attention_dropout", local_attention_dropout,
+    require_rate(kOp, "model.local.attention_dropout", local_attention_dropout,
                  " or -1 (model.attention_dropout)");
-  require_rate("model.label_smoothing", label_smoothing);
+  require_rate(kOp, "model.label_smoothing", label_smoothing);
   require<ConfigError>(std::isfinite(layer_norm_eps) && layer_norm_eps > 0 && layer_norm_eps <= 1,
                        kOp, ": model.layer_norm_eps is ", layer_norm_eps,
                        " but must be in (0, 1] (1e-5 by default, 1e-12 for Hugging Face's "

@@ -2,6 +2,7 @@
 
 #include "models/transformer_detail.hpp"
 
+#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -40,11 +41,6 @@ enum InitStream : std::uint64_t {
 
 using internal::flat;
 
-void require_rate(const char* key, double value) {
-  require<ConfigError>(value >= 0.0 && value < 1.0, kOp, ": ", key, " is ", value,
-                       " but must be in [0, 1)");
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- config
@@ -67,8 +63,7 @@ void TransformerConfig::validate() const {
                        ") must be at most ", INT_MAX, " (ids are ints)");
   require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
                        ": model.seq2seq.encoder_layers and decoder_layers must be at most 100000");
-  require<ConfigError>(ff_chunk >= 0 || ff_chunk == kAutoChunk, kOp, ": model.ff_chunk is ",
-                       ff_chunk, " but must be >= 0 (0: all positions at once) or \"auto\"");
+  require_ff_chunk(kOp, ff_chunk);
   require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
                        kOp, ": model.positions is ", to_string(positions),
                        " but the encoder-decoder takes sinusoidal or learned positions");
@@ -80,9 +75,9 @@ void TransformerConfig::validate() const {
                        ": model.seq2seq.share_embeddings is true but source_vocab (", source_vocab,
                        ") and target_vocab (", target_vocab,
                        ") differ; one table needs one vocabulary");
-  require_rate("dropout", dropout);
-  require_rate("attention_dropout", attention_dropout);
-  require_rate("label_smoothing", label_smoothing);
+  require_rate(kOp, "dropout", dropout);
+  require_rate(kOp, "attention_dropout", attention_dropout);
+  require_rate(kOp, "label_smoothing", label_smoothing);
   require<ConfigError>(layer_norm_eps > 0 && std::isfinite(layer_norm_eps), kOp,
                        ": model.layer_norm_eps is ", layer_norm_eps, " but must be positive");
   encoder_attention_config().validate();

@@ -1,5 +1,6 @@
 #include "reformer/models/transformer_xl.hpp"
 
+#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/memory_tracker.hpp"
@@ -87,8 +88,7 @@ void TransformerXLConfig::validate() const {
   require<ConfigError>(layers > 0, op, ": layers is ", layers, " but must be positive");
   require<ConfigError>(loss_chunk > 0 || loss_chunk == kAutoChunk, op, ": loss_chunk is ",
                        loss_chunk, " but must be positive or \"auto\"");
-  require<ConfigError>(label_smoothing >= 0.0 && label_smoothing < 1.0, op, ": label_smoothing is ",
-                       label_smoothing, " but must be in [0, 1)");
+  require_rate(op, "label_smoothing", label_smoothing);
   // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
   // run has resolved it first.
   auto layer = layer_config();
