@@ -23,4 +23,12 @@ inline void require_ff_chunk(const char* op, Index rows) {
                        " but must be >= 0 (0: all positions at once) or \"auto\"");
 }
 
+// A model's loss chunk (model.loss_chunk): positions > 0 per chunk of the
+// vocabulary head's loss, or kAutoChunk ("auto"), resolved by a run like
+// model.ff_chunk.
+inline void require_loss_chunk(const char* op, Index rows) {
+  require<ConfigError>(rows > 0 || rows == kAutoChunk, op, ": model.loss_chunk is ", rows,
+                       " but must be positive or \"auto\"");
+}
+
 }  // namespace reformer

@@ -127,7 +127,7 @@ void ReformerConfig::validate() const {
   require_positive("model.max_length", max_length);
   checked_product("model.max_length", max_length, "model.d_model", d_model);
   require_ff_chunk(kOp, ff_chunk);
-  if (loss_chunk != kAutoChunk) require_positive("model.loss_chunk", loss_chunk);
+  require_loss_chunk(kOp, loss_chunk);
   require_rate(kOp, "model.dropout", dropout);
   require_rate(kOp, "model.attention_dropout", attention_dropout);
   if (lsh_attention_dropout != -1.0)

@@ -46,17 +46,16 @@ using internal::flat;
 // ---------------------------------------------------------------- config
 
 void TransformerConfig::validate() const {
-  for (const auto& [key, value] : std::vector<std::pair<const char*, Index>>{
-           {"source_vocab", source_vocab},
-           {"target_vocab", target_vocab},
-           {"d_model", d_model},
-           {"d_ff", d_ff},
-           {"heads", heads},
-           {"d_head", d_head},
-           {"seq2seq.encoder_layers", encoder_layers},
-           {"seq2seq.decoder_layers", decoder_layers},
-           {"max_length", max_length},
-           {"loss_chunk", loss_chunk == kAutoChunk ? Index(1) : loss_chunk}})
+  for (const auto& [key, value] :
+       std::vector<std::pair<const char*, Index>>{{"source_vocab", source_vocab},
+                                                  {"target_vocab", target_vocab},
+                                                  {"d_model", d_model},
+                                                  {"d_ff", d_ff},
+                                                  {"heads", heads},
+                                                  {"d_head", d_head},
+                                                  {"seq2seq.encoder_layers", encoder_layers},
+                                                  {"seq2seq.decoder_layers", decoder_layers},
+                                                  {"max_length", max_length}})
     require<ConfigError>(value > 0, kOp, ": model.", key, " is ", value, " but must be positive");
   require<ConfigError>(source_vocab <= INT_MAX && target_vocab <= INT_MAX, kOp,
                        ": the vocabularies (", source_vocab, ", ", target_vocab,
@@ -64,6 +63,7 @@ void TransformerConfig::validate() const {
   require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
                        ": model.seq2seq.encoder_layers and decoder_layers must be at most 100000");
   require_ff_chunk(kOp, ff_chunk);
+  require_loss_chunk(kOp, loss_chunk);
   require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
                        kOp, ": model.positions is ", to_string(positions),
                        " but the encoder-decoder takes sinusoidal or learned positions");

@@ -86,8 +86,7 @@ void TransformerXLConfig::validate() const {
   const char* op = "TransformerXLConfig";
   require<ConfigError>(vocab > 1, op, ": vocab is ", vocab, " but must be at least 2");
   require<ConfigError>(layers > 0, op, ": layers is ", layers, " but must be positive");
-  require<ConfigError>(loss_chunk > 0 || loss_chunk == kAutoChunk, op, ": loss_chunk is ",
-                       loss_chunk, " but must be positive or \"auto\"");
+  require_loss_chunk(op, loss_chunk);
   require_rate(op, "label_smoothing", label_smoothing);
   // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
   // run has resolved it first.

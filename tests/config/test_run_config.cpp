@@ -404,8 +404,19 @@ TEST(RunConfig, ChunksTakeRowsOrAuto) {
                             {"model.loss_chunk", "\"all\" is unknown", "\"auto\""});
   expect_error<ConfigError>([] { parse("[model]\nff_chunk = -1\n"); },
                             {"model.ff_chunk", "-1 is negative", ">= 0 or \"auto\""});
-  expect_error<ConfigError>([] { parse("[model]\nloss_chunk = 0\n"); },
-                            {"model.loss_chunk is 0", "positive"});
+  // Every family states the loss chunk's rule in the same words.
+  for (const char* family : {"", "model.type=\"transformer\"", "model.type=\"transformer_xl\""}) {
+    std::vector<std::string> overrides{"model.loss_chunk=0"};
+    if (*family) overrides.push_back(family);
+    if (std::string(family).find("xl") != std::string::npos)
+      overrides.insert(overrides.end(), {"data.task=\"bytes\"", "data.path=\"corpus\"",
+                                         "data.vocab=256", "model.vocab=256"});
+    else if (*family)
+      overrides.push_back("data.task=\"seq2seq_copy\"");
+    SCOPED_TRACE(family);
+    expect_error<ConfigError>([&] { parse("", overrides).validate(); },
+                              {"model.loss_chunk is 0", "must be positive or \"auto\""});
+  }
   expect_error<ConfigError>([] { parse("[model]\nff_chunk = 1.5\n"); },
                             {"model.ff_chunk", "expected an integer"});
 }
