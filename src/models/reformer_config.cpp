@@ -108,10 +108,7 @@ void ReformerConfig::validate() const {
   // Token ids are ints on the device.
   require<ConfigError>(vocab <= INT_MAX, kOp, ": model.vocab is ", vocab, " but must be at most ",
                        INT_MAX);
-  require_positive("model.d_model", d_model);
-  require_positive("model.d_ff", d_ff);
-  require_positive("model.heads", heads);
-  require_positive("model.d_head", d_head);
+  validate_sizes(kOp);
   require_positive("model.layers", layers);
   require<ConfigError>(layers <= 100000, kOp, ": model.layers is ", layers,
                        " but must be at most 100000");
@@ -126,21 +123,12 @@ void ReformerConfig::validate() const {
                        "(full, lsh or local)");
   require_positive("model.max_length", max_length);
   checked_product("model.max_length", max_length, "model.d_model", d_model);
-  require_ff_chunk(kOp, ff_chunk);
-  require_loss_chunk(kOp, loss_chunk);
-  require_rate(kOp, "model.dropout", dropout);
-  require_rate(kOp, "model.attention_dropout", attention_dropout);
   if (lsh_attention_dropout != -1.0)
     require_rate(kOp, "model.lsh.attention_dropout", lsh_attention_dropout,
                  " or -1 (model.attention_dropout)");
   if (local_attention_dropout != -1.0)
     require_rate(kOp, "model.local.attention_dropout", local_attention_dropout,
                  " or -1 (model.attention_dropout)");
-  require_rate(kOp, "model.label_smoothing", label_smoothing);
-  require<ConfigError>(std::isfinite(layer_norm_eps) && layer_norm_eps > 0 && layer_norm_eps <= 1,
-                       kOp, ": model.layer_norm_eps is ", layer_norm_eps,
-                       " but must be in (0, 1] (1e-5 by default, 1e-12 for Hugging Face's "
-                       "pretrained Reformers)");
 
   if (positions == PositionKind::Axial) {
     require<ConfigError>(axial_shape.empty() || axial_shape.size() == 2, kOp,

@@ -2,7 +2,6 @@
 
 #include "models/transformer_detail.hpp"
 
-#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -46,13 +45,10 @@ using internal::flat;
 // ---------------------------------------------------------------- config
 
 void TransformerConfig::validate() const {
+  validate_sizes(kOp);
   for (const auto& [key, value] :
        std::vector<std::pair<const char*, Index>>{{"source_vocab", source_vocab},
                                                   {"target_vocab", target_vocab},
-                                                  {"d_model", d_model},
-                                                  {"d_ff", d_ff},
-                                                  {"heads", heads},
-                                                  {"d_head", d_head},
                                                   {"seq2seq.encoder_layers", encoder_layers},
                                                   {"seq2seq.decoder_layers", decoder_layers},
                                                   {"max_length", max_length}})
@@ -62,8 +58,6 @@ void TransformerConfig::validate() const {
                        ") must be at most ", INT_MAX, " (ids are ints)");
   require<ConfigError>(encoder_layers <= 100000 && decoder_layers <= 100000, kOp,
                        ": model.seq2seq.encoder_layers and decoder_layers must be at most 100000");
-  require_ff_chunk(kOp, ff_chunk);
-  require_loss_chunk(kOp, loss_chunk);
   require<ConfigError>(positions == PositionKind::Sinusoidal || positions == PositionKind::Learned,
                        kOp, ": model.positions is ", to_string(positions),
                        " but the encoder-decoder takes sinusoidal or learned positions");
@@ -75,11 +69,6 @@ void TransformerConfig::validate() const {
                        ": model.seq2seq.share_embeddings is true but source_vocab (", source_vocab,
                        ") and target_vocab (", target_vocab,
                        ") differ; one table needs one vocabulary");
-  require_rate(kOp, "dropout", dropout);
-  require_rate(kOp, "attention_dropout", attention_dropout);
-  require_rate(kOp, "label_smoothing", label_smoothing);
-  require<ConfigError>(layer_norm_eps > 0 && std::isfinite(layer_norm_eps), kOp,
-                       ": model.layer_norm_eps is ", layer_norm_eps, " but must be positive");
   encoder_attention_config().validate();
   // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
   // run has resolved it first.

@@ -1,6 +1,5 @@
 #include "reformer/models/transformer_xl.hpp"
 
-#include "config/value_rules.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/memory_tracker.hpp"
@@ -84,10 +83,9 @@ void TransformerXLGeneration<T>::release() {
 
 void TransformerXLConfig::validate() const {
   const char* op = "TransformerXLConfig";
-  require<ConfigError>(vocab > 1, op, ": vocab is ", vocab, " but must be at least 2");
-  require<ConfigError>(layers > 0, op, ": layers is ", layers, " but must be positive");
-  require_loss_chunk(op, loss_chunk);
-  require_rate(op, "label_smoothing", label_smoothing);
+  require<ConfigError>(vocab > 1, op, ": model.vocab is ", vocab, " but must be at least 2");
+  require<ConfigError>(layers > 0, op, ": model.layers is ", layers, " but must be positive");
+  validate_sizes(op);
   // An "auto" feed-forward chunk is valid here; the layer refuses it unless a
   // run has resolved it first.
   auto layer = layer_config();

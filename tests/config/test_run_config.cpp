@@ -404,21 +404,33 @@ TEST(RunConfig, ChunksTakeRowsOrAuto) {
                             {"model.loss_chunk", "\"all\" is unknown", "\"auto\""});
   expect_error<ConfigError>([] { parse("[model]\nff_chunk = -1\n"); },
                             {"model.ff_chunk", "-1 is negative", ">= 0 or \"auto\""});
-  // Every family states the loss chunk's rule in the same words.
-  for (const char* family : {"", "model.type=\"transformer\"", "model.type=\"transformer_xl\""}) {
-    std::vector<std::string> overrides{"model.loss_chunk=0"};
-    if (*family) overrides.push_back(family);
-    if (std::string(family).find("xl") != std::string::npos)
-      overrides.insert(overrides.end(), {"data.task=\"bytes\"", "data.path=\"corpus\"",
-                                         "data.vocab=256", "model.vocab=256"});
-    else if (*family)
-      overrides.push_back("data.task=\"seq2seq_copy\"");
-    SCOPED_TRACE(family);
-    expect_error<ConfigError>([&] { parse("", overrides).validate(); },
-                              {"model.loss_chunk is 0", "must be positive or \"auto\""});
-  }
   expect_error<ConfigError>([] { parse("[model]\nff_chunk = 1.5\n"); },
                             {"model.ff_chunk", "expected an integer"});
+}
+
+// The keys every family shares (models::ModelSizes) are refused in the same
+// words by each family's config, naming the key as a run's config writes it.
+TEST(RunConfig, EveryFamilyNamesASharedKeyTheSameWay) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"model.loss_chunk=0", {"model.loss_chunk is 0", "must be positive or \"auto\""}},
+      {"model.dropout=1.5", {"model.dropout is 1.5", "must be in [0, 1)"}},
+      {"model.attention_dropout=-0.5", {"model.attention_dropout is -0.5", "[0, 1)"}},
+      {"model.label_smoothing=1", {"model.label_smoothing is 1", "[0, 1)"}},
+      {"model.d_head=0", {"model.d_head is 0", "must be positive"}},
+      {"model.d_ff=-4", {"model.d_ff is -4", "must be positive"}},
+      {"model.layer_norm_eps=0", {"model.layer_norm_eps is 0", "(0, 1]"}}};
+  const std::vector<std::vector<std::string>> families{
+      {},
+      {"model.type=\"transformer\"", "data.task=\"seq2seq_copy\""},
+      {"model.type=\"transformer_xl\"", "data.task=\"bytes\"", "data.path=\"corpus\"",
+       "data.vocab=256", "model.vocab=256"}};
+  for (const auto& family : families)
+    for (const auto& [override_, parts] : cases) {
+      std::vector<std::string> overrides = family;
+      overrides.push_back(override_);
+      SCOPED_TRACE((family.empty() ? "reformer" : family[0]) + " " + override_);
+      expect_error<ConfigError>([&] { parse("", overrides).validate(); }, parts);
+    }
 }
 
 // Per-kind attention dropout reaches the layers of that kind only; -1 follows

@@ -28,6 +28,11 @@ struct ModelSizes {
   // Either may be kAutoChunk ("auto") in a run's config, which resolves it
   // before it builds the model (train/chunk_choice.hpp).
 
+  // Throws ConfigError naming `op`, the key (model.d_model, ...), the value and
+  // the rule for the first of these sizes, rates and chunks that is out of
+  // range; every family's validate() calls it, so all say it in the same words.
+  void validate_sizes(const char* op) const;
+
   // This struct inside a family's config (which derives from it).
   ModelSizes& sizes() { return *this; }
   const ModelSizes& sizes() const { return *this; }
