@@ -115,6 +115,15 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
     sweep = family.sweep(args.overrides);
+    // An override of a key that every point sets itself would be dropped.
+    for (const auto& variant : args.variants)
+      for (const auto& set : sweep->keys_set(variant))
+        for (const auto& override_ : args.overrides)
+          require<ConfigError>(
+              config::override_key(override_) != set.key, "memory: the override '", override_,
+              "' would have no effect: ", set.by, " sets ", set.key,
+              " at every point; leave it out (--layers sets the depth, --lengths the length, and "
+              "--variants the attention, rounds, reversibility and chunking: see docs/memory.md)");
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
     for (const auto& precision : args.precisions) {

@@ -597,7 +597,7 @@ void apply_override(TomlNode& root, const std::string& override_text) {
   const auto equals = override_text.find('=');
   require<ConfigError>(equals != std::string::npos, origin,
                        ": an override must be section.key=value (e.g. train.steps=100)");
-  const std::string name = trim(override_text.substr(0, equals));
+  const std::string name = override_key(override_text);
   const std::string text = trim(override_text.substr(equals + 1));
   require<ConfigError>(!name.empty() && name.front() != '.' && name.back() != '.' &&
                            name.find("..") == std::string::npos &&
@@ -690,6 +690,10 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 }
 
 }  // namespace
+
+std::string override_key(const std::string& override_text) {
+  return trim(override_text.substr(0, override_text.find('=')));
+}
 
 void validate_common(const RunConfig& c, const char* op) {
   c.data.validate();

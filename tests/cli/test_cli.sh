@@ -70,12 +70,22 @@ grep -q '^full,4096,2,1,skipped,.*exceeds the budget of 1.02 MiB' "$out/sweep.cs
   pass memory_budget_csv || fail "memory_budget_csv: $(tail -1 "$out/sweep.csv")"
 # The encoder-decoder's sweep (--model transformer): its own base model, the
 # same variants, model.seq2seq.* overrides; an unknown model is named.
+# An override of a key that every point sets itself (the depth, the length,
+# the variant's attention, rounds, reversibility and chunks) is refused by name.
+expect memory_override_rounds 2 "'model.lsh.n_hashes=8' would have no effect: the variant lsh-2" -- \
+  memory --variants lsh-2 model.lsh.n_hashes=8
+expect memory_override_chunk 2 "the variant full (unchunked) sets model.ff_chunk" -- \
+  memory --variants full,reformer model.ff_chunk=32
+expect memory_override_depth 2 "--layers sets model.seq2seq.encoder_layers" -- \
+  memory --model transformer --variants full model.seq2seq.encoder_layers=1
+expect memory_override_mem_len 2 "the variant xl-mem0 (xl-mem0: 0" -- \
+  memory --model transformer_xl --variants xl-mem0 "model.xl.mem_len = 16"
 expect memory_bad_model 2 "--model is 'gru'" -- memory --model gru
 expect memory_seq2seq_key 2 "model.seq2seq.decoder_attention is lsh" -- memory --model transformer \
   model.seq2seq.decoder_attention=lsh
 # shellcheck disable=SC2086
 expect memory_seq2seq 0 "[2/2]" -- memory --model transformer --variants full-rev,reformer \
-  --lengths 256 --steps 1 --out "$out" $small model.seq2seq.encoder_layers=3
+  --lengths 256 --steps 1 --out "$out" $small model.seq2seq.share_embeddings=true
 grep -q '"model": "transformer"' "$out/sweep.json" && grep -q '^reformer,256,2,1,ran' "$out/sweep.csv" &&
   pass memory_seq2seq_csv || fail "memory_seq2seq_csv: $(cat "$out/sweep.csv")"
 rm -rf "$out"

@@ -114,6 +114,10 @@ models::ReformerConfig lm_config(const RunConfig& config);
 // (data.path=corpus.txt, model.positions=axial). IoError if the file cannot be read.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// The dotted key of an override ("model.lsh.n_hashes" of "model.lsh.n_hashes = 8"),
+// as load_run_config reads it; the whole text, trimmed, when it has no '='.
+std::string override_key(const std::string& override_text);
+
 // The same from TOML text; `source_name` names it in messages and gives the
 // default run.dir and run.name (its file stem).
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,

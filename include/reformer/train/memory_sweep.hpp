@@ -61,6 +61,17 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
 models::TransformerConfig variant_config(const std::string& variant, models::TransformerConfig base,
                                          Index length);
 
+// A key of the base config that a sweep point sets itself, and what sets it
+// (`--layers`, `--lengths` or the variant): `reformer memory` refuses an
+// override of such a key by name, since it would have no effect.
+struct SweepSetKey {
+  std::string key, by;
+};
+std::vector<SweepSetKey> variant_keys(const std::string& variant, const models::ReformerConfig&);
+std::vector<SweepSetKey> variant_keys(const std::string& variant, const models::TransformerConfig&);
+std::vector<SweepSetKey> variant_keys(const std::string& variant,
+                                      const models::TransformerXLConfig&);
+
 // Peak bytes of each phase of one training step above what existed before it
 // (the parameters, their gradients and the optimizer moments, the token ids).
 struct StepMemory {

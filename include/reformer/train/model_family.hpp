@@ -36,6 +36,9 @@ class SweepModel {
   // (at `precision`: "float32" or "bf16", SweepOptions::precision).
   virtual void check(const std::string& variant, Index layers, Index length,
                      const std::string& precision = "float32") const = 0;
+  // The base config's keys that a point of `variant` sets itself (an override
+  // of one would have no effect; ConfigError naming an unknown variant).
+  virtual std::vector<SweepSetKey> keys_set(const std::string& variant) const = 0;
   // One point (skipped with the reason when it does not fit options' budget).
   virtual SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                          const SweepOptions& options) const = 0;

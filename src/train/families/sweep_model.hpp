@@ -19,6 +19,9 @@ class SweepOf final : public SweepModel {
     variant_config(variant, at_depth(layers), length);  // a ConfigError if it does not fit
     check_sweep_precision(precision);
   }
+  std::vector<SweepSetKey> keys_set(const std::string& variant) const override {
+    return variant_keys(variant, base_);
+  }
   SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                  const SweepOptions& options) const override {
     return run_sweep_point(variant, at_depth(layers), batch, length, options);

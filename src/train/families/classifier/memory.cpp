@@ -74,6 +74,9 @@ class ClassifierSweep final : public SweepModel {
     variant_of(variant, layers, length);
     check_sweep_precision(precision);
   }
+  std::vector<SweepSetKey> keys_set(const std::string& variant) const override {
+    return variant_keys(variant, base_.encoder);  // the language model's encoder keys
+  }
   SweepPoint run(const std::string& variant, Index layers, Index batch, Index length,
                  const SweepOptions& options) const override {
     sweep::check_point(options, batch, length);

@@ -128,6 +128,22 @@ models::TransformerConfig variant_config(const std::string& variant, models::Tra
   return base;
 }
 
+std::vector<SweepSetKey> variant_keys(const std::string& variant,
+                                      const models::TransformerConfig&) {
+  const Seq2SeqVariant& spec = find_variant(seq2seq_variants(), variant);
+  std::vector<SweepSetKey> keys{{"model.seq2seq.encoder_layers", "--layers"},
+                                {"model.seq2seq.decoder_layers", "--layers"},
+                                {"model.max_length", "--lengths"}};
+  for (const char* key : {"model.seq2seq.encoder_attention", "model.seq2seq.decoder_attention",
+                          "model.seq2seq.cross_attention", "model.seq2seq.reversible"})
+    keys.push_back({key, "the variant " + variant});
+  if (spec.n_hashes > 0) keys.push_back({"model.lsh.n_hashes", "the variant " + variant});
+  if (!spec.chunked)
+    for (const char* key : {"model.ff_chunk", "model.loss_chunk"})
+      keys.push_back({key, "the variant " + variant + " (unchunked)"});
+  return keys;
+}
+
 const char* sweep_base_transformer() {
   return R"([model]
 vocab = 256

@@ -120,6 +120,20 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
   return base;
 }
 
+std::vector<SweepSetKey> variant_keys(const std::string& variant, const models::ReformerConfig&) {
+  const VariantSpec& spec = find_variant(variant_specs(), variant);
+  std::vector<SweepSetKey> keys{{"model.layers", "--layers"},
+                                {"model.max_length", "--lengths"},
+                                {"model.axial_shape", "--lengths"},
+                                {"model.attention", "the variant " + variant},
+                                {"model.reversible", "the variant " + variant}};
+  if (spec.n_hashes > 0) keys.push_back({"model.lsh.n_hashes", "the variant " + variant});
+  if (!spec.chunked)
+    for (const char* key : {"model.ff_chunk", "model.loss_chunk"})
+      keys.push_back({key, "the variant " + variant + " (unchunked)"});
+  return keys;
+}
+
 SweepPoint run_sweep_point(const std::string& variant, const models::ReformerConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);

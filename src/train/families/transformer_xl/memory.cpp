@@ -105,6 +105,14 @@ XLStepConfig variant_config(const std::string& variant, models::TransformerXLCon
   return {base, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length};
 }
 
+std::vector<SweepSetKey> variant_keys(const std::string& variant,
+                                      const models::TransformerXLConfig&) {
+  return {{"model.layers", "--layers"},
+          {"model.xl.mem_len", "the variant " + variant +
+                                   " (xl-mem0: 0, xl: the length, "
+                                   "xl-mem4x: 4 lengths)"}};
+}
+
 SweepPoint run_sweep_point(const std::string& variant, const models::TransformerXLConfig& base,
                            Index batch, Index length, const SweepOptions& options) {
   sweep::check_point(options, batch, length);
