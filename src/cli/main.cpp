@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -109,7 +110,17 @@ int run_program(int argc, char** argv) {
       return 2;
     }
     return run();
+  } catch (const reformer::ConfigError& e) {
+    // A config error found once the work has started (a prompt's id against
+    // the model's vocabulary, a checkpoint that does not fit the overrides)
+    // exits with 2 like one found before.
+    std::fprintf(stderr, "reformer: error: %s\n", e.what());
+    return 2;
   } catch (const reformer::Error& e) {
+    std::fprintf(stderr, "reformer: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A folder that cannot be made (memory --out under a file, a read-only place).
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {

@@ -126,21 +126,23 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
                            "3', or text for a byte-level model); leave --prompt out to continue "
                            "the validation text");
     }
-    train::model_family(config).read_prompts(config, args.prompts, options);
+    const auto& family = train::model_family(config);
+    family.read_prompts(config, args.prompts, options);
     for (const auto id : args.stop) options.stop.push_back(int(id));
+    options.tokens = args.tokens;
+    options.temperature = args.temperature;
+    options.top_k = args.top_k;
+    options.top_p = args.top_p;
+    options.cache = !args.no_cache;
+    options.seed = std::uint64_t(args.seed);
+    options.beam = args.beam;
+    options.length_penalty = args.length_penalty;
+    train::check_generate_options(options, family.decodes_by_beam_search());
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
     return config_error(e);
   }
-  options.tokens = args.tokens;
-  options.temperature = args.temperature;
-  options.top_k = args.top_k;
-  options.top_p = args.top_p;
-  options.cache = !args.no_cache;
-  options.seed = std::uint64_t(args.seed);
-  options.beam = args.beam;
-  options.length_penalty = args.length_penalty;
   Runtime runtime({global.threads, -1, true});
   const auto r = train::generate(args.target, args.overrides, options);
   std::fputs(r.report.c_str(), stdout);

@@ -790,16 +790,48 @@ EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
   return evaluate_typed<float>(run, split, batches);
 }
 
+void check_generate_options(const GenerateOptions& o, bool beam_search) {
+  require<ConfigError>(o.temperature >= 0 && std::isfinite(o.temperature),
+                       "generate: temperature is ", o.temperature,
+                       " but must be finite and >= 0 (0 is greedy)");
+  require<ConfigError>(o.top_k >= 0, "generate: top_k is ", o.top_k,
+                       " but must be >= 0 (0 keeps every token)");
+  require<ConfigError>(o.top_p > 0 && o.top_p <= 1, "generate: top_p is ", o.top_p,
+                       " but must be in (0, 1] (1 keeps every token)");
+  const GenerateOptions defaults;
+  const bool sampling = o.temperature > 0;
+  const char* greedy =
+      " has no effect with temperature 0 (greedy decoding, the default); give "
+      "a temperature > 0 (e.g. --temperature 1) to sample";
+  require<ConfigError>(sampling || o.top_k == 0, "generate: top_k ", o.top_k, greedy);
+  require<ConfigError>(sampling || o.top_p == 1, "generate: top_p ", o.top_p, greedy);
+  require<ConfigError>(o.beam > 1 || o.length_penalty == defaults.length_penalty,
+                       "generate: length_penalty ", o.length_penalty,
+                       " weighs beam search's hypotheses and has no effect without a beam > 1 "
+                       "(--beam, the encoder-decoder's)");
+  if (beam_search) {
+    const char* why =
+        " but the encoder-decoder decodes greedily, or by beam search with --beam, "
+        "and ends each target at its end symbol; ";
+    require<ConfigError>(!sampling, "generate: temperature is ", o.temperature, why,
+                         "it does not sample (leave out --temperature)");
+    require<ConfigError>(o.stop.empty(), "generate: ", o.stop.size(), " stop id(s) given", why,
+                         "leave out --stop");
+    require<ConfigError>(o.cache, "generate: --no-cache given", why,
+                         "it has no cached mode to compare with (leave out --no-cache)");
+  } else {
+    require<ConfigError>(o.beam == 1, "generate: beam is ", o.beam,
+                         " but this model decodes greedily or samples (--temperature, --top-k, "
+                         "--top-p); beam search is the encoder-decoder's (leave out --beam)");
+  }
+}
+
 GenerateResult generate(const std::string& run_or_checkpoint,
                         const std::vector<std::string>& overrides, const GenerateOptions& options) {
-  require<ConfigError>(options.temperature >= 0, "generate: temperature is ", options.temperature,
-                       " but must be >= 0 (0 is greedy)");
-  require<ConfigError>(options.top_k >= 0, "generate: top_k is ", options.top_k,
-                       " but must be >= 0 (0 keeps every token)");
-  require<ConfigError>(options.top_p > 0 && options.top_p <= 1, "generate: top_p is ",
-                       options.top_p, " but must be in (0, 1] (1 keeps every token)");
   const auto run = load_run(run_or_checkpoint, overrides);
-  return model_family(run.config).generate(run.checkpoint, run.config, options);
+  const auto& family = model_family(run.config);
+  check_generate_options(options, family.decodes_by_beam_search());
+  return family.generate(run.checkpoint, run.config, options);
 }
 
 }  // namespace reformer::train

@@ -13,23 +13,23 @@ expect info_blas 0 "host BLAS" -- info
 # The kernel settings read from the environment: named in `info`; a bad value is
 # an error that names the variable, the value and the choices.
 REFORMER_TILE_LOOPS=elements expect info_tile_loops 0 "tile loops         elements" -- info
-REFORMER_TILE_LOOPS=columns expect bad_tile_loops 1 \
+REFORMER_TILE_LOOPS=columns expect bad_tile_loops 2 \
   "REFORMER_TILE_LOOPS is 'columns' but must be 'rows' or 'elements'" -- info
 REFORMER_ROW_KERNELS=lanes expect info_row_kernels 0 "row kernels        lanes" -- info
-REFORMER_ROW_KERNELS=warps expect bad_row_kernels 1 \
+REFORMER_ROW_KERNELS=warps expect bad_row_kernels 2 \
   "REFORMER_ROW_KERNELS is 'warps' but must be 'threads' or 'lanes'" -- info
 REFORMER_EXACT_TILES=gpu-wide expect info_exact_tiles 0 \
   "exact tiles        gpu-wide: forward 32 x 32 (4 x 4 blocks" -- info
-REFORMER_EXACT_TILES=wide expect bad_exact_tiles 1 \
+REFORMER_EXACT_TILES=wide expect bad_exact_tiles 2 \
   "REFORMER_EXACT_TILES is 'wide' but must be 'cpu', 'gpu' or 'gpu-wide'" -- info
 REFORMER_CHUNKED_KERNEL=streamed expect info_chunked_shape 0 "chunked attention  streamed" -- info
-REFORMER_CHUNKED_KERNEL=half expect bad_chunked_shape 1 \
+REFORMER_CHUNKED_KERNEL=half expect bad_chunked_shape 2 \
   "REFORMER_CHUNKED_KERNEL is 'half' but must be 'whole' or 'streamed'" -- info
 REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=8 expect info_chunk_products 0 \
   "chunk products     batched (strided-batched products, slices of at most 8.00 MiB)" -- info
-REFORMER_CHUNK_PRODUCTS=cublas expect bad_chunk_products 1 \
+REFORMER_CHUNK_PRODUCTS=cublas expect bad_chunk_products 2 \
   "REFORMER_CHUNK_PRODUCTS is 'cublas' but must be 'fused' or 'batched'" -- info
-REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=-2 expect bad_chunk_slice 1 \
+REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=-2 expect bad_chunk_slice 2 \
   "REFORMER_CHUNK_SLICE_MIB is '-2' but must be a positive number of MiB" -- info
 expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus

@@ -52,14 +52,18 @@ expect train_reversible 0 "trained 40 steps" -- train "$work/copy.toml" \
   "run.dir=\"$work/rev\"" model.seq2seq.reversible=true
 expect eval_reversible 0 "exact match" -- eval "$work/rev" --batches 2
 expect generate_reversible 0 "generated:" -- generate "$work/rev" --prompt "7 6 5" --beam 2
-expect reversible_mismatch 1 "model.seq2seq.reversible" -- eval "$work/rev" \
+expect reversible_mismatch 2 "model.seq2seq.reversible" -- eval "$work/rev" \
   model.seq2seq.reversible=false
 
 # Bad input: each names the value and the rule.
-expect source_too_long 1 "the source has 8 symbols but must have between 1 and data.length - 1 = 7" \
+expect source_too_long 2 "the source has 8 symbols but must have between 1 and data.length - 1 = 7" \
   -- generate "$work/run" --prompt "3 4 5 6 7 3 4 5"
-expect source_not_ids 1 "'x' is not a token id" -- generate "$work/run" --prompt "3 x"
+expect source_not_ids 2 "'x' is not a token id" -- generate "$work/run" --prompt "3 x"
 expect beam_zero 2 "--beam" -- generate "$work/run" --beam 0
+expect beam_sampled 2 "temperature is 1 but the encoder-decoder decodes greedily, or by beam" -- \
+  generate "$work/run" --beam 2 --temperature 1
+expect seq2seq_stop 2 "1 stop id(s) given but the encoder-decoder" -- generate "$work/run" --stop 2
+expect seq2seq_no_cache 2 "--no-cache given but the encoder-decoder" -- generate "$work/run" --no-cache
 expect vocabulary_mismatch 1 "src_embed.table" -- eval "$work/run" data.vocab=12
 expect length_beyond_model 2 "data.length is 12 but model.max_length is 10" -- \
   train "$work/copy.toml" "run.dir=\"$work/other\"" data.length=12

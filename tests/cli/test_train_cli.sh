@@ -81,7 +81,18 @@ expect generate_cached 0 "tokens/s, cached" -- generate "$work/run" --prompt "0 
 expect generate_rerun 0 "rerunning the prefix" -- generate "$work/run" --prompt "0 1 2" --tokens 3 --no-cache
 expect generate_top_p 0 "generated:" -- generate "$work/run" --tokens 3 --temperature 1 --top-p 0.9 --stop 1
 expect generate_top_p_range 2 "--top-p" -- generate "$work/run" --top-p 1.5
-expect generate_stop_range 1 "stop id 9" -- generate "$work/run" --stop 9
+expect generate_stop_range 2 "stop id 9" -- generate "$work/run" --stop 9
+# An option that would have no effect is refused by name, before any work.
+expect generate_top_p_greedy 2 "top_p 0.9 has no effect with temperature 0 (greedy decoding" -- \
+  generate "$work/run" --top-p 0.9
+expect generate_top_k_greedy 2 "top_k 5 has no effect with temperature 0" -- \
+  generate "$work/run" --top-k 5 --temperature 0
+expect generate_beam_lm 2 "beam is 4 but this model decodes greedily or samples" -- \
+  generate "$work/run" --beam 4
+expect generate_penalty_alone 2 "length_penalty 1 weighs beam search's hypotheses" -- \
+  generate "$work/run" --length-penalty 1
+expect generate_temperature_nan 2 "temperature is nan but must be finite" -- \
+  generate "$work/run" --temperature nan
 # A blank prompt would read as no prompt (the validation text): refused by name.
 expect generate_blank_prompt 2 "--prompt number 1 is only white space ('   ')" -- \
   generate "$work/run" --prompt '   '

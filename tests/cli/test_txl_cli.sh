@@ -68,7 +68,7 @@ expect generate_sampled 0 "generated:" -- generate "$work/run" --prompt "the mod
   --prompt "its memory" --tokens 20 --temperature 0.8 --top-k 10 --seed 3 eval.tgt_len=8
 
 # Bad input: each names the value and the rule.
-expect generate_bad_stop 1 "stop id 300 is outside the vocabulary [0, 256)" -- generate \
+expect generate_bad_stop 2 "stop id 300 is outside the vocabulary [0, 256)" -- generate \
   "$work/run" --stop 300
 expect synthetic_task 2 "data.task is copy" -- train "$work/xl.toml" "run.dir=\"$work/x\"" \
   'data.task="copy"' data.vocab=10

@@ -16,11 +16,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
 namespace reformer {
@@ -84,6 +86,44 @@ TEST(Trainer, CachedGenerationMatchesRerunningTheModel) {
 
 // Stopping at step 3 and resuming gives the losses of the uninterrupted run:
 // bitwise on Serial, within 1e-6 elsewhere (threaded reductions).
+// Options a family would not read, or that have no effect at the others'
+// values, are refused by name (the CLI calls this before any work).
+TEST(Generate, OptionsWithoutEffectAreRefused) {
+  using train::check_generate_options;
+  auto with = [](auto change) {
+    train::GenerateOptions o;
+    change(o);
+    return o;
+  };
+  EXPECT_NO_THROW(check_generate_options({}, false));
+  EXPECT_NO_THROW(check_generate_options({}, true));
+  EXPECT_NO_THROW(check_generate_options(with([](auto& o) {
+                                           o.temperature = 0.7;
+                                           o.top_k = 5;
+                                           o.top_p = 0.9;
+                                           o.stop = {1};
+                                           o.cache = false;
+                                         }),
+                                         false));
+  EXPECT_NO_THROW(check_generate_options(with([](auto& o) {
+                                           o.beam = 4;
+                                           o.length_penalty = 1.0;
+                                         }),
+                                         true));
+  const std::vector<std::tuple<train::GenerateOptions, bool, std::vector<std::string>>> refused{
+      {with([](auto& o) { o.top_k = 5; }), false, {"top_k 5 has no effect with temperature 0"}},
+      {with([](auto& o) { o.top_p = 0.9; }), false, {"top_p 0.9 has no effect", "--temperature"}},
+      {with([](auto& o) { o.length_penalty = 1.0; }), true, {"length_penalty 1", "beam > 1"}},
+      {with([](auto& o) { o.beam = 2; }), false, {"beam is 2", "the encoder-decoder's"}},
+      {with([](auto& o) { o.temperature = 1; }), true, {"temperature is 1", "does not sample"}},
+      {with([](auto& o) { o.stop = {3}; }), true, {"1 stop id(s) given", "leave out --stop"}},
+      {with([](auto& o) { o.cache = false; }), true, {"--no-cache given"}},
+      {with([](auto& o) { o.temperature = std::nan(""); }), false, {"must be finite"}},
+      {with([](auto& o) { o.top_p = 0; }), false, {"top_p is 0", "(0, 1]"}}};
+  for (const auto& [options, beam_search, parts] : refused)
+    expect_error<ConfigError>([&] { check_generate_options(options, beam_search); }, parts);
+}
+
 TEST(Trainer, ResumeContinuesTheSameLosses) {
   TempDir dir;
   train::TrainOptions options = quiet_options();

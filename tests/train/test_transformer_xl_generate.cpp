@@ -68,6 +68,7 @@ TEST(Trainer, TransformerXLCachedGenerationMatchesRerunning) {
   const std::vector<std::string> eval = {"eval.tgt_len=5", "eval.mem_len=7", "eval.clamp_len=4",
                                          "eval.same_length=on"};
   options.temperature = 0;
+  options.top_k = 0;
   const auto short_segments = train::generate(run, eval, options);
   options.cache = false;
   EXPECT_EQ(train::generate(run, eval, options).generations, short_segments.generations);

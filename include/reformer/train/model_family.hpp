@@ -65,6 +65,11 @@ class ModelFamily : public config::ModelSection {
   // encoder-decoder's one source. ConfigError naming a bad one.
   virtual void read_prompts(const config::RunConfig& config, const std::vector<std::string>& texts,
                             GenerateOptions& options) const = 0;
+  // Whether generate() decodes by beam search (GenerateOptions::beam,
+  // length_penalty) rather than by sampling (temperature, top_k, top_p) with
+  // stop ids and caches; train::generate refuses the options the family
+  // does not read (check_generate_options).
+  virtual bool decodes_by_beam_search() const { return false; }
   // Decodes from the checkpoint's parameters (the run's config, overrides
   // applied); ConfigError naming a bad prompt or option.
   virtual GenerateResult generate(const std::string& checkpoint, const config::RunConfig& config,

@@ -117,6 +117,12 @@ struct GenerateResult {
   std::string report;
 };
 
+// ConfigError naming an option out of range or one that would have no effect:
+// top_k or top_p without a temperature (greedy decoding), a length penalty
+// without a beam, and for a family that decodes by beam search (beam_search)
+// sampling, stop ids and --no-cache; for the others a beam.
+void check_generate_options(const GenerateOptions& options, bool beam_search);
+
 GenerateResult generate(const std::string& run_or_checkpoint,
                         const std::vector<std::string>& overrides, const GenerateOptions& options);
 

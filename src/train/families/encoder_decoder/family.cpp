@@ -92,6 +92,7 @@ class EncoderDecoderFamily final : public ModelFamily {
                          "give one --prompt");
     if (!texts.empty()) options.source_text = texts[0];
   }
+  bool decodes_by_beam_search() const override { return true; }
   GenerateResult generate(const std::string& checkpoint, const config::RunConfig& config,
                           const GenerateOptions& options) const override {
     auto r = config.train.dtype == "double"
