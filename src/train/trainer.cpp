@@ -755,7 +755,19 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
   const auto workload =
       make_workload<T>(require_memory_fits(run.config, run.config.train.batch, false, "eval"));
   io::load_checkpoint<T>(run.checkpoint, workload->params, nullptr);
-  if (batches == 0) batches = workload->batches_in_split(split, run.config.train.batch);
+  // A split with an end is evaluated at most once: further batches would
+  // score its first ones again (Transformer-XL's streams wrap around).
+  const std::int64_t all = workload->batches_in_split(split, run.config.train.batch);
+  require<ConfigError>(batches > 0 || all >= 0, "eval: this run's ", data::to_string(split),
+                       " batches (", workload->describe(),
+                       ") are drawn at random, so the split has no number of batches that "
+                       "covers it; give a number of batches (--batches N)");
+  require<ConfigError>(all < 0 || batches <= all, "eval: --batches ", batches, " but the ",
+                       data::to_string(split), " split holds ", all, " batch", all == 1 ? "" : "es",
+                       " of train.batch = ", run.config.train.batch,
+                       " rows; more would score its first ones again. Give --batches ", all,
+                       " or fewer, or 0 for all of it");
+  if (batches == 0) batches = all;
   return evaluate_workload(*workload, split, batches, run.config.train.batch,
                            run.config.train.seed);
 }

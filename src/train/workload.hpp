@@ -51,8 +51,8 @@ class Workload {
   // Layers for the progress line.
   virtual Index layers() const = 0;
   // Batches that cover a split once (Transformer-XL: the segments of a
-  // stream at evaluation's tgt_len); ConfigError for workloads whose batches
-  // are random windows or generated, which have no end.
+  // stream at evaluation's tgt_len); -1 for workloads whose batches are
+  // random windows or generated, which have no end.
   virtual std::int64_t batches_in_split(data::Split split, Index batch) const;
   // State a resumed run needs besides the parameters and the data position
   // (Transformer-XL's memories, which were computed with earlier parameters

@@ -50,6 +50,8 @@ expect eval_whole_split 0 "bits/token" -- eval "$work/run" --batches 0
 expect eval_no_memory 0 "bits/token" -- eval "$work/run" --batches 0 eval.mem_len=0
 expect eval_longer_memory 0 "tokens/s" -- eval "$work/run" --batches 0 eval.mem_len=48 \
   eval.clamp_len=31 eval.same_length=on eval.tgt_len=8
+# A stream's segments are scored at most once (they would wrap around).
+expect eval_past_the_split 2 "but the valid split holds" -- eval "$work/run" --batches 100000
 expect eval_recompute 0 "bits/token" -- eval "$work/run" --batches 5 eval.recompute=true
 expect memory_variants 0 "xl-mem4x" -- memory --model transformer_xl --lengths 64 --steps 0 \
   --out "$work/memory" model.d_model=32 model.d_ff=64 model.heads=2 model.d_head=16

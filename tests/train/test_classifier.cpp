@@ -107,6 +107,18 @@ TEST(ClassifierFamily, TrainsEvaluatesResumesAndRefusesToGenerate) {
   EXPECT_EQ(again.tokens, 2000);  // 286 batches, the last one past the end
   EXPECT_NEAR(again.loss, e.loss, 1e-5);
   EXPECT_NEAR(again.accuracy, e.accuracy, 1e-12);
+  // The split once is the most: more batches would score it again.
+  EXPECT_EQ(train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Valid, 250).tokens,
+            2000);
+  expect_error<ConfigError>(
+      [&] { train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Valid, 251); },
+      {"--batches 251 but the valid split holds 250 batches of train.batch = 8", "0 for all"});
+  // The train split is drawn at random: no end, so a count is needed.
+  expect_error<ConfigError>(
+      [&] { train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Train, 0); },
+      {"train batches", "drawn at random", "--batches N"});
+  EXPECT_EQ(train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Train, 2).tokens,
+            16);
   // bf16 activations on float32 weights.
   options.resume = false;
   const auto bf16 = train::run_training(
