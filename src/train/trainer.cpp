@@ -282,6 +282,8 @@ struct TrainingRun {
   TrainSummary summary;
   std::uint64_t data_position = 0;
   std::int64_t skipped = 0;  // batches skipped by the divergence guard
+  // train.eval_batches, at most the valid split once where it has an end.
+  std::int64_t eval_batches = 0;
   std::unique_ptr<Workload<T>> workload;
   std::optional<Adam<T>> adam;
   std::optional<LearningRateSchedule> schedule;
@@ -379,6 +381,15 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
 
   run.workload = make_workload<T>(built);
   Workload<T>& w = *run.workload;
+  // More evaluation batches than the valid split holds would score its first
+  // ones again (Transformer-XL's streams wrap around): the whole split instead.
+  const std::int64_t valid_batches = w.batches_in_split(data::Split::Valid, tc.batch);
+  run.eval_batches = tc.eval_batches;
+  if (valid_batches >= 0 && tc.eval_batches > valid_batches) {
+    run.eval_batches = valid_batches;
+    out << "evaluating the whole valid split, " << valid_batches << " batches of " << tc.batch
+        << " rows (train.eval_batches = " << tc.eval_batches << " would repeat it)\n";
+  }
   w.shard(comm);
   w.init({tc.seed, stream_id(kInit)});
   // The step's workspace at its predicted size, so that the first step does
@@ -597,7 +608,7 @@ template <class T>
 bool evaluate_run(TrainingRun<T>& run, std::int64_t step) {
   const auto& tc = run.tc;
   const auto start = Clock::now();
-  run.summary.last_eval = evaluate_workload(*run.workload, data::Split::Valid, tc.eval_batches,
+  run.summary.last_eval = evaluate_workload(*run.workload, data::Split::Valid, run.eval_batches,
                                             tc.batch, tc.seed, run.comm, tc.allreduce_timeout);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const auto& e = run.summary.last_eval;

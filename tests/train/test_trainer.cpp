@@ -658,6 +658,24 @@ TEST(Trainer, TransformerXLEvaluationWithMemoryEqualsRecomputeForOneLayer) {
                             {"drawn at random", "give a number of batches"});
 }
 
+// Training's evaluation covers the valid split at most once: more batches
+// than a Transformer-XL stream holds would score its first segments again.
+TEST(Trainer, TransformerXLEvaluatesItsValidSplitAtMostOnce) {
+  TempDir dir;
+  const std::string corpus = write_corpus(dir);
+  const std::string run = dir.path() + "/x";
+  std::ostringstream log;
+  const auto summary = train::run_training(
+      xl_run(run, corpus, 3,
+             {"train.eval_batches=100000", "model.dropout=0", "model.attention_dropout=0"}),
+      quiet_options(&log));
+  EXPECT_NE(log.str().find("evaluating the whole valid split"), std::string::npos) << log.str();
+  const auto whole = train::evaluate_checkpoint(run, {}, data::Split::Valid, 0);
+  EXPECT_GT(whole.tokens, 0);
+  EXPECT_EQ(summary.last_eval.tokens, whole.tokens);
+  EXPECT_NEAR(summary.last_eval.loss, whole.loss, 1e-5 * whole.loss);
+}
+
 // Transformer-XL's config: the task must be a text, [eval] belongs to it.
 TEST(Trainer, TransformerXLConfigErrorsNameTheKey) {
   TempDir dir;
