@@ -171,7 +171,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
          "backend_MiB,launches_per_step,precision,note\n";
   std::ostringstream json;
   json << "{\n \"backend\": \"" << backend_info().default_execution_space << "\",\n \"model\": \""
-       << args.model << "\",\n \"points\": [";
+       << args.model << "\",\n \"dtype\": \"" << args.dtype << "\",\n \"points\": [";
   train::SweepOptions options;
   options.timed_steps = args.steps;
   options.dtype = args.dtype;
@@ -192,6 +192,8 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
           for (const auto& precision : args.precisions) {
             const Index batch = args.tokens ? args.tokens / length : args.batches[b];
             options.precision = precision;
+            // The activations' type: --dtype double keeps everything in float64.
+            const std::string label = args.dtype == "double" ? "float64" : precision;
             ++index;
             train::SweepPoint p;
             try {
@@ -208,13 +210,13 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
               std::printf(
                   "%-9s %7lld %6lld %5lld %-9s %9.3f %10.1f %10.1f %8.2f  %.1f  %lld   [%zu/%zu]\n",
                   variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-                  precision.c_str(), p.seconds_per_step, peak, predicted,
+                  label.c_str(), p.seconds_per_step, peak, predicted,
                   predicted > 0 ? peak / predicted : 0.0, mib(p.state_bytes),
                   (long long)p.launches_per_step, index, total);
             else
               std::printf("%-9s %7lld %6lld %5lld %-9s   skipped: %s   [%zu/%zu]\n",
                           variant.c_str(), (long long)length, (long long)layers, (long long)batch,
-                          precision.c_str(), p.skipped.c_str(), index, total);
+                          label.c_str(), p.skipped.c_str(), index, total);
             if (p.ran && args.explain) {
               std::printf(
                   "          chunks: feed-forward %s, loss %lld rows\n",
@@ -240,12 +242,12 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                           mib(p.predicted.loss), mib(p.predicted.backward),
                           mib(p.predicted.optimizer), predicted, mib(p.warmup_peak),
                           mib(p.state_bytes), mib(p.predicted_state_bytes), mib(p.backend_bytes),
-                          (long long)p.launches_per_step, precision.c_str());
+                          (long long)p.launches_per_step, label.c_str());
             csv << row << csv_quoted(p.skipped) << '\n';
             csv.flush();
             json << (first ? "\n  " : ",\n  ") << "{\"variant\": \"" << variant
                  << "\", \"length\": " << length << ", \"layers\": " << layers
-                 << ", \"batch\": " << batch << ", \"precision\": \"" << precision
+                 << ", \"batch\": " << batch << ", \"precision\": \"" << label
                  << "\", \"ran\": " << (p.ran ? "true" : "false")
                  << ", \"seconds_per_step\": " << p.seconds_per_step
                  << ", \"measured_MiB\": {\"forward\": " << mib(p.measured.forward)

@@ -80,6 +80,13 @@ expect memory_override_depth 2 "--layers sets model.seq2seq.encoder_layers" -- \
   memory --model transformer --variants full model.seq2seq.encoder_layers=1
 expect memory_override_mem_len 2 "the variant xl-mem0 (xl-mem0: 0" -- \
   memory --model transformer_xl --variants xl-mem0 "model.xl.mem_len = 16"
+# --dtype double: the points are labelled float64 (activations and all), the
+# JSON names the dtype.
+expect memory_double 0 "float64" -- memory --variants exact --lengths 64 --steps 0 --dtype double \
+  --out "$out/double"
+grep -q '^exact,64,2,1,ran,.*,float64,' "$out/double/sweep.csv" &&
+  grep -q '"dtype": "double"' "$out/double/sweep.json" && pass memory_double_files ||
+  fail "memory_double_files: $(cat "$out/double/sweep.csv")"
 expect memory_bad_model 2 "--model is 'gru'" -- memory --model gru
 expect memory_seq2seq_key 2 "model.seq2seq.decoder_attention is lsh" -- memory --model transformer \
   model.seq2seq.decoder_attention=lsh
