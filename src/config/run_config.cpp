@@ -708,6 +708,17 @@ void validate_common(const RunConfig& c, const char* op) {
 
 void RunConfig::validate() const { model_section(model_type).validate(*this, "RunConfig"); }
 
+void require_length_fits(const RunConfig& c, const char* op, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    const auto colon = message.find(": ");
+    throw ConfigError(concat(op, ": data.length = ", c.data.length, " does not fit the model: ",
+                             colon == std::string::npos ? message : message.substr(colon + 2)));
+  }
+}
+
 void require_default_eval(const RunConfig& c, const char* op) {
   const EvalConfig defaults;
   const auto& e = c.eval;

@@ -51,6 +51,7 @@ std::string layers_of(const ReformerConfig& c, AttentionKind kind) {
   for (std::size_t i = 0; i < shown; ++i)
     out << (i == 0 ? "" : (i + 1 == found.size() ? " and " : ", ")) << found[i];
   if (shown < found.size()) out << ", ... (" << found.size() << " in all)";
+  out << (found.size() == 1 ? " uses" : " use");
   return out.str();
 }
 
@@ -193,14 +194,14 @@ void ReformerConfig::validate_length(Index length) const {
     require<ConfigError>(length % lsh.chunk == 0, kOp, ": sequence length ", length,
                          " is not a multiple of model.lsh.chunk = ", lsh.chunk, " (",
                          layers_of(*this, AttentionKind::Lsh),
-                         " use LSH attention, which needs a multiple or at most one chunk); "
+                         " LSH attention, which needs a multiple or at most one chunk); "
                          "use a length of ",
                          (length / lsh.chunk + 1) * lsh.chunk, " or pad the sequence");
   if (uses(*this, AttentionKind::Local))
     require<ConfigError>(length % local.chunk == 0, kOp, ": sequence length ", length,
                          " is not a multiple of model.local.chunk = ", local.chunk, " (",
                          layers_of(*this, AttentionKind::Local),
-                         " use local attention); use a length of ",
+                         " local attention); use a length of ",
                          (length / local.chunk + 1) * local.chunk, " or pad the sequence");
 }
 

@@ -77,6 +77,28 @@ void TransformerConfig::validate() const {
   block.validate();
 }
 
+void TransformerConfig::validate_lengths(Index ls, Index lt) const {
+  const auto encoder = encoder_attention_config();
+  // The next length that fits `chunk`.
+  const auto fit = [](Index length, Index chunk) { return (length / chunk + 1) * chunk; };
+  if (encoder.kind == AttentionKind::Local)
+    require<ConfigError>(ls % local.chunk == 0, kOp, ": the source length ", ls,
+                         " is not a multiple of model.local.chunk = ", local.chunk,
+                         " (the encoder uses local attention); use a length of ",
+                         fit(ls, local.chunk), " or pad the sources");
+  if (encoder.kind == AttentionKind::Lsh && ls > lsh.chunk)
+    require<ConfigError>(ls % lsh.chunk == 0, kOp, ": the source length ", ls,
+                         " is not a multiple of model.lsh.chunk = ", lsh.chunk,
+                         " (the encoder uses LSH attention, which needs a multiple or at most "
+                         "one chunk); use a length of ",
+                         fit(ls, lsh.chunk), " or pad the sources");
+  if (decoder_attention == AttentionKind::Local)
+    require<ConfigError>(lt % local.chunk == 0, kOp, ": the target length ", lt,
+                         " is not a multiple of model.local.chunk = ", local.chunk,
+                         " (the decoder uses local attention); use a length of ",
+                         fit(lt, local.chunk), " or pad the targets");
+}
+
 attention::AttentionLayerConfig TransformerConfig::encoder_attention_config() const {
   attention::AttentionLayerConfig c;
   c.kind = encoder_attention;
@@ -199,19 +221,7 @@ void EncoderDecoder<T>::check_batch(const char* op, const Seq2SeqBatch& batch) c
   require<ShapeError>(lt <= config_.max_length, op, ": the target has length ", lt,
                       " but the model takes at most model.max_length = ", config_.max_length);
   // The kernels' own length rules (local and LSH chunks) name the chunk key.
-  const auto encoder = config_.encoder_attention_config();
-  if (encoder.kind == AttentionKind::Local)
-    require<ConfigError>(ls % encoder.local.chunk == 0, op, ": the source length ", ls,
-                         " is not a multiple of model.local.chunk = ", encoder.local.chunk,
-                         " (the encoder uses local attention); pad the sources");
-  if (encoder.kind == AttentionKind::Lsh && ls > encoder.lsh.chunk)
-    require<ConfigError>(ls % encoder.lsh.chunk == 0, op, ": the source length ", ls,
-                         " is not a multiple of model.lsh.chunk = ", encoder.lsh.chunk,
-                         " (the encoder uses LSH attention); pad the sources");
-  if (config_.decoder_attention == AttentionKind::Local)
-    require<ConfigError>(lt % config_.local.chunk == 0, op, ": the target length ", lt,
-                         " is not a multiple of model.local.chunk = ", config_.local.chunk,
-                         " (the decoder uses local attention); pad the targets");
+  config_.validate_lengths(ls, lt);
   ops::require_ids_in_range(op, "source", flat(batch.source), config_.source_vocab);
   ops::require_ids_in_range(op, "target_in", flat(batch.target_in), config_.target_vocab);
 }

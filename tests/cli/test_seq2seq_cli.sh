@@ -67,6 +67,15 @@ expect seq2seq_no_cache 2 "--no-cache given but the encoder-decoder" -- generate
 expect vocabulary_mismatch 1 "src_embed.table" -- eval "$work/run" data.vocab=12
 expect length_beyond_model 2 "data.length is 12 but model.max_length is 10" -- \
   train "$work/copy.toml" "run.dir=\"$work/other\"" data.length=12
+# Chunks that do not divide the padded sources and targets are refused with the
+# config, before the run folder exists (it was the first step's error).
+expect seq2seq_local_chunk 2 "data.length = 8 does not fit the model: the target length 8 is not a multiple of model.local.chunk = 3 (the decoder uses local attention); use a length of 9" -- \
+  train "$work/copy.toml" "run.dir=\"$work/chunk\"" model.seq2seq.decoder_attention=local \
+  model.local.chunk=3
+expect seq2seq_lsh_chunk 2 "the source length 8 is not a multiple of model.lsh.chunk = 3" -- \
+  train "$work/copy.toml" "run.dir=\"$work/chunk\"" model.seq2seq.encoder_attention=lsh \
+  model.lsh.chunk=3
+[ ! -e "$work/chunk" ] && pass seq2seq_chunk_no_folder || fail "seq2seq_chunk_no_folder: $work/chunk"
 expect lm_task 2 "data.task is copy" -- train "$work/copy.toml" 'data.task="copy"'
 printf 'a b\tb a\nno tab here\nc\td\n' >"$work/notab.tsv"
 expect pair_line_without_tab 2 "line 2 has no tab" -- train "$work/copy.toml" \

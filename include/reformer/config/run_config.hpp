@@ -17,6 +17,7 @@
 #include "reformer/models/transformer.hpp"
 #include "reformer/models/transformer_xl.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ struct RunConfig {
 // The checks every family makes (each calls it where its own rules want it):
 // [data] and [train] each valid, run.dir set, seeds that fit a TOML integer.
 void validate_common(const RunConfig& config, const char* op);
+
+// Runs `check` (a model's length rule, such as ReformerConfig::validate_length
+// at data.length) and rethrows its ConfigError as "op: data.length = N does not
+// fit the model: <its rule>", so that the message names the run's key.
+void require_length_fits(const RunConfig& config, const char* op,
+                         const std::function<void()>& check);
 
 // ConfigError unless [eval] keeps its defaults (for the families it does not
 // apply to), naming model.type and the fix.

@@ -66,6 +66,11 @@ struct TransformerConfig : ModelSizes {
 
   // ConfigError naming the first bad or contradictory field.
   void validate() const;
+  // Sources of `source_length` and targets of `target_length` positions (the
+  // pair tasks pad both to data.length): ConfigError naming the chunk key when
+  // the encoder's local or LSH chunks, or the decoder's local chunks, do not
+  // divide them.
+  void validate_lengths(Index source_length, Index target_length) const;
   attention::AttentionLayerConfig encoder_attention_config() const;
   layers::DecoderBlockConfig decoder_block_config() const;
 };

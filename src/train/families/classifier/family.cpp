@@ -100,14 +100,7 @@ class ClassifierFamily final : public ModelFamily {
                          "sequence in both directions; set model.causal = false");
     const auto m = classifier::model_config(c);
     m.validate();
-    try {
-      m.encoder.validate_length(c.data.length);
-    } catch (const ConfigError& e) {
-      const std::string message = e.what();
-      const auto colon = message.find(": ");
-      throw ConfigError(concat(op, ": data.length = ", c.data.length, " does not fit the model: ",
-                               colon == std::string::npos ? message : message.substr(colon + 2)));
-    }
+    config::require_length_fits(c, op, [&] { m.encoder.validate_length(c.data.length); });
     require<ConfigError>(task_vocab(c) <= c.model.vocab, op, ": data.task ",
                          data::to_string(c.data.task), " has token ids below ", task_vocab(c),
                          " but model.vocab is ", c.model.vocab,

@@ -52,10 +52,14 @@ class EncoderDecoderFamily final : public ModelFamily {
     one_rate("model.local.attention_dropout", c.model.local_attention_dropout);
     // The task's vocabulary is known once a parallel file is read; data.vocab
     // stands in for it here.
-    config::transformer_config(c).validate();
+    const auto model = config::transformer_config(c);
+    model.validate();
     require<ConfigError>(c.data.length <= c.model.max_length, op, ": data.length is ",
                          c.data.length, " but model.max_length is ", c.model.max_length,
                          "; sources and targets must fit the model");
+    // The pair tasks pad sources and targets to data.length.
+    config::require_length_fits(c, op,
+                                [&] { model.validate_lengths(c.data.length, c.data.length); });
   }
   void check_data(const config::RunConfig& config) const override {
     data::make_pair_task(data::pair_config(config.data));

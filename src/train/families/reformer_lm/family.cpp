@@ -42,14 +42,7 @@ class ReformerLMFamily final : public ModelFamily {
     config::require_family_task(c, op);
     c.model.validate();
     config::validate_common(c, op);
-    try {
-      c.model.validate_length(c.data.length);
-    } catch (const ConfigError& e) {
-      const std::string message = e.what();
-      const auto colon = message.find(": ");
-      throw ConfigError(concat(op, ": data.length = ", c.data.length, " does not fit the model: ",
-                               colon == std::string::npos ? message : message.substr(colon + 2)));
-    }
+    config::require_length_fits(c, op, [&] { c.model.validate_length(c.data.length); });
     require<ConfigError>(
         c.data.vocab <= c.model.vocab, op, ": data.vocab is ", c.data.vocab, " but model.vocab is ",
         c.model.vocab, "; the task's token ids must fit the embedding (model.vocab >= data.vocab)");
