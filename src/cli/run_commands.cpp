@@ -169,7 +169,7 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   eval->add_option("--split", args.split, "train, valid or test (default valid)");
   eval->add_option("--batches", args.batches,
                    "Batches to evaluate (default 8; 0: the whole split of a run whose splits end: "
-                   "Transformer-XL, the classifier's valid and test, at most that many)")
+                   "Transformer-XL, a classification task's valid and test, at most that many)")
       ->check(CLI::Range(0, 1 << 30));
   eval->callback([&run, &global] { run = [&global] { return run_eval(global, args); }; });
 

@@ -766,6 +766,22 @@ const ModelSection& model_section(ModelType type) {
   return *families[std::size_t(type)];
 }
 
+bool key_in(const std::string& key, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const std::string n = name;
+    if (key == n ||
+        (key.size() > n.size() && key.compare(0, n.size(), n) == 0 && key[n.size()] == '.'))
+      return true;
+  }
+  return false;
+}
+
+bool is_shared_size_key(const std::string& key) {
+  return key_in(key, {"model.type", "model.d_model", "model.d_ff", "model.heads", "model.d_head",
+                      "model.dropout", "model.attention_dropout", "model.layer_norm_eps",
+                      "model.label_smoothing", "model.ff_chunk", "model.loss_chunk"});
+}
+
 void require_family_task(const RunConfig& c, const char* op) {
   const ModelSection& family = model_section(c.model_type);
   if (family.takes_task(c.data.task)) return;
@@ -850,10 +866,48 @@ Reader read_config(const std::string& toml_text, const std::string& source_name,
 }
 }  // namespace
 
+namespace {
+
+// A run config that sets a key its family does not read, to anything but the
+// key's default, is refused by name: the value would be silently ignored. A
+// family's own keys (ModelSection::own_keys) are read by that family alone;
+// of the shared keys, the model.* ones are asked of ModelSection::reads.
+void refuse_unread_keys(const Reader& reader, const std::string& source_name) {
+  const RunConfig defaults;
+  const ModelSection& family = model_section(reader.config.model_type);
+  std::map<std::string, const ModelSection*> owner;
+  for (const ModelSection* f : model_sections())
+    for (const FamilyKey& key : f->own_keys()) owner[key.name] = f;
+  for (const Key& key : keys()) {
+    const auto own = owner.find(key.name);
+    const bool shared_model_key = own == owner.end() && key.name.rfind("model.", 0) == 0;
+    if (own == owner.end() && !shared_model_key) continue;
+    if (own != owner.end() ? own->second == &family : family.reads(key.name)) continue;
+    const std::string value = key.write(reader.config);
+    if (value == key.write(defaults)) continue;
+    std::vector<std::string> readers;
+    for (const ModelSection* f : model_sections())
+      if (own != owner.end() ? own->second == f : f->reads(key.name))
+        readers.push_back(concat("\"", f->name(), "\""));
+    const auto origin = reader.origins.find(key.name);
+    throw ConfigError(concat(
+        source_name, ": ", key.name, " is ", value,
+        origin != reader.origins.end() ? concat(" (from ", origin->second, ")") : std::string(),
+        " but model.type = \"", family.name(), "\" (", family.description(),
+        ") does not read it, so it would have no effect",
+        readers.empty() ? std::string() : concat("; it is read by model.type = ", joined(readers)),
+        ". Remove it"));
+  }
+}
+
+}  // namespace
+
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {
   const Reader reader = read_config(toml_text, source_name, overrides);
   validate_with_origins([&] { reader.config.validate(); }, source_name, reader.origins);
+  // After the family's own rules, which name some of these keys better.
+  refuse_unread_keys(reader, source_name);
   return reader.config;
 }
 

@@ -476,6 +476,51 @@ TEST(RunConfig, ContradictionsNameBothKeys) {
                             {"train.warmup_steps is 0", "noam needs warmup_steps >= 1"});
 }
 
+// A key the run's family does not read, set to anything but its default, is
+// refused by name with the families that read it; at its default (as every
+// run's config.toml writes it) it is accepted.
+TEST(RunConfig, KeysTheFamilyDoesNotReadAreRefused) {
+  const std::vector<std::string> seq2seq{"model.type=\"transformer\"", "data.task=\"seq2seq_copy\"",
+                                         "model.positions=\"sinusoidal\""};
+  const std::vector<std::string> xl{"model.type=\"transformer_xl\"", "data.task=\"bytes\"",
+                                    "data.path=\"corpus\"", "data.vocab=256", "model.vocab=256"};
+  auto with = [](std::vector<std::string> family, const std::string& extra) {
+    family.push_back(extra);
+    return family;
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> refused{
+      {{"model.xl.mem_len=5"},
+       {"model.xl.mem_len is 5", "model.type = \"reformer\"", "does not read it",
+        "read by model.type = \"transformer_xl\""}},
+      {{"model.seq2seq.encoder_layers=3"},
+       {"model.seq2seq.encoder_layers is 3", "\"transformer\""}},
+      {{"model.classifier.classes=3"}, {"model.classifier.classes is 3", "\"classifier\""}},
+      {{"data.listops.min_length=3"}, {"data.listops.min_length is 3", "\"classifier\""}},
+      {with(seq2seq, "model.layers=7"),
+       {"model.layers is 7", "model.type = \"transformer\" (the encoder-decoder)",
+        "\"reformer\", \"transformer_xl\", \"classifier\""}},
+      {with(seq2seq, "model.attention=[\"local\"]"), {"model.attention is [\"local\"]"}},
+      {with(seq2seq, "model.xl.mem_len=3"), {"model.xl.mem_len is 3"}},
+      {with(xl, "model.attention=[\"full\"]"),
+       {"model.attention is [\"full\"]", "(from override", "Transformer-XL"}},
+      {with(xl, "model.lsh.n_hashes=4"), {"model.lsh.n_hashes is 4"}},
+      {with(xl, "model.positions=\"learned\""), {"model.positions is \"learned\""}}};
+  for (const auto& [overrides, parts] : refused) {
+    SCOPED_TRACE(overrides.back());
+    expect_error<ConfigError>([&] { parse("", overrides); }, parts);
+  }
+  // What each family reads is accepted, and so is any key at its default.
+  EXPECT_NO_THROW(parse("", with(seq2seq, "model.lsh.n_hashes=4")));
+  EXPECT_NO_THROW(parse("", with(seq2seq, "model.seq2seq.encoder_layers=3")));
+  EXPECT_NO_THROW(parse("", with(xl, "model.xl.mem_len=5")));
+  EXPECT_NO_THROW(parse("", with(xl, "model.layers=3")));
+  EXPECT_NO_THROW(parse("", {"model.lsh.n_hashes=4", "model.layers=3"}));
+  for (const auto& family : {std::vector<std::string>{}, seq2seq, xl}) {
+    const RunConfig c = parse("", family);
+    EXPECT_EQ(first_difference(parse(to_toml(c), {}), c), "");
+  }
+}
+
 // model.type = "transformer" reads [model] and [model.seq2seq] into the
 // encoder-decoder's config and needs a pair task; the language model refuses one.
 TEST(RunConfig, EncoderDecoderType) {

@@ -18,8 +18,8 @@ generated=$("$bin" generate "$run" --prompt "5 6 7 8" --tokens 6 2>&1 | sed -n '
 [ "$(wc -w <<<"$generated")" -eq 6 ] && pass hf_generate_count ||
   fail "hf_generate_count: '$generated' is not 6 ids"
 # The imported function is the model's: eval and generate refuse to change it.
-expect hf_function_key 1 "model.ff_activation" -- eval "$run" model.ff_activation=relu
-expect hf_prompt_out_of_vocab 1 "outside the vocabulary" -- generate "$run" --prompt "36 37"
+expect hf_function_key 2 "model.ff_activation" -- eval "$run" model.ff_activation=relu
+expect hf_prompt_out_of_vocab 2 "outside the vocabulary" -- generate "$run" --prompt "36 37"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -69,10 +70,22 @@ class ModelSection {
   virtual std::vector<FamilyKey> own_keys() const { return {}; }
   // Whether the family trains on data.task = `task`.
   virtual bool takes_task(data::TaskKind task) const = 0;
+  // Whether the family reads the shared model.* key `key` (a dotted name such
+  // as "model.lsh.chunk"). A run config that sets a key its family does not
+  // read to anything but its default is refused by name; own_keys() belong to
+  // their family alone and are not asked about.
+  virtual bool reads(const std::string& key) const = 0;
   // ConfigError naming the first bad key: the family's own section, the data
   // task it reads, and how the model fits the data (`op` begins the message).
   virtual void validate(const RunConfig& config, const char* op) const = 0;
 };
+
+// Whether `key` is one of `names` or lies in one of them as a section
+// ("model.lsh.chunk" lies in "model.lsh"), for ModelSection::reads.
+bool key_in(const std::string& key, std::initializer_list<const char*> names);
+// The keys of models::ModelSizes, which every family reads (model.d_model,
+// model.dropout, model.ff_chunk, ...), and model.type.
+bool is_shared_size_key(const std::string& key);
 
 // The registry's families, by ModelType, and the family of `type`.
 const std::vector<const ModelSection*>& model_sections();

@@ -60,6 +60,11 @@ class ClassifierFamily final : public ModelFamily {
   const char* name() const override { return "classifier"; }
   const char* description() const override { return "an encoder classifier"; }
   bool takes_task(data::TaskKind task) const override { return data::is_class_task(task); }
+  // The language model's keys (its encoder), not the encoder-decoder's or
+  // Transformer-XL's.
+  bool reads(const std::string& key) const override {
+    return !config::key_in(key, {"model.seq2seq", "model.xl"});
+  }
   std::vector<config::FamilyKey> own_keys() const override {
     return {
         {"model.classifier.classes",

@@ -36,6 +36,14 @@ class EncoderDecoderFamily final : public ModelFamily {
   const char* name() const override { return "transformer"; }
   const char* description() const override { return "the encoder-decoder"; }
   bool takes_task(data::TaskKind task) const override { return data::is_pair_task(task); }
+  // config::transformer_config's keys: the sizes, the lengths and positions,
+  // [model.lsh], [model.local] and [model.seq2seq] (its vocabulary is the
+  // task's; its depth and attention are [model.seq2seq]'s).
+  bool reads(const std::string& key) const override {
+    return config::is_shared_size_key(key) ||
+           config::key_in(key, {"model.max_length", "model.positions", "model.lsh", "model.local",
+                                "model.seq2seq"});
+  }
   void validate(const config::RunConfig& c, const char* op) const override {
     config::require_default_eval(c, op);
     require<ConfigError>(data::is_pair_task(c.data.task), op, ": model.type is transformer but ",

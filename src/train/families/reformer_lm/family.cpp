@@ -33,6 +33,10 @@ class ReformerLMFamily final : public ModelFamily {
   bool takes_task(data::TaskKind task) const override {
     return !data::is_pair_task(task) && !data::is_class_task(task);
   }
+  // Every shared model.* key but the encoder-decoder's and Transformer-XL's.
+  bool reads(const std::string& key) const override {
+    return !config::key_in(key, {"model.seq2seq", "model.xl"});
+  }
   void validate(const config::RunConfig& c, const char* op) const override {
     config::require_default_eval(c, op);
     require<ConfigError>(!data::is_pair_task(c.data.task), op, ": data.task is ",

@@ -38,6 +38,13 @@ class TransformerXLFamily final : public ModelFamily {
   const char* name() const override { return "transformer_xl"; }
   const char* description() const override { return "Transformer-XL"; }
   bool takes_task(data::TaskKind task) const override { return task == data::TaskKind::Bytes; }
+  // config::xl_config's keys: the sizes, the vocabulary, depth, output and
+  // feed-forward, and [model.xl] (relative positions, its own attention).
+  bool reads(const std::string& key) const override {
+    return config::is_shared_size_key(key) ||
+           config::key_in(key, {"model.vocab", "model.layers", "model.tie_embeddings",
+                                "model.ff_activation", "model.xl"});
+  }
   void validate(const config::RunConfig& c, const char* op) const override {
     require<ConfigError>(c.data.task == data::TaskKind::Bytes, op,
                          ": model.type is transformer_xl but data.task is ",
