@@ -872,7 +872,7 @@ namespace {
 // key's default, is refused by name: the value would be silently ignored. A
 // family's own keys (ModelSection::own_keys) are read by that family alone;
 // of the shared keys, the model.* ones are asked of ModelSection::reads.
-void refuse_unread_keys(const Reader& reader, const std::string& source_name) {
+void refuse_unread_keys(const Reader& reader, const std::string& source_name, bool only_overrides) {
   const RunConfig defaults;
   const ModelSection& family = model_section(reader.config.model_type);
   std::map<std::string, const ModelSection*> owner;
@@ -890,6 +890,9 @@ void refuse_unread_keys(const Reader& reader, const std::string& source_name) {
       if (own != owner.end() ? own->second == f : f->reads(key.name))
         readers.push_back(concat("\"", f->name(), "\""));
     const auto origin = reader.origins.find(key.name);
+    if (only_overrides &&
+        (origin == reader.origins.end() || origin->second.rfind("override '", 0) != 0))
+      continue;
     throw ConfigError(concat(
         source_name, ": ", key.name, " is ", value,
         origin != reader.origins.end() ? concat(" (from ", origin->second, ")") : std::string(),
@@ -902,13 +905,22 @@ void refuse_unread_keys(const Reader& reader, const std::string& source_name) {
 
 }  // namespace
 
-RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
-                           const std::vector<std::string>& overrides) {
+namespace {
+
+RunConfig parse_and_check(const std::string& toml_text, const std::string& source_name,
+                          const std::vector<std::string>& overrides, bool only_overrides) {
   const Reader reader = read_config(toml_text, source_name, overrides);
   validate_with_origins([&] { reader.config.validate(); }, source_name, reader.origins);
   // After the family's own rules, which name some of these keys better.
-  refuse_unread_keys(reader, source_name);
+  refuse_unread_keys(reader, source_name, only_overrides);
   return reader.config;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  return parse_and_check(toml_text, source_name, overrides, true);
 }
 
 namespace {
@@ -954,9 +966,9 @@ models::TransformerXLConfig parse_xl_config(const std::string& toml_text,
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   // A FIFO, a device or a folder is refused before it is opened (a FIFO would
   // block the read forever).
-  return parse_run_config(
+  return parse_and_check(
       io::read_text_file(path, "config", "give the path of a TOML run config (experiments/*.toml)"),
-      path, overrides);
+      path, overrides, false);
 }
 
 std::string to_toml(const RunConfig& config) {

@@ -576,6 +576,24 @@ std::string temp_path(const std::string& name) {
       .string();
 }
 
+// A user's file is refused for a key its family does not read; a stored
+// config's text (a checkpoint's, perhaps written before the rule) is not, and
+// only the overrides given with it are.
+TEST(RunConfig, UnreadKeysInAFileAreRefusedInAStoredTextOnlyInOverrides) {
+  const std::string path = temp_path("unread.toml");
+  const std::string text = "[model.xl]\nmem_len = 5\n";
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  expect_error<ConfigError>([&] { config::load_run_config(path); },
+                            {"model.xl.mem_len is 5", path + ":2:", "does not read it"});
+  std::filesystem::remove(path);
+  EXPECT_EQ(parse(text).xl.mem_len, 5);
+  expect_error<ConfigError>([&] { parse(text, {"model.seq2seq.encoder_layers=4"}); },
+                            {"model.seq2seq.encoder_layers is 4", "override"});
+}
+
 TEST(RunConfig, LoadsFilesAndReportsMissingOnes) {
   const std::string path = temp_path("dup.toml");
   {

@@ -119,6 +119,9 @@ models::ReformerConfig lm_config(const RunConfig& config);
 // model.attention=["lsh","local"], data.path="corpus.txt"); a value that is not
 // valid TOML and does not start with [ { " or ' is taken as a bare string
 // (data.path=corpus.txt, model.positions=axial). IoError if the file cannot be read.
+// A key that the family of model.type does not read (ModelSection::reads, a
+// family's own keys), set to anything but its default in the file or an
+// override, is a ConfigError naming it and the families that read it.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The dotted key of an override ("model.lsh.n_hashes" of "model.lsh.n_hashes = 8"),
@@ -126,7 +129,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 std::string override_key(const std::string& override_text);
 
 // The same from TOML text; `source_name` names it in messages and gives the
-// default run.dir and run.name (its file stem).
+// default run.dir and run.name (its file stem). The text may be a stored
+// config (a checkpoint's, written before a family declared what it reads), so
+// only the overrides are refused for keys the family does not read.
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {});
 
