@@ -610,14 +610,19 @@ void apply_override(TomlNode& root, const std::string& override_text) {
     require<ConfigError>(document.table.size() == 1, origin, ": the value must be one TOML value");
     value = std::move(document.table.front().second);
   } catch (const ConfigError& e) {
-    // A bare word is a string: data.path=corpus.txt, model.positions=axial.
-    if (!text.empty() && std::string("[{\"'").find(text.front()) != std::string::npos) {
+    // A bare word is a string: data.path=corpus.txt, model.positions=axial;
+    // but not a number TOML refused (one too large for 64 bits).
+    const bool number = !text.empty() &&
+                        text.find_first_not_of("+-0123456789_.eE") == std::string::npos &&
+                        text.find_first_of("0123456789") != std::string::npos;
+    if (!text.empty() && (number || std::string("[{\"'").find(text.front()) != std::string::npos)) {
       const std::string message = e.what();
       const auto what = message.find("TOML syntax error: ");
-      throw ConfigError(concat(
-          origin, ": the value is not valid TOML (",
-          what == std::string::npos ? message : message.substr(what + 19),
-          "); strings inside arrays and tables need quotes, e.g. model.attention=[\"lsh\"]"));
+      throw ConfigError(concat(origin, ": the value is not valid TOML (",
+                               what == std::string::npos ? message : message.substr(what + 19), ")",
+                               number ? ""
+                                      : "; strings inside arrays and tables need quotes, e.g. "
+                                        "model.attention=[\"lsh\"]"));
     }
     value.type = Type::String;
     value.string = text;

@@ -121,7 +121,7 @@ void ReformerConfig::validate() const {
   checked_product("model.vocab", vocab, "model.d_model", d_model);
   require<ConfigError>(!attention.empty(), kOp,
                        ": model.attention is empty but must name at least one attention kind "
-                       "(full, lsh or local)");
+                       "(full, exact, lsh or local)");
   require_positive("model.max_length", max_length);
   checked_product("model.max_length", max_length, "model.d_model", d_model);
   if (lsh_attention_dropout != -1.0)
@@ -174,6 +174,17 @@ void ReformerConfig::validate() const {
                          "the argmax over [xR, -xR])");
   detail::with_key_prefix(kOp, "model.lsh", [&] { lsh.validate(); });
   detail::with_key_prefix(kOp, "model.local", [&] { local.validate(); });
+  // model.qk against the kinds that fix it (AttentionLayerConfig::shares_qk).
+  if (qk == QkProjection::Separate && uses(*this, AttentionKind::Lsh))
+    throw ConfigError(concat(kOp, ": model.qk is separate but ",
+                             layers_of(*this, AttentionKind::Lsh),
+                             " LSH attention, which always shares q and k (its keys are the "
+                             "normalised queries); set model.qk = \"auto\" or \"shared\""));
+  if (qk == QkProjection::Shared && uses(*this, AttentionKind::Local))
+    throw ConfigError(concat(kOp, ": model.qk is shared but ",
+                             layers_of(*this, AttentionKind::Local),
+                             " local attention, which has separate q and k; set model.qk = "
+                             "\"auto\" or \"separate\""));
   // Per kind: d_head limits of the fused kernels and the variant's own rules.
   for (const AttentionKind kind :
        {AttentionKind::Full, AttentionKind::Lsh, AttentionKind::Local, AttentionKind::Exact})

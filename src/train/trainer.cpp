@@ -365,6 +365,11 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
   if (leader) {
+    // A file in the folder's place is a config error, not a full disk.
+    require<ConfigError>(!fs::exists(config.run_dir) || fs::is_directory(config.run_dir),
+                         "train: run.dir is \"", config.run_dir,
+                         "\", which is a file, not a folder; set run.dir to a folder (new or of "
+                         "this run)");
     write_run_folder(config.run_dir, [&] {
       std::error_code error;
       fs::create_directories(config.run_dir, error);

@@ -66,6 +66,9 @@ rm -rf "$work/dangling" && cp -r "$work/good" "$work/dangling"
 rm "$work/dangling/$newest" && ln -s "$work/nowhere.h5" "$work/dangling/$newest"
 refused dangling "step_00000012.h5\": No such file" 2
 
+# ---- run.dir naming a file is a config error (it read as a full disk)
+expect run_dir_is_a_file 2 "which is a file, not a folder" -- train "$work/tiny.toml" \
+  "run.dir=\"$work/tiny.toml\""
 # ---- one train per run folder: the second exits at once naming the first's pid
 "$bin" train "$work/tiny.toml" "$(dir locked)" train.steps=1000000 train.log_every=1 \
   >"$work/locked.log" 2>&1 &

@@ -568,6 +568,18 @@ TEST(RunConfig, SyntaxErrorsGiveTheLine) {
       {"override 'model.attention=[lsh, local]'", "not valid TOML", "need quotes"});
   expect_error<ConfigError>([] { parse("", {"train.steps"}); },
                             {"override 'train.steps'", "section.key=value"});
+  // A number too large for 64 bits is TOML's error, not a bare string.
+  expect_error<ConfigError>([] { parse("", {"train.steps=9999999999999999999"}); },
+                            {"not valid TOML", "not representable in 64 bits"});
+  // model.qk against the kinds that fix it, by its own name.
+  expect_error<ConfigError>([] { parse("", {"model.qk=separate"}); },
+                            {"model.qk is separate but layers 0 and 1 use LSH attention",
+                             "set model.qk = \"auto\" or \"shared\""});
+  expect_error<ConfigError>(
+      [] {
+        parse("", {"model.qk=shared", "model.attention=[\"local\", \"full\"]"});
+      },
+      {"model.qk is shared but layer 0 uses local attention", "\"separate\""});
 }
 
 std::string temp_path(const std::string& name) {
