@@ -173,6 +173,12 @@ void check_resume_point(const std::string& path, const io::CheckpointMeta& meta,
       "checkpoint of the run";
   require<IoError>(io::checkpoint_step(path) == meta.step, where, " holds step ", meta.step,
                    " but its name says step ", io::checkpoint_step(path), fix);
+  // -1: written without an optimizer (the Hugging Face importer's default).
+  require<IoError>(meta.optimizer_steps != -1, where,
+                   " holds parameters but no optimizer state (a checkpoint written without "
+                   "one, as experiments/hf_import/import_hf_reformer.py writes by default), so "
+                   "training cannot resume from it; import the model again with "
+                   "--optimizer-state to fine-tune it with train --resume");
   require<IoError>(meta.optimizer_steps == meta.step, where, " is at step ", meta.step,
                    " but its optimizer took ", meta.optimizer_steps, " steps", fix);
   const std::uint64_t position =

@@ -34,4 +34,15 @@ fi
 expect hf_fine_tune 0 "resumed from" -- train "$work/tuned/config.toml" --resume
 [ -f "$work/tuned/checkpoints/step_00000002.h5" ] && pass hf_fine_tune_checkpoint ||
   fail "hf_fine_tune_checkpoint: no step_00000002.h5 in $work/tuned/checkpoints"
+# Without --optimizer-state there is nothing to resume: the message says so.
+if "$python" "$root/experiments/hf_import/import_hf_reformer.py" \
+  "$root/tests/fixtures/hf_reformer_tiny" "$work/plain" --set train.steps=2 >"$work/plain.log" 2>&1; then
+  expect hf_resume_without_optimizer 1 "no optimizer state" -- train "$work/plain/config.toml" \
+    --resume
+  grep -q -- "--optimizer-state" <<<"$("$bin" train "$work/plain/config.toml" --resume 2>&1)" &&
+    pass hf_resume_names_the_fix || fail hf_resume_names_the_fix
+else
+  cat "$work/plain.log"
+  fail hf_import_plain
+fi
 [ "$failures" -eq 0 ]
