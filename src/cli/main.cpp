@@ -126,12 +126,15 @@ int run_program(int argc, char** argv) {
   } catch (const std::exception& e) {
     // An allocation the prediction before the run did not foresee (another
     // process took the memory meanwhile, or a prediction is short).
-    if (std::string(e.what()).find("failed to allocate") != std::string::npos) {
+    const std::string what = e.what();
+    if (what.find("failed to allocate") != std::string::npos) {
+      // Kokkos' first line names the allocation; the rest is its traceback.
       std::fprintf(stderr,
-                   "reformer: error: out of memory: %s\nLower train.batch or data.length, or "
-                   "use LSH, local or exact attention (model.attention); `reformer memory` "
-                   "predicts what a configuration needs.\n",
-                   e.what());
+                   "reformer: error: out of memory: %s\nLower the batch or the length "
+                   "(train.batch, data.length; `reformer memory`: --batch, --lengths), or use "
+                   "LSH, local or exact attention (model.attention); `reformer memory` predicts "
+                   "what a configuration needs.\n",
+                   what.substr(0, what.find('\n')).c_str());
       return 1;
     }
     std::fprintf(stderr, "reformer: internal error: %s\n", e.what());

@@ -181,8 +181,8 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
                   "decode several prompts as one batch; default: the first half of a "
                   "validation sequence of the run's task");
   gen->add_option("--tokens", args.tokens,
-                  "New tokens per prompt (default: up to data.length; at most model.max_length "
-                  "in all)")
+                  "New tokens per prompt (default: up to data.length; a language model refuses "
+                  "more than model.max_length leaves after the longest prompt)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   gen->add_option("--top-p", args.top_p,
                   "Sample among the most likely tokens that hold this much probability "

@@ -91,6 +91,8 @@ expect generate_beam_lm 2 "beam is 4 but this model decodes greedily or samples"
   generate "$work/run" --beam 4
 expect generate_penalty_alone 2 "length_penalty 1 weighs beam search's hypotheses" -- \
   generate "$work/run" --length-penalty 1
+expect generate_too_many_tokens 2 "leaves room for" -- generate "$work/run" --prompt "0 1 2" \
+  --tokens 100000
 expect generate_temperature_nan 2 "temperature is nan but must be finite" -- \
   generate "$work/run" --temperature nan
 # A blank prompt would read as no prompt (the validation text): refused by name.

@@ -45,7 +45,12 @@ GenerateResult generate_lm(const std::string& checkpoint, const config::RunConfi
     require<ConfigError>(id >= 0 && id < vocab, "generate: stop id ", id,
                          " is outside the vocabulary [0, ", vocab, ")");
   // Every row gets the same budget of new tokens; the longest prompt and its
-  // budget fit model.max_length.
+  // budget fit model.max_length (more is refused, not cut short).
+  require<ConfigError>(options.tokens <= config.max_length - longest, "generate: --tokens ",
+                       options.tokens, " but the longest prompt (", longest,
+                       " tokens) leaves room for ", config.max_length - longest,
+                       " within model.max_length = ", config.max_length, "; ask for at most ",
+                       config.max_length - longest);
   const Index budget =
       std::min(options.tokens > 0 ? Index(options.tokens) : std::max<Index>(1, length - longest),
                config.max_length - longest);
