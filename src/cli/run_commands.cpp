@@ -69,9 +69,17 @@ int run_train(const GlobalOptions& global, const RunArgs& args) {
   } catch (const ConfigError& e) {  // a resumed run whose config differs
     return config_error(e);
   }
+  // This invocation's steps; a resumed run names where it began and ended.
+  std::string resumed;
+  if (summary.first_step > 0)
+    resumed = summary.steps > summary.first_step
+                  ? detail::concat(" (steps ", summary.first_step + 1, " to ", summary.steps,
+                                   ", resumed after step ", summary.first_step, ")")
+                  : detail::concat(" (the run had reached step ", summary.steps, ")");
   if (Communicator::world().rank() == 0)  // under mpirun: process 0 reports
-    std::printf("trained %lld steps in %.1f s%s\n", static_cast<long long>(summary.steps),
-                summary.seconds, summary.interrupted ? " (interrupted)" : "");
+    std::printf("trained %lld steps in %.1f s%s%s\n",
+                static_cast<long long>(summary.steps - summary.first_step), summary.seconds,
+                resumed.c_str(), summary.interrupted ? " (interrupted)" : "");
   return summary.interrupted ? 130 : 0;
 }
 

@@ -45,7 +45,14 @@ expect eval 0 "exact match" -- eval "$work/run" --batches 2
 expect generate_default 0 "expected:" -- generate "$work/run"
 expect generate_text 0 "source:    3 4 5" -- generate "$work/run" --prompt "3 4 5"
 expect generate_beam 0 "generated:" -- generate "$work/run" --prompt "7 6 5" --beam 3
-expect resume 0 "resumed from" -- train "$work/copy.toml" train.steps=50 --resume
+expect resume 0 "resumed from" -- train "$work/copy.toml" train.steps=60 --resume
+# The last line counts this invocation's steps and says where it resumed.
+expect resume_counts_its_steps 0 "trained 10 steps in" -- train "$work/copy.toml" train.steps=70 \
+  --resume
+expect resume_names_its_steps 0 "(steps 71 to 80, resumed after step 70)" -- \
+  train "$work/copy.toml" train.steps=80 --resume
+expect resume_past_the_end 0 "(the run had reached step 80)" -- train "$work/copy.toml" \
+  train.steps=80 --resume
 # The reversible two-stream form: trains, evaluates, decodes with caches and
 # beams; its checkpoint is not the one-stream model's (same names, other function).
 expect train_reversible 0 "trained 40 steps" -- train "$work/copy.toml" \
