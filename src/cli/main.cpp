@@ -21,6 +21,9 @@ int run_program(int argc, char** argv);
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Whole lines as they are printed, also into a pipe or a file, so that an
+  // error on stderr comes after the progress lines before it.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // Debian's OpenBLAS falls back to its SSE3 kernels on a CPU it does not
   // know (ops/gemm.hpp: a sixth of the AVX-512 rate): run again, once, with
   // the core this CPU supports, before MPI and Kokkos start. OpenBLAS reads
