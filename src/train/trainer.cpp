@@ -759,6 +759,12 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
   const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
   const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
+  require<ConfigError>(loaded.config.train.dtype == stored.train.dtype, "the checkpoint ",
+                       loaded.checkpoint, " holds ", stored.train.dtype,
+                       " parameters (train.dtype = \"", stored.train.dtype,
+                       "\" in its run) but train.dtype is \"", loaded.config.train.dtype,
+                       "\" here; eval and generate run in the checkpoint's dtype: leave "
+                       "train.dtype as the run had it");
   for (const auto& key : function_keys()) {
     std::vector<std::string> others;
     for (const auto& name : config::config_keys())

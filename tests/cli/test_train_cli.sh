@@ -136,6 +136,8 @@ done
 [ "$refused" -gt 0 ] && [ "$noisy" -eq 0 ] &&
   pass "damaged_checkpoints_one_line ($refused of 40 refused)" ||
   fail "damaged_checkpoints_one_line ($refused of 40 refused, $noisy with more than our line)"
+expect eval_other_dtype 2 "holds float parameters (train.dtype = \"float\" in its run) but train.dtype is \"double\"" -- \
+  eval "$work/run" train.dtype=double
 expect eval_mismatch 1 "embed.table" -- eval "$work/run" model.d_model=32 model.d_ff=32
 
 # The loss sequence of an uninterrupted run, step by step, from metrics (log_every 1).
