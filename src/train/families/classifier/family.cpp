@@ -55,6 +55,13 @@ Index task_vocab(const config::RunConfig& c) {
   }
 }
 
+// model.classifier.classes against the task's class count.
+void require_task_classes(const char* op, Index declared, Index classes) {
+  require<ConfigError>(declared == 0 || declared == classes, op, ": model.classifier.classes is ",
+                       declared, " but the task has ", classes, " classes; set it to ", classes,
+                       " or 0 (the task's)");
+}
+
 class ClassifierFamily final : public ModelFamily {
  public:
   const char* name() const override { return "classifier"; }
@@ -100,6 +107,12 @@ class ClassifierFamily final : public ModelFamily {
       require<ConfigError>(s.integer(key) >= 0, op, ": ", key, " is ", s.integer(key),
                            " but must be >= 0 (0: the task's)");
     classifier::data_config(c).validate();
+    // The tasks whose class count is known without a file are checked here,
+    // with the config (the text task's once its file is read, check_data).
+    if (c.data.task != data::TaskKind::Text) {
+      const Index classes = c.data.task == data::TaskKind::ListOps ? data::listops::kClasses : 2;
+      require_task_classes(op, s.integer("model.classifier.classes"), classes);
+    }
     require<ConfigError>(!c.model.causal, op,
                          ": model.causal is true but the classifier's encoder reads the whole "
                          "sequence in both directions; set model.causal = false");
@@ -113,11 +126,8 @@ class ClassifierFamily final : public ModelFamily {
   }
   void check_data(const config::RunConfig& config) const override {
     const auto task = data::make_class_task(classifier::data_config(config));
-    const Index declared = config.settings.integer("model.classifier.classes");
-    require<ConfigError>(declared == 0 || declared == task->classes(),
-                         "model.classifier.classes is ", declared, " but the task has ",
-                         task->classes(), " classes; set it to ", task->classes(),
-                         " or 0 (the task's)");
+    require_task_classes("data", config.settings.integer("model.classifier.classes"),
+                         task->classes());
     require<ConfigError>(task->vocab() <= config.model.vocab, "data.task ",
                          data::to_string(config.data.task), " has token ids below ", task->vocab(),
                          " but model.vocab is ", config.model.vocab);
