@@ -546,15 +546,18 @@ std::optional<StepResult> train_step(TrainingRun<T>& run) {
                 << " of train.skip_nonfinite = " << tc.skip_nonfinite << ")\n";
         return std::nullopt;
       }
+      const auto saved = io::latest_checkpoint(run.config.run_dir);
       throw DivergenceError(detail::concat(
           "train: step ", step + 1, " diverged: ", what,
-          "; the parameters were not updated and no checkpoint was saved. The newest "
-          "checkpoint is ",
-          newest_checkpoint(run.config.run_dir),
-          ". Start a new run with a lower train.learning_rate (", tc.learning_rate,
-          ") or with train.clip_norm set (", tc.clip_norm,
-          " now), or resume this one with train.skip_nonfinite = N (", tc.skip_nonfinite,
-          " now) to skip such batches"));
+          "; the parameters were not updated and no checkpoint was saved. ",
+          saved ? detail::concat("The newest checkpoint is ", *saved, ". ")
+                : std::string("The run has no checkpoint yet. "),
+          "Start a new run with a lower train.learning_rate (", tc.learning_rate,
+          ") or with train.clip_norm set (", tc.clip_norm, " now)",
+          saved ? detail::concat(", or resume this one with train.skip_nonfinite = N (",
+                                 tc.skip_nonfinite, " now) to skip such batches")
+                : std::string(", or with train.skip_nonfinite = N (") +
+                      std::to_string(tc.skip_nonfinite) + " now) to skip such batches"));
     }
     if (tc.clip_norm > 0) clip_grad_norm(w.params, tc.clip_norm, grad_norm);
     run.adam->step((*run.schedule)(step + 1));

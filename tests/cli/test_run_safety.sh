@@ -28,6 +28,9 @@ expect diverges 1 "diverged" -- train "$work/tiny.toml" "$(dir diverge)" train.l
 n=$(ls "$work/diverge/checkpoints/"*.h5 2>/dev/null | wc -l)
 [ "$n" -eq 1 ] && pass "finite_checkpoint_kept" || fail "finite_checkpoint_kept (found $n)"
 expect eval_after_divergence 0 "accuracy" -- eval "$work/diverge" --batches 1
+# Diverged before any checkpoint: nothing to resume, and the message says so.
+expect diverges_first 1 "The run has no checkpoint yet" -- train "$work/tiny.toml" \
+  "$(dir diverge_first)" train.learning_rate=1e30 train.steps=30 train.checkpoint_every=100
 
 # ---- a good run, then copies of it damaged in one way each
 "$bin" train "$work/tiny.toml" "$(dir good)" >/dev/null 2>&1 || fail "good_run"
