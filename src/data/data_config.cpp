@@ -107,8 +107,9 @@ void DataConfig::validate() const {
       require<ConfigError>(id_offset >= 0 && id_offset <= 65536, op, ": data.id_offset is ",
                            id_offset, " but must be in [0, 65536]");
       require<ConfigError>(vocab == 256 + id_offset, op, ": data.vocab is ", vocab,
-                           " but the bytes task's ids are data.id_offset + byte = ", id_offset,
-                           " ... ", 255 + id_offset, " (ids below data.id_offset are reserved), ",
+                           " but with data.id_offset = ", id_offset, " the bytes task's ids are ",
+                           id_offset, " ... ", 255 + id_offset,
+                           " (each byte plus the offset; the ids below it are reserved), ",
                            256 + id_offset, " in all; set data.vocab = ", 256 + id_offset);
       break;
     default:

@@ -760,6 +760,15 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
   Loaded loaded;
   loaded.checkpoint = resolve_checkpoint(run_or_checkpoint);
   const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
+  // A checkpoint's name that says another step than it holds is a mix-up
+  // (train --resume refuses it too); other names are the user's own.
+  const std::int64_t named = io::checkpoint_step(loaded.checkpoint);
+  if (named >= 0 && named != meta.step)
+    throw IoError(detail::concat("\"", loaded.checkpoint, "\" holds step ", meta.step,
+                                 " but its name says step ", named,
+                                 "; the file was renamed or mixed up: restore its name (",
+                                 fs::path(io::checkpoint_file(".", meta.step)).filename().string(),
+                                 ") or give it another name"));
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
   const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
   require<ConfigError>(loaded.config.train.dtype == stored.train.dtype, "the checkpoint ",
