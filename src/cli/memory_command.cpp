@@ -36,6 +36,7 @@ struct MemoryArgs {
   std::string out;
   bool explain = false;
   std::vector<std::string> overrides;
+  std::vector<std::string> notes;  // overrides that some variants set themselves
   // The words given to --lengths, --layers and --batch (parsed in run_memory).
   std::vector<std::string> length_words, layer_words, batch_words;
 };
@@ -66,6 +67,14 @@ std::vector<std::int64_t> integers(const std::vector<std::string>& words, const 
 }
 
 double mib(std::int64_t bytes) { return double(bytes) / (1 << 20); }
+
+// "a, b and c".
+std::string list_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
 
 // A note as a CSV field ("" doubled) or a JSON string (quote, backslash and
 // control characters escaped).
@@ -115,15 +124,30 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     // Model overrides (model.d_model=512, model.lsh.chunk=128, ...) go through
     // the config parser, so a typo is named like in a config file.
     sweep = family.sweep(args.overrides);
-    // An override of a key that every point sets itself would be dropped.
-    for (const auto& variant : args.variants)
-      for (const auto& set : sweep->keys_set(variant))
-        for (const auto& override_ : args.overrides)
-          require<ConfigError>(
-              config::override_key(override_) != set.key, "memory: the override '", override_,
-              "' would have no effect: ", set.by, " sets ", set.key,
-              " at every point; leave it out (--layers sets the depth, --lengths the length, and "
-              "--variants the attention, rounds, reversibility and chunking: see docs/memory.md)");
+    // An override of a key (or a section) that a point sets itself is dropped
+    // at that point: refused when every variant sets it, else named below.
+    for (const auto& override_ : args.overrides) {
+      const auto keys = config::override_keys(override_);
+      std::vector<std::string> setting;
+      std::string by, what;
+      for (const auto& variant : args.variants)
+        for (const auto& set : sweep->keys_set(variant))
+          if (std::find(keys.begin(), keys.end(), set.key) != keys.end()) {
+            by = setting.empty() || by == set.by ? set.by : "each variant";
+            what = set.key;
+            setting.push_back(variant);
+            break;
+          }
+      require<ConfigError>(setting.size() < args.variants.size(), "memory: the override '",
+                           override_, "' would have no effect: ", by, " sets ", what,
+                           " at every point; leave it out (--layers sets the depth, --lengths "
+                           "the length, and --variants the attention, rounds, reversibility and "
+                           "chunking: see docs/memory.md)");
+      if (!setting.empty())
+        args.notes.push_back(detail::concat("note: the override '", override_,
+                                            "' does not apply to the points of ", list_of(setting),
+                                            ", which set ", what, " themselves"));
+    }
     require<ConfigError>(args.dtype == "float" || args.dtype == "double", "memory: --dtype is '",
                          args.dtype, "' but must be float or double");
     for (const auto& precision : args.precisions) {
@@ -180,6 +204,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
   const std::size_t total = args.variants.size() * args.lengths.size() * args.layers.size() *
                             (args.tokens ? 1 : args.batches.size()) * args.precisions.size();
   std::size_t index = 0;
+  for (const auto& note : args.notes) std::printf("%s\n", note.c_str());
   std::printf("%-9s %7s %6s %5s %-9s %9s %10s %10s %8s  %s  %s\n", "variant", "length", "layers",
               "batch", "precision", "s/step", "peak MiB", "predicted", "ratio",
               "state MiB (params+grads+Adam)", "launches/step");

@@ -30,7 +30,7 @@ struct RunArgs {
   std::vector<std::string> overrides;
   bool resume = false;
   std::string split = "valid";
-  std::int64_t batches = 8;
+  std::int64_t batches = train::kDefaultEvalBatches;  // 8, at most the split
   std::vector<std::string> prompts;
   std::int64_t tokens = 0;
   double temperature = 0;
@@ -51,7 +51,7 @@ int config_error(const std::exception& e) {
 int run_train(const GlobalOptions& global, const RunArgs& args) {
   config::RunConfig config;
   try {
-    config = config::load_run_config(args.target, args.overrides);
+    config = config::load_run_config(args.target, args.overrides, !args.resume);
     config.validate();
     // A missing, special or malformed data file fails here.
     train::check_run_data(config);
@@ -95,9 +95,9 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
   try {
     split = parse_split(args.split);
     const auto checkpoint = train::resolve_checkpoint(args.target);
-    config::parse_run_config(io::read_checkpoint_meta(checkpoint).config, checkpoint,
-                             args.overrides)
-        .validate();
+    const auto meta = io::read_checkpoint_meta(checkpoint);
+    train::check_checkpoint_name(checkpoint, meta.step);
+    config::parse_run_config(meta.config, checkpoint, args.overrides).validate();
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
@@ -120,8 +120,9 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     // A missing run or checkpoint, or a config that no longer parses, exits 2
     // before anything starts.
     const auto checkpoint = train::resolve_checkpoint(args.target);
-    const auto config = config::parse_run_config(io::read_checkpoint_meta(checkpoint).config,
-                                                 checkpoint, args.overrides);
+    const auto meta = io::read_checkpoint_meta(checkpoint);
+    train::check_checkpoint_name(checkpoint, meta.step);
+    const auto config = config::parse_run_config(meta.config, checkpoint, args.overrides);
     config.validate();
     // An empty or blank prompt is refused: the family would read it as no
     // prompt and silently continue the validation text instead.
@@ -176,8 +177,9 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   overrides(eval);
   eval->add_option("--split", args.split, "train, valid or test (default valid)");
   eval->add_option("--batches", args.batches,
-                   "Batches to evaluate (default 8; 0: the whole split of a run whose splits end: "
-                   "Transformer-XL, a classification task's valid and test, at most that many)")
+                   "Batches to evaluate (default 8, or the whole split if it holds fewer; 0: the "
+                   "whole split of a run whose splits end: Transformer-XL, a classification "
+                   "task's valid and test, which refuse more than they hold)")
       ->check(CLI::Range(0, 1 << 30));
   eval->callback([&run, &global] { run = [&global] { return run_eval(global, args); }; });
 

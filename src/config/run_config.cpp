@@ -612,9 +612,10 @@ void apply_override(TomlNode& root, const std::string& override_text) {
   } catch (const ConfigError& e) {
     // A bare word is a string: data.path=corpus.txt, model.positions=axial;
     // but not a number TOML refused (one too large for 64 bits).
-    const bool number = !text.empty() &&
-                        text.find_first_not_of("+-0123456789_.eE") == std::string::npos &&
-                        text.find_first_of("0123456789") != std::string::npos;
+    // (An integer: a sign only in front; "2024-06" and "1.2.3" stay strings.)
+    const bool number = text.find_first_not_of("+-0123456789_") == std::string::npos &&
+                        text.find_first_of("0123456789") != std::string::npos &&
+                        text.find_first_of("+-", 1) == std::string::npos;
     if (!text.empty() && (number || std::string("[{\"'").find(text.front()) != std::string::npos)) {
       const std::string message = e.what();
       const auto what = message.find("TOML syntax error: ");
@@ -698,6 +699,23 @@ void validate_with_origins(const Validate& validate, const std::string& source_n
 
 std::string override_key(const std::string& override_text) {
   return trim(override_text.substr(0, override_text.find('=')));
+}
+
+std::vector<std::string> override_keys(const std::string& override_text) {
+  TomlNode root;
+  apply_override(root, override_text);
+  std::vector<std::string> out;
+  const std::function<void(const TomlNode&, const std::string&)> leaves =
+      [&](const TomlNode& node, const std::string& path) {
+        if (node.type != Type::Table) {
+          out.push_back(path);
+          return;
+        }
+        for (const auto& [name, value] : node.table)
+          leaves(value, path.empty() ? name : path + "." + name);
+      };
+  leaves(root, "");
+  return out;
 }
 
 void validate_common(const RunConfig& c, const char* op) {
@@ -873,27 +891,34 @@ Reader read_config(const std::string& toml_text, const std::string& source_name,
 
 namespace {
 
-// A run config that sets a key its family does not read, to anything but the
-// key's default, is refused by name: the value would be silently ignored. A
+// Whether `family` reads `key` (a key or a section of keys, "model.lsh"): a
 // family's own keys (ModelSection::own_keys) are read by that family alone;
-// of the shared keys, the model.* ones are asked of ModelSection::reads.
+// the shared model.* keys are asked of ModelSection::reads; every other key
+// (run, data, train) is read by every family.
+bool family_reads(const ModelSection& family, const std::string& key) {
+  for (const ModelSection* f : model_sections())
+    for (const FamilyKey& own : f->own_keys())
+      if (key_in(own.name, {key.c_str()}) || key_in(key, {own.name.c_str()})) return f == &family;
+  return key.rfind("model.", 0) != 0 || family.reads(key);
+}
+
+// "; it is read by model.type = \"a\", \"b\"", or "" when no family reads it.
+std::string readers_of(const std::string& key) {
+  std::vector<std::string> readers;
+  for (const ModelSection* f : model_sections())
+    if (family_reads(*f, key)) readers.push_back(concat("\"", f->name(), "\""));
+  return readers.empty() ? std::string() : concat("; it is read by model.type = ", joined(readers));
+}
+
+// A run config that sets a key its family does not read, to anything but the
+// key's default, is refused by name: the value would be silently ignored.
 void refuse_unread_keys(const Reader& reader, const std::string& source_name, bool only_overrides) {
   const RunConfig defaults;
   const ModelSection& family = model_section(reader.config.model_type);
-  std::map<std::string, const ModelSection*> owner;
-  for (const ModelSection* f : model_sections())
-    for (const FamilyKey& key : f->own_keys()) owner[key.name] = f;
   for (const Key& key : keys()) {
-    const auto own = owner.find(key.name);
-    const bool shared_model_key = own == owner.end() && key.name.rfind("model.", 0) == 0;
-    if (own == owner.end() && !shared_model_key) continue;
-    if (own != owner.end() ? own->second == &family : family.reads(key.name)) continue;
+    if (family_reads(family, key.name)) continue;
     const std::string value = key.write(reader.config);
     if (value == key.write(defaults)) continue;
-    std::vector<std::string> readers;
-    for (const ModelSection* f : model_sections())
-      if (own != owner.end() ? own->second == f : f->reads(key.name))
-        readers.push_back(concat("\"", f->name(), "\""));
     const auto origin = reader.origins.find(key.name);
     if (only_overrides &&
         (origin == reader.origins.end() || origin->second.rfind("override '", 0) != 0))
@@ -902,9 +927,7 @@ void refuse_unread_keys(const Reader& reader, const std::string& source_name, bo
         source_name, ": ", key.name, " is ", value,
         origin != reader.origins.end() ? concat(" (from ", origin->second, ")") : std::string(),
         " but model.type = \"", family.name(), "\" (", family.description(),
-        ") does not read it, so it would have no effect",
-        readers.empty() ? std::string() : concat("; it is read by model.type = ", joined(readers)),
-        ". Remove it"));
+        ") does not read it, so it would have no effect", readers_of(key.name), ". Remove it"));
   }
 }
 
@@ -922,6 +945,16 @@ RunConfig parse_and_check(const std::string& toml_text, const std::string& sourc
 }
 
 }  // namespace
+
+void require_family_reads(const ModelSection& family, const std::vector<std::string>& overrides,
+                          const std::string& source_name) {
+  for (const auto& override_text : overrides)
+    for (const auto& key : override_keys(override_text))
+      require<ConfigError>(family_reads(family, key), source_name, ": the override '",
+                           override_text, "' sets ", key, ", which model.type = \"", family.name(),
+                           "\" (", family.description(), ") does not read", readers_of(key),
+                           "; leave it out");
+}
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {
@@ -968,12 +1001,13 @@ models::TransformerXLConfig parse_xl_config(const std::string& toml_text,
   return config;
 }
 
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                          bool file_keys_checked) {
   // A FIFO, a device or a folder is refused before it is opened (a FIFO would
   // block the read forever).
   return parse_and_check(
       io::read_text_file(path, "config", "give the path of a TOML run config (experiments/*.toml)"),
-      path, overrides, false);
+      path, overrides, !file_keys_checked);
 }
 
 std::string to_toml(const RunConfig& config) {

@@ -760,15 +760,7 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
   Loaded loaded;
   loaded.checkpoint = resolve_checkpoint(run_or_checkpoint);
   const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
-  // A checkpoint's name that says another step than it holds is a mix-up
-  // (train --resume refuses it too); other names are the user's own.
-  const std::int64_t named = io::checkpoint_step(loaded.checkpoint);
-  if (named >= 0 && named != meta.step)
-    throw IoError(detail::concat("\"", loaded.checkpoint, "\" holds step ", meta.step,
-                                 " but its name says step ", named,
-                                 "; the file was renamed or mixed up: restore its name (",
-                                 fs::path(io::checkpoint_file(".", meta.step)).filename().string(),
-                                 ") or give it another name"));
+  check_checkpoint_name(loaded.checkpoint, meta.step);
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
   const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
   require<ConfigError>(loaded.config.train.dtype == stored.train.dtype, "the checkpoint ",
@@ -798,6 +790,8 @@ EvalResult evaluate_typed(const Loaded& run, data::Split split, std::int64_t bat
   // A split with an end is evaluated at most once: further batches would
   // score its first ones again (Transformer-XL's streams wrap around).
   const std::int64_t all = workload->batches_in_split(split, run.config.train.batch);
+  if (batches == kDefaultEvalBatches)  // 8, or the whole of a smaller split
+    batches = all >= 0 ? std::min<std::int64_t>(8, all) : 8;
   require<ConfigError>(batches > 0 || all >= 0, "eval: this run's ", data::to_string(split),
                        " batches (", workload->describe(),
                        ") are drawn at random, so the split has no number of batches that "
@@ -822,6 +816,17 @@ TrainSummary run_training(const config::RunConfig& config, const TrainOptions& o
 
 void check_run_data(const config::RunConfig& config) { model_family(config).check_data(config); }
 
+// A checkpoint's name that says another step than it holds is a mix-up
+// (train --resume refuses it too); other names are the user's own.
+void check_checkpoint_name(const std::string& checkpoint, std::int64_t step) {
+  const std::int64_t named = io::checkpoint_step(checkpoint);
+  if (named >= 0 && named != step)
+    throw IoError(detail::concat(
+        "\"", checkpoint, "\" holds step ", step, " but its name says step ", named,
+        "; the file was renamed or mixed up: restore its name (",
+        fs::path(io::checkpoint_file(".", step)).filename().string(), ") or give it another name"));
+}
+
 std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
   require<IoError>(fs::exists(run_or_checkpoint), "'", run_or_checkpoint,
                    "' does not exist; give a run folder or a checkpoint file");
@@ -835,8 +840,8 @@ std::string resolve_checkpoint(const std::string& run_or_checkpoint) {
 EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
                                const std::vector<std::string>& overrides, data::Split split,
                                std::int64_t batches) {
-  require<ConfigError>(batches >= 0, "eval: batches is ", batches,
-                       " but must be positive, or 0 for the whole split (Transformer-XL)");
+  require<ConfigError>(batches >= 0 || batches == kDefaultEvalBatches, "eval: batches is ", batches,
+                       " but must be positive, or 0 for the whole split");
   const auto run = load_run(run_or_checkpoint, overrides);
   if (run.config.train.dtype == "double") return evaluate_typed<double>(run, split, batches);
   return evaluate_typed<float>(run, split, batches);
@@ -852,21 +857,13 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
                        " but must be in (0, 1] (1 keeps every token)");
   const GenerateOptions defaults;
   const bool sampling = o.temperature > 0;
-  const char* greedy =
-      " has no effect with temperature 0 (greedy decoding, the default); give "
-      "a temperature > 0 (e.g. --temperature 1) to sample";
-  require<ConfigError>(sampling || o.top_k == 0, "generate: top_k ", o.top_k, greedy);
-  require<ConfigError>(sampling || o.top_p == 1, "generate: top_p ", o.top_p, greedy);
-  require<ConfigError>(o.beam > 1 || o.length_penalty == defaults.length_penalty,
-                       "generate: length_penalty ", o.length_penalty,
-                       " weighs beam search's hypotheses and has no effect without a beam > 1 "
-                       "(--beam, the encoder-decoder's)");
-  if (beam_search) {
+  if (beam_search) {  // first: the sampling options are not its to take at all
     const char* why =
         " but the encoder-decoder decodes greedily, or by beam search with --beam, "
         "and ends each target at its end symbol; ";
-    require<ConfigError>(!sampling, "generate: temperature is ", o.temperature, why,
-                         "it does not sample (leave out --temperature)");
+    require<ConfigError>(!sampling && o.top_k == 0 && o.top_p == 1, "generate: temperature ",
+                         o.temperature, ", top_k ", o.top_k, " and top_p ", o.top_p, " given", why,
+                         "it does not sample (leave out --temperature, --top-k, --top-p)");
     require<ConfigError>(o.stop.empty(), "generate: ", o.stop.size(), " stop id(s) given", why,
                          "leave out --stop");
     require<ConfigError>(o.cache, "generate: --no-cache given", why,
@@ -876,6 +873,15 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
                          " but this model decodes greedily or samples (--temperature, --top-k, "
                          "--top-p); beam search is the encoder-decoder's (leave out --beam)");
   }
+  const char* greedy =
+      " has no effect with temperature 0 (greedy decoding, the default); give "
+      "a temperature > 0 (e.g. --temperature 1) to sample";
+  require<ConfigError>(sampling || o.top_k == 0, "generate: top_k ", o.top_k, greedy);
+  require<ConfigError>(sampling || o.top_p == 1, "generate: top_p ", o.top_p, greedy);
+  require<ConfigError>(o.beam > 1 || o.length_penalty == defaults.length_penalty,
+                       "generate: length_penalty ", o.length_penalty,
+                       " weighs beam search's hypotheses and has no effect without a beam > 1 "
+                       "(--beam, the encoder-decoder's)");
 }
 
 GenerateResult generate(const std::string& run_or_checkpoint,

@@ -75,7 +75,15 @@ grep -q '^full,4096,2,1,skipped,.*exceeds the budget of 1.02 MiB' "$out/sweep.cs
 expect memory_override_rounds 2 "'model.lsh.n_hashes=8' would have no effect: the variant lsh-2" -- \
   memory --variants lsh-2 model.lsh.n_hashes=8
 expect memory_override_chunk 2 "the variant full (unchunked) sets model.ff_chunk" -- \
-  memory --variants full,reformer model.ff_chunk=32
+  memory --variants full model.ff_chunk=32
+# When only some variants set the key, the others take it and a note names the rest.
+# shellcheck disable=SC2086
+expect memory_override_note 0 "note: the override 'model.ff_chunk=32' does not apply to the points of full, which set model.ff_chunk themselves" -- \
+  memory --variants full,reformer --lengths 64 --steps 0 --out "$out/note" $small model.ff_chunk=32
+expect memory_override_table 2 "the variant lsh-2 sets model.lsh.n_hashes" -- \
+  memory --variants lsh-2 'model.lsh={n_hashes=8}'
+expect memory_override_unread 2 "sets model.layers, which model.type = \"transformer\" (the encoder-decoder) does not read" -- \
+  memory --model transformer model.layers=6
 expect memory_override_depth 2 "--layers sets model.seq2seq.encoder_layers" -- \
   memory --model transformer --variants full model.seq2seq.encoder_layers=1
 expect memory_override_mem_len 2 "the variant xl-mem0 (xl-mem0: 0" -- \

@@ -71,7 +71,7 @@ refused dangling "step_00000012.h5\": No such file" 2
 # Renamed: the name says another step than the file holds (eval read it as it was).
 rm -rf "$work/renamed" && cp -r "$work/good" "$work/renamed"
 mv "$work/renamed/$newest" "$work/renamed/checkpoints/step_00000099.h5"
-refused renamed "holds step 12 but its name says step 99" 1
+refused renamed "holds step 12 but its name says step 99" 2
 
 # ---- run.dir naming a file is a config error (it read as a full disk)
 expect run_dir_is_a_file 2 "which is a file, not a folder" -- train "$work/tiny.toml" \

@@ -67,7 +67,7 @@ expect source_too_long 2 "the source has 8 symbols but must have between 1 and d
   -- generate "$work/run" --prompt "3 4 5 6 7 3 4 5"
 expect source_not_ids 2 "'x' is not a token id" -- generate "$work/run" --prompt "3 x"
 expect beam_zero 2 "--beam" -- generate "$work/run" --beam 0
-expect beam_sampled 2 "temperature is 1 but the encoder-decoder decodes greedily, or by beam" -- \
+expect beam_sampled 2 "temperature 1, top_k 0 and top_p 1 given but the encoder-decoder decodes greedily, or by beam" -- \
   generate "$work/run" --beam 2 --temperature 1
 expect seq2seq_stop 2 "1 stop id(s) given but the encoder-decoder" -- generate "$work/run" --stop 2
 expect seq2seq_no_cache 2 "--no-cache given but the encoder-decoder" -- generate "$work/run" --no-cache

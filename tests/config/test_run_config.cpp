@@ -600,6 +600,11 @@ TEST(RunConfig, UnreadKeysInAFileAreRefusedInAStoredTextOnlyInOverrides) {
   }
   expect_error<ConfigError>([&] { config::load_run_config(path); },
                             {"model.xl.mem_len is 5", path + ":2:", "does not read it"});
+  // train --resume reads the file that began the run as it is (its overrides
+  // are checked): a run begun before the rule still resumes.
+  EXPECT_EQ(config::load_run_config(path, {}, false).xl.mem_len, 5);
+  expect_error<ConfigError>([&] { config::load_run_config(path, {"model.xl.clamp_len=3"}, false); },
+                            {"model.xl.clamp_len is 3", "override"});
   std::filesystem::remove(path);
   EXPECT_EQ(parse(text).xl.mem_len, 5);
   expect_error<ConfigError>([&] { parse(text, {"model.seq2seq.encoder_layers=4"}); },

@@ -84,8 +84,6 @@ TEST(Trainer, CachedGenerationMatchesRerunningTheModel) {
                             {"prompt 2 has 16 tokens", "model.max_length - 1 = 15"});
 }
 
-// Stopping at step 3 and resuming gives the losses of the uninterrupted run:
-// bitwise on Serial, within 1e-6 elsewhere (threaded reductions).
 // Options a family would not read, or that have no effect at the others'
 // values, are refused by name (the CLI calls this before any work).
 TEST(Generate, OptionsWithoutEffectAreRefused) {
@@ -115,7 +113,10 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
       {with([](auto& o) { o.top_p = 0.9; }), false, {"top_p 0.9 has no effect", "--temperature"}},
       {with([](auto& o) { o.length_penalty = 1.0; }), true, {"length_penalty 1", "beam > 1"}},
       {with([](auto& o) { o.beam = 2; }), false, {"beam is 2", "the encoder-decoder's"}},
-      {with([](auto& o) { o.temperature = 1; }), true, {"temperature is 1", "does not sample"}},
+      {with([](auto& o) { o.temperature = 1; }),
+       true,
+       {"temperature 1, top_k 0", "does not sample"}},
+      {with([](auto& o) { o.top_k = 5; }), true, {"top_k 5", "does not sample", "--top-k"}},
       {with([](auto& o) { o.stop = {3}; }), true, {"1 stop id(s) given", "leave out --stop"}},
       {with([](auto& o) { o.cache = false; }), true, {"--no-cache given"}},
       {with([](auto& o) { o.temperature = std::nan(""); }), false, {"must be finite"}},
@@ -124,6 +125,8 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
     expect_error<ConfigError>([&] { check_generate_options(options, beam_search); }, parts);
 }
 
+// Stopping at step 3 and resuming gives the losses of the uninterrupted run:
+// bitwise on Serial, within 1e-6 elsewhere (threaded reductions).
 TEST(Trainer, ResumeContinuesTheSameLosses) {
   TempDir dir;
   train::TrainOptions options = quiet_options();
@@ -674,6 +677,10 @@ TEST(Trainer, TransformerXLEvaluatesItsValidSplitAtMostOnce) {
   EXPECT_GT(whole.tokens, 0);
   EXPECT_EQ(summary.last_eval.tokens, whole.tokens);
   EXPECT_NEAR(summary.last_eval.loss, whole.loss, 1e-5 * whole.loss);
+  // eval without --batches: 8 batches (2 streams of 8 tokens), at most the split.
+  const auto by_default =
+      train::evaluate_checkpoint(run, {}, data::Split::Valid, train::kDefaultEvalBatches);
+  EXPECT_EQ(by_default.tokens, std::min<std::int64_t>(8 * 16, whole.tokens));
 }
 
 // Transformer-XL's config: the task must be a text, [eval] belongs to it.

@@ -121,12 +121,25 @@ models::ReformerConfig lm_config(const RunConfig& config);
 // (data.path=corpus.txt, model.positions=axial). IoError if the file cannot be read.
 // A key that the family of model.type does not read (ModelSection::reads, a
 // family's own keys), set to anything but its default in the file or an
-// override, is a ConfigError naming it and the families that read it.
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// override, is a ConfigError naming it and the families that read it; with
+// `file_keys_checked` false only in the overrides (train --resume: the file
+// began a run, perhaps before the rule, and must match its stored config).
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                          bool file_keys_checked = true);
 
 // The dotted key of an override ("model.lsh.n_hashes" of "model.lsh.n_hashes = 8"),
 // as load_run_config reads it; the whole text, trimmed, when it has no '='.
 std::string override_key(const std::string& override_text);
+// Every dotted key an override sets: its key, or the keys of a table it gives
+// ("model.lsh={chunk=32, n_hashes=4}": model.lsh.chunk and model.lsh.n_hashes).
+// ConfigError for an override that is not section.key=value with a TOML value.
+std::vector<std::string> override_keys(const std::string& override_text);
+
+// ConfigError naming the first override (section.key=value) whose key, or
+// section, `family` does not read (its own keys and ModelSection::reads), for
+// readers of a model alone (`reformer memory`'s sweeps).
+void require_family_reads(const ModelSection& family, const std::vector<std::string>& overrides,
+                          const std::string& source_name);
 
 // The same from TOML text; `source_name` names it in messages and gives the
 // default run.dir and run.name (its file stem). The text may be a stored

@@ -68,9 +68,16 @@ TrainSummary run_training(const config::RunConfig& config, const TrainOptions& o
 // the path when there is none).
 std::string resolve_checkpoint(const std::string& run_or_checkpoint);
 
+// IoError when a checkpoint's name (step_<N>.h5) says another step than the
+// `step` it holds: a file renamed or mixed up (any other name is the user's).
+void check_checkpoint_name(const std::string& checkpoint, std::int64_t step);
+
 // Loads the checkpoint's config, applies `overrides` (e.g. model.lsh.n_hashes=8
 // or model.attention=["full"]: parameters must still match), loads the
-// parameters and evaluates `batches` batches of the split.
+// parameters and evaluates `batches` batches of the split: 0 the whole of a
+// split with an end (more than it holds is refused), kDefaultEvalBatches
+// (`reformer eval` without --batches) 8 or the whole split if it holds fewer.
+constexpr std::int64_t kDefaultEvalBatches = -1;
 EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
                                const std::vector<std::string>& overrides, data::Split split,
                                std::int64_t batches);

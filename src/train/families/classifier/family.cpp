@@ -68,9 +68,11 @@ class ClassifierFamily final : public ModelFamily {
   const char* description() const override { return "an encoder classifier"; }
   bool takes_task(data::TaskKind task) const override { return data::is_class_task(task); }
   // The language model's keys (its encoder), not the encoder-decoder's or
-  // Transformer-XL's.
+  // Transformer-XL's, nor the language model's output (its head has no tied
+  // weights and no loss chunks: models/classifier.cpp).
   bool reads(const std::string& key) const override {
-    return !config::key_in(key, {"model.seq2seq", "model.xl"});
+    return !config::key_in(
+        key, {"model.seq2seq", "model.xl", "model.tie_embeddings", "model.loss_chunk"});
   }
   std::vector<config::FamilyKey> own_keys() const override {
     return {

@@ -142,9 +142,12 @@ std::unique_ptr<SweepModel> make_sweep(const std::vector<std::string>& overrides
   for (const auto& o : overrides)
     require<ConfigError>(o.rfind("model.", 0) == 0, "reformer memory: the override '", o,
                          "' is not a model key; only model.* keys apply here");
-  // A run around the base (its data only makes the config whole).
+  // A run around the base (its data only makes the config whole; the text
+  // task, whose class count comes from its file, which is never read here,
+  // takes any model.classifier.classes).
   const auto run = config::parse_run_config(
-      std::string(sweep_base()) + "[data]\ntask = \"matching_ends\"\nlength = 128\nvocab = 16\n",
+      std::string(sweep_base()) +
+          "[data]\ntask = \"text\"\npath = \"(not read by the sweep)\"\nlength = 128\n",
       "reformer memory", overrides);
   models::ClassifierConfig base = model_config(run, 0);
   base.encoder = run.model;  // buckets follow each length (no data.length)

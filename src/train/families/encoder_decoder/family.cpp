@@ -85,6 +85,11 @@ class EncoderDecoderFamily final : public ModelFamily {
   const char* sweep_base() const override { return sweep_base_transformer(); }
   const std::vector<std::string>& sweep_variants() const override { return sweep_variant_names(); }
   std::unique_ptr<SweepModel> sweep(const std::vector<std::string>& overrides) const override {
+    // A run's vocabulary is its task's; the sweep's is model.vocab (no task).
+    std::vector<std::string> checked;
+    for (const auto& o : overrides)
+      if (config::override_keys(o) != std::vector<std::string>{"model.vocab"}) checked.push_back(o);
+    config::require_family_reads(*this, checked, "reformer memory");
     return make_sweep(config::parse_transformer_config(sweep_base(), "reformer memory", overrides),
                       [](models::TransformerConfig& c, Index layers) {
                         c.encoder_layers = c.decoder_layers = layers;

@@ -49,7 +49,10 @@ GenerateResult generate_encoder_decoder(const std::string& checkpoint, const con
   Kokkos::View<int**, Layout, MemSpace> valid("generate_source_valid", 1, length);
   Kokkos::deep_copy(source, row.source);
   Kokkos::deep_copy(valid, row.source_valid);
-  const Index limit = options.tokens > 0 ? std::min<Index>(length, options.tokens) : length;
+  require<ConfigError>(options.tokens <= length, "generate: --tokens ", options.tokens,
+                       " but the encoder-decoder's targets hold at most data.length = ", length,
+                       " symbols; ask for at most ", length);
+  const Index limit = options.tokens > 0 ? Index(options.tokens) : length;
   std::vector<std::vector<int>> out;
   if (options.beam != 1) {  // beam_search checks the size
     models::BeamOptions beam;

@@ -116,15 +116,13 @@ models::TransformerConfig variant_config(const std::string& variant, models::Tra
   }
   base.max_length = length;
   base.validate();
-  // The kernels' length rules, named as a run's would be.
-  if (spec.encoder == AttentionKind::Lsh && length > base.lsh.chunk)
-    require<ConfigError>(length % base.lsh.chunk == 0, "memory sweep: length ", length,
-                         " is not a multiple of model.lsh.chunk = ", base.lsh.chunk, " (", variant,
-                         ")");
-  if (spec.encoder == AttentionKind::Local || spec.decoder == AttentionKind::Local)
-    require<ConfigError>(length % base.local.chunk == 0, "memory sweep: length ", length,
-                         " is not a multiple of model.local.chunk = ", base.local.chunk, " (",
-                         variant, ")");
+  // The kernels' length rules, named as a run's would be, with the variant.
+  try {
+    base.validate_lengths(length, length);
+  } catch (const ConfigError& e) {
+    throw ConfigError(
+        detail::concat("memory sweep (", variant, ", --lengths ", length, "): ", e.what()));
+  }
   return base;
 }
 

@@ -64,6 +64,7 @@ class ReformerLMFamily final : public ModelFamily {
   const char* sweep_base() const override { return sweep_base_model(); }
   const std::vector<std::string>& sweep_variants() const override { return sweep_variant_names(); }
   std::unique_ptr<SweepModel> sweep(const std::vector<std::string>& overrides) const override {
+    config::require_family_reads(*this, overrides, "reformer memory");
     return make_sweep(config::parse_model_config(sweep_base(), "reformer memory", overrides),
                       [](models::ReformerConfig& c, Index layers) { c.layers = layers; });
   }

@@ -100,6 +100,7 @@ class TransformerXLFamily final : public ModelFamily {
     return sweep_xl_variant_names();
   }
   std::unique_ptr<SweepModel> sweep(const std::vector<std::string>& overrides) const override {
+    config::require_family_reads(*this, overrides, "reformer memory");
     return make_sweep(config::parse_xl_config(sweep_base(), "reformer memory", overrides),
                       [](models::TransformerXLConfig& c, Index layers) { c.layers = layers; });
   }

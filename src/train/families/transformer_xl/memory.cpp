@@ -95,18 +95,27 @@ const std::vector<std::string>& sweep_xl_variant_names() {
   return names;
 }
 
-XLStepConfig variant_config(const std::string& variant, models::TransformerXLConfig base,
-                            Index length) {
+namespace {
+
+void require_xl_variant(const std::string& variant) {
   const auto& names = sweep_xl_variant_names();
   require<ConfigError>(std::find(names.begin(), names.end(), variant) != names.end(),
                        "memory sweep: variant '", variant,
                        "' is unknown for Transformer-XL; choose xl-mem0, xl or xl-mem4x");
+}
+
+}  // namespace
+
+XLStepConfig variant_config(const std::string& variant, models::TransformerXLConfig base,
+                            Index length) {
+  require_xl_variant(variant);
   base.validate();
   return {base, variant == "xl-mem0" ? 0 : variant == "xl" ? length : 4 * length};
 }
 
 std::vector<SweepSetKey> variant_keys(const std::string& variant,
                                       const models::TransformerXLConfig&) {
+  require_xl_variant(variant);
   return {{"model.layers", "--layers"},
           {"model.xl.mem_len", "the variant " + variant +
                                    " (xl-mem0: 0, xl: the length, "
