@@ -1,16 +1,19 @@
 #include "reformer/models/model_sizes.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "config/value_rules.hpp"
 
 namespace reformer::models {
 
 void ModelSizes::validate_sizes(const char* op) const {
-  for (const auto& [key, value] : {std::pair<const char*, Index>{"model.d_model", d_model},
-                                   {"model.d_ff", d_ff},
-                                   {"model.heads", heads},
-                                   {"model.d_head", d_head}})
+  // (An array, not a braced list: nvcc 11.8 cannot deduce a list of pairs.)
+  const std::pair<const char*, Index> sizes[] = {{"model.d_model", d_model},
+                                                 {"model.d_ff", d_ff},
+                                                 {"model.heads", heads},
+                                                 {"model.d_head", d_head}};
+  for (const auto& [key, value] : sizes)
     require<ConfigError>(value > 0, op, ": ", key, " is ", value, " but must be positive");
   require_rate(op, "model.dropout", dropout);
   require_rate(op, "model.attention_dropout", attention_dropout);
