@@ -505,9 +505,9 @@ TEST(RunConfig, KeysTheFamilyDoesNotReadAreRefused) {
        {"model.attention is [\"full\"]", "(from override", "Transformer-XL"}},
       {with(xl, "model.lsh.n_hashes=4"), {"model.lsh.n_hashes is 4"}},
       {with(xl, "model.positions=\"learned\""), {"model.positions is \"learned\""}}};
-  for (const auto& [overrides, parts] : refused) {
-    SCOPED_TRACE(overrides.back());
-    expect_error<ConfigError>([&] { parse("", overrides); }, parts);
+  for (const auto& c : refused) {  // (nvcc: no structured bindings in a lambda)
+    SCOPED_TRACE(c.first.back());
+    expect_error<ConfigError>([&] { parse("", c.first); }, c.second);
   }
   // What each family reads is accepted, and so is any key at its default.
   EXPECT_NO_THROW(parse("", with(seq2seq, "model.lsh.n_hashes=4")));

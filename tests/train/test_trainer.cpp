@@ -121,8 +121,9 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
       {with([](auto& o) { o.cache = false; }), true, {"--no-cache given"}},
       {with([](auto& o) { o.temperature = std::nan(""); }), false, {"must be finite"}},
       {with([](auto& o) { o.top_p = 0; }), false, {"top_p is 0", "(0, 1]"}}};
-  for (const auto& [options, beam_search, parts] : refused)
-    expect_error<ConfigError>([&] { check_generate_options(options, beam_search); }, parts);
+  for (const auto& c : refused)  // (nvcc: no structured bindings in a lambda)
+    expect_error<ConfigError>([&] { check_generate_options(std::get<0>(c), std::get<1>(c)); },
+                              std::get<2>(c));
 }
 
 // Stopping at step 3 and resuming gives the losses of the uninterrupted run:
