@@ -50,6 +50,25 @@ void move_overrides(std::vector<std::string>& words, std::vector<std::string>& o
   words = kept;
 }
 
+// An option's words split at commas ("1024,2048 4096" is three items); an empty
+// item ("256,,512", a trailing comma) is refused rather than dropped. Split
+// here, not by CLI11, so that an override word moved out first keeps its commas.
+std::vector<std::string> comma_items(const std::vector<std::string>& words, const char* option) {
+  std::vector<std::string> items;
+  for (const auto& word : words) {
+    std::size_t begin = 0;
+    while (true) {
+      const std::size_t comma = std::min(word.find(',', begin), word.size());
+      require<ConfigError>(comma > begin, "memory: ", option, " has an empty item in '", word,
+                           "'; separate the values by single commas (e.g. ", option, " 1024,2048)");
+      items.push_back(word.substr(begin, comma - begin));
+      if (comma == word.size()) break;
+      begin = comma + 1;
+    }
+  }
+  return items;
+}
+
 // The integers of an option's words; ConfigError naming the option and the word.
 std::vector<std::int64_t> integers(const std::vector<std::string>& words, const char* option,
                                    const std::vector<std::int64_t>& fallback) {
@@ -117,6 +136,12 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     move_overrides(args.length_words, args.overrides);
     move_overrides(args.layer_words, args.overrides);
     move_overrides(args.batch_words, args.overrides);
+    move_overrides(args.precisions, args.overrides);
+    args.variants = comma_items(args.variants, "--variants");
+    args.length_words = comma_items(args.length_words, "--lengths");
+    args.layer_words = comma_items(args.layer_words, "--layers");
+    args.batch_words = comma_items(args.batch_words, "--batch");
+    args.precisions = comma_items(args.precisions, "--precision");
     args.lengths = integers(args.length_words, "--lengths", args.lengths);
     args.layers = integers(args.layer_words, "--layers", args.layers);
     args.batches = integers(args.batch_words, "--batch", args.batches);
@@ -316,14 +341,13 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   }
   sub->add_option("--model", args.model, "The model family: " + models);
   sub->add_option("--variants", args.variants,
-                  "Variants (default: all of the family's): " + variants)
-      ->delimiter(',');
-  sub->add_option("--lengths", args.length_words, "Sequence lengths (default 1024,...,65536)")
-      ->delimiter(',');
-  sub->add_option("--layers", args.layer_words, "Depths (default 2)")->delimiter(',');
-  sub->add_option("--batch", args.batch_words, "Batch sizes (default 1)")->delimiter(',');
+                  "Variants (default: all of the family's): " + variants);
+  sub->add_option("--lengths", args.length_words, "Sequence lengths (default 1024,...,65536)");
+  sub->add_option("--layers", args.layer_words, "Depths (default 2)");
+  sub->add_option("--batch", args.batch_words, "Batch sizes (default 1)");
   sub->add_option("--tokens", args.tokens,
-                  "Fixed tokens per batch: batch = tokens / length (overrides --batch)");
+                  "Fixed tokens per batch: batch = tokens / length (overrides --batch)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   sub->add_option("--steps", args.steps,
                   "Timed steps after the measured one (default 2; 0: time the measured step)")
       ->check(CLI::Range(0, 1000));
@@ -342,8 +366,7 @@ void add_memory_command(CLI::App& app, const GlobalOptions& global, std::functio
   sub->add_option("--dtype", args.dtype, "float or double (default float)");
   sub->add_option("--precision", args.precisions,
                   "Activations: float32, bf16 or both (default float32); bf16: bf16 activations "
-                  "on float32 parameters, gradients and Adam (train.precision), every model")
-      ->delimiter(',');
+                  "on float32 parameters, gradients and Adam (train.precision), every model");
   sub->add_option("--out", args.out, "Output folder (default runs/memory-<time>)");
   sub->add_flag("--explain", args.explain, "Print what was live at each point's peak");
   sub->add_option("overrides", args.overrides,

@@ -161,6 +161,17 @@ expect memory_override_applied 0 "wrote" -- memory --variants lsh-2 model.d_mode
   --lengths 64 --steps 0 --out "$work/mem"
 grep -q "^lsh-2,64," "$work/mem/sweep.csv" && pass "memory_override_point" ||
   fail "memory_override_point"
+# An empty item is refused, not dropped; an override's own commas stay its own.
+expect memory_lengths_empty_item 2 "--lengths has an empty item in '64,,128'" -- \
+  memory --lengths 64,,128 --out "$work/mem"
+expect memory_variants_trailing_comma 2 "--variants has an empty item in 'lsh-2,'" -- \
+  memory --variants lsh-2, --lengths 64 --out "$work/mem"
+expect memory_precision_then_override 2 "model.d_modle" -- memory --variants lsh-2 --lengths 64 \
+  --precision float32 model.d_modle=32 --out "$work/mem"
+expect memory_list_override_after_variants 0 "wrote" -- memory --variants full,lsh-2 \
+  'model.lsh={n_hashes=1,chunk=32}' --lengths 64 --steps 0 --out "$work/mem_list"
+expect memory_tokens_too_many 2 "--tokens: Value 99999999999999999999 not in range" -- memory --tokens 99999999999999999999 --lengths 64 \
+  --out "$work/mem"
 expect budget_inf 2 "'inf' is not a positive number of GiB (finite" -- memory --budget-gib inf
 
 # ---- SIGKILLs during restarts and checkpoint writes

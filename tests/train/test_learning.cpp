@@ -273,8 +273,9 @@ TEST(Learning, TopKSamplesOnlyAmongTheKMostLikelyTokens) {
   // top_k = 1 at temperature 5 is greedy decoding.
   options.top_k = 1;
   const auto one = train::generate(config.run_dir, {}, options);
-  options.temperature = 0;
+  options.temperature = 0;  // greedy: no top_k and no seed (each would have no effect)
   options.top_k = 0;
+  options.seed = train::GenerateOptions{}.seed;
   EXPECT_EQ(one.generations, train::generate(config.run_dir, {}, options).generations) << context;
 }
 

@@ -101,6 +101,7 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
                                            o.top_p = 0.9;
                                            o.stop = {1};
                                            o.cache = false;
+                                           o.seed = 3;
                                          }),
                                          false));
   EXPECT_NO_THROW(check_generate_options(with([](auto& o) {
@@ -111,6 +112,7 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
   const std::vector<std::tuple<train::GenerateOptions, bool, std::vector<std::string>>> refused{
       {with([](auto& o) { o.top_k = 5; }), false, {"top_k 5 has no effect with temperature 0"}},
       {with([](auto& o) { o.top_p = 0.9; }), false, {"top_p 0.9 has no effect", "--temperature"}},
+      {with([](auto& o) { o.seed = 5; }), false, {"seed 5 has no effect with temperature 0"}},
       {with([](auto& o) { o.length_penalty = 1.0; }), true, {"length_penalty 1", "beam > 1"}},
       {with([](auto& o) { o.beam = 2; }), false, {"beam is 2", "the encoder-decoder's"}},
       {with([](auto& o) { o.temperature = 1; }),
@@ -119,6 +121,7 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
       {with([](auto& o) { o.top_k = 5; }), true, {"top_k 5", "does not sample", "--top-k"}},
       {with([](auto& o) { o.stop = {3}; }), true, {"1 stop id(s) given", "leave out --stop"}},
       {with([](auto& o) { o.cache = false; }), true, {"--no-cache given"}},
+      {with([](auto& o) { o.seed = 5; }), true, {"seed 5 given", "leave out --seed"}},
       {with([](auto& o) { o.temperature = std::nan(""); }), false, {"must be finite"}},
       {with([](auto& o) { o.top_p = 0; }), false, {"top_p is 0", "(0, 1]"}}};
   for (const auto& c : refused)  // (nvcc: no structured bindings in a lambda)

@@ -67,8 +67,9 @@ TEST(Trainer, TransformerXLCachedGenerationMatchesRerunning) {
   // same_length and clamp_len.
   const std::vector<std::string> eval = {"eval.tgt_len=5", "eval.mem_len=7", "eval.clamp_len=4",
                                          "eval.same_length=on"};
-  options.temperature = 0;
+  options.temperature = 0;  // greedy: no top_k and no seed (each would have no effect)
   options.top_k = 0;
+  options.seed = train::GenerateOptions{}.seed;
   const auto short_segments = train::generate(run, eval, options);
   options.cache = false;
   EXPECT_EQ(train::generate(run, eval, options).generations, short_segments.generations);
