@@ -743,7 +743,7 @@ void require_length_fits(const RunConfig& c, const char* op, const std::function
 }
 
 void require_default_eval(const RunConfig& c, const char* op) {
-  const EvalConfig defaults;
+  const EvalConfig defaults{};
   const auto& e = c.eval;
   const bool default_eval = e.tgt_len == defaults.tgt_len && e.mem_len == defaults.mem_len &&
                             e.clamp_len == defaults.clamp_len &&
@@ -913,7 +913,7 @@ std::string readers_of(const std::string& key) {
 // A run config that sets a key its family does not read, to anything but the
 // key's default, is refused by name: the value would be silently ignored.
 void refuse_unread_keys(const Reader& reader, const std::string& source_name, bool only_overrides) {
-  const RunConfig defaults;
+  const RunConfig defaults{};
   const ModelSection& family = model_section(reader.config.model_type);
   for (const Key& key : keys()) {
     if (family_reads(family, key.name)) continue;

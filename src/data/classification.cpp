@@ -200,15 +200,97 @@ class TextTask : public ExampleTask {
   Index classes_ = 0;
 };
 
+class ImageTask : public ExampleTask {
+ public:
+  explicit ImageTask(const ClassDataConfig& c) : config_(c) {
+    const std::string op = "image classification";
+    const char* const names[6] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                                  "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
+    std::uint64_t training = 0;  // records of the five training files
+    for (int f = 0; f < 6; ++f) {
+      const std::string file = c.path + "/" + names[f];
+      const std::string bytes = io::read_text_file(
+          file, op,
+          "data.path must be the folder of CIFAR-10's binary version (cifar-10-batches-bin: "
+          "data_batch_1.bin .. data_batch_5.bin and test_batch.bin)");
+      const auto record = std::size_t(image::kRecordBytes);
+      require<IoError>(!bytes.empty() && bytes.size() % record == 0, op, ": \"", file, "\" holds ",
+                       bytes.size(), " bytes, not a whole number of ", record,
+                       "-byte records (a label byte and 3 x 1024 colour bytes); data.path must "
+                       "hold CIFAR-10's binary version, not its Python or MATLAB one");
+      const std::size_t n = bytes.size() / record;
+      levels_.reserve(levels_.size() + n * std::size_t(image::kPixels));
+      for (std::size_t r = 0; r < n; ++r) {
+        const auto* at = reinterpret_cast<const unsigned char*>(bytes.data()) + r * record;
+        require<IoError>(at[0] < image::kClasses, op, ": \"", file, "\" record ", r, " has label ",
+                         int(at[0]),
+                         " but CIFAR-10's are 0..9 (CIFAR-100's binary version has two label "
+                         "bytes and is not this task)");
+        labels_.push_back(at[0]);
+        const unsigned char* red = at + 1;
+        for (Index p = 0; p < image::kPixels; ++p)
+          levels_.push_back(std::uint8_t(
+              image::gray_level(red[p], red[p + image::kPixels], red[p + 2 * image::kPixels])));
+      }
+      if (f < 5) training += n;
+    }
+    // LRA: train[:90%], train[90%:], test (at least one record in each).
+    const std::uint64_t train = training * 9 / 10;
+    require<IoError>(train >= 1 && train < training, op, ": \"", c.path, "\" holds ", training,
+                     " training records but needs at least 2 (90% train, 10% valid)");
+    begin_[0] = 0;
+    begin_[1] = train;
+    begin_[2] = training;
+    begin_[3] = labels_.size();
+  }
+  Index vocab() const override { return image::kVocab; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return image::kClasses; }
+  std::uint64_t examples(Split split) const override {
+    return begin_[int(split) + 1] - begin_[int(split)];
+  }
+  std::string describe() const override {
+    return detail::concat("image: CIFAR-10 in grayscale from \"", config_.path, "\", ",
+                          examples(Split::Train), " train, ", examples(Split::Valid), " valid, ",
+                          examples(Split::Test), " test, 1024 pixels, length ", config_.length);
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+    const std::size_t record = std::size_t(begin_[int(split)] + index);
+    const auto* level = levels_.data() + record * std::size_t(image::kPixels);
+    tokens.assign(level, level + image::kPixels);
+    for (auto& t : tokens) t += 1;  // id 0 is padding
+    return labels_[record];
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::Image; }
+
+ private:
+  ClassDataConfig config_;
+  std::vector<std::uint8_t> levels_;  // [record, pixel]: train files, then the test file
+  std::vector<int> labels_;
+  std::uint64_t begin_[4] = {};  // first record of train, valid, test, and the end
+};
+
 }  // namespace
+
+int image::gray_level(unsigned char red, unsigned char green, unsigned char blue) {
+  // trunc((0.2989 R + 0.5870 G + 0.1140 B) / 255 * 255.5), exactly:
+  // (2989 R + 5870 G + 1140 B) * 511 / (10000 * 255 * 2).
+  const std::int64_t weighted =
+      2989 * std::int64_t(red) + 5870 * std::int64_t(green) + 1140 * std::int64_t(blue);
+  return int(weighted * 511 / 5100000);
+}
 
 ClassTaskKind parse_class_task_kind(const std::string& name) {
   if (name == "listops") return ClassTaskKind::ListOps;
   if (name == "text") return ClassTaskKind::Text;
   if (name == "matching_ends") return ClassTaskKind::MatchingEnds;
+  if (name == "image") return ClassTaskKind::Image;
   throw ConfigError(detail::concat("data.task: '", name,
                                    "' is not a classification task (listops, text, "
-                                   "matching_ends)"));
+                                   "matching_ends, image)"));
 }
 
 const char* to_string(ClassTaskKind kind) {
@@ -217,6 +299,8 @@ const char* to_string(ClassTaskKind kind) {
       return "listops";
     case ClassTaskKind::Text:
       return "text";
+    case ClassTaskKind::Image:
+      return "image";
     default:
       return "matching_ends";
   }
@@ -240,10 +324,24 @@ void ClassDataConfig::validate() const {
     require<ConfigError>(!path.empty(),
                          "data.path is empty; the text task reads "
                          "label<TAB>text lines from it");
-  for (int s = 0; s < 3; ++s)
+  if (task == ClassTaskKind::Image) {
+    require<ConfigError>(!path.empty(),
+                         "data.path is empty; the image task reads CIFAR-10's binary version "
+                         "from that folder (cifar-10-batches-bin)");
+    require<ConfigError>(length >= image::kPixels, "data.length is ", length,
+                         " but the image task's rows are ", image::kPixels,
+                         " pixels (32 x 32); set data.length to ", image::kPixels,
+                         " (a longer length pads)");
+  }
+  for (int s = 0; s < 3; ++s) {
     require<ConfigError>(task != ClassTaskKind::Text || examples[s] == 0,
                          "data.examples: the text task's splits come from its file (90% / 5% / "
                          "5%); leave the example counts out");
+    require<ConfigError>(task != ClassTaskKind::Image || examples[s] == 0,
+                         "data.examples: the image task's splits come from its files (90% / "
+                         "10% of the training records, and the test file); leave the example "
+                         "counts out");
+  }
 }
 
 std::uint64_t ClassTask::batches_in_split(Split split, Index batch_size) const {
@@ -259,6 +357,8 @@ std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config) {
       return std::make_unique<ListOpsTask>(config);
     case ClassTaskKind::Text:
       return std::make_unique<TextTask>(config);
+    case ClassTaskKind::Image:
+      return std::make_unique<ImageTask>(config);
     default:
       return std::make_unique<MatchingEndsTask>(config);
   }

@@ -27,6 +27,8 @@ const char* to_string(TaskKind kind) {
       return "text";
     case TaskKind::MatchingEnds:
       return "matching_ends";
+    case TaskKind::Image:
+      return "image";
   }
   throw Error("to_string: invalid TaskKind");
 }
@@ -36,14 +38,15 @@ bool is_pair_task(TaskKind kind) {
 }
 
 bool is_class_task(TaskKind kind) {
-  return kind == TaskKind::ListOps || kind == TaskKind::Text || kind == TaskKind::MatchingEnds;
+  return kind == TaskKind::ListOps || kind == TaskKind::Text || kind == TaskKind::MatchingEnds ||
+         kind == TaskKind::Image;
 }
 
 const std::vector<TaskKind>& task_kinds() {
   static const std::vector<TaskKind> kinds = {
-      TaskKind::Duplication, TaskKind::Copy,        TaskKind::Bytes,
-      TaskKind::PairCopy,    TaskKind::PairReverse, TaskKind::Parallel,
-      TaskKind::ListOps,     TaskKind::Text,        TaskKind::MatchingEnds};
+      TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,   TaskKind::PairCopy,
+      TaskKind::PairReverse,  TaskKind::Parallel, TaskKind::ListOps, TaskKind::Text,
+      TaskKind::MatchingEnds, TaskKind::Image};
   return kinds;
 }
 

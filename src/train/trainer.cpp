@@ -855,7 +855,7 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
                        " but must be >= 0 (0 keeps every token)");
   require<ConfigError>(o.top_p > 0 && o.top_p <= 1, "generate: top_p is ", o.top_p,
                        " but must be in (0, 1] (1 keeps every token)");
-  const GenerateOptions defaults;
+  const GenerateOptions defaults{};
   const bool sampling = o.temperature > 0;
   if (beam_search) {  // first: the sampling options are not its to take at all
     const char* why =

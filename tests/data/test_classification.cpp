@@ -1,13 +1,17 @@
 // Classification data (data/classification.hpp): ListOps, byte-level text from a
-// label<TAB>text file and matching_ends, in batches: labels, padding and masks,
+// label<TAB>text file, matching_ends and CIFAR-10 images, in batches: labels, padding and masks,
 // training rows that do not depend on the batch size, evaluation batches that
 // cover a split once, and named errors for bad files and configs.
 #include "reformer/core/error.hpp"
 #include "reformer/data/classification.hpp"
+#include "support/fake_cifar.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -19,6 +23,7 @@ namespace {
 
 using namespace reformer::data;
 using reformer::testing::TempDir;
+using reformer::testing::write_fake_cifar;
 
 ClassDataConfig short_listops() {
   ClassDataConfig c;
@@ -159,6 +164,91 @@ TEST(ClassificationData, TextLinesBecomeBytesCutToTheLength) {
   EXPECT_EQ(held_out.size(), 4u) << "valid and test hold 2 different lines each";
 }
 
+TEST(ClassificationData, ImagesAreGrayPixelsInRowOrderWithLrasSplits) {
+  // The gray level against tf.image.rgb_to_grayscale's formula in double, away
+  // from whole levels (where TensorFlow's float32 may round either way).
+  EXPECT_EQ(image::gray_level(0, 0, 0), 0);
+  EXPECT_EQ(image::gray_level(255, 255, 255), 255);
+  EXPECT_EQ(image::gray_level(255, 0, 0), 76);  // 0.2989 * 255.5 = 76.37
+  EXPECT_EQ(image::gray_level(0, 0, 255), 29);  // 0.1140 * 255.5 = 29.13
+  int compared = 0;
+  for (int r = 0; r < 256; r += 5)
+    for (int g = 0; g < 256; g += 3)
+      for (int b = 0; b < 256; b += 7) {
+        const double y = (r / 255.0 * 0.2989 + g / 255.0 * 0.5870 + b / 255.0 * 0.1140) * 255.5;
+        if (y - std::floor(y) < 1e-4 || std::ceil(y) - y < 1e-4) continue;
+        ASSERT_EQ(image::gray_level((unsigned char)r, (unsigned char)g, (unsigned char)b),
+                  int(std::floor(y)))
+            << r << " " << g << " " << b;
+        ++compared;
+      }
+  EXPECT_GT(compared, 20000);
+
+  TempDir dir;
+  const auto files = write_fake_cifar(dir.path(), {4, 4, 4, 4, 4, 3});  // 20 training records
+  ClassDataConfig c;
+  c.task = ClassTaskKind::Image;
+  c.length = 1030;  // 6 positions of padding
+  c.path = dir.path();
+  const auto task = make_class_task(c);
+  EXPECT_EQ(task->vocab(), 257);
+  EXPECT_EQ(task->classes(), 10);
+  EXPECT_EQ(task->examples(Split::Train), 18u);  // train[:90%]
+  EXPECT_EQ(task->examples(Split::Valid), 2u);   // train[90%:]: file 5's last two
+  EXPECT_EQ(task->examples(Split::Test), 3u);
+  // Evaluation batches hold the records in order: valid is file 5's records 2
+  // and 3, test the test file's 0..2.
+  auto expect_record = [&](const ClassBatch& batch, Index b, int f, int r) {
+    const auto& bytes = files[std::size_t(f)];
+    const std::size_t at = std::size_t(r) * 3073;
+    EXPECT_EQ(batch.labels(b), int(bytes[at])) << f << " " << r;
+    for (Index p = 0; p < 1030; ++p) {
+      if (p >= 1024) {
+        EXPECT_EQ(batch.valid(b, p), 0);
+        EXPECT_EQ(batch.tokens(b, p), 0);
+        continue;
+      }
+      const std::size_t q = at + 1 + std::size_t(p);
+      ASSERT_EQ(batch.tokens(b, p),
+                1 + image::gray_level(bytes[q], bytes[q + 1024], bytes[q + 2048]))
+          << "file " << f << " record " << r << " pixel " << p;
+      ASSERT_EQ(batch.valid(b, p), 1);
+    }
+  };
+  const auto valid = task->batch(Split::Valid, 0, 3);
+  expect_record(valid, 0, 4, 2);
+  expect_record(valid, 1, 4, 3);
+  EXPECT_EQ(valid.labels(2), -1);  // past the split's end
+  const auto test = task->batch(Split::Test, 0, 3);
+  for (int r = 0; r < 3; ++r) expect_record(test, r, 5, r);
+  // Training rows come from the first 18 records only (never file 5's last two),
+  // each equal to its record.
+  std::vector<std::vector<int>> training;  // the 20 records' tokens, in file order
+  for (int f = 0; f < 5; ++f)
+    for (int r = 0; r < 4; ++r) {
+      const auto& bytes = files[std::size_t(f)];
+      std::vector<int> tokens;
+      for (std::size_t p = 0; p < 1024; ++p) {
+        const std::size_t q = std::size_t(r) * 3073 + 1 + p;
+        tokens.push_back(1 + image::gray_level(bytes[q], bytes[q + 1024], bytes[q + 2048]));
+      }
+      training.push_back(tokens);
+    }
+  const auto train = task->batch(Split::Train, 7, 64);
+  std::set<std::size_t> drawn;
+  for (Index b = 0; b < 64; ++b) {
+    std::vector<int> tokens;
+    for (Index p = 0; p < 1024; ++p) tokens.push_back(train.tokens(b, p));
+    const auto at = std::find(training.begin(), training.end(), tokens);
+    ASSERT_NE(at, training.end()) << "training row " << b << " is no record";
+    const std::size_t index = std::size_t(at - training.begin());
+    EXPECT_LT(index, 18u) << "training row " << b << " is a validation record";
+    EXPECT_EQ(train.labels(b), int(files[index / 4][(index % 4) * 3073]));
+    drawn.insert(index);
+  }
+  EXPECT_GE(drawn.size(), 12u) << "64 draws from 18 records";
+}
+
 TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {
   TempDir dir;
   auto error = [](const ClassDataConfig& c) {
@@ -197,6 +287,36 @@ TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {
   EXPECT_THROW(parse_class_task_kind("imdb"), ConfigError);
   EXPECT_EQ(parse_class_task_kind(to_string(ClassTaskKind::MatchingEnds)),
             ClassTaskKind::MatchingEnds);
+  ClassDataConfig i;
+  i.task = ClassTaskKind::Image;
+  i.length = 1024;
+  EXPECT_NE(error(i).find("data.path is empty; the image task reads CIFAR-10"), std::string::npos)
+      << error(i);
+  i.path = dir.path() + "/cifar";
+  std::filesystem::create_directories(i.path);
+  EXPECT_NE(error(i).find("data_batch_1.bin"), std::string::npos) << error(i);
+  write_fake_cifar(i.path, {1, 1, 1, 1, 1, 1});
+  EXPECT_NO_THROW(make_class_task(i));
+  i.length = 1000;
+  EXPECT_NE(error(i).find("data.length is 1000 but the image task's rows are 1024 pixels"),
+            std::string::npos)
+      << error(i);
+  i.length = 1024;
+  i.examples[0] = 100;
+  EXPECT_NE(error(i).find("the image task's splits come from its files"), std::string::npos)
+      << error(i);
+  i.examples[0] = 0;
+  std::ofstream(i.path + "/data_batch_3.bin", std::ios::binary) << std::string(3000, 'x');
+  EXPECT_NE(error(i).find("data_batch_3.bin\" holds 3000 bytes, not a whole number of 3073-byte"),
+            std::string::npos)
+      << error(i);
+  std::string record(3073, '\0');
+  record[3073 - 3073] = char(1);
+  std::ofstream(i.path + "/data_batch_3.bin", std::ios::binary)
+      << record << std::string(1, char(12)) << std::string(3072, '\0');
+  EXPECT_NE(error(i).find("data_batch_3.bin\" record 1 has label 12 but CIFAR-10's are 0..9"),
+            std::string::npos)
+      << error(i);
   ClassDataConfig m;
   m.task = ClassTaskKind::MatchingEnds;
   m.vocab = 2;

@@ -12,11 +12,14 @@
 #include "reformer/io/checkpoint.hpp"
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
+#include "support/fake_cifar.hpp"
 #include "support/run_configs.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -134,6 +137,43 @@ TEST(ClassifierFamily, TrainsEvaluatesResumesAndRefusesToGenerate) {
                                    data::Split::Valid, 1);
       },
       {"model.classifier.pooling"});
+}
+
+// LRA's Image task on a miniature CIFAR-10 folder (20 training records, 3 test
+// records): the run reads it, its class count is the task's, training and
+// evaluation take its rows, and a length that would cut the images is refused.
+TEST(ClassifierFamily, TrainsAndEvaluatesOnCifarImages) {
+  TempDir dir;
+  const std::string cifar = dir.path() + "/cifar-10-batches-bin";
+  std::filesystem::create_directories(cifar);
+  write_fake_cifar(cifar, {4, 4, 4, 4, 4, 3});
+  const std::vector<std::string> image = {
+      "data.task=\"image\"",        "data.path=\"" + cifar + "\"",
+      "data.length=1024",           "model.vocab=257",
+      "model.max_length=1024",      "model.local.chunk=64",
+      "model.attention=[\"local\"]"};
+  const auto run =
+      train::run_training(classifier_run(dir.path() + "/image", 2, image), quiet_options());
+  ASSERT_EQ(run.losses.size(), 2u);
+  EXPECT_TRUE(std::isfinite(run.losses[0]));
+  EXPECT_NEAR(run.losses[0], std::log(10.0), 1.0) << "10 classes at about chance";
+  const auto valid = train::evaluate_checkpoint(dir.path() + "/image", {}, data::Split::Valid, 0);
+  EXPECT_EQ(valid.tokens, 2);  // the last 10% of 20 training records
+  const auto test = train::evaluate_checkpoint(dir.path() + "/image", {}, data::Split::Test, 0);
+  EXPECT_EQ(test.tokens, 3);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), image.begin(), image.end());
+    return extra;
+  };
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/b", 2, with({"model.classifier.classes=2"})); },
+      {"model.classifier.classes is 2", "10 classes"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/b", 2, with({"data.length=512"})); },
+      {"data.length is 512", "1024 pixels"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/b", 2, with({"model.vocab=256"})); },
+      {"model.vocab is 256", "model.vocab >= 257"});
 }
 
 // matching_ends at length 16 over 16 symbols (train.batch 32, 3,000 steps):

@@ -27,6 +27,17 @@
 //                  and the last position, so attention whose window cannot
 //                  reach across the sequence stays at chance. 1,000,000 / 2,000
 //                  / 2,000 examples.
+//   image          LRA's Image task: CIFAR-10 from `path`, the folder of its
+//                  binary version (cifar-10-batches-bin: data_batch_1.bin ..
+//                  data_batch_5.bin and test_batch.bin, each a run of 3,073-byte
+//                  records: a label byte, then the 32 x 32 red, green and blue
+//                  planes row by row). Each image in grayscale, one pixel a
+//                  token (ids = level + 1, vocabulary 257), rows top to
+//                  bottom: 1,024 positions (length >= 1024; more is padding).
+//                  10 classes. Splits as LRA takes them: train the first 90%
+//                  of the training records, valid the last 10%, test the test
+//                  file (LRA's 45,000 / 5,000 / 10,000; tfds orders the training
+//                  records by its own key, so LRA's valid is another 10%).
 #pragma once
 
 #include "reformer/core/types.hpp"
@@ -39,10 +50,25 @@
 
 namespace reformer::data {
 
-enum class ClassTaskKind { ListOps, Text, MatchingEnds };
-// "listops", "text", "matching_ends"; ConfigError naming the value otherwise.
+enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image };
+// "listops", "text", "matching_ends", "image"; ConfigError naming the value
+// otherwise.
 ClassTaskKind parse_class_task_kind(const std::string& name);
 const char* to_string(ClassTaskKind kind);
+
+namespace image {
+constexpr Index kSide = 32;               // CIFAR-10's images are 32 x 32
+constexpr Index kPixels = kSide * kSide;  // positions of a row
+constexpr Index kVocab = 257;             // ids 1..256: gray levels 0..255; 0: padding
+constexpr Index kClasses = 10;
+constexpr Index kRecordBytes = 1 + 3 * kPixels;  // a label byte and three colour planes
+// The gray level of one pixel as LRA computes it, tf.image.rgb_to_grayscale on
+// uint8: y = 0.2989 R + 0.5870 G + 0.1140 B over [0, 1], back to uint8 as
+// trunc(y * 255.5). Here in exact integer arithmetic (the same on every
+// backend and ISA); TensorFlow's float32 may land one level lower where the
+// exact value is within about 1e-5 of a whole level.
+int gray_level(unsigned char red, unsigned char green, unsigned char blue);
+}  // namespace image
 
 struct ClassDataConfig {
   ClassTaskKind task = ClassTaskKind::ListOps;
@@ -53,7 +79,7 @@ struct ClassDataConfig {
   // task's default).
   std::uint64_t examples[3] = {0, 0, 0};
   Index vocab = 16;    // matching_ends: ids in [0, vocab), symbols 1..vocab-1
-  std::string path{};  // text: the label<TAB>text file
+  std::string path{};  // text: the label<TAB>text file; image: CIFAR-10's binary folder
   // ConfigError naming the first bad field.
   void validate() const;
 };
@@ -80,7 +106,9 @@ class ClassTask {
 
 // The task of a config (validate() is called here). The text task reads its
 // file now: IoError naming the path and the line for a missing or empty file, a
-// line without a tab, or a label that is not a non-negative integer.
+// line without a tab, or a label that is not a non-negative integer. The image
+// task reads its six files now: IoError naming the file for a missing one, a
+// size that is not a whole number of records, or a label above 9.
 std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config);
 
 }  // namespace reformer::data

@@ -50,6 +50,8 @@ Index task_vocab(const config::RunConfig& c) {
       return data::listops::kVocab;
     case data::TaskKind::Text:
       return 257;
+    case data::TaskKind::Image:
+      return data::image::kVocab;
     default:
       return c.data.vocab;
   }
@@ -80,7 +82,8 @@ class ClassifierFamily final : public ModelFamily {
          Kind::Integer,
          "0",
          {},
-         "classes of the head; 0: the task's (listops 10, matching_ends 2, text: the file's)"},
+         "classes of the head; 0: the task's (listops 10, image 10, matching_ends 2, text: the "
+         "file's)"},
         {"model.classifier.pooling",
          Kind::String,
          "\"mean\"",
@@ -112,7 +115,9 @@ class ClassifierFamily final : public ModelFamily {
     // The tasks whose class count is known without a file are checked here,
     // with the config (the text task's once its file is read, check_data).
     if (c.data.task != data::TaskKind::Text) {
-      const Index classes = c.data.task == data::TaskKind::ListOps ? data::listops::kClasses : 2;
+      const Index classes = c.data.task == data::TaskKind::ListOps ? data::listops::kClasses
+                            : c.data.task == data::TaskKind::Image ? data::image::kClasses
+                                                                   : 2;
       require_task_classes(op, s.integer("model.classifier.classes"), classes);
     }
     require<ConfigError>(!c.model.causal, op,
