@@ -53,6 +53,12 @@ if(NOT REFORMER_CORE_ONLY)
   target_include_directories(reformer_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
   target_link_libraries(reformer_hdf5 INTERFACE ${HDF5_LIBRARIES})
   target_compile_definitions(reformer_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+  # PNG images (io/png.hpp: LRA's Pathfinder), as plain paths like HDF5.
+  find_package(PNG REQUIRED)
+  add_library(reformer_png INTERFACE)
+  target_include_directories(reformer_png SYSTEM INTERFACE ${PNG_INCLUDE_DIRS})
+  target_link_libraries(reformer_png INTERFACE ${PNG_LIBRARIES})
+  target_compile_definitions(reformer_png INTERFACE ${PNG_DEFINITIONS})
   find_package(CLI11 CONFIG REQUIRED)
   # TOML configs (Debian: libtomlplusplus-dev).
   find_package(tomlplusplus 3 CONFIG REQUIRED)

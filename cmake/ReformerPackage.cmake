@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 
 set(REFORMER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Reformer)
 
-install(TARGETS reformer reformer_kokkos reformer_hdf5 EXPORT ReformerTargets
+install(TARGETS reformer reformer_kokkos reformer_hdf5 reformer_png EXPORT ReformerTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

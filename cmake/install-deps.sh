@@ -78,7 +78,7 @@ apt_source() {
 }
 
 # Libraries every build uses.
-apt_need cmake ninja-build g++ pkg-config libhdf5-dev libbenchmark-dev libopenblas-dev \
+apt_need cmake ninja-build g++ pkg-config libhdf5-dev libpng-dev libbenchmark-dev libopenblas-dev \
   libcli11-dev libtomlplusplus-dev python3
 
 # Unpacks packages/kokkos and packages/kokkos-kernels from Debian's trilinos source.

@@ -3,8 +3,10 @@
 #include "data/task_detail.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/io/files.hpp"
+#include "reformer/io/png.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 #include <utility>
@@ -273,6 +275,113 @@ class ImageTask : public ExampleTask {
   std::uint64_t begin_[4] = {};  // first record of train, valid, test, and the end
 };
 
+class PathfinderTask : public ExampleTask {
+ public:
+  explicit PathfinderTask(const ClassDataConfig& c) : config_(c) {
+    const std::string metadata = c.path + "/metadata";
+    std::error_code error;
+    require<IoError>(std::filesystem::is_directory(metadata, error), kOp, ": \"", metadata,
+                     "\" is not a folder; data.path must be one difficulty of LRA's Pathfinder "
+                     "release (e.g. lra_release/pathfinder32/curv_contour_length_14), which "
+                     "holds metadata/ and the images");
+    // metadata/<n>.npy in the order of n (then by name for other stems).
+    std::vector<std::pair<std::uint64_t, std::string>> files;
+    for (const auto& entry : std::filesystem::directory_iterator(metadata)) {
+      if (entry.path().extension() != ".npy") continue;
+      const std::string stem = entry.path().stem().string();
+      const bool numbered = !stem.empty() && stem.size() <= 18 &&
+                            stem.find_first_not_of("0123456789") == std::string::npos;
+      files.emplace_back(numbered ? std::stoull(stem) : ~std::uint64_t(0), entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    require<IoError>(!files.empty(), kOp, ": \"", metadata,
+                     "\" holds no .npy metadata files (LRA's release: metadata/0.npy, ...)");
+    for (const auto& file : files) read_metadata(file.second);
+    // LRA: [:80%], [80%:90%], [90%:] (at least one image in each).
+    const std::uint64_t n = images_.size();
+    begin_[1] = n * 8 / 10;
+    begin_[2] = n * 9 / 10;
+    begin_[3] = n;
+    require<IoError>(begin_[1] >= 1 && begin_[2] > begin_[1] && n > begin_[2], kOp, ": \"", c.path,
+                     "\" names ", n, " non-empty images (", skipped_,
+                     " empty ones left out) but needs at least 10 (80% train, 10% valid, 10% "
+                     "test)");
+    const auto first = io::read_gray_png(images_[0].first, kOp);
+    side_ = first.width;
+    require<IoError>(first.width == first.height, kOp, ": \"", images_[0].first, "\" is ",
+                     first.width, " x ", first.height, " pixels; Pathfinder's images are square");
+    require<ConfigError>(side_ * side_ <= c.length, "data.length is ", c.length,
+                         " but the Pathfinder images of \"", c.path, "\" are ", side_, " x ", side_,
+                         " = ", side_ * side_, " pixels; set data.length to ", side_ * side_);
+  }
+  Index vocab() const override { return image::kVocab; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return 2; }
+  std::uint64_t examples(Split split) const override {
+    return begin_[int(split) + 1] - begin_[int(split)];
+  }
+  std::string describe() const override {
+    return detail::concat("pathfinder: \"", config_.path, "\", ", examples(Split::Train),
+                          " train, ", examples(Split::Valid), " valid, ", examples(Split::Test),
+                          " test (", skipped_, " empty images left out), ", side_, " x ", side_,
+                          " pixels, length ", config_.length);
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+    const auto& [path, label] = images_[std::size_t(begin_[int(split)] + index)];
+    const auto decoded = io::read_gray_png(path, kOp);
+    require<IoError>(decoded.width == side_ && decoded.height == side_, kOp, ": \"", path, "\" is ",
+                     decoded.width, " x ", decoded.height,
+                     " pixels but the task's "
+                     "first image is ",
+                     side_, " x ", side_, "; every image must have its size");
+    tokens.assign(decoded.levels.begin(), decoded.levels.end());
+    for (auto& t : tokens) t += 1;  // id 0 is padding
+    return label;
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::Pathfinder; }
+
+ private:
+  static constexpr const char* kOp = "pathfinder";
+
+  // One metadata file: "<folder> <file> <n> <label> ..." a line.
+  void read_metadata(const std::string& file) {
+    const std::string text = io::read_text_file(file, kOp, "check data.path");
+    std::istringstream in(text);
+    std::string line;
+    for (Index number = 1; std::getline(in, line); ++number) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      std::istringstream words(line);
+      std::vector<std::string> fields;
+      for (std::string word; words >> word;) fields.push_back(word);
+      const std::string where = detail::concat(kOp, ": \"", file, "\" line ", number);
+      require<IoError>(fields.size() >= 4 && (fields[3] == "0" || fields[3] == "1"), where, " is '",
+                       line,
+                       "' but each line must be '<folder> <file> <n> <label> ...' with the label "
+                       "0 or 1 (LRA's Pathfinder metadata)");
+      const std::string image = config_.path + "/" + fields[0] + "/" + fields[1];
+      std::error_code error;
+      const auto size = std::filesystem::file_size(image, error);
+      require<IoError>(!error, where, " names \"", image, "\", which cannot be read (",
+                       error.message(), ")");
+      if (size == 0) {
+        ++skipped_;  // LRA leaves out the release's empty images
+        continue;
+      }
+      images_.emplace_back(image, fields[3] == "1" ? 1 : 0);
+    }
+  }
+
+  ClassDataConfig config_;
+  std::vector<std::pair<std::string, int>> images_;  // (path, label), in metadata order
+  std::uint64_t skipped_ = 0;
+  std::uint64_t begin_[4] = {};  // first image of train, valid, test, and the end
+  Index side_ = 0;
+};
+
 }  // namespace
 
 int image::gray_level(unsigned char red, unsigned char green, unsigned char blue) {
@@ -288,9 +397,10 @@ ClassTaskKind parse_class_task_kind(const std::string& name) {
   if (name == "text") return ClassTaskKind::Text;
   if (name == "matching_ends") return ClassTaskKind::MatchingEnds;
   if (name == "image") return ClassTaskKind::Image;
+  if (name == "pathfinder") return ClassTaskKind::Pathfinder;
   throw ConfigError(detail::concat("data.task: '", name,
                                    "' is not a classification task (listops, text, "
-                                   "matching_ends, image)"));
+                                   "matching_ends, image, pathfinder)"));
 }
 
 const char* to_string(ClassTaskKind kind) {
@@ -301,6 +411,8 @@ const char* to_string(ClassTaskKind kind) {
       return "text";
     case ClassTaskKind::Image:
       return "image";
+    case ClassTaskKind::Pathfinder:
+      return "pathfinder";
     default:
       return "matching_ends";
   }
@@ -333,7 +445,14 @@ void ClassDataConfig::validate() const {
                          " pixels (32 x 32); set data.length to ", image::kPixels,
                          " (a longer length pads)");
   }
+  if (task == ClassTaskKind::Pathfinder)
+    require<ConfigError>(!path.empty(),
+                         "data.path is empty; the pathfinder task reads one difficulty of LRA's "
+                         "Pathfinder release from that folder (metadata/ and the images)");
   for (int s = 0; s < 3; ++s) {
+    require<ConfigError>(task != ClassTaskKind::Pathfinder || examples[s] == 0,
+                         "data.examples: the pathfinder task's splits come from its metadata "
+                         "(80% / 10% / 10%); leave the example counts out");
     require<ConfigError>(task != ClassTaskKind::Text || examples[s] == 0,
                          "data.examples: the text task's splits come from its file (90% / 5% / "
                          "5%); leave the example counts out");
@@ -359,6 +478,8 @@ std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config) {
       return std::make_unique<TextTask>(config);
     case ClassTaskKind::Image:
       return std::make_unique<ImageTask>(config);
+    case ClassTaskKind::Pathfinder:
+      return std::make_unique<PathfinderTask>(config);
     default:
       return std::make_unique<MatchingEndsTask>(config);
   }

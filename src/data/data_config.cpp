@@ -29,6 +29,8 @@ const char* to_string(TaskKind kind) {
       return "matching_ends";
     case TaskKind::Image:
       return "image";
+    case TaskKind::Pathfinder:
+      return "pathfinder";
   }
   throw Error("to_string: invalid TaskKind");
 }
@@ -39,14 +41,14 @@ bool is_pair_task(TaskKind kind) {
 
 bool is_class_task(TaskKind kind) {
   return kind == TaskKind::ListOps || kind == TaskKind::Text || kind == TaskKind::MatchingEnds ||
-         kind == TaskKind::Image;
+         kind == TaskKind::Image || kind == TaskKind::Pathfinder;
 }
 
 const std::vector<TaskKind>& task_kinds() {
   static const std::vector<TaskKind> kinds = {
-      TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,   TaskKind::PairCopy,
-      TaskKind::PairReverse,  TaskKind::Parallel, TaskKind::ListOps, TaskKind::Text,
-      TaskKind::MatchingEnds, TaskKind::Image};
+      TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,     TaskKind::PairCopy,
+      TaskKind::PairReverse,  TaskKind::Parallel, TaskKind::ListOps,   TaskKind::Text,
+      TaskKind::MatchingEnds, TaskKind::Image,    TaskKind::Pathfinder};
   return kinds;
 }
 

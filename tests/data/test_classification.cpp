@@ -1,10 +1,12 @@
 // Classification data (data/classification.hpp): ListOps, byte-level text from a
-// label<TAB>text file, matching_ends and CIFAR-10 images, in batches: labels, padding and masks,
-// training rows that do not depend on the batch size, evaluation batches that
-// cover a split once, and named errors for bad files and configs.
+// label<TAB>text file, matching_ends, CIFAR-10 and Pathfinder images, in batches: labels, padding
+// and masks, training rows that do not depend on the batch size, evaluation batches that cover a
+// split once, and named errors for bad files and configs.
 #include "reformer/core/error.hpp"
 #include "reformer/data/classification.hpp"
+#include "support/checks.hpp"
 #include "support/fake_cifar.hpp"
+#include "support/fake_pathfinder.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@ namespace {
 using namespace reformer::data;
 using reformer::testing::TempDir;
 using reformer::testing::write_fake_cifar;
+using reformer::testing::write_fake_pathfinder;
 
 ClassDataConfig short_listops() {
   ClassDataConfig c;
@@ -247,6 +250,74 @@ TEST(ClassificationData, ImagesAreGrayPixelsInRowOrderWithLrasSplits) {
     drawn.insert(index);
   }
   EXPECT_GE(drawn.size(), 12u) << "64 draws from 18 records";
+}
+
+TEST(ClassificationData, PathfinderImagesInMetadataOrderWithLrasSplits) {
+  TempDir dir;
+  // 24 images of 8 x 8 in two metadata files (2.npy before 10.npy: by number),
+  // 2 of them empty: 22 kept, 17 / 2 / 3 (80% / 10% / 10%).
+  const auto kept = write_fake_pathfinder(dir.path() + "/hard", 24, 8, 2);
+  ASSERT_EQ(kept.size(), 22u);
+  ClassDataConfig c;
+  c.task = ClassTaskKind::Pathfinder;
+  c.length = 70;  // 64 pixels and 6 of padding
+  c.path = dir.path() + "/hard";
+  const auto task = make_class_task(c);
+  EXPECT_EQ(task->vocab(), 257);
+  EXPECT_EQ(task->classes(), 2);
+  EXPECT_EQ(task->examples(Split::Train), 17u);
+  EXPECT_EQ(task->examples(Split::Valid), 2u);
+  EXPECT_EQ(task->examples(Split::Test), 3u);
+  EXPECT_NE(task->describe().find("2 empty images left out"), std::string::npos)
+      << task->describe();
+  auto expect_image = [&](const ClassBatch& batch, Index b, std::size_t image) {
+    EXPECT_EQ(batch.labels(b), kept[image].label) << "image " << image;
+    for (Index p = 0; p < 70; ++p) {
+      const int want = p < 64 ? 1 + kept[image].levels[std::size_t(p)] : 0;
+      ASSERT_EQ(batch.tokens(b, p), want) << "image " << image << " pixel " << p;
+      ASSERT_EQ(batch.valid(b, p), p < 64 ? 1 : 0);
+    }
+  };
+  const auto valid = task->batch(Split::Valid, 0, 2);
+  expect_image(valid, 0, 17);
+  expect_image(valid, 1, 18);
+  const auto test = task->batch(Split::Test, 0, 4);
+  for (Index b = 0; b < 3; ++b) expect_image(test, b, std::size_t(19 + b));
+  EXPECT_EQ(test.labels(3), -1);
+  // Training rows are the first 17 images.
+  const auto train = task->batch(Split::Train, 3, 40);
+  for (Index b = 0; b < 40; ++b) {
+    std::vector<std::uint8_t> levels;
+    for (Index p = 0; p < 64; ++p) levels.push_back(std::uint8_t(train.tokens(b, p) - 1));
+    std::size_t found = kept.size();
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      if (kept[i].levels == levels) found = i;
+    ASSERT_LT(found, 17u) << "training row " << b << " is no training image";
+    EXPECT_EQ(train.labels(b), kept[found].label);
+  }
+  // Errors: the length, the folder, a bad line, a missing image, a wrong size.
+  c.length = 60;
+  testing::expect_error<ConfigError>(
+      [&] { make_class_task(c); },
+      {"data.length is 60", "8 x 8 = 64 pixels", "set data.length to 64"});
+  c.length = 64;
+  c.path = dir.path() + "/nowhere";
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"nowhere/metadata\" is not a folder", "curv_contour_length_14"});
+  c.path = dir.path() + "/hard";
+  std::ofstream(c.path + "/metadata/11.npy") << "imgs/0 sample_0.png 0 2\n";
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"11.npy\" line 1", "the label 0 or 1"});
+  std::ofstream(c.path + "/metadata/11.npy") << "imgs/0 sample_99.png 0 1\n";
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"11.npy\" line 1 names", "sample_99.png", "cannot be read"});
+  io::GrayImage small{4, 4, std::vector<std::uint8_t>(16, 7)};
+  io::write_gray_png(c.path + "/imgs/1/small.png", small);
+  std::ofstream(c.path + "/metadata/11.npy") << "imgs/1 small.png 0 1\n";
+  const auto mixed = make_class_task(c);  // the last image (test) is 4 x 4
+  testing::expect_error<IoError>(
+      [&] { mixed->batch(Split::Test, 0, 4); },
+      {"small.png\" is 4 x 4 pixels but the task's first image is 8 x 8"});
 }
 
 TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {

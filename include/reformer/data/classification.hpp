@@ -38,6 +38,21 @@
 //                  of the training records, valid the last 10%, test the test
 //                  file (LRA's 45,000 / 5,000 / 10,000; tfds orders the training
 //                  records by its own key, so LRA's valid is another 10%).
+//   pathfinder     LRA's Pathfinder (and Path-X): `path` is one difficulty
+//                  of LRA's release (e.g. lra_release/pathfinder32/
+//                  curv_contour_length_14, LRA's "hard" one), holding
+//                  metadata/<n>.npy (text: one image a line, "<folder>
+//                  <file> <n> <label> ..." separated by spaces) and the 8-bit
+//                  grayscale PNG images they name. An image of side S is S x S
+//                  tokens (ids = level + 1, vocabulary 257), rows top to
+//                  bottom (length >= S * S: 1,024 for Pathfinder-32, 16,384
+//                  for Path-X at 128). 2 classes (label 1: the two dots are
+//                  joined by a path). The metadata files in the order of their
+//                  numbers, their lines in order, empty (0-byte) images left out
+//                  as LRA leaves them out; train the first 80%, valid the next
+//                  10%, test the last 10% (LRA's split; tfds orders the images by
+//                  its own key, so LRA's parts hold other images). The images
+//                  are decoded as rows are drawn; each must be S x S.
 #pragma once
 
 #include "reformer/core/types.hpp"
@@ -50,9 +65,9 @@
 
 namespace reformer::data {
 
-enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image };
-// "listops", "text", "matching_ends", "image"; ConfigError naming the value
-// otherwise.
+enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image, Pathfinder };
+// "listops", "text", "matching_ends", "image", "pathfinder"; ConfigError naming
+// the value otherwise.
 ClassTaskKind parse_class_task_kind(const std::string& name);
 const char* to_string(ClassTaskKind kind);
 
@@ -78,8 +93,10 @@ struct ClassDataConfig {
   // listops and matching_ends: examples of train, valid and test (0: the
   // task's default).
   std::uint64_t examples[3] = {0, 0, 0};
-  Index vocab = 16;    // matching_ends: ids in [0, vocab), symbols 1..vocab-1
-  std::string path{};  // text: the label<TAB>text file; image: CIFAR-10's binary folder
+  Index vocab = 16;  // matching_ends: ids in [0, vocab), symbols 1..vocab-1
+  // text: the label<TAB>text file; image: CIFAR-10's binary folder;
+  // pathfinder: one difficulty's folder of LRA's release.
+  std::string path{};
   // ConfigError naming the first bad field.
   void validate() const;
 };
@@ -108,7 +125,10 @@ class ClassTask {
 // file now: IoError naming the path and the line for a missing or empty file, a
 // line without a tab, or a label that is not a non-negative integer. The image
 // task reads its six files now: IoError naming the file for a missing one, a
-// size that is not a whole number of records, or a label above 9.
+// size that is not a whole number of records, or a label above 9. The
+// pathfinder task reads its metadata now and its first image: IoError naming
+// the file and line for a bad line or a missing image, ConfigError when
+// `length` is below the images' pixels.
 std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config);
 
 }  // namespace reformer::data

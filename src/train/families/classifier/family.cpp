@@ -51,6 +51,7 @@ Index task_vocab(const config::RunConfig& c) {
     case data::TaskKind::Text:
       return 257;
     case data::TaskKind::Image:
+    case data::TaskKind::Pathfinder:
       return data::image::kVocab;
     default:
       return c.data.vocab;
@@ -82,8 +83,8 @@ class ClassifierFamily final : public ModelFamily {
          Kind::Integer,
          "0",
          {},
-         "classes of the head; 0: the task's (listops 10, image 10, matching_ends 2, text: the "
-         "file's)"},
+         "classes of the head; 0: the task's (listops 10, image 10, matching_ends and pathfinder "
+         "2, text: the file's)"},
         {"model.classifier.pooling",
          Kind::String,
          "\"mean\"",
