@@ -44,7 +44,7 @@ foreach(backend SERIAL OPENMP CUDA HIP)
 endforeach()
 message(STATUS "Reformer: Kokkos ${Kokkos_VERSION} with backends: ${REFORMER_BACKENDS}")
 
-# REFORMER_CORE_ONLY (core, ops, attention) needs none of HDF5, CLI11, toml++.
+# REFORMER_CORE_ONLY (core, ops, attention) needs none of HDF5, libpng, CLI11, toml++.
 if(NOT REFORMER_CORE_ONLY)
   find_package(HDF5 REQUIRED COMPONENTS C)
   # HDF5 as plain paths, so that projects using the installed package need neither

@@ -142,6 +142,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
     args.layer_words = comma_items(args.layer_words, "--layers");
     args.batch_words = comma_items(args.batch_words, "--batch");
     args.precisions = comma_items(args.precisions, "--precision");
+    if (args.precisions.empty()) args.precisions = {"float32"};  // only overrides were given
     args.lengths = integers(args.length_words, "--lengths", args.lengths);
     args.layers = integers(args.layer_words, "--layers", args.layers);
     args.batches = integers(args.batch_words, "--batch", args.batches);

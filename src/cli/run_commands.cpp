@@ -38,7 +38,8 @@ struct RunArgs {
   double top_p = 1.0;
   std::vector<std::int64_t> stop;
   bool no_cache = false;
-  std::int64_t seed = 1;
+  std::int64_t seed = std::int64_t(train::GenerateOptions{}.seed);
+  bool seed_given = false;  // --seed was on the command line
   std::int64_t beam = 1;
   double length_penalty = 0.6;
 };
@@ -144,6 +145,7 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     options.top_p = args.top_p;
     options.cache = !args.no_cache;
     options.seed = std::uint64_t(args.seed);
+    options.seed_given = args.seed_given;
     options.beam = args.beam;
     options.length_penalty = args.length_penalty;
     train::check_generate_options(options, family.decodes_by_beam_search());
@@ -214,9 +216,12 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   gen->add_option("--length-penalty", args.length_penalty,
                   "Encoder-decoder beam search: alpha of ((5 + length) / 6)^alpha (default 0.6)")
       ->check(CLI::Range(0.0, 10.0));
-  gen->add_option("--seed", args.seed, "Sampling seed, in [0, 2^63)")
-      ->check(CLI::Range(std::int64_t(0), std::numeric_limits<std::int64_t>::max()));
-  gen->callback([&run, &global] { run = [&global] { return run_generate(global, args); }; });
+  CLI::Option* seed = gen->add_option("--seed", args.seed, "Sampling seed, in [0, 2^63)");
+  seed->check(CLI::Range(std::int64_t(0), std::numeric_limits<std::int64_t>::max()));
+  gen->callback([&run, &global, seed] {
+    args.seed_given = seed->count() > 0;
+    run = [&global] { return run_generate(global, args); };
+  });
 }
 
 }  // namespace reformer::cli

@@ -1,6 +1,7 @@
 #include "reformer/data/classification.hpp"
 
 #include "data/task_detail.hpp"
+#include "io/text.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/io/files.hpp"
 #include "reformer/io/png.hpp"
@@ -31,28 +32,34 @@ RandomKey row_key(std::uint64_t seed, ClassTaskKind kind, Split split, std::uint
 // The base of every task: which example each row holds, and the batch layout.
 class ExampleTask : public ClassTask {
  public:
-  ClassBatch batch(Split split, std::uint64_t batch_index, Index batch_size) const override {
+  ClassBatch batch(Split split, std::uint64_t batch_index, Index batch_size, Index first_row = 0,
+                   Index rows = -1) const override {
     require<ConfigError>(batch_size >= 1, "classification batch: batch_size is ", batch_size,
                          "; it must be at least 1");
+    if (rows < 0) rows = batch_size - first_row;
+    require<ConfigError>(first_row >= 0 && first_row + rows <= batch_size,
+                         "classification batch: rows [", first_row, ", ", first_row + rows,
+                         ") are not rows of a batch of ", batch_size);
     const Index length = this->length();
-    ClassBatch out{HostTokens("class_tokens", batch_size, length),
-                   HostTokens("class_valid", batch_size, length),
-                   Kokkos::View<int*, HostSpace>("class_labels", batch_size)};
+    ClassBatch out{HostTokens("class_tokens", rows, length),
+                   HostTokens("class_valid", rows, length),
+                   Kokkos::View<int*, HostSpace>("class_labels", rows)};
     const std::uint64_t n = examples(split);
-    for (Index b = 0; b < batch_size; ++b) {
+    for (Index r = 0; r < rows; ++r) {
+      const Index b = first_row + r;  // the row of the whole batch
       std::uint64_t index = batch_index * std::uint64_t(batch_size) + std::uint64_t(b);
       if (split == Split::Train) {
         index = uniform_below(random_bits(row_key(seed(), kind(), split, batch_index, b), 0), n);
       } else if (index >= n) {
-        out.labels(b) = -1;  // past the end of the split
+        out.labels(r) = -1;  // past the end of the split
         continue;
       }
       std::vector<int> tokens;
-      out.labels(b) = example(split, index, tokens);
+      out.labels(r) = example(split, index, tokens);
       const Index used = std::min<Index>(Index(tokens.size()), length);
       for (Index t = 0; t < used; ++t) {
-        out.tokens(b, t) = tokens[std::size_t(t)];
-        out.valid(b, t) = 1;
+        out.tokens(r, t) = tokens[std::size_t(t)];
+        out.valid(r, t) = 1;
       }
     }
     return out;
@@ -65,6 +72,13 @@ class ExampleTask : public ClassTask {
   virtual std::uint64_t seed() const = 0;
   virtual ClassTaskKind kind() const = 0;
 };
+
+// The tokens of `n` byte values (bytes of a text, gray levels of an image):
+// value + 1, id 0 being padding.
+void byte_tokens(const std::uint8_t* values, std::size_t n, std::vector<int>& tokens) {
+  tokens.resize(n);
+  for (std::size_t t = 0; t < n; ++t) tokens[t] = 1 + int(values[t]);
+}
 
 std::uint64_t examples_or(const ClassDataConfig& c, Split split, std::uint64_t fallback) {
   return c.examples[int(split)] ? c.examples[int(split)] : fallback;
@@ -173,7 +187,7 @@ class TextTask : public ExampleTask {
     auto splits = internal::fixed_split(rows_.size(), kTextSplitSeed);
     for (int s = 0; s < 3; ++s) split_[s] = std::move(splits[std::size_t(s)]);
   }
-  Index vocab() const override { return 257; }
+  Index vocab() const override { return kByteVocab; }
   Index length() const override { return config_.length; }
   Index classes() const override { return classes_; }
   std::uint64_t examples(Split split) const override { return split_[int(split)].size(); }
@@ -188,8 +202,7 @@ class TextTask : public ExampleTask {
   int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
     const auto& [label, text] = rows_[split_[int(split)][std::size_t(index)]];
     const std::size_t n = std::min<std::size_t>(text.size(), std::size_t(config_.length));
-    tokens.resize(n);
-    for (std::size_t t = 0; t < n; ++t) tokens[t] = 1 + int(static_cast<unsigned char>(text[t]));
+    byte_tokens(reinterpret_cast<const std::uint8_t*>(text.data()), n, tokens);
     return label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -206,11 +219,9 @@ class ImageTask : public ExampleTask {
  public:
   explicit ImageTask(const ClassDataConfig& c) : config_(c) {
     const std::string op = "image classification";
-    const char* const names[6] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-                                  "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
     std::uint64_t training = 0;  // records of the five training files
     for (int f = 0; f < 6; ++f) {
-      const std::string file = c.path + "/" + names[f];
+      const std::string file = c.path + "/" + image::kCifarFiles[f];
       const std::string bytes = io::read_text_file(
           file, op,
           "data.path must be the folder of CIFAR-10's binary version (cifar-10-batches-bin: "
@@ -245,7 +256,7 @@ class ImageTask : public ExampleTask {
     begin_[2] = training;
     begin_[3] = labels_.size();
   }
-  Index vocab() const override { return image::kVocab; }
+  Index vocab() const override { return kByteVocab; }
   Index length() const override { return config_.length; }
   Index classes() const override { return image::kClasses; }
   std::uint64_t examples(Split split) const override {
@@ -260,9 +271,8 @@ class ImageTask : public ExampleTask {
  protected:
   int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
     const std::size_t record = std::size_t(begin_[int(split)] + index);
-    const auto* level = levels_.data() + record * std::size_t(image::kPixels);
-    tokens.assign(level, level + image::kPixels);
-    for (auto& t : tokens) t += 1;  // id 0 is padding
+    byte_tokens(levels_.data() + record * std::size_t(image::kPixels), std::size_t(image::kPixels),
+                tokens);
     return labels_[record];
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -284,28 +294,33 @@ class PathfinderTask : public ExampleTask {
                      "\" is not a folder; data.path must be one difficulty of LRA's Pathfinder "
                      "release (e.g. lra_release/pathfinder32/curv_contour_length_14), which "
                      "holds metadata/ and the images");
-    // metadata/<n>.npy in the order of n (then by name for other stems).
+    // metadata/<n>.npy in the order of n (other names after them, by name).
     std::vector<std::pair<std::uint64_t, std::string>> files;
-    for (const auto& entry : std::filesystem::directory_iterator(metadata)) {
-      if (entry.path().extension() != ".npy") continue;
-      const std::string stem = entry.path().stem().string();
-      const bool numbered = !stem.empty() && stem.size() <= 18 &&
-                            stem.find_first_not_of("0123456789") == std::string::npos;
-      files.emplace_back(numbered ? std::stoull(stem) : ~std::uint64_t(0), entry.path().string());
+    std::filesystem::directory_iterator it(metadata, error), end;
+    for (; !error && it != end; it.increment(error)) {
+      if (it->path().extension() != ".npy") continue;
+      const std::string stem = it->path().stem().string();
+      const bool numbered = stem.size() <= 18 && io::text::all_digits(stem);
+      files.emplace_back(numbered ? std::stoull(stem) : ~std::uint64_t(0), it->path().string());
     }
+    require<IoError>(!error, kOp, ": cannot list \"", metadata, "\" (", error.message(), ")");
     std::sort(files.begin(), files.end());
     require<IoError>(!files.empty(), kOp, ": \"", metadata,
                      "\" holds no .npy metadata files (LRA's release: metadata/0.npy, ...)");
-    for (const auto& file : files) read_metadata(file.second);
-    // LRA: [:80%], [80%:90%], [90%:] (at least one image in each).
-    const std::uint64_t n = images_.size();
-    begin_[1] = n * 8 / 10;
-    begin_[2] = n * 9 / 10;
-    begin_[3] = n;
-    require<IoError>(begin_[1] >= 1 && begin_[2] > begin_[1] && n > begin_[2], kOp, ": \"", c.path,
-                     "\" names ", n, " non-empty images (", skipped_,
-                     " empty ones left out) but needs at least 10 (80% train, 10% valid, 10% "
-                     "test)");
+    std::vector<std::pair<std::string, int>> listed;  // every line; label -1: an empty image
+    for (const auto& file : files) read_metadata(file.second, listed);
+    // LRA: [:80%], [80%:90%], [90%:] of every line, then the empty images
+    // filtered out of each part.
+    const std::size_t n = listed.size(), bounds[4] = {0, n * 8 / 10, n * 9 / 10, n};
+    for (int s = 0; s < 3; ++s) {
+      for (std::size_t i = bounds[s]; i < bounds[s + 1]; ++i)
+        if (listed[i].second >= 0)
+          split_[s].push_back(images_.size()), images_.push_back(listed[i]);
+      require<IoError>(!split_[s].empty(), kOp, ": \"", c.path, "\" lists ", n, " images (",
+                       skipped_, " of them empty), which leaves the ", to_string(Split(s)),
+                       " split (lines ", bounds[s] + 1, " to ", bounds[s + 1],
+                       " of 80% / 10% / 10%) without a non-empty image");
+    }
     const auto first = io::read_gray_png(images_[0].first, kOp);
     side_ = first.width;
     require<IoError>(first.width == first.height, kOp, ": \"", images_[0].first, "\" is ",
@@ -314,12 +329,10 @@ class PathfinderTask : public ExampleTask {
                          " but the Pathfinder images of \"", c.path, "\" are ", side_, " x ", side_,
                          " = ", side_ * side_, " pixels; set data.length to ", side_ * side_);
   }
-  Index vocab() const override { return image::kVocab; }
+  Index vocab() const override { return kByteVocab; }
   Index length() const override { return config_.length; }
   Index classes() const override { return 2; }
-  std::uint64_t examples(Split split) const override {
-    return begin_[int(split) + 1] - begin_[int(split)];
-  }
+  std::uint64_t examples(Split split) const override { return split_[int(split)].size(); }
   std::string describe() const override {
     return detail::concat("pathfinder: \"", config_.path, "\", ", examples(Split::Train),
                           " train, ", examples(Split::Valid), " valid, ", examples(Split::Test),
@@ -329,15 +342,12 @@ class PathfinderTask : public ExampleTask {
 
  protected:
   int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
-    const auto& [path, label] = images_[std::size_t(begin_[int(split)] + index)];
-    const auto decoded = io::read_gray_png(path, kOp);
+    const auto& [path, label] = images_[split_[int(split)][std::size_t(index)]];
+    const auto decoded = io::read_gray_png(path, kOp, side_ * side_);
     require<IoError>(decoded.width == side_ && decoded.height == side_, kOp, ": \"", path, "\" is ",
-                     decoded.width, " x ", decoded.height,
-                     " pixels but the task's "
-                     "first image is ",
+                     decoded.width, " x ", decoded.height, " pixels but the task's first image is ",
                      side_, " x ", side_, "; every image must have its size");
-    tokens.assign(decoded.levels.begin(), decoded.levels.end());
-    for (auto& t : tokens) t += 1;  // id 0 is padding
+    byte_tokens(decoded.levels.data(), decoded.levels.size(), tokens);
     return label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -346,8 +356,9 @@ class PathfinderTask : public ExampleTask {
  private:
   static constexpr const char* kOp = "pathfinder";
 
-  // One metadata file: "<folder> <file> <n> <label> ..." a line.
-  void read_metadata(const std::string& file) {
+  // One metadata file: "<folder> <file> <n> <label> ..." a line, appended to
+  // `listed` (label -1 for an empty image).
+  void read_metadata(const std::string& file, std::vector<std::pair<std::string, int>>& listed) {
     const std::string text = io::read_text_file(file, kOp, "check data.path");
     std::istringstream in(text);
     std::string line;
@@ -367,18 +378,15 @@ class PathfinderTask : public ExampleTask {
       const auto size = std::filesystem::file_size(image, error);
       require<IoError>(!error, where, " names \"", image, "\", which cannot be read (",
                        error.message(), ")");
-      if (size == 0) {
-        ++skipped_;  // LRA leaves out the release's empty images
-        continue;
-      }
-      images_.emplace_back(image, fields[3] == "1" ? 1 : 0);
+      skipped_ += size == 0;  // LRA filters the release's empty images out
+      listed.emplace_back(image, size == 0 ? -1 : fields[3] == "1" ? 1 : 0);
     }
   }
 
   ClassDataConfig config_;
-  std::vector<std::pair<std::string, int>> images_;  // (path, label), in metadata order
+  std::vector<std::pair<std::string, int>> images_;  // (path, label), non-empty, in order
+  std::vector<std::size_t> split_[3];                // each split's images
   std::uint64_t skipped_ = 0;
-  std::uint64_t begin_[4] = {};  // first image of train, valid, test, and the end
   Index side_ = 0;
 };
 
@@ -449,18 +457,16 @@ void ClassDataConfig::validate() const {
     require<ConfigError>(!path.empty(),
                          "data.path is empty; the pathfinder task reads one difficulty of LRA's "
                          "Pathfinder release from that folder (metadata/ and the images)");
-  for (int s = 0; s < 3; ++s) {
-    require<ConfigError>(task != ClassTaskKind::Pathfinder || examples[s] == 0,
-                         "data.examples: the pathfinder task's splits come from its metadata "
-                         "(80% / 10% / 10%); leave the example counts out");
-    require<ConfigError>(task != ClassTaskKind::Text || examples[s] == 0,
-                         "data.examples: the text task's splits come from its file (90% / 5% / "
-                         "5%); leave the example counts out");
-    require<ConfigError>(task != ClassTaskKind::Image || examples[s] == 0,
-                         "data.examples: the image task's splits come from its files (90% / "
-                         "10% of the training records, and the test file); leave the example "
-                         "counts out");
-  }
+  // The tasks whose splits come from their files take no example counts.
+  const char* from_files = task == ClassTaskKind::Text ? "its file (90% / 5% / 5%)"
+                           : task == ClassTaskKind::Image
+                               ? "its files (90% / 10% of the training records, and the test file)"
+                           : task == ClassTaskKind::Pathfinder ? "its metadata (80% / 10% / 10%)"
+                                                               : nullptr;
+  for (int s = 0; s < 3; ++s)
+    require<ConfigError>(!from_files || examples[s] == 0, "data.examples: the ", to_string(task),
+                         " task's splits come from ", from_files ? from_files : "",
+                         "; leave the example counts out");
 }
 
 std::uint64_t ClassTask::batches_in_split(Split split, Index batch_size) const {

@@ -19,7 +19,7 @@ std::string format_name(png_uint_32 format) {
 
 }  // namespace
 
-GrayImage read_gray_png(const std::string& path, const std::string& op) {
+GrayImage read_gray_png(const std::string& path, const std::string& op, Index max_pixels) {
   // The bytes first (the project's checks: a FIFO or a folder is named, never
   // opened), then libpng reads them from memory.
   const std::string bytes = read_text_file(path, op, "give the path of a PNG image");
@@ -35,12 +35,12 @@ GrayImage read_gray_png(const std::string& path, const std::string& op) {
                                  "\" is not a readable PNG image (libpng: ", image.message, ")"));
   require<IoError>(image.format == PNG_FORMAT_GRAY, op, ": \"", path, "\" is a ",
                    format_name(image.format),
-                   " PNG image; only 8-bit grayscale without alpha is read (as the file's own "
-                   "channels, like LRA's Pathfinder)");
+                   " PNG image; only grayscale without alpha, of at most 8 bits, is read (as "
+                   "the file's own channels, like LRA's Pathfinder)");
   require<IoError>(
-      image.width > 0 && image.height > 0 && image.width <= 65536 && image.height <= 65536, op,
-      ": \"", path, "\" is ", image.width, " x ", image.height,
-      " pixels; at most 65536 on a side is read");
+      image.width > 0 && image.height > 0 && Index(image.width) * Index(image.height) <= max_pixels,
+      op, ": \"", path, "\" is ", image.width, " x ", image.height, " pixels; at most ", max_pixels,
+      " pixels are read here");
   GrayImage out;
   out.width = Index(image.width);
   out.height = Index(image.height);

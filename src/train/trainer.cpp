@@ -864,8 +864,8 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
     require<ConfigError>(!sampling && o.top_k == 0 && o.top_p == 1, "generate: temperature ",
                          o.temperature, ", top_k ", o.top_k, " and top_p ", o.top_p, " given", why,
                          "it does not sample (leave out --temperature, --top-k, --top-p)");
-    require<ConfigError>(o.seed == defaults.seed, "generate: seed ", o.seed, " given", why,
-                         "it does not sample (leave out --seed)");
+    require<ConfigError>(o.seed == defaults.seed && !o.seed_given, "generate: seed ", o.seed,
+                         " given", why, "it does not sample (leave out --seed)");
     require<ConfigError>(o.stop.empty(), "generate: ", o.stop.size(), " stop id(s) given", why,
                          "leave out --stop");
     require<ConfigError>(o.cache, "generate: --no-cache given", why,
@@ -880,7 +880,8 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
       "a temperature > 0 (e.g. --temperature 1) to sample";
   require<ConfigError>(sampling || o.top_k == 0, "generate: top_k ", o.top_k, greedy);
   require<ConfigError>(sampling || o.top_p == 1, "generate: top_p ", o.top_p, greedy);
-  require<ConfigError>(sampling || o.seed == defaults.seed, "generate: seed ", o.seed, greedy);
+  require<ConfigError>(sampling || (o.seed == defaults.seed && !o.seed_given), "generate: seed ",
+                       o.seed, greedy);
   require<ConfigError>(o.beam > 1 || o.length_penalty == defaults.length_penalty,
                        "generate: length_penalty ", o.length_penalty,
                        " weighs beam search's hypotheses and has no effect without a beam > 1 "

@@ -87,6 +87,8 @@ expect generate_top_p_greedy 2 "top_p 0.9 has no effect with temperature 0 (gree
   generate "$work/run" --top-p 0.9
 expect generate_seed_greedy 2 "seed 5 has no effect with temperature 0 (greedy decoding" -- \
   generate "$work/run" --seed 5
+expect generate_seed_default_greedy 2 "seed 1 has no effect with temperature 0" -- \
+  generate "$work/run" --seed 1
 expect generate_seed_sampled 0 "generated:" -- generate "$work/run" --tokens 2 --temperature 1 --seed 5
 expect generate_top_k_greedy 2 "top_k 5 has no effect with temperature 0" -- \
   generate "$work/run" --top-k 5 --temperature 0

@@ -254,10 +254,11 @@ TEST(ClassificationData, ImagesAreGrayPixelsInRowOrderWithLrasSplits) {
 
 TEST(ClassificationData, PathfinderImagesInMetadataOrderWithLrasSplits) {
   TempDir dir;
-  // 24 images of 8 x 8 in two metadata files (2.npy before 10.npy: by number),
-  // 2 of them empty: 22 kept, 17 / 2 / 3 (80% / 10% / 10%).
-  const auto kept = write_fake_pathfinder(dir.path() + "/hard", 24, 8, 2);
-  ASSERT_EQ(kept.size(), 22u);
+  // 24 lines of 8 x 8 images in two metadata files (2.npy before 10.npy: by
+  // number). LRA splits the lines 80% / 10% / 10% (19 / 2 / 3), then leaves
+  // out the empty images of each part: lines 3 (train) and 20 (valid) are
+  // empty, so 18 / 1 / 3.
+  const auto lines = write_fake_pathfinder(dir.path() + "/hard", 24, 8, {3, 20});
   ClassDataConfig c;
   c.task = ClassTaskKind::Pathfinder;
   c.length = 70;  // 64 pixels and 6 of padding
@@ -265,59 +266,92 @@ TEST(ClassificationData, PathfinderImagesInMetadataOrderWithLrasSplits) {
   const auto task = make_class_task(c);
   EXPECT_EQ(task->vocab(), 257);
   EXPECT_EQ(task->classes(), 2);
-  EXPECT_EQ(task->examples(Split::Train), 17u);
-  EXPECT_EQ(task->examples(Split::Valid), 2u);
+  EXPECT_EQ(task->examples(Split::Train), 18u);
+  EXPECT_EQ(task->examples(Split::Valid), 1u);
   EXPECT_EQ(task->examples(Split::Test), 3u);
   EXPECT_NE(task->describe().find("2 empty images left out"), std::string::npos)
       << task->describe();
-  auto expect_image = [&](const ClassBatch& batch, Index b, std::size_t image) {
-    EXPECT_EQ(batch.labels(b), kept[image].label) << "image " << image;
+  auto expect_line = [&](const ClassBatch& batch, Index b, std::size_t line) {
+    ASSERT_FALSE(lines[line].empty);
+    EXPECT_EQ(batch.labels(b), lines[line].label) << "line " << line;
     for (Index p = 0; p < 70; ++p) {
-      const int want = p < 64 ? 1 + kept[image].levels[std::size_t(p)] : 0;
-      ASSERT_EQ(batch.tokens(b, p), want) << "image " << image << " pixel " << p;
+      const int want = p < 64 ? 1 + lines[line].levels[std::size_t(p)] : 0;
+      ASSERT_EQ(batch.tokens(b, p), want) << "line " << line << " pixel " << p;
       ASSERT_EQ(batch.valid(b, p), p < 64 ? 1 : 0);
     }
   };
   const auto valid = task->batch(Split::Valid, 0, 2);
-  expect_image(valid, 0, 17);
-  expect_image(valid, 1, 18);
+  expect_line(valid, 0, 19);
+  EXPECT_EQ(valid.labels(1), -1);
   const auto test = task->batch(Split::Test, 0, 4);
-  for (Index b = 0; b < 3; ++b) expect_image(test, b, std::size_t(19 + b));
+  for (Index b = 0; b < 3; ++b) expect_line(test, b, std::size_t(21 + b));
   EXPECT_EQ(test.labels(3), -1);
-  // Training rows are the first 17 images.
+  // A process's rows of a batch are those rows of the whole batch.
+  const auto part = task->batch(Split::Test, 0, 4, 1, 2);
+  ASSERT_EQ(part.batch_size(), 2);
+  expect_line(part, 0, 22);
+  expect_line(part, 1, 23);
+  // Training rows are the non-empty lines 0..18, and a share is the same rows.
   const auto train = task->batch(Split::Train, 3, 40);
+  const auto share = task->batch(Split::Train, 3, 40, 20, 20);
   for (Index b = 0; b < 40; ++b) {
     std::vector<std::uint8_t> levels;
     for (Index p = 0; p < 64; ++p) levels.push_back(std::uint8_t(train.tokens(b, p) - 1));
-    std::size_t found = kept.size();
-    for (std::size_t i = 0; i < kept.size(); ++i)
-      if (kept[i].levels == levels) found = i;
-    ASSERT_LT(found, 17u) << "training row " << b << " is no training image";
-    EXPECT_EQ(train.labels(b), kept[found].label);
+    std::size_t found = lines.size();
+    for (std::size_t i = 0; i < lines.size(); ++i)
+      if (!lines[i].empty && lines[i].levels == levels) found = i;
+    ASSERT_LT(found, 19u) << "training row " << b << " is no training image";
+    EXPECT_EQ(train.labels(b), lines[found].label);
+    if (b >= 20) {
+      EXPECT_EQ(share.labels(b - 20), train.labels(b));
+      EXPECT_EQ(share.tokens(b - 20, 5), train.tokens(b, 5));
+    }
   }
-  // Errors: the length, the folder, a bad line, a missing image, a wrong size.
+  // Errors: the length, the folder, no metadata, a bad line, a missing image,
+  // a wrong size, example counts, a split left without an image.
   c.length = 60;
   testing::expect_error<ConfigError>(
       [&] { make_class_task(c); },
       {"data.length is 60", "8 x 8 = 64 pixels", "set data.length to 64"});
   c.length = 64;
+  c.examples[1] = 5;
+  testing::expect_error<ConfigError>([&] { make_class_task(c); },
+                                     {"pathfinder task's splits come from its metadata"});
+  c.examples[1] = 0;
   c.path = dir.path() + "/nowhere";
   testing::expect_error<IoError>([&] { make_class_task(c); },
                                  {"nowhere/metadata\" is not a folder", "curv_contour_length_14"});
+  std::filesystem::create_directories(dir.path() + "/bare/metadata");
+  std::ofstream(dir.path() + "/bare/metadata/notes.txt") << "not metadata\n";
+  c.path = dir.path() + "/bare";
+  testing::expect_error<IoError>([&] { make_class_task(c); }, {"holds no .npy metadata files"});
+  // 10 lines, of which the last (test: lines 10..10) is empty.
+  write_fake_pathfinder(dir.path() + "/thin", 10, 8, {9});
+  c.path = dir.path() + "/thin";
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"lists 10 images (1 of them empty)", "test split (lines 10 to 10",
+                                  "without a non-empty image"});
   c.path = dir.path() + "/hard";
-  std::ofstream(c.path + "/metadata/11.npy") << "imgs/0 sample_0.png 0 2\n";
+  // A name that is not a number sorts after the numbered ones.
+  std::ofstream(c.path + "/metadata/extra.npy") << "imgs/0 sample_0.png 0 2\n";
   testing::expect_error<IoError>([&] { make_class_task(c); },
-                                 {"11.npy\" line 1", "the label 0 or 1"});
-  std::ofstream(c.path + "/metadata/11.npy") << "imgs/0 sample_99.png 0 1\n";
+                                 {"extra.npy\" line 1", "the label 0 or 1"});
+  std::ofstream(c.path + "/metadata/extra.npy") << "imgs/0 sample_99.png 0 1\n";
   testing::expect_error<IoError>([&] { make_class_task(c); },
-                                 {"11.npy\" line 1 names", "sample_99.png", "cannot be read"});
+                                 {"extra.npy\" line 1 names", "sample_99.png", "cannot be read"});
   io::GrayImage small{4, 4, std::vector<std::uint8_t>(16, 7)};
   io::write_gray_png(c.path + "/imgs/1/small.png", small);
-  std::ofstream(c.path + "/metadata/11.npy") << "imgs/1 small.png 0 1\n";
-  const auto mixed = make_class_task(c);  // the last image (test) is 4 x 4
+  std::ofstream(c.path + "/metadata/extra.npy") << "imgs/1 small.png 0 1\n";
+  const auto mixed = make_class_task(c);  // the last line (test) is a 4 x 4 image
+  EXPECT_EQ(mixed->examples(Split::Test), 3u);
   testing::expect_error<IoError>(
       [&] { mixed->batch(Split::Test, 0, 4); },
       {"small.png\" is 4 x 4 pixels but the task's first image is 8 x 8"});
+  // ... and one larger than the first image is refused before it is decoded.
+  io::GrayImage large{40, 40, std::vector<std::uint8_t>(1600, 7)};
+  io::write_gray_png(c.path + "/imgs/1/small.png", large);
+  testing::expect_error<IoError>([&] { mixed->batch(Split::Test, 0, 4); },
+                                 {"small.png\" is 40 x 40 pixels; at most 64 pixels"});
 }
 
 TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {

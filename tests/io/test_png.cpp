@@ -1,5 +1,5 @@
-// 8-bit grayscale PNG images (io/png.hpp): what is written is read back, and
-// every file that is not such an image is refused by name.
+// Grayscale PNG images (io/png.hpp): what is written is read back, and every
+// file that is not such an image, or is larger than asked, is refused by name.
 #include "reformer/core/error.hpp"
 #include "reformer/io/png.hpp"
 #include "support/checks.hpp"
@@ -36,6 +36,10 @@ TEST(Png, GrayImagesRoundTripAndOthersAreRefusedByName) {
   EXPECT_EQ(back.height, 5);
   EXPECT_EQ(back.levels, image.levels);
 
+  // An image larger than the caller allows is refused before it is decoded.
+  testing::expect_error<IoError>([&] { io::read_gray_png(path, "test", 34); },
+                                 {"gray.png", "is 7 x 5 pixels; at most 34 pixels"});
+  EXPECT_EQ(io::read_gray_png(path, "test", 35).levels, image.levels);
   // A colour image (written by libpng itself) is refused, not converted.
   png_image colour{};
   colour.version = PNG_IMAGE_VERSION;
@@ -45,8 +49,9 @@ TEST(Png, GrayImagesRoundTripAndOthersAreRefusedByName) {
   const std::uint8_t rgb[12] = {255, 0, 0, 0, 255, 0, 0, 0, 255, 9, 9, 9};
   ASSERT_TRUE(
       png_image_write_to_file(&colour, (dir.path() + "/rgb.png").c_str(), 0, rgb, 0, nullptr));
-  testing::expect_error<IoError>([&] { io::read_gray_png(dir.path() + "/rgb.png", "test"); },
-                                 {"rgb.png", "is a colour PNG image", "8-bit grayscale"});
+  testing::expect_error<IoError>(
+      [&] { io::read_gray_png(dir.path() + "/rgb.png", "test"); },
+      {"rgb.png", "is a colour PNG image", "only grayscale without alpha"});
   // Not a PNG, empty, cut short, missing, a folder.
   std::ofstream(dir.path() + "/text.png") << "hello, not an image";
   testing::expect_error<IoError>([&] { io::read_gray_png(dir.path() + "/text.png", "test"); },

@@ -2,6 +2,8 @@
 // (data/classification.hpp).
 #pragma once
 
+#include "reformer/data/classification.hpp"
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,8 +16,6 @@ namespace reformer::testing {
 // (3 f + r) % 10 and colour bytes that follow a pattern of (f, r, plane, pixel).
 inline std::vector<std::vector<unsigned char>> write_fake_cifar(const std::string& folder,
                                                                 const std::vector<int>& records) {
-  const char* const names[6] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-                                "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
   std::vector<std::vector<unsigned char>> files(6);
   for (int f = 0; f < 6; ++f) {
     auto& bytes = files[std::size_t(f)];
@@ -25,7 +25,7 @@ inline std::vector<std::vector<unsigned char>> write_fake_cifar(const std::strin
         for (int p = 0; p < 1024; ++p)
           bytes.push_back((unsigned char)((p * (plane + 3) + 37 * r + 101 * f) % 256));
     }
-    std::ofstream(folder + "/" + names[f], std::ios::binary)
+    std::ofstream(folder + "/" + data::image::kCifarFiles[f], std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   }
   return files;

@@ -113,6 +113,7 @@ TEST(Generate, OptionsWithoutEffectAreRefused) {
       {with([](auto& o) { o.top_k = 5; }), false, {"top_k 5 has no effect with temperature 0"}},
       {with([](auto& o) { o.top_p = 0.9; }), false, {"top_p 0.9 has no effect", "--temperature"}},
       {with([](auto& o) { o.seed = 5; }), false, {"seed 5 has no effect with temperature 0"}},
+      {with([](auto& o) { o.seed_given = true; }), false, {"seed 1 has no effect"}},
       {with([](auto& o) { o.length_penalty = 1.0; }), true, {"length_penalty 1", "beam > 1"}},
       {with([](auto& o) { o.beam = 2; }), false, {"beam is 2", "the encoder-decoder's"}},
       {with([](auto& o) { o.temperature = 1; }),

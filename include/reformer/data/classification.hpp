@@ -48,11 +48,12 @@
 //                  bottom (length >= S * S: 1,024 for Pathfinder-32, 16,384
 //                  for Path-X at 128). 2 classes (label 1: the two dots are
 //                  joined by a path). The metadata files in the order of their
-//                  numbers, their lines in order, empty (0-byte) images left out
-//                  as LRA leaves them out; train the first 80%, valid the next
-//                  10%, test the last 10% (LRA's split; tfds orders the images by
-//                  its own key, so LRA's parts hold other images). The images
-//                  are decoded as rows are drawn; each must be S x S.
+//                  numbers, their lines in order; train the first 80% of the
+//                  lines, valid the next 10%, test the last 10% (LRA's split;
+//                  tfds orders the images by its own key, so LRA's parts hold
+//                  other images), each without its empty (0-byte) images, which
+//                  LRA filters out after splitting. The images are decoded as
+//                  rows are drawn; each must be S x S.
 #pragma once
 
 #include "reformer/core/types.hpp"
@@ -71,17 +72,24 @@ enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image, Pathfinder };
 ClassTaskKind parse_class_task_kind(const std::string& name);
 const char* to_string(ClassTaskKind kind);
 
+// The vocabulary of the byte-valued tasks (text, image, pathfinder): ids
+// 1..256 are a byte or gray level + 1; 0 is padding.
+constexpr Index kByteVocab = 257;
+
 namespace image {
 constexpr Index kSide = 32;               // CIFAR-10's images are 32 x 32
 constexpr Index kPixels = kSide * kSide;  // positions of a row
-constexpr Index kVocab = 257;             // ids 1..256: gray levels 0..255; 0: padding
 constexpr Index kClasses = 10;
 constexpr Index kRecordBytes = 1 + 3 * kPixels;  // a label byte and three colour planes
+// The files of CIFAR-10's binary version: five of training records, then the test file.
+inline constexpr const char* kCifarFiles[6] = {"data_batch_1.bin", "data_batch_2.bin",
+                                               "data_batch_3.bin", "data_batch_4.bin",
+                                               "data_batch_5.bin", "test_batch.bin"};
 // The gray level of one pixel as LRA computes it, tf.image.rgb_to_grayscale on
 // uint8: y = 0.2989 R + 0.5870 G + 0.1140 B over [0, 1], back to uint8 as
 // trunc(y * 255.5). Here in exact integer arithmetic (the same on every
-// backend and ISA); TensorFlow's float32 may land one level lower where the
-// exact value is within about 1e-5 of a whole level.
+// backend and ISA); TensorFlow's float32 may land one level off, either way,
+// where the exact value is within about 1e-5 of a whole level.
 int gray_level(unsigned char red, unsigned char green, unsigned char blue);
 }  // namespace image
 
@@ -110,8 +118,11 @@ struct ClassBatch {
 class ClassTask {
  public:
   virtual ~ClassTask() = default;
-  // `batch_size` rows of the split (ConfigError unless batch_size >= 1).
-  virtual ClassBatch batch(Split split, std::uint64_t batch_index, Index batch_size) const = 0;
+  // `batch_size` rows of the split (ConfigError unless batch_size >= 1), or
+  // only rows [first_row, first_row + rows) of them (rows < 0: to the end),
+  // which are the same rows as in the whole batch (a process's share).
+  virtual ClassBatch batch(Split split, std::uint64_t batch_index, Index batch_size,
+                           Index first_row = 0, Index rows = -1) const = 0;
   virtual Index vocab() const = 0;
   virtual Index length() const = 0;
   virtual Index classes() const = 0;

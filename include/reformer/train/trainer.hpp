@@ -99,6 +99,9 @@ struct GenerateOptions {
   // Transformer-XL: false reruns the current segment over its memory.
   bool cache = true;
   std::uint64_t seed = 1;
+  // The caller chose `seed` (the CLI's --seed): refused without sampling even
+  // at its default value.
+  bool seed_given = false;
   // Encoder-decoder: the source as text (the task's units; the synthetic tasks:
   // ids separated by spaces); empty: the first validation pair. Beam search
   // with `beam` > 1, else greedy.

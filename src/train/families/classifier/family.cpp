@@ -49,10 +49,9 @@ Index task_vocab(const config::RunConfig& c) {
     case data::TaskKind::ListOps:
       return data::listops::kVocab;
     case data::TaskKind::Text:
-      return 257;
     case data::TaskKind::Image:
     case data::TaskKind::Pathfinder:
-      return data::image::kVocab;
+      return data::kByteVocab;
     default:
       return c.data.vocab;
   }

@@ -7,8 +7,6 @@
 namespace reformer::train::classifier {
 namespace {
 
-using workload::row_range;
-
 // The classifier on a classification task: parameters, their gradients and
 // the optimizer in T, activations in A (T, or bf16 with train.precision =
 // "bf16"). A row's loss counts once (labels -1, past an evaluation split's
@@ -31,12 +29,10 @@ class Classification final : public Workload<T> {
     load(split, index, batch);
     return model_.evaluate(ids_, labels_, with_mask(this->call_for_rows(call, batch)), state_);
   }
-  Index target_tokens(std::uint64_t index, Index batch) override {
-    const auto rows = mine(task_->batch(data::Split::Train, index, batch));
-    Index n = 0;
-    for (Index b = 0; b < Index(rows.labels.extent(0)); ++b) n += rows.labels(b) >= 0;
-    return n;
-  }
+  // Every training row is an example with a label (only evaluation batches
+  // run past a split's end), so this process's rows count without reading
+  // them (the image tasks decode files per row).
+  Index target_tokens(std::uint64_t, Index batch) override { return this->rows_of(batch).second; }
   std::pair<Index, Index> exact_matches(data::Split, std::uint64_t, Index) override {
     return {0, 0};
   }
@@ -58,15 +54,10 @@ class Classification final : public Workload<T> {
     call.valid = valid_;
     return call;
   }
-  // This process's rows of a batch.
-  data::ClassBatch mine(const data::ClassBatch& all) const {
-    const auto [first, count] = this->rows_of(all.batch_size());
-    if (count == all.batch_size()) return all;
-    return {row_range(all.tokens, first, count), row_range(all.valid, first, count),
-            Kokkos::subview(all.labels, std::make_pair(first, first + count))};
-  }
   void load(data::Split split, std::uint64_t index, Index batch) {
-    const auto host = mine(task_->batch(split, index, batch));
+    // Only this process's rows are made (and their files read).
+    const auto [first, count] = this->rows_of(batch);
+    const auto host = task_->batch(split, index, batch, first, count);
     const Index rows = host.batch_size(), length = host.tokens.extent(1);
     if (Index(ids_.extent(0)) != rows || Index(ids_.extent(1)) != length) {
       ids_ = View2<int>("classifier_ids", rows, length);
