@@ -307,24 +307,23 @@ class PathfinderTask : public ExampleTask {
     std::sort(files.begin(), files.end());
     require<IoError>(!files.empty(), kOp, ": \"", metadata,
                      "\" holds no .npy metadata files (LRA's release: metadata/0.npy, ...)");
-    std::vector<std::pair<std::string, int>> listed;  // every line; label -1: an empty image
-    for (const auto& file : files) read_metadata(file.second, listed);
+    for (const auto& file : files) read_metadata(file.second);
     // LRA: [:80%], [80%:90%], [90%:] of every line, then the empty images
     // filtered out of each part.
-    const std::size_t n = listed.size(), bounds[4] = {0, n * 8 / 10, n * 9 / 10, n};
+    const std::size_t n = lines_.size(), bounds[4] = {0, n * 8 / 10, n * 9 / 10, n};
     for (int s = 0; s < 3; ++s) {
       for (std::size_t i = bounds[s]; i < bounds[s + 1]; ++i)
-        if (listed[i].second >= 0)
-          split_[s].push_back(images_.size()), images_.push_back(listed[i]);
+        if (lines_[i].second >= 0) split_[s].push_back(i);
       require<IoError>(!split_[s].empty(), kOp, ": \"", c.path, "\" lists ", n, " images (",
                        skipped_, " of them empty), which leaves the ", to_string(Split(s)),
                        " split (lines ", bounds[s] + 1, " to ", bounds[s + 1],
                        " of 80% / 10% / 10%) without a non-empty image");
     }
-    const auto first = io::read_gray_png(images_[0].first, kOp);
+    const std::string& first_path = lines_[split_[0][0]].first;
+    const auto first = io::read_gray_png(first_path, kOp);
     side_ = first.width;
-    require<IoError>(first.width == first.height, kOp, ": \"", images_[0].first, "\" is ",
-                     first.width, " x ", first.height, " pixels; Pathfinder's images are square");
+    require<IoError>(first.width == first.height, kOp, ": \"", first_path, "\" is ", first.width,
+                     " x ", first.height, " pixels; Pathfinder's images are square");
     require<ConfigError>(side_ * side_ <= c.length, "data.length is ", c.length,
                          " but the Pathfinder images of \"", c.path, "\" are ", side_, " x ", side_,
                          " = ", side_ * side_, " pixels; set data.length to ", side_ * side_);
@@ -342,7 +341,7 @@ class PathfinderTask : public ExampleTask {
 
  protected:
   int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
-    const auto& [path, label] = images_[split_[int(split)][std::size_t(index)]];
+    const auto& [path, label] = lines_[split_[int(split)][std::size_t(index)]];
     const auto decoded = io::read_gray_png(path, kOp, side_ * side_);
     require<IoError>(decoded.width == side_ && decoded.height == side_, kOp, ": \"", path, "\" is ",
                      decoded.width, " x ", decoded.height, " pixels but the task's first image is ",
@@ -357,8 +356,8 @@ class PathfinderTask : public ExampleTask {
   static constexpr const char* kOp = "pathfinder";
 
   // One metadata file: "<folder> <file> <n> <label> ..." a line, appended to
-  // `listed` (label -1 for an empty image).
-  void read_metadata(const std::string& file, std::vector<std::pair<std::string, int>>& listed) {
+  // lines_ (label -1 for an empty image).
+  void read_metadata(const std::string& file) {
     const std::string text = io::read_text_file(file, kOp, "check data.path");
     std::istringstream in(text);
     std::string line;
@@ -379,13 +378,13 @@ class PathfinderTask : public ExampleTask {
       require<IoError>(!error, where, " names \"", image, "\", which cannot be read (",
                        error.message(), ")");
       skipped_ += size == 0;  // LRA filters the release's empty images out
-      listed.emplace_back(image, size == 0 ? -1 : fields[3] == "1" ? 1 : 0);
+      lines_.emplace_back(image, size == 0 ? -1 : fields[3] == "1" ? 1 : 0);
     }
   }
 
   ClassDataConfig config_;
-  std::vector<std::pair<std::string, int>> images_;  // (path, label), non-empty, in order
-  std::vector<std::size_t> split_[3];                // each split's images
+  std::vector<std::pair<std::string, int>> lines_;  // (path, label) a line; -1: empty image
+  std::vector<std::size_t> split_[3];               // each split's lines with an image
   std::uint64_t skipped_ = 0;
   Index side_ = 0;
 };
@@ -440,23 +439,21 @@ void ClassDataConfig::validate() const {
   if (task == ClassTaskKind::MatchingEnds)
     require<ConfigError>(vocab >= 3, "data.vocab is ", vocab,
                          "; matching_ends needs at least 2 symbols (vocab >= 3)");
-  if (task == ClassTaskKind::Text)
-    require<ConfigError>(!path.empty(),
-                         "data.path is empty; the text task reads "
-                         "label<TAB>text lines from it");
-  if (task == ClassTaskKind::Image) {
-    require<ConfigError>(!path.empty(),
-                         "data.path is empty; the image task reads CIFAR-10's binary version "
-                         "from that folder (cifar-10-batches-bin)");
+  // The tasks that read data.path.
+  const char* reads = task == ClassTaskKind::Text ? "label<TAB>text lines from it"
+                      : task == ClassTaskKind::Image
+                          ? "CIFAR-10's binary version from that folder (cifar-10-batches-bin)"
+                      : task == ClassTaskKind::Pathfinder
+                          ? "one difficulty of LRA's Pathfinder release from that folder "
+                            "(metadata/ and the images)"
+                          : nullptr;
+  require<ConfigError>(!reads || !path.empty(), "data.path is empty; the ", to_string(task),
+                       " task reads ", reads ? reads : "");
+  if (task == ClassTaskKind::Image)
     require<ConfigError>(length >= image::kPixels, "data.length is ", length,
                          " but the image task's rows are ", image::kPixels,
                          " pixels (32 x 32); set data.length to ", image::kPixels,
                          " (a longer length pads)");
-  }
-  if (task == ClassTaskKind::Pathfinder)
-    require<ConfigError>(!path.empty(),
-                         "data.path is empty; the pathfinder task reads one difficulty of LRA's "
-                         "Pathfinder release from that folder (metadata/ and the images)");
   // The tasks whose splits come from their files take no example counts.
   const char* from_files = task == ClassTaskKind::Text ? "its file (90% / 5% / 5%)"
                            : task == ClassTaskKind::Image
