@@ -18,6 +18,17 @@
 #     runs the whole table; the CPU model, its ISA and each build's sgemm rate
 #     head the output. Defaults: 2 threads, batch 4, "1024 2048 3072 4096".
 #
+#   experiments/lra.sh retrieval [THREADS] [BATCH] [LENGTH]
+#     LRA's Retrieval model at its size: the two-tower classifier
+#     (model.classifier.documents = 2; lra_benchmarks/matching/configs/
+#     base_match_config.py: 4 layers of width 128, 4 heads of 32, feed-forward
+#     512, two documents of 4,000 bytes an example) for one training step with
+#     full, exact, LSH-2, local and reversible LSH-2 ("reformer") attention
+#     (LSH chunks of 80 and local chunks of 100, which divide 4,000), beside
+#     PyTorch 2's nn.TransformerEncoder as the same two towers in the same run
+#     (experiments/lra_pytorch.py --pairs --fast-path). Defaults: 2 threads,
+#     batch 1 (two sequences), length 4000.
+#
 #   experiments/lra.sh listops [THREADS] [CONFIGS...]
 #     Table 1's ListOps column at a CPU size (experiments/lra_listops_cpu.toml:
 #     trees of 64..512 tokens, the LRA recipe otherwise): trains each attention
@@ -159,6 +170,62 @@ PY
   echo "runs in $out"
 }
 
+retrieval() {
+  threads=${1:-2}
+  batch=${2:-1}
+  length=${3:-4000}
+  export OMP_NUM_THREADS=$threads OMP_PROC_BIND=false
+  local build=${BUILD:-$root/build/openmp}
+  header
+  echo "$(basename "$build"): $("$build/bin/reformer" info | grep -E 'vector unit' | sed 's/^ *//')"
+  python3 "$root/experiments/sgemm_rate.py" --threads "$threads" \
+    --bench-ops "$build/bench/bench_ops" 2>/dev/null || true
+  local model=(model.classifier.documents=2 model.d_model=128 model.d_ff=512 model.heads=4
+    model.d_head=32 model.lsh.chunk=80 model.local.chunk=100)
+  "$build/bin/reformer" --threads "$threads" memory --model classifier \
+    --variants full,exact,lsh-2,local,reformer --lengths "$length" --layers 4 --batch "$batch" \
+    --steps 2 --out "$out/retrieval" "${model[@]}" >/dev/null
+  # The peak resident set as PyTorch's is measured: growth over a tiny run.
+  local base
+  base=$(/usr/bin/time -f "%M" "$build/bin/reformer" --threads "$threads" memory \
+    --model classifier --variants lsh-2 --lengths 160 --layers 1 --batch 1 --steps 0 \
+    --out "$out/rss-base" "${model[@]}" 2>&1 >/dev/null | tail -1)
+  : >"$out/retrieval.rss"
+  for variant in full exact lsh-2 local reformer; do
+    local kib
+    kib=$(/usr/bin/time -f "%M" "$build/bin/reformer" --threads "$threads" memory \
+      --model classifier --variants "$variant" --lengths "$length" --layers 4 --batch "$batch" \
+      --steps 0 --out "$out/rss" "${model[@]}" 2>&1 >/dev/null | tail -1)
+    echo "$variant $(((kib - base) * 1024))" >>"$out/retrieval.rss"
+  done
+  "$python" "$root/experiments/sgemm_rate.py" --threads "$threads" 2>/dev/null || true
+  "$python" "$root/experiments/lra_pytorch.py" --pairs --length "$length" --batch "$batch" \
+    --layers 4 --d-model 128 --heads 4 --d-ff 512 --steps 2 --threads "$threads" \
+    --fast-path >"$out/torch.jsonl"
+  python3 - "$out/torch.jsonl" "$out/retrieval/sweep.csv" "$out/retrieval.rss" <<'PY' |
+import csv, json, sys
+t = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+rss = {l.split()[0]: int(l.split()[1]) / 2**30 for l in open(sys.argv[3]) if l.strip()}
+rows = [r for r in csv.DictReader(open(sys.argv[2])) if r["status"] == "ran"]
+tg = t["peak_bytes"] / 2**30
+print(f"\nTwo documents of {t['length']} bytes an example, batch {t['batch']}, 4 layers of width "
+      "128: one training step (forward, loss, backward, Adam)\n")
+print("| model | s/step | speed vs PyTorch | GiB (tracked: step peak + state) | GiB (RSS growth) "
+      "| memory vs PyTorch (RSS) |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    s = float(r["seconds_per_step"])
+    tracked = (float(r["peak_MiB"]) + float(r["state_MiB"])) / 1024
+    o = rss.get(r["variant"], float("nan"))
+    print(f"| ours, {r['variant']} | {s:.3f} | {t['seconds_per_step'] / s:.2f}x | {tracked:.3f} | "
+          f"{o:.3f} | {o / tg:.3f} |")
+print(f"| PyTorch nn.TransformerEncoder (SDPA), two towers | {t['seconds_per_step']:.3f} | 1 | - | "
+      f"{tg:.3f} | 1 |")
+PY
+    tee "$out/retrieval.md"
+  echo "runs in $out"
+}
+
 listops() {
   threads=${1:-2}
   shift || true
@@ -191,5 +258,6 @@ PY
 case $mode in
   efficiency) shift || true; efficiency "$@" ;;
   listops) shift || true; listops "$@" ;;
-  *) echo "usage: $0 efficiency|listops [...]" >&2; exit 2 ;;
+  retrieval) shift || true; retrieval "$@" ;;
+  *) echo "usage: $0 efficiency|listops|retrieval [...]" >&2; exit 2 ;;
 esac

@@ -57,9 +57,19 @@ gradients and Adam moments, every activation autograd keeps, and the
 allocator's slack; printed in bytes in one JSON line, as
 experiments/pytorch_step.py does.
 
+--pairs is LRA's Retrieval model as our two-tower classifier builds it
+(models/classifier.hpp, documents = 2): each example is two documents of
+--length bytes, both encoded by the one encoder (a batch of 2 x --batch
+sequences), mean-pooled into u and v, and a linear head on [u, v, u * v,
+u - v]. LRA's matching config sizes it (lra_benchmarks/matching/configs/
+base_match_config.py): --d-model 128 --heads 4 --d-ff 512 --layers 4, length
+4000.
+
 Usage (2 threads, as in the issue):
   /work/venv/bin/python experiments/lra_pytorch.py --length 1024
   /work/venv/bin/python experiments/lra_pytorch.py --length 4096 --batch 8 --fast-path
+  /work/venv/bin/python experiments/lra_pytorch.py --pairs --length 4000 --batch 1 \
+      --d-model 128 --heads 4 --d-ff 512 --fast-path
 """
 import argparse
 import json
@@ -77,9 +87,6 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 VOCAB = 257  # ByteTextEncoder: bytes 0..255 as ids 1..256, 0 = padding
-D_MODEL = 256
-HEADS = 4
-D_FF = 1024
 CLASSES = 2
 
 
@@ -98,19 +105,21 @@ def sinusoidal_table(length, dim):
 
 
 class Classifier(torch.nn.Module):
-    def __init__(self, length, layers, fast_path):
+    def __init__(self, length, layers, fast_path, d_model=256, heads=4, d_ff=1024, pairs=False):
         super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, D_MODEL, padding_idx=0)
+        self.embed = torch.nn.Embedding(VOCAB, d_model, padding_idx=0)
         torch.nn.init.normal_(self.embed.weight, std=1.0)  # LRA's Embed init
-        self.register_buffer("positions", sinusoidal_table(length, D_MODEL), persistent=False)
+        self.register_buffer("positions", sinusoidal_table(length, d_model), persistent=False)
         block = torch.nn.TransformerEncoderLayer(
-            d_model=D_MODEL, nhead=HEADS, dim_feedforward=D_FF, dropout=0.0,
+            d_model=d_model, nhead=heads, dim_feedforward=d_ff, dropout=0.0,
             activation="gelu", batch_first=True, norm_first=True)
         self.encoder = torch.nn.TransformerEncoder(
-            block, num_layers=layers, norm=torch.nn.LayerNorm(D_MODEL),
+            block, num_layers=layers, norm=torch.nn.LayerNorm(d_model),
             enable_nested_tensor=fast_path)
-        self.head = torch.nn.Linear(D_MODEL, CLASSES)
+        # Pairs: the head reads [u, v, u * v, u - v] (4 d_model).
+        self.head = torch.nn.Linear(4 * d_model if pairs else d_model, CLASSES)
         self.fast_path = fast_path
+        self.pairs = pairs
 
     def forward(self, ids):
         valid = ids != 0
@@ -121,6 +130,9 @@ class Classifier(torch.nn.Module):
             x = self.encoder(x, src_key_padding_mask=~valid)
         weights = valid.unsqueeze(-1).to(x.dtype)
         pooled = (x * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        if self.pairs:  # rows 2b and 2b + 1 are the documents of example b
+            u, v = pooled[0::2], pooled[1::2]
+            pooled = torch.cat([u, v, u * v, u - v], dim=-1)
         return self.head(pooled)
 
 
@@ -131,6 +143,11 @@ def main():
     parser.add_argument("--batch", type=int, default=32,
                         help="sequences a step (LRA's efficiency benchmark: 32)")
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--d-ff", type=int, default=1024)
+    parser.add_argument("--pairs", action="store_true",
+                        help="LRA's Retrieval two-tower model: two documents an example")
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fast-path", action="store_true",
@@ -148,10 +165,12 @@ def main():
     warm(torch.ones(8, 64)).sum().backward()
     baseline = max_rss_bytes()
 
-    model = Classifier(args.length, args.layers, args.fast_path)
+    model = Classifier(args.length, args.layers, args.fast_path, args.d_model, args.heads,
+                       args.d_ff, args.pairs)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    ids = torch.randint(1, VOCAB, (args.batch, args.length))  # all valid: no padding
+    documents = 2 if args.pairs else 1
+    ids = torch.randint(1, VOCAB, (args.batch * documents, args.length))  # all valid: no padding
     labels = torch.randint(0, CLASSES, (args.batch,))
 
     def step():
@@ -167,6 +186,7 @@ def main():
     times = [step() for _ in range(args.steps)]
     print(json.dumps({
         "model": "torch_transformer_encoder", "length": args.length, "batch": args.batch,
+        "documents": documents, "d_model": args.d_model,
         "layers": args.layers, "seconds_per_step": statistics.median(times),
         "peak_bytes": max_rss_bytes() - baseline, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "fast_path": args.fast_path, "step_seconds": times,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <utility>
@@ -40,11 +41,12 @@ class ExampleTask : public ClassTask {
     require<ConfigError>(first_row >= 0 && first_row + rows <= batch_size,
                          "classification batch: rows [", first_row, ", ", first_row + rows,
                          ") are not rows of a batch of ", batch_size);
-    const Index length = this->length();
-    ClassBatch out{HostTokens("class_tokens", rows, length),
-                   HostTokens("class_valid", rows, length),
+    const Index length = this->length(), docs = documents();
+    ClassBatch out{HostTokens("class_tokens", rows * docs, length),
+                   HostTokens("class_valid", rows * docs, length),
                    Kokkos::View<int*, HostSpace>("class_labels", rows)};
     const std::uint64_t n = examples(split);
+    std::vector<std::vector<int>> tokens(static_cast<std::size_t>(docs));
     for (Index r = 0; r < rows; ++r) {
       const Index b = first_row + r;  // the row of the whole batch
       std::uint64_t index = batch_index * std::uint64_t(batch_size) + std::uint64_t(b);
@@ -54,21 +56,23 @@ class ExampleTask : public ClassTask {
         out.labels(r) = -1;  // past the end of the split
         continue;
       }
-      std::vector<int> tokens;
-      out.labels(r) = example(split, index, tokens);
-      const Index used = std::min<Index>(Index(tokens.size()), length);
-      for (Index t = 0; t < used; ++t) {
-        out.tokens(r, t) = tokens[std::size_t(t)];
-        out.valid(r, t) = 1;
+      out.labels(r) = example(split, index, tokens.data());
+      for (Index k = 0; k < docs; ++k) {  // sequence r * docs + k
+        const auto& doc = tokens[std::size_t(k)];
+        const Index used = std::min<Index>(Index(doc.size()), length);
+        for (Index t = 0; t < used; ++t) {
+          out.tokens(r * docs + k, t) = doc[std::size_t(t)];
+          out.valid(r * docs + k, t) = 1;
+        }
       }
     }
     return out;
   }
 
  protected:
-  // Example `index` of `split`: its tokens (cut to length() by the caller) and
-  // label.
-  virtual int example(Split split, std::uint64_t index, std::vector<int>& tokens) const = 0;
+  // Example `index` of `split`: the tokens of its documents() sequences
+  // (tokens[0], ...; cut to length() by the caller) and its label.
+  virtual int example(Split split, std::uint64_t index, std::vector<int>* tokens) const = 0;
   virtual std::uint64_t seed() const = 0;
   virtual ClassTaskKind kind() const = 0;
 };
@@ -103,9 +107,9 @@ class ListOpsTask : public ExampleTask {
   }
 
  protected:
-  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
     auto e = listops_example(config_.listops, split, index);
-    tokens = std::move(e.tokens);
+    tokens[0] = std::move(e.tokens);
     return e.label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -133,19 +137,20 @@ class MatchingEndsTask : public ExampleTask {
   }
 
  protected:
-  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
     const RandomKey key{
         config_.seed, stream_id(stream_id(kClassStream, std::uint64_t(ClassTaskKind::MatchingEnds),
                                           std::uint64_t(split)),
                                 0x656e6473, index)};  // "ends"
     const std::uint64_t symbols = std::uint64_t(config_.vocab - 1);
-    tokens.resize(std::size_t(config_.length));
-    for (std::size_t t = 0; t < tokens.size(); ++t)
-      tokens[t] = 1 + int(uniform_below(random_bits(key, t), symbols));
-    const int label = int(random_bits(key, tokens.size()) >> 63);
+    auto& row = tokens[0];
+    row.resize(std::size_t(config_.length));
+    for (std::size_t t = 0; t < row.size(); ++t)
+      row[t] = 1 + int(uniform_below(random_bits(key, t), symbols));
+    const int label = int(random_bits(key, row.size()) >> 63);
     // The last symbol: the first one, or one of the others (uniform).
-    const int other = 1 + int(uniform_below(random_bits(key, tokens.size() + 1), symbols - 1));
-    tokens.back() = label ? tokens.front() : (other >= tokens.front() ? other + 1 : other);
+    const int other = 1 + int(uniform_below(random_bits(key, row.size() + 1), symbols - 1));
+    row.back() = label ? row.front() : (other >= row.front() ? other + 1 : other);
     return label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -199,10 +204,10 @@ class TextTask : public ExampleTask {
   }
 
  protected:
-  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
     const auto& [label, text] = rows_[split_[int(split)][std::size_t(index)]];
     const std::size_t n = std::min<std::size_t>(text.size(), std::size_t(config_.length));
-    byte_tokens(reinterpret_cast<const std::uint8_t*>(text.data()), n, tokens);
+    byte_tokens(reinterpret_cast<const std::uint8_t*>(text.data()), n, tokens[0]);
     return label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -269,10 +274,10 @@ class ImageTask : public ExampleTask {
   }
 
  protected:
-  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
     const std::size_t record = std::size_t(begin_[int(split)] + index);
     byte_tokens(levels_.data() + record * std::size_t(image::kPixels), std::size_t(image::kPixels),
-                tokens);
+                tokens[0]);
     return labels_[record];
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -340,13 +345,13 @@ class PathfinderTask : public ExampleTask {
   }
 
  protected:
-  int example(Split split, std::uint64_t index, std::vector<int>& tokens) const override {
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
     const auto& [path, label] = lines_[split_[int(split)][std::size_t(index)]];
     const auto decoded = io::read_gray_png(path, kOp, side_ * side_);
     require<IoError>(decoded.width == side_ && decoded.height == side_, kOp, ": \"", path, "\" is ",
                      decoded.width, " x ", decoded.height, " pixels but the task's first image is ",
                      side_, " x ", side_, "; every image must have its size");
-    byte_tokens(decoded.levels.data(), decoded.levels.size(), tokens);
+    byte_tokens(decoded.levels.data(), decoded.levels.size(), tokens[0]);
     return label;
   }
   std::uint64_t seed() const override { return config_.seed; }
@@ -389,6 +394,121 @@ class PathfinderTask : public ExampleTask {
   Index side_ = 0;
 };
 
+class RetrievalTask : public ExampleTask {
+ public:
+  explicit RetrievalTask(const ClassDataConfig& c) : config_(c) {
+    for (int s = 0; s < 3; ++s) index_file(Split(s));
+    require<IoError>(classes_ >= 2, kOp, ": every pair of \"", c.path,
+                     ".*.tsv\" has label 0; classification needs at least 2 classes");
+  }
+  Index vocab() const override { return kByteVocab; }
+  Index length() const override { return config_.length; }
+  Index classes() const override { return classes_; }
+  Index documents() const override { return 2; }
+  std::uint64_t examples(Split split) const override { return pairs_[int(split)].size(); }
+  std::string describe() const override {
+    return detail::concat("retrieval: \"", config_.path, "\" (.train/.eval/.test.tsv), ",
+                          examples(Split::Train), " train, ", examples(Split::Valid), " valid, ",
+                          examples(Split::Test), " test pairs, ", classes_,
+                          " classes, bytes, two documents of length ", config_.length);
+  }
+
+ protected:
+  int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
+    const Pair& pair = pairs_[int(split)][std::size_t(index)];
+    const std::string path = file(split);
+    std::ifstream in(path, std::ios::binary);
+    std::string text;
+    for (int k = 0; k < 2; ++k) {
+      text.resize(pair.size[k]);
+      in.seekg(std::streamoff(pair.offset[k]));
+      in.read(&text[0], std::streamsize(text.size()));
+      require<IoError>(bool(in), kOp, ": \"", path, "\" line ", pair.line,
+                       " cannot be read again (the file changed or went away after the task "
+                       "indexed it); restart the run on an unchanged copy");
+      byte_tokens(reinterpret_cast<const std::uint8_t*>(text.data()), text.size(), tokens[k]);
+    }
+    return pair.label;
+  }
+  std::uint64_t seed() const override { return config_.seed; }
+  ClassTaskKind kind() const override { return ClassTaskKind::Retrieval; }
+
+ private:
+  static constexpr const char* kOp = "retrieval";
+  // A pair: where its two texts start in the file, their bytes (cut to
+  // length), its label and its line.
+  struct Pair {
+    std::uint64_t offset[2];
+    std::uint32_t size[2];
+    int label;
+    Index line;
+  };
+
+  std::string file(Split split) const {
+    const char* suffix[3] = {".train.tsv", ".eval.tsv", ".test.tsv"};  // LRA's names
+    return config_.path + suffix[int(split)];
+  }
+
+  // The label column: a whole number, as LRA's float32 column reads it ("1",
+  // "1.0"); -1 for anything else.
+  static int whole_label(const std::string& text) {
+    const auto dot = text.find('.');
+    const std::string whole = text.substr(0, dot);
+    const bool zeros =
+        dot == std::string::npos || text.find_first_not_of('0', dot + 1) == std::string::npos;
+    if (whole.empty() || whole.size() > 7 || !io::text::all_digits(whole) || !zeros) return -1;
+    return std::stoi(whole);
+  }
+
+  // Indexes one split's file: each line's label and the place of its texts.
+  void index_file(Split split) {
+    const std::string path = file(split);
+    io::require_regular_file(path, kOp,
+                             "data.path must be the prefix of LRA's Retrieval files (e.g. "
+                             "lra_release/tsv_data/new_aan_pairs, which names "
+                             "new_aan_pairs.train.tsv, .eval.tsv and .test.tsv)");
+    std::ifstream in(path, std::ios::binary);
+    require<IoError>(in.is_open(), kOp, ": cannot open \"", path, "\"");
+    std::string line;
+    std::uint64_t start = 0;
+    auto& pairs = pairs_[int(split)];
+    for (Index number = 1; std::getline(in, line); ++number) {
+      const std::uint64_t at = start;
+      start += line.size() + 1;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;
+      const std::string where = detail::concat(kOp, ": \"", path, "\" line ", number);
+      std::vector<std::size_t> tabs;
+      for (std::size_t i = 0; i < line.size(); ++i)
+        if (line[i] == '\t') tabs.push_back(i);
+      require<IoError>(tabs.size() == 4, where, " has ", tabs.size() + 1,
+                       " tab-separated fields but each line must be <label> TAB <id1> TAB <id2> "
+                       "TAB <text1> TAB <text2> (LRA's Retrieval files)");
+      const std::string label_text = line.substr(0, tabs[0]);
+      const int label = whole_label(label_text);
+      require<IoError>(label >= 0, where, ": the label '", label_text,
+                       "' is not a whole number (LRA's labels are 0 and 1, or 0.0 and 1.0)");
+      Pair pair{{0, 0}, {0, 0}, label, number};
+      for (int k = 0; k < 2; ++k) {  // text k + 1: after tab 2 + k, to the next tab or the end
+        const std::size_t first = tabs[std::size_t(2 + k)] + 1;
+        const std::size_t bytes = (k == 0 ? tabs[3] : line.size()) - first;
+        require<IoError>(bytes > 0, where, ": text", k + 1,
+                         " is empty; every document needs at least one byte");
+        pair.offset[k] = at + first;
+        pair.size[k] = std::uint32_t(std::min<std::size_t>(bytes, std::size_t(config_.length)));
+      }
+      pairs.push_back(pair);
+      classes_ = std::max<Index>(classes_, label + 1);
+    }
+    require<IoError>(!pairs.empty(), kOp, ": \"", path, "\" holds no pairs; the ", to_string(split),
+                     " split needs at least one");
+  }
+
+  ClassDataConfig config_;
+  std::vector<Pair> pairs_[3];
+  Index classes_ = 0;
+};
+
 }  // namespace
 
 int image::gray_level(unsigned char red, unsigned char green, unsigned char blue) {
@@ -405,9 +525,10 @@ ClassTaskKind parse_class_task_kind(const std::string& name) {
   if (name == "matching_ends") return ClassTaskKind::MatchingEnds;
   if (name == "image") return ClassTaskKind::Image;
   if (name == "pathfinder") return ClassTaskKind::Pathfinder;
+  if (name == "retrieval") return ClassTaskKind::Retrieval;
   throw ConfigError(detail::concat("data.task: '", name,
                                    "' is not a classification task (listops, text, "
-                                   "matching_ends, image, pathfinder)"));
+                                   "matching_ends, image, pathfinder, retrieval)"));
 }
 
 const char* to_string(ClassTaskKind kind) {
@@ -420,6 +541,8 @@ const char* to_string(ClassTaskKind kind) {
       return "image";
     case ClassTaskKind::Pathfinder:
       return "pathfinder";
+    case ClassTaskKind::Retrieval:
+      return "retrieval";
     default:
       return "matching_ends";
   }
@@ -446,6 +569,9 @@ void ClassDataConfig::validate() const {
                       : task == ClassTaskKind::Pathfinder
                           ? "one difficulty of LRA's Pathfinder release from that folder "
                             "(metadata/ and the images)"
+                      : task == ClassTaskKind::Retrieval
+                          ? "LRA's Retrieval pairs from <path>.train.tsv, <path>.eval.tsv and "
+                            "<path>.test.tsv"
                           : nullptr;
   require<ConfigError>(!reads || !path.empty(), "data.path is empty; the ", to_string(task),
                        " task reads ", reads ? reads : "");
@@ -459,7 +585,9 @@ void ClassDataConfig::validate() const {
                            : task == ClassTaskKind::Image
                                ? "its files (90% / 10% of the training records, and the test file)"
                            : task == ClassTaskKind::Pathfinder ? "its metadata (80% / 10% / 10%)"
-                                                               : nullptr;
+                           : task == ClassTaskKind::Retrieval
+                               ? "its three files (.train.tsv, .eval.tsv, .test.tsv)"
+                               : nullptr;
   for (int s = 0; s < 3; ++s)
     require<ConfigError>(!from_files || examples[s] == 0, "data.examples: the ", to_string(task),
                          " task's splits come from ", from_files ? from_files : "",
@@ -483,6 +611,8 @@ std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config) {
       return std::make_unique<ImageTask>(config);
     case ClassTaskKind::Pathfinder:
       return std::make_unique<PathfinderTask>(config);
+    case ClassTaskKind::Retrieval:
+      return std::make_unique<RetrievalTask>(config);
     default:
       return std::make_unique<MatchingEndsTask>(config);
   }

@@ -31,6 +31,8 @@ const char* to_string(TaskKind kind) {
       return "image";
     case TaskKind::Pathfinder:
       return "pathfinder";
+    case TaskKind::Retrieval:
+      return "retrieval";
   }
   throw Error("to_string: invalid TaskKind");
 }
@@ -41,14 +43,14 @@ bool is_pair_task(TaskKind kind) {
 
 bool is_class_task(TaskKind kind) {
   return kind == TaskKind::ListOps || kind == TaskKind::Text || kind == TaskKind::MatchingEnds ||
-         kind == TaskKind::Image || kind == TaskKind::Pathfinder;
+         kind == TaskKind::Image || kind == TaskKind::Pathfinder || kind == TaskKind::Retrieval;
 }
 
 const std::vector<TaskKind>& task_kinds() {
   static const std::vector<TaskKind> kinds = {
-      TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,     TaskKind::PairCopy,
-      TaskKind::PairReverse,  TaskKind::Parallel, TaskKind::ListOps,   TaskKind::Text,
-      TaskKind::MatchingEnds, TaskKind::Image,    TaskKind::Pathfinder};
+      TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,      TaskKind::PairCopy,
+      TaskKind::PairReverse,  TaskKind::Parallel, TaskKind::ListOps,    TaskKind::Text,
+      TaskKind::MatchingEnds, TaskKind::Image,    TaskKind::Pathfinder, TaskKind::Retrieval};
   return kinds;
 }
 

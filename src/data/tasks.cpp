@@ -218,6 +218,7 @@ std::unique_ptr<Task> make_task(const DataConfig& config) {
     case TaskKind::MatchingEnds:
     case TaskKind::Image:
     case TaskKind::Pathfinder:
+    case TaskKind::Retrieval:
       throw ConfigError(detail::concat("data.task is ", to_string(config.task),
                                        ", a sequence classification task "
                                        "(data/classification.hpp), not a language-model task"));

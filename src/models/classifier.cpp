@@ -70,6 +70,37 @@ void pool_backward(View2<T> dp, Kokkos::View<const C**, Layout, MemSpace> weight
       });
 }
 
+// Pairs (LRA's dual encoder): z_b = [u ; v ; u * v ; u - v] with u = h_2b,
+// v = h_2b+1 (each 2 d_model wide).
+template <class T, class C>
+void pair_features(View2<T> h, View2<T> z) {
+  const Index w = h.extent(1);
+  Kokkos::parallel_for(
+      "classifier_pair_features", Policy2({0, 0}, {Index(z.extent(0)), w}),
+      KOKKOS_LAMBDA(Index b, Index j) {
+        const C u = load(h(2 * b, j)), v = load(h(2 * b + 1, j));
+        z(b, j) = store<T>(u);
+        z(b, w + j) = store<T>(v);
+        z(b, 2 * w + j) = store<T>(u * v);
+        z(b, 3 * w + j) = store<T>(u - v);
+      });
+}
+
+// Its gradient: du = dz1 + v dz3 + dz4, dv = dz2 + u dz3 - dz4.
+template <class T, class C>
+void pair_features_backward(View2<T> h, View2<T> dz, View2<T> dh) {
+  const Index w = h.extent(1);
+  Kokkos::parallel_for(
+      "classifier_pair_features_backward", Policy2({0, 0}, {Index(dz.extent(0)), w}),
+      KOKKOS_LAMBDA(Index b, Index j) {
+        const C u = load(h(2 * b, j)), v = load(h(2 * b + 1, j));
+        const C d1 = load(dz(b, j)), d2 = load(dz(b, w + j)), d3 = load(dz(b, 2 * w + j)),
+                d4 = load(dz(b, 3 * w + j));
+        dh(2 * b, j) = store<T>(d1 + v * d3 + d4);
+        dh(2 * b + 1, j) = store<T>(d2 + u * d3 - d4);
+      });
+}
+
 }  // namespace
 
 Pooling parse_pooling(const std::string& name) {
@@ -86,6 +117,8 @@ void ClassifierConfig::validate() const {
   encoder.validate();
   require<ConfigError>(classes >= 2 && classes <= (Index(1) << 24), "ClassifierConfig: classes is ",
                        classes, " but must be in [2, 2^24] (labels 0..classes-1)");
+  require<ConfigError>(documents == 1 || documents == 2, "ClassifierConfig: documents is ",
+                       documents, " but must be 1 (sequences) or 2 (pairs of documents)");
 }
 
 template <class T>
@@ -97,7 +130,7 @@ void ClassifierState<T>::release() {
   x1 = x2 = dx1 = dx2 = View3<T>();
   blocks.clear();
   scratch.release();
-  pooled = hidden = View2<T>();
+  pooled = hidden = features = View2<T>();
   mean = rstd = View1<compute_t<T>>();
   workspace.release();
 }
@@ -113,7 +146,9 @@ Classifier<T>::Classifier(const ClassifierConfig& config, ParameterSet<param_t<T
   layer_ranges_ = stack_parameter_ranges(params, first_params, params.size() - 1);
   beta_ = &params.add("head.norm.beta", {2 * d});
   head_ = std::make_unique<layers::VocabularyHead<T>>(
-      "head", layers::VocabularyHeadConfig{2 * d, config.classes, e.label_smoothing, 0}, params);
+      "head",
+      layers::VocabularyHeadConfig{config.head_width(), config.classes, e.label_smoothing, 0},
+      params);
 }
 
 template <class T>
@@ -131,12 +166,24 @@ void Classifier<T>::init(RandomKey key) {
 template <class T>
 void Classifier<T>::check_batch(const char* op, IdMatrix ids, const ModelCall& call) const {
   check_ids(op, config_.encoder, ids, call);
+  require<ShapeError>(ids.extent(0) % std::size_t(config_.documents) == 0, op, ": ids has ",
+                      ids.extent(0),
+                      " rows but the model reads pairs of documents (rows 2b and "
+                      "2b + 1 of example b); give an even number of rows");
+}
+
+template <class T>
+View2<T> Classifier<T>::head_input(const ClassifierState<T>& state) const {
+  return config_.documents == 2 ? state.features : state.hidden;
 }
 
 template <class T>
 void Classifier<T>::check_labels(const char* op, IdMatrix ids, LabelVector labels) const {
-  require<ShapeError>(labels.extent(0) == ids.extent(0), op, ": labels has ", labels.extent(0),
-                      " entries but ids has ", ids.extent(0), " rows; give one label per row");
+  const std::size_t examples = ids.extent(0) / std::size_t(config_.documents);
+  require<ShapeError>(
+      labels.extent(0) == examples, op, ": labels has ", labels.extent(0), " entries but ids has ",
+      ids.extent(0), " rows", config_.documents == 2 ? " (pairs of documents)" : "",
+      "; give one label per ", config_.documents == 2 ? "pair" : "row", " (", examples, ")");
   ops::require_ids_in_range(op, "labels", labels, config_.classes, -1);
 }
 
@@ -162,8 +209,12 @@ void Classifier<T>::forward(IdMatrix ids, const ModelCall& call, ClassifierState
     pad_ids(ids, call.valid, state.ids, state.valid);
     state.input = state.ids;
   }
-  input_.forward(state.input, call, {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
-                 state.x1);
+  // Dropout is keyed by the encoder's global row: a process's first example
+  // times the documents of one.
+  ModelCall encoder = call;
+  encoder.first_row = call.first_row * config_.documents;
+  input_.forward(state.input, encoder,
+                 {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, state.x1);
   Kokkos::deep_copy(state.x2, state.x1);
   const Save save = e.reversible || !call.training ? Save::PlanOnly : Save::All;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
@@ -171,7 +222,7 @@ void Classifier<T>::forward(IdMatrix ids, const ModelCall& call, ClassifierState
         {call.key.seed, stream_id(call.key.stream, kLayers, std::uint64_t(i))},
         state.valid,
         call.training,
-        call.first_row};
+        encoder.first_row};
     blocks_[i]->forward(state.x1, state.x2, block, state.blocks[i], state.workspace, save);
   }
   // p = pool([y1 ; y2]), h = LayerNorm(p).
@@ -186,17 +237,28 @@ void Classifier<T>::forward(IdMatrix ids, const ModelCall& call, ClassifierState
   pool_forward<T, C>(state.x1, state.x2, weights, state.pooled);
   ops::layer_norm_forward<T>(state.pooled, gamma_->value, beta_->value, C(e.layer_norm_eps),
                              state.hidden, state.mean, state.rstd);
+  if (config_.documents == 2) {
+    ensure_view(state.features, "classifier_features", batch / 2, config_.head_width());
+    pair_features<T, C>(state.hidden, state.features);
+  }
 }
 
 template <class T>
 ops::CrossEntropyResult Classifier<T>::loss(LabelVector labels, ClassifierState<T>& state,
                                             bool gradients) const {
-  if (!gradients) return head_->forward(state.hidden, labels, -1);
+  if (!gradients) return head_->forward(head_input(state), labels, -1);
   using C = compute_t<T>;
   const Index batch = state.batch, length = state.length, d = config_.encoder.d_model;
   Workspace::Frame frame(state.workspace);
   auto dh = frame.take<View2<T>>(batch, 2 * d);
-  const auto result = head_->forward_backward(state.hidden, labels, -1, state.call.loss_scale, dh);
+  ops::CrossEntropyResult result;
+  if (config_.documents == 2) {  // dz, then dh through the pair features
+    auto dz = frame.take<View2<T>>(batch / 2, config_.head_width());
+    result = head_->forward_backward(state.features, labels, -1, state.call.loss_scale, dz);
+    pair_features_backward<T, C>(state.hidden, dz, dh);
+  } else {
+    result = head_->forward_backward(state.hidden, labels, -1, state.call.loss_scale, dh);
+  }
   // dp from dh through the LayerNorm, then spread over the pooled positions.
   auto dp = frame.take<View2<T>>(batch, 2 * d);
   ops::layer_norm_backward<T>(state.pooled, gamma_->value, state.mean, state.rstd, dh, dp,
@@ -235,8 +297,10 @@ ops::CrossEntropyResult Classifier<T>::forward_backward(
   }
   // de = dx1 + dx2 (the embedding fed both streams).
   ops::axpby<T>(1, as_vector(state.dx2), 1, as_vector(state.dx1));
-  input_.backward(state.input, call, {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
-                  state.dx1);
+  ModelCall encoder = call;
+  encoder.first_row = call.first_row * config_.documents;
+  input_.backward(state.input, encoder,
+                  {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, state.dx1);
   return result;
 }
 
@@ -252,12 +316,12 @@ ops::CrossEntropyResult Classifier<T>::evaluate(IdMatrix ids, LabelVector labels
 template <class T>
 void Classifier<T>::logits(IdMatrix ids, const ModelCall& call, View2<T> logits,
                            ClassifierState<T>& state) const {
-  require<ShapeError>(
-      logits.extent(0) == ids.extent(0) && Index(logits.extent(1)) == config_.classes,
-      "Classifier::logits: logits has shape ", shape_string(logits), " but must be [",
-      ids.extent(0), ", ", config_.classes, "]");
+  const std::size_t examples = ids.extent(0) / std::size_t(config_.documents);
+  require<ShapeError>(logits.extent(0) == examples && Index(logits.extent(1)) == config_.classes,
+                      "Classifier::logits: logits has shape ", shape_string(logits),
+                      " but must be [", examples, ", ", config_.classes, "]");
   forward(ids, call, state);
-  head_->logits(state.hidden, logits);
+  head_->logits(head_input(state), logits);
 }
 
 template struct ClassifierState<float>;

@@ -7,6 +7,7 @@
 #include "support/checks.hpp"
 #include "support/fake_cifar.hpp"
 #include "support/fake_pathfinder.hpp"
+#include "support/fake_retrieval.hpp"
 #include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -24,9 +25,11 @@ namespace reformer {
 namespace {
 
 using namespace reformer::data;
+using reformer::testing::FakeRetrievalPair;
 using reformer::testing::TempDir;
 using reformer::testing::write_fake_cifar;
 using reformer::testing::write_fake_pathfinder;
+using reformer::testing::write_fake_retrieval;
 
 ClassDataConfig short_listops() {
   ClassDataConfig c;
@@ -352,6 +355,101 @@ TEST(ClassificationData, PathfinderImagesInMetadataOrderWithLrasSplits) {
   io::write_gray_png(c.path + "/imgs/1/small.png", large);
   testing::expect_error<IoError>([&] { mixed->batch(Split::Test, 0, 4); },
                                  {"small.png\" is 40 x 40 pixels; at most 64 pixels"});
+}
+
+// LRA's Retrieval: a row is a pair, sequences 2r and 2r + 1 of the batch hold
+// its two texts (bytes + 1, cut to the length), one label per pair, from the
+// three files in order for valid and test.
+TEST(ClassificationData, RetrievalPairsAreTwoDocumentsARowFromLrasThreeFiles) {
+  TempDir dir;
+  const std::string prefix = dir.path() + "/new_aan_pairs";
+  const auto pairs = write_fake_retrieval(prefix, {9, 3, 4});
+  ClassDataConfig c;
+  c.task = ClassTaskKind::Retrieval;
+  c.length = 12;  // some texts are longer (cut), some shorter (padded)
+  c.path = prefix;
+  const auto task = make_class_task(c);
+  EXPECT_EQ(task->vocab(), 257);
+  EXPECT_EQ(task->classes(), 2);
+  EXPECT_EQ(task->documents(), 2);
+  EXPECT_EQ(task->examples(Split::Train), 9u);
+  EXPECT_EQ(task->examples(Split::Valid), 3u);
+  EXPECT_EQ(task->examples(Split::Test), 4u);
+  EXPECT_NE(task->describe().find("9 train, 3 valid, 4 test pairs"), std::string::npos)
+      << task->describe();
+  auto expect_pair = [&](const ClassBatch& batch, Index r, const FakeRetrievalPair& pair) {
+    EXPECT_EQ(batch.labels(r), pair.label);
+    const std::string* texts[2] = {&pair.text1, &pair.text2};
+    for (Index k = 0; k < 2; ++k)
+      for (Index t = 0; t < 12; ++t) {
+        const auto& text = *texts[k];
+        const bool real = t < Index(text.size());
+        ASSERT_EQ(batch.tokens(2 * r + k, t), real ? 1 + int((unsigned char)text[t]) : 0)
+            << "row " << r << " document " << k << " position " << t;
+        ASSERT_EQ(batch.valid(2 * r + k, t), real ? 1 : 0);
+      }
+  };
+  const auto valid = task->batch(Split::Valid, 0, 4);
+  ASSERT_EQ(valid.batch_size(), 4);
+  ASSERT_EQ(valid.tokens.extent(0), 8u);
+  for (Index r = 0; r < 3; ++r) expect_pair(valid, r, pairs[1][std::size_t(r)]);
+  EXPECT_EQ(valid.labels(3), -1);  // past the end of the split
+  for (Index t = 0; t < 12; ++t) EXPECT_EQ(valid.valid(6, t) + valid.valid(7, t), 0);
+  const auto test = task->batch(Split::Test, 1, 2);  // pairs 2 and 3
+  expect_pair(test, 0, pairs[2][2]);
+  expect_pair(test, 1, pairs[2][3]);
+  // A process's rows of a batch: the same pairs as in the whole batch.
+  const auto part = task->batch(Split::Test, 0, 4, 1, 2);
+  ASSERT_EQ(part.batch_size(), 2);
+  ASSERT_EQ(part.tokens.extent(0), 4u);
+  expect_pair(part, 0, pairs[2][1]);
+  expect_pair(part, 1, pairs[2][2]);
+  // Training rows are pairs of the training file.
+  const auto train = task->batch(Split::Train, 5, 20);
+  std::set<int> drawn;
+  for (Index r = 0; r < 20; ++r) {
+    int found = -1;
+    for (std::size_t i = 0; i < pairs[0].size(); ++i)
+      if (train.tokens(2 * r, 0) == 1 + pairs[0][i].text1[0] &&
+          train.tokens(2 * r, 2) == 1 + pairs[0][i].text1[2] &&
+          train.tokens(2 * r + 1, 1) == 1 + pairs[0][i].text2[1] &&
+          train.valid(2 * r + 1, std::min<Index>(11, Index(pairs[0][i].text2.size()) - 1)) == 1)
+        found = int(i);
+    ASSERT_GE(found, 0) << "training row " << r << " is no training pair";
+    expect_pair(train, r, pairs[0][std::size_t(found)]);
+    drawn.insert(found);
+  }
+  EXPECT_GE(drawn.size(), 5u) << "20 draws from 9 pairs";
+  // Errors: a missing file, a line without five fields, a label that is no
+  // whole number, an empty text, an empty file, example counts, no path.
+  auto write_test = [&](const std::string& text) { std::ofstream(prefix + ".test.tsv") << text; };
+  write_test("1\ta\tb\tone\n");
+  testing::expect_error<IoError>(
+      [&] { make_class_task(c); },
+      {"new_aan_pairs.test.tsv\" line 1 has 4 tab-separated fields", "<label> TAB <id1>"});
+  write_test("0\ta\tb\tone\ttwo\n1.5\ta\tb\tone\ttwo\n");
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"test.tsv\" line 2: the label '1.5' is not a whole number"});
+  write_test("0\ta\tb\tone\ttwo\n\n1\ta\tb\tthree\t\n");
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"test.tsv\" line 3: text2 is empty"});
+  write_test("\n");
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"test.tsv\" holds no pairs", "test split"});
+  std::filesystem::remove(prefix + ".eval.tsv");
+  testing::expect_error<IoError>([&] { make_class_task(c); },
+                                 {"cannot open", "new_aan_pairs.eval.tsv", "prefix of LRA's"});
+  c.examples[2] = 10;
+  testing::expect_error<ConfigError>([&] { make_class_task(c); },
+                                     {"retrieval task's splits come from its three files"});
+  c.examples[2] = 0;
+  c.path = "";
+  testing::expect_error<ConfigError>([&] { make_class_task(c); },
+                                     {"data.path is empty", "retrieval", ".eval.tsv"});
+  // Every label 0: one class.
+  write_fake_retrieval(prefix, {1, 1, 1});
+  c.path = prefix;
+  testing::expect_error<IoError>([&] { make_class_task(c); }, {"label 0", "at least 2 classes"});
 }
 
 TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {

@@ -45,13 +45,15 @@ bool same(const Batch& a, const Batch& b) {
 
 TEST(DataConfig, ParsesAndPrintsTaskKinds) {
   for (const TaskKind kind : task_kinds()) EXPECT_EQ(parse_task_kind(to_string(kind)), kind);
-  // Every enumerator, in order (Pathfinder is the last).
-  ASSERT_EQ(task_kinds().size(), std::size_t(TaskKind::Pathfinder) + 1);
+  // Every enumerator, in order (Retrieval is the last).
+  ASSERT_EQ(task_kinds().size(), std::size_t(TaskKind::Retrieval) + 1);
   for (std::size_t i = 0; i < task_kinds().size(); ++i) EXPECT_EQ(task_kinds()[i], TaskKind(i));
   EXPECT_TRUE(is_class_task(TaskKind::ListOps));
   EXPECT_TRUE(is_class_task(TaskKind::Image));
   EXPECT_TRUE(is_class_task(TaskKind::Pathfinder));
   EXPECT_EQ(parse_task_kind("pathfinder"), TaskKind::Pathfinder);
+  EXPECT_TRUE(is_class_task(TaskKind::Retrieval));
+  EXPECT_EQ(parse_task_kind("retrieval"), TaskKind::Retrieval);
   EXPECT_FALSE(is_class_task(TaskKind::Bytes));
   EXPECT_STREQ(to_string(TaskKind::Duplication), "duplication");
   expect_error<ConfigError>(

@@ -92,7 +92,8 @@ struct ModelCase {
     return model.forward_backward(ids, labels, call, state);
   }
   std::vector<double> logits(const ModelCall& c, models::IdMatrix x) {
-    View2<double> out("logits", x.extent(0), model.config().classes);
+    View2<double> out("logits", x.extent(0) / std::size_t(model.config().documents),
+                      model.config().classes);
     model.logits(x, c, out, state);
     return to_host(out);
   }
@@ -207,6 +208,71 @@ TEST(Classifier, HeadMatchesHostReference) {
   EXPECT_NEAR(result.loss, loss / counted, 1e-12);
 }
 
+// Pairs of documents (LRA's Retrieval): gradients through the shared towers
+// and the pair features [u; v; u * v; u - v], dropout on, over a padding mask
+// and a length that does not fit the chunks. Three pairs, one labelled -1.
+TEST(Classifier, GradientCheckPairsOfDocuments) {
+  auto config = tiny_config();
+  config.documents = 2;
+  ModelCase c(config, 6, 7);
+  c.call.valid = valid_prefixes(7, {7, 4, 2, 6, 3, 5});
+  expect_parameter_gradients(c, 1e-6);
+}
+
+// The two towers: each document of a pair encoded alone by the
+// single-sequence model with the same encoder and LayerNorm, and on the host
+// z = [u; v; u * v; u - v], z W + b and the cross-entropy.
+TEST(Classifier, PairHeadMatchesTheTowersAndAHostReference) {
+  auto config = tiny_config();
+  config.encoder.label_smoothing = 0;
+  config.documents = 2;
+  ModelCase pair(config, 6, 8);
+  auto single_config = config;
+  single_config.documents = 1;
+  ModelCase single(single_config, 6, 8);
+  for (const auto& name : single.params.names())
+    if (name != "head.w")
+      Kokkos::deep_copy(single.params.get(name).value, pair.params.get(name).value);
+  ModelCall call{{9, 4}, false};
+  call.valid = valid_prefixes(8, {8, 5, 3, 8, 2, 6});
+  single.model.forward(pair.ids, call, single.state);
+  const auto h = to_host(single.state.hidden);  // [6, 2d]: each document alone
+  const auto got = pair.logits(call, pair.ids);
+  EXPECT_LT(max_difference(to_host(pair.state.hidden), h), 1e-14);
+  const Index w = 2 * config.encoder.d_model, C = config.classes;
+  const auto weights = to_host(pair.params.get("head.w").value);  // [8d, C]
+  const auto bias = to_host(pair.params.get("head.b").value);
+  ASSERT_EQ(weights.size(), std::size_t(4 * w * C));
+  const std::vector<int> labels = {2, -1, 0};
+  double loss = 0;
+  int counted = 0;
+  ASSERT_EQ(got.size(), std::size_t(3 * C));
+  for (Index b = 0; b < 3; ++b) {
+    std::vector<double> z;
+    for (int part = 0; part < 4; ++part)
+      for (Index j = 0; j < w; ++j) {
+        const double u = h[std::size_t(2 * b * w + j)], v = h[std::size_t((2 * b + 1) * w + j)];
+        z.push_back(part == 0 ? u : part == 1 ? v : part == 2 ? u * v : u - v);
+      }
+    std::vector<double> logits;
+    for (Index k = 0; k < C; ++k) {
+      double sum = bias[std::size_t(k)];
+      for (Index j = 0; j < 4 * w; ++j) sum += z[std::size_t(j)] * weights[std::size_t(j * C + k)];
+      logits.push_back(sum);
+      EXPECT_NEAR(got[std::size_t(b * C + k)], sum, 1e-12) << "pair " << b << " class " << k;
+    }
+    if (labels[std::size_t(b)] < 0) continue;
+    double m = logits[0], total = 0;
+    for (double v : logits) m = std::max(m, v);
+    for (double v : logits) total += std::exp(v - m);
+    loss += m + std::log(total) - logits[std::size_t(labels[std::size_t(b)])];
+    ++counted;
+  }
+  const auto result = pair.model.evaluate(pair.ids, pair.labels, call, pair.state);
+  EXPECT_EQ(result.tokens, counted);
+  EXPECT_NEAR(result.loss, loss / counted, 1e-12);
+}
+
 // Padding a sequence changes none of its predictions: rows of 8 tokens
 // against the same rows padded to 16 under a mask, every attention kind and
 // both poolings (evaluation; LSH with a fixed bucket count).
@@ -249,6 +315,12 @@ TEST(Classifier, ParametersAreTheEncoderAndTheHead) {
   EXPECT_FALSE(params.contains("out.w"));
   EXPECT_EQ(model.layers(), 2);
   EXPECT_EQ(model.layer_ranges().size(), 2u);
+  auto pairs = tiny_config();
+  pairs.documents = 2;
+  ParameterSet<double> pair_params;
+  Classifier<double> pair_model(pairs, pair_params);
+  EXPECT_EQ(pair_params.get("head.w").matrix().extent(0), 48u);  // [8 d_model, classes]
+  EXPECT_EQ(pair_params.size(), params.size());
 }
 
 TEST(Classifier, BadInputIsNamed) {
@@ -267,6 +339,22 @@ TEST(Classifier, BadInputIsNamed) {
   config.classes = 1;
   expect_error<ConfigError>([&] { config.validate(); }, {"classes is 1", "[2,"});
   expect_error<ConfigError>([] { models::parse_pooling("max"); }, {"\"max\"", "mean", "first"});
+  config = tiny_config();
+  config.documents = 3;
+  expect_error<ConfigError>([&] { config.validate(); }, {"documents is 3", "2 (pairs"});
+  config.documents = 2;
+  ModelCase pairs(config, 6, 8);
+  IdView odd("ids", 5, 8);
+  expect_error<ShapeError>(
+      [&] {
+        pairs.model.evaluate(odd, device_ints({0, 1}), pairs.call, pairs.state);
+      },
+      {"5 rows", "pairs of documents", "even number of rows"});
+  expect_error<ShapeError>(
+      [&] {
+        pairs.model.evaluate(pairs.ids, device_ints({0, 1, 0, 1, 0, 1}), pairs.call, pairs.state);
+      },
+      {"labels has 6 entries", "one label per pair (3)"});
   IdView empty("ids", 1, 0);
   expect_error<ShapeError>([&] { c.model.evaluate(empty, device_ints({0}), c.call, c.state); },
                            {"[1, 0]", "at least one"});

@@ -15,6 +15,7 @@
 #include "reformer/models/transformer_xl.hpp"
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
+#include "support/fake_retrieval.hpp"
 #include "support/gradcheck.hpp"
 #include "support/run_configs.hpp"
 #include "support/temp_dir.hpp"
@@ -318,14 +319,20 @@ TEST(Families, ShippedConfigsWithDropoutTwoProcessesEqualOne) {
 
 // The classifier (issue 48) with dropout 0.1 everywhere, reversible local +
 // LSH layers over a padding mask (matching_ends rows are full; ListOps rows
-// end early, so it runs too): two processes with half of every batch give the
-// losses, the evaluation over the valid split (loss and correct rows) and the
-// parameters of one process with the whole batch; with and without
-// accumulation.
+// end early, so it runs too; Retrieval's pairs of documents key their
+// dropout by the encoder's global row, two a pair): two processes with half
+// of every batch give the losses, the evaluation over the valid split (loss
+// and correct rows) and the parameters of one process with the whole batch;
+// with and without accumulation.
 TEST(Families, ClassifierTwoProcessesEqualOne) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
   SharedDir dir;
+  const std::string pairs = dir.path + "/new_aan_pairs";
+  if (world().rank() == 0) write_fake_retrieval(pairs, {24, 40, 5});
+  barrier();
   const std::vector<std::vector<std::string>> variants = {
+      {"data.task=\"retrieval\"", "data.path=\"" + pairs + "\"", "data.length=24",
+       "model.vocab=257", "model.max_length=24"},
       {"train.accumulate=2"},
       {"data.task=\"listops\"", "data.length=64", "data.listops.min_length=8",
        "data.listops.max_length=64", "data.listops.max_depth=3", "model.vocab=16",

@@ -14,6 +14,7 @@
 #include "support/checks.hpp"
 #include "support/fake_cifar.hpp"
 #include "support/fake_pathfinder.hpp"
+#include "support/fake_retrieval.hpp"
 #include "support/run_configs.hpp"
 #include "support/temp_dir.hpp"
 
@@ -21,6 +22,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -39,7 +41,8 @@ TEST(ClassifierFamily, KeysAreDeclaredByTheFamilyAndReadLikeAnyKey) {
   EXPECT_EQ(c.settings.integer("model.classifier.classes"), 0);
   EXPECT_EQ(c.settings.integer("data.listops.max_length"), 2000);
   const std::string toml = config::to_toml(c);
-  EXPECT_NE(toml.find("[model.classifier]\nclasses = 0\npooling = \"mean\""), std::string::npos)
+  EXPECT_NE(toml.find("[model.classifier]\nclasses = 0\ndocuments = 0\npooling = \"mean\""),
+            std::string::npos)
       << toml;
   EXPECT_NE(toml.find("[data.listops]"), std::string::npos);
   // The whole config round-trips, the family's keys included.
@@ -53,7 +56,7 @@ TEST(ClassifierFamily, KeysAreDeclaredByTheFamilyAndReadLikeAnyKey) {
       {"model.classifier.pooling", "\"max\"", "mean or first"});
   expect_error<ConfigError>(
       [&] { classifier_run(dir.path() + "/a", 2, {"model.classifier.pool=mean"}); },
-      {"unknown key model.classifier.pool", "[model.classifier] are classes, pooling"});
+      {"unknown key model.classifier.pool", "[model.classifier] are classes, documents, pooling"});
   expect_error<ConfigError>(
       [&] { classifier_run(dir.path() + "/a", 2, {"data.examples.valid=-1"}); },
       {"data.examples.valid is -1"});
@@ -202,6 +205,56 @@ TEST(ClassifierFamily, TrainsAndEvaluatesOnPathfinderImages) {
       {"data.length is 32", "8 x 8 = 64 pixels"});
 }
 
+// LRA's Retrieval on miniature files (20 / 3 / 5 pairs): the two-tower model
+// trains on pairs and evaluates whole splits of pairs; model.classifier.
+// documents and classes are checked against the task.
+TEST(ClassifierFamily, TrainsAndEvaluatesOnRetrievalPairs) {
+  TempDir dir;
+  const std::string prefix = dir.path() + "/new_aan_pairs";
+  write_fake_retrieval(prefix, {20, 3, 5});
+  const std::vector<std::string> retrieval = {
+      "data.task=\"retrieval\"", "data.path=\"" + prefix + "\"",
+      "data.length=16",          "model.vocab=257",
+      "model.max_length=16",     "model.lsh.chunk=4",
+      "model.local.chunk=4",     "model.attention=[\"local\",\"lsh\"]"};
+  const auto run =
+      train::run_training(classifier_run(dir.path() + "/run", 2, retrieval), quiet_options());
+  ASSERT_EQ(run.losses.size(), 2u);
+  EXPECT_TRUE(std::isfinite(run.losses[0]) && run.losses[0] > 0) << run.losses[0];
+  EXPECT_EQ(train::evaluate_checkpoint(dir.path() + "/run", {}, data::Split::Valid, 0).tokens, 3);
+  EXPECT_EQ(train::evaluate_checkpoint(dir.path() + "/run", {}, data::Split::Test, 0).tokens, 5);
+  // The head reads the pair features [u; v; u * v; u - v]: 8 x 32 rows.
+  const auto latest = io::latest_checkpoint(dir.path() + "/run");
+  ASSERT_TRUE(latest.has_value());
+  bool found = false;
+  for (const auto& p : io::read_checkpoint_parameters(*latest))
+    if (p.name == "head.w") {
+      found = true;
+      EXPECT_EQ(p.shape, (std::vector<Index>{256, 2}));
+    }
+  EXPECT_TRUE(found);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), retrieval.begin(), retrieval.end());
+    return extra;
+  };
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/b", 2, with({"model.classifier.documents=1"})); },
+      {"model.classifier.documents is 1", "data.task retrieval has 2 documents", "set it to 2"});
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/b", 2, {"model.classifier.documents=2"}); },
+      {"model.classifier.documents is 2", "matching_ends has 1 sequence", "set it to 1"});
+  EXPECT_EQ(classifier_run(dir.path() + "/b", 2, with({"model.classifier.documents=2"}))
+                .settings.integer("model.classifier.documents"),
+            2);
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(
+            classifier_run(dir.path() + "/c", 2, with({"model.classifier.classes=3"})),
+            quiet_options());
+      },
+      {"model.classifier.classes is 3", "the task has 2 classes"});
+}
+
 // matching_ends at length 16 over 16 symbols (train.batch 32, 3,000 steps):
 // the accuracy on the whole test split.
 double matching_ends_accuracy(const std::string& dir, const std::vector<std::string>& extra,
@@ -242,6 +295,51 @@ TEST(ClassifierLearning, LocalAttentionCannotReachTheFirstSymbol) {
   std::cout << "matching_ends, local attention (window 8): test accuracy " << accuracy << '\n';
   EXPECT_LE(accuracy, 0.6);
   EXPECT_GE(accuracy, 0.4);
+}
+
+// Pairs of texts (LRA's Retrieval format) over two alphabets, "abcd" and
+// "efgh", labelled 1 when both texts use the same one. Each tower encodes its
+// text alone, so only the pair's features relate them, and a linear head on
+// [u; v] alone could not (the label is an exclusive or of the two alphabets):
+// the product u * v carries it. 2,000 / 200 / 400 pairs of 8-31 bytes.
+void write_alphabet_pairs(const std::string& prefix) {
+  std::uint64_t state = 12345;
+  auto next = [&](std::uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  const char* files[3] = {".train.tsv", ".eval.tsv", ".test.tsv"};
+  const int counts[3] = {2000, 200, 400};
+  for (int f = 0; f < 3; ++f) {
+    std::ofstream out(prefix + files[f]);
+    for (int i = 0; i < counts[f]; ++i) {
+      std::string text[2];
+      int alphabet[2];
+      for (int k = 0; k < 2; ++k) {
+        alphabet[k] = int(next(2));
+        for (std::uint64_t t = 0, n = 8 + next(24); t < n; ++t)
+          text[k] += char((alphabet[k] ? 'e' : 'a') + int(next(4)));
+      }
+      out << int(alphabet[0] == alphabet[1]) << "\tp" << i << "\tq" << i << '\t' << text[0] << '\t'
+          << text[1] << '\n';
+    }
+  }
+}
+
+TEST(ClassifierLearning, PairsOfDocumentsLearnWhetherTwoTextsShareAnAlphabet) {
+  TempDir dir;
+  write_alphabet_pairs(dir.path() + "/alphabets");
+  const auto config =
+      classifier_run(dir.path() + "/run", 200,
+                     {"data.task=\"retrieval\"", "data.path=\"" + dir.path() + "/alphabets\"",
+                      "data.length=32", "model.vocab=257", "model.max_length=32", "train.batch=32",
+                      "train.checkpoint_every=0", "train.log_every=100"});
+  std::ostringstream log;
+  train::run_training(config, quiet_options(&log));
+  const auto e = train::evaluate_checkpoint(dir.path() + "/run", {}, data::Split::Test, 0);
+  EXPECT_EQ(e.tokens, 400);
+  std::cout << "alphabet pairs, full attention: test accuracy " << e.accuracy << '\n';
+  EXPECT_GE(e.accuracy, 0.98);  // chance: about 0.5
 }
 
 }  // namespace

@@ -250,27 +250,30 @@ TEST(MemorySweep, EncoderDecoderPredictionMatchesMeasuredPeakForEveryVariant) {
 // The classifier (issue 48), reached through the registry as `reformer
 // memory --model classifier` reaches it: every variant of its encoder in
 // float32 and bf16 with mean pooling; first-position pooling (the head's
-// other shape) on two variants.
+// other shape) on two variants, and the two-tower model over pairs of
+// documents (model.classifier.documents = 2, LRA's Retrieval) on two.
 TEST(MemorySweep, ClassifierPredictionMatchesMeasuredPeakForEveryVariant) {
   const auto& family = train::model_family(config::parse_model_type("classifier", "test"));
   train::SweepOptions options;
   options.timed_steps = 0;
-  for (const char* pooling : {"mean", "first"}) {
-    const bool mean = std::string(pooling) == "mean";
+  for (const char* head : {"mean", "first", "pairs"}) {
+    const bool mean = std::string(head) == "mean", pairs = std::string(head) == "pairs";
     const auto sweep =
         family.sweep({"model.d_model=32", "model.heads=2", "model.d_head=16", "model.d_ff=64",
                       "model.lsh.chunk=32", "model.local.chunk=64", "model.ff_chunk=64",
-                      std::string("model.classifier.pooling=") + pooling});
+                      std::string("model.classifier.pooling=") + (pairs ? "mean" : head),
+                      std::string("model.classifier.documents=") + (pairs ? "2" : "1")});
     const std::vector<std::string> variants =
         mean ? family.sweep_variants() : std::vector<std::string>{"full", "reformer"};
     for (const char* precision : {"float32", "bf16"})
       for (const auto& variant : variants)
         for (const Index length : {Index(256), Index(512)}) {
-          if (!mean && (length == 512 || std::string(precision) == "bf16")) continue;
+          if (!mean && length == 512) continue;
+          if (!mean && !pairs && std::string(precision) == "bf16") continue;
           options.precision = precision;
           const auto p = sweep->run(variant, 2, 2, length, options);
           ASSERT_TRUE(p.ran) << variant << " " << length << ": " << p.skipped;
-          SCOPED_TRACE(std::string(precision) + ", " + pooling + " pooling");
+          SCOPED_TRACE(std::string(precision) + ", " + head);
           expect_prediction_matches(p);
         }
   }

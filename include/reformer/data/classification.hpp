@@ -3,7 +3,9 @@
 //
 // A batch holds, per row, `length` token ids (0 is padding), their mask (1: a
 // token) and a label in [0, classes), or -1 for a row past the end of an
-// evaluation split (counted in no loss and no accuracy). As for the other
+// evaluation split (counted in no loss and no accuracy). A row of a pair task
+// (retrieval: documents() == 2) holds two documents, sequences 2 r and 2 r + 1
+// of the tokens. As for the other
 // tasks (data/tasks.hpp), a batch is a pure function of (seed, split, batch
 // index, batch size):
 //   - train: row b of batch i is an example drawn uniformly from the split by
@@ -54,6 +56,18 @@
 //                  other images), each without its empty (0-byte) images, which
 //                  LRA filters out after splitting. The images are decoded as
 //                  rows are drawn; each must be S x S.
+//   retrieval      LRA's Retrieval (document matching on the ACL Anthology
+//                  Network): `path` is the prefix of its three files
+//                  (lra_release/tsv_data/new_aan_pairs: <path>.train.tsv,
+//                  <path>.eval.tsv and <path>.test.tsv, LRA's train, valid
+//                  and test), one pair a line: "<label> TAB <id1> TAB <id2>
+//                  TAB <text1> TAB <text2>" (the label a whole number, written
+//                  as LRA's float column allows: 1 or 1.0; no quoting). Each
+//                  text is its bytes (ids = byte + 1, vocabulary 257), cut to
+//                  `length` or padded: a row is two documents of `length`
+//                  positions (LRA: 4,000). Classes: the largest label + 1 (2
+//                  in LRA's files). The files are indexed once (each text's
+//                  offset); rows read their two texts as they are drawn.
 #pragma once
 
 #include "reformer/core/types.hpp"
@@ -66,13 +80,13 @@
 
 namespace reformer::data {
 
-enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image, Pathfinder };
-// "listops", "text", "matching_ends", "image", "pathfinder"; ConfigError naming
-// the value otherwise.
+enum class ClassTaskKind { ListOps, Text, MatchingEnds, Image, Pathfinder, Retrieval };
+// "listops", "text", "matching_ends", "image", "pathfinder", "retrieval";
+// ConfigError naming the value otherwise.
 ClassTaskKind parse_class_task_kind(const std::string& name);
 const char* to_string(ClassTaskKind kind);
 
-// The vocabulary of the byte-valued tasks (text, image, pathfinder): ids
+// The vocabulary of the byte-valued tasks (text, image, pathfinder, retrieval): ids
 // 1..256 are a byte or gray level + 1; 0 is padding.
 constexpr Index kByteVocab = 257;
 
@@ -103,16 +117,17 @@ struct ClassDataConfig {
   std::uint64_t examples[3] = {0, 0, 0};
   Index vocab = 16;  // matching_ends: ids in [0, vocab), symbols 1..vocab-1
   // text: the label<TAB>text file; image: CIFAR-10's binary folder;
-  // pathfinder: one difficulty's folder of LRA's release.
+  // pathfinder: one difficulty's folder of LRA's release; retrieval: the
+  // prefix of the .train.tsv, .eval.tsv and .test.tsv files.
   std::string path{};
   // ConfigError naming the first bad field.
   void validate() const;
 };
 
 struct ClassBatch {
-  HostTokens tokens, valid;              // [batch, length]
+  HostTokens tokens, valid;              // [batch x documents, length]
   Kokkos::View<int*, HostSpace> labels;  // [batch]; -1: not an example
-  Index batch_size() const { return Index(tokens.extent(0)); }
+  Index batch_size() const { return Index(labels.extent(0)); }
 };
 
 class ClassTask {
@@ -126,6 +141,8 @@ class ClassTask {
   virtual Index vocab() const = 0;
   virtual Index length() const = 0;
   virtual Index classes() const = 0;
+  // Sequences of an example: 1, or 2 for a pair task (retrieval).
+  virtual Index documents() const { return 1; }
   virtual std::uint64_t examples(Split split) const = 0;
   virtual std::string describe() const = 0;
   // Batches of `batch_size` that cover an evaluation split once.
@@ -139,7 +156,10 @@ class ClassTask {
 // size that is not a whole number of records, or a label above 9. The
 // pathfinder task reads its metadata now and its first image: IoError naming
 // the file and line for a bad line or a missing image, ConfigError when
-// `length` is below the images' pixels.
+// `length` is below the images' pixels. The retrieval task indexes its three
+// files now: IoError naming the file and line for a missing file, a line
+// without five tab-separated fields, a label that is not a whole number, or an
+// empty text.
 std::unique_ptr<ClassTask> make_class_task(const ClassDataConfig& config);
 
 }  // namespace reformer::data

@@ -13,7 +13,7 @@ namespace reformer::data {
 // The language-model tasks (data/tasks.hpp), the source/target pair tasks
 // (data/pairs.hpp: seq2seq_copy, seq2seq_reverse, parallel) and the sequence
 // classification tasks (data/classification.hpp: listops, text, matching_ends,
-// image, pathfinder).
+// image, pathfinder, retrieval).
 enum class TaskKind {
   Duplication,
   Copy,
@@ -25,13 +25,14 @@ enum class TaskKind {
   Text,
   MatchingEnds,
   Image,
-  Pathfinder
+  Pathfinder,
+  Retrieval
 };
 // Every kind, in the order above (data.task's choices).
 const std::vector<TaskKind>& task_kinds();
 // "duplication", "copy", "bytes", "seq2seq_copy", "seq2seq_reverse",
 // "parallel", "listops", "text", "matching_ends", "image",
-// "pathfinder"; ConfigError naming the value
+// "pathfinder", "retrieval"; ConfigError naming the value
 // and the choices otherwise.
 TaskKind parse_task_kind(const std::string& name);
 const char* to_string(TaskKind kind);

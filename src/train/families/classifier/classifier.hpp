@@ -19,11 +19,14 @@ const ModelFamily& classifier_family();
 
 namespace classifier {
 
+// Sequences of one example of a task: 2 for retrieval (pairs), else 1.
+Index task_documents(data::TaskKind task);
 // The data task of a run: data.task, data.length, data.seed, data.vocab,
 // data.path and the family's [data.examples] and [data.listops] keys.
 data::ClassDataConfig data_config(const config::RunConfig& config);
 // The model of a run: [model] (the encoder; LSH buckets resolved at
-// data.length as the LM's) and [model.classifier]; `classes` the task's
+// data.length as the LM's) and [model.classifier] (documents: the key, or the
+// task's when it is 0); `classes` the task's
 // (0: model.classifier.classes, or 2 when that is 0 too, for predictions made
 // before the task is read).
 models::ClassifierConfig model_config(const config::RunConfig& config, Index classes = 0);

@@ -11,6 +11,10 @@ using Kind = config::FamilyKey::Kind;
 
 namespace classifier {
 
+Index task_documents(data::TaskKind task) {
+  return task == data::TaskKind::Retrieval ? 2 : 1;  // pairs of documents
+}
+
 data::ClassDataConfig data_config(const config::RunConfig& c) {
   data::ClassDataConfig d;
   d.task = data::parse_class_task_kind(data::to_string(c.data.task));
@@ -36,6 +40,8 @@ models::ClassifierConfig model_config(const config::RunConfig& c, Index classes)
   const Index declared = c.settings.integer("model.classifier.classes");
   m.classes = classes > 0 ? classes : declared > 0 ? declared : 2;
   m.pooling = models::parse_pooling(c.settings.text("model.classifier.pooling"));
+  const Index documents = c.settings.integer("model.classifier.documents");
+  m.documents = documents > 0 ? documents : task_documents(c.data.task);
   return m;
 }
 
@@ -51,6 +57,7 @@ Index task_vocab(const config::RunConfig& c) {
     case data::TaskKind::Text:
     case data::TaskKind::Image:
     case data::TaskKind::Pathfinder:
+    case data::TaskKind::Retrieval:
       return data::kByteVocab;
     default:
       return c.data.vocab;
@@ -83,7 +90,14 @@ class ClassifierFamily final : public ModelFamily {
          "0",
          {},
          "classes of the head; 0: the task's (listops 10, image 10, matching_ends and pathfinder "
-         "2, text: the file's)"},
+         "2, text and retrieval: the files')"},
+        {"model.classifier.documents",
+         Kind::Integer,
+         "0",
+         {},
+         "sequences of an example: 1, or 2 (a two-tower model over pairs of documents, each "
+         "encoded alone; the head reads [u, v, u*v, u-v]); 0: the task's (retrieval 2, the "
+         "others 1)"},
         {"model.classifier.pooling",
          Kind::String,
          "\"mean\"",
@@ -108,13 +122,21 @@ class ClassifierFamily final : public ModelFamily {
         s.integer("model.classifier.classes") == 0 || s.integer("model.classifier.classes") >= 2,
         op, ": model.classifier.classes is ", s.integer("model.classifier.classes"),
         " but must be 0 (the task's) or at least 2");
+    const Index documents = s.integer("model.classifier.documents");
+    const Index task_docs = classifier::task_documents(c.data.task);
+    require<ConfigError>(documents == 0 || documents == task_docs, op,
+                         ": model.classifier.documents is ", documents, " but data.task ",
+                         data::to_string(c.data.task), " has ", task_docs,
+                         task_docs == 2 ? " documents an example (pairs)" : " sequence an example",
+                         "; set it to ", task_docs, " or 0 (the task's)");
     for (const char* key : {"data.examples.train", "data.examples.valid", "data.examples.test"})
       require<ConfigError>(s.integer(key) >= 0, op, ": ", key, " is ", s.integer(key),
                            " but must be >= 0 (0: the task's)");
     classifier::data_config(c).validate();
     // The tasks whose class count is known without a file are checked here,
-    // with the config (the text task's once its file is read, check_data).
-    if (c.data.task != data::TaskKind::Text) {
+    // with the config (the text and retrieval tasks' once their files are
+    // read, check_data).
+    if (c.data.task != data::TaskKind::Text && c.data.task != data::TaskKind::Retrieval) {
       const Index classes = c.data.task == data::TaskKind::ListOps ? data::listops::kClasses
                             : c.data.task == data::TaskKind::Image ? data::image::kClasses
                                                                    : 2;

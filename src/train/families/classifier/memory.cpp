@@ -33,8 +33,8 @@ class ClassifierStep {
   ClassifierStep(const models::ClassifierConfig& config, Index batch, Index length)
       : model_(config, params_),
         adam_(params_),
-        ids_("synthetic_ids", batch, length),
-        unused_("synthetic_targets", batch, length),
+        ids_("synthetic_ids", batch * config.documents, length),
+        unused_("synthetic_targets", batch * config.documents, length),
         labels_("synthetic_labels", batch) {
     model_.init({1, 1});
     sweep::fill_random_tokens(ids_, unused_, config.encoder.vocab);
@@ -139,15 +139,24 @@ pooling = "mean"
 const std::vector<std::string>& sweep_variants() { return sweep_variant_names(); }
 
 std::unique_ptr<SweepModel> make_sweep(const std::vector<std::string>& overrides) {
-  for (const auto& o : overrides)
+  bool pairs = false;  // model.classifier.documents = 2: the retrieval task's model
+  for (const auto& o : overrides) {
     require<ConfigError>(o.rfind("model.", 0) == 0, "reformer memory: the override '", o,
                          "' is not a model key; only model.* keys apply here");
-  // A run around the base (its data only makes the config whole; the text
-  // task, whose class count comes from its file, which is never read here,
-  // takes any model.classifier.classes).
+    std::string key = o.substr(0, o.find('=')),
+                value = o.substr(std::min(o.size(), key.size() + 1));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    pairs = key == "model.classifier.documents" ? value.rfind('2', 0) == 0 : pairs;
+  }
+  // A run around the base (its data only makes the config whole; the text and
+  // retrieval tasks, whose class counts come from their files, which are never
+  // read here, take any model.classifier.classes). Its length, 2, fits every
+  // chunk (at most one chunk, or a multiple of 1 and 2), so no chunk override
+  // is refused for a length the sweep never runs.
   const auto run = config::parse_run_config(
-      std::string(sweep_base()) +
-          "[data]\ntask = \"text\"\npath = \"(not read by the sweep)\"\nlength = 128\n",
+      std::string(sweep_base()) + "[data]\ntask = \"" + (pairs ? "retrieval" : "text") +
+          "\"\npath = \"(not read by the sweep)\"\nlength = 2\n",
       "reformer memory", overrides);
   models::ClassifierConfig base = model_config(run, 0);
   base.encoder = run.model;  // buckets follow each length (no data.length)
@@ -156,11 +165,11 @@ std::unique_ptr<SweepModel> make_sweep(const std::vector<std::string>& overrides
 
 std::int64_t predict_state_bytes(const models::ClassifierConfig& c, std::int64_t scalar_bytes) {
   // The LM's count with tied weights has the encoder and the LayerNorm over
-  // [y1; y2], plus an output bias of vocab entries; the head has 2d x classes
-  // weights and classes biases instead.
+  // [y1; y2], plus an output bias of vocab entries; the head has head_width x
+  // classes weights (2d, or 8d for pairs) and classes biases instead.
   models::ReformerConfig lm = c.encoder;
   lm.tie_embeddings = true;
-  const double head = double(2 * c.encoder.d_model + 1) * double(c.classes);
+  const double head = double(c.head_width() + 1) * double(c.classes);
   return saturated_bytes(double(train::predict_state_bytes(lm, scalar_bytes)) +
                          4 * (head - double(c.encoder.vocab)) * double(scalar_bytes));
 }
@@ -168,21 +177,27 @@ std::int64_t predict_state_bytes(const models::ClassifierConfig& c, std::int64_t
 StepMemory predict_step_memory(const models::ClassifierConfig& c, Index batch, Index length,
                                std::int64_t scalar_bytes, std::int64_t activation_bytes) {
   const double s = double(scalar_bytes), a = activation_bytes > 0 ? double(activation_bytes) : s;
-  const double x = double(batch) * length, rows = double(batch), d = c.encoder.d_model;
-  const auto stack = sweep::encoder_stack_memory(c.encoder, batch, length, s, a);
-  // The head: the pooling weights [batch, length] (compute values) while it
-  // pools or spreads; pooled and LayerNorm'd rows with their statistics kept
-  // in the state; dh and dp while the loss runs.
-  const double head_state = 2 * rows * 2 * d * a + 2 * rows * s;
-  const double ws_head = x * s + 2 * rows * 2 * d * a;
+  // The encoder reads `seqs` sequences (examples x documents); the head
+  // reads `rows` examples of width w (2d, or 8d for pairs).
+  const Index seqs = batch * c.documents;
+  const double x = double(seqs) * length, rows = double(batch), d = c.encoder.d_model;
+  const double w = double(c.head_width());
+  const auto stack = sweep::encoder_stack_memory(c.encoder, seqs, length, s, a);
+  // The head: the pooling weights [seqs, length] (compute values) while it
+  // pools or spreads; pooled and LayerNorm'd sequences with their statistics
+  // kept in the state, and a pair's features z [rows, 8d]; dh and dp (and dz
+  // for pairs) while the loss runs.
+  const double features = c.documents == 2 ? rows * w * a : 0.0;
+  const double head_state = 2 * double(seqs) * 2 * d * a + 2 * double(seqs) * s + features;
+  const double ws_head = x * s + 2 * double(seqs) * 2 * d * a + features;
   const double workspace = std::max({stack.ws_forward, ws_head, stack.ws_backward});
   const double alive = stack.alive + head_state + workspace;
-  // bf16: the cross-entropy's products widen h [rows, 2d] and dz into float32
-  // panels (as the LM's loss, at `rows` rows and `classes` columns).
+  // bf16: the cross-entropy's products widen the head's input [rows, w] and
+  // dz into float32 panels (as the LM's loss, at `rows` rows and `classes`
+  // columns).
   const double C = double(c.classes);
   const double loss_panels =
-      a < s ? sweep::mixed_panel_bytes(
-                  {{rows, 2 * d, C, true}, {rows, 0, 2 * d}, {rows, 2 * d, C, true, true}})
+      a < s ? sweep::mixed_panel_bytes({{rows, w, C, true}, {rows, 0, w}, {rows, w, C, true, true}})
             : 0.0;
   StepMemory m;
   m.workspace = saturated_bytes(workspace);

@@ -38,8 +38,9 @@ class Classification final : public Workload<T> {
   }
   Workspace& workspace() override { return state_.workspace; }
   std::string describe() const override { return task_->describe(); }
-  // A sequence is one prediction; tokens per second counts its positions.
-  Index sequence_tokens() const override { return task_->length(); }
+  // An example is one prediction; tokens per second counts its positions (of
+  // both documents for a pair).
+  Index sequence_tokens() const override { return task_->length() * task_->documents(); }
   Index layers() const override { return model_.layers(); }
   std::int64_t batches_in_split(data::Split split, Index batch) const override {
     if (split == data::Split::Train) return -1;  // drawn at random
@@ -58,12 +59,14 @@ class Classification final : public Workload<T> {
     // Only this process's rows are made (and their files read).
     const auto [first, count] = this->rows_of(batch);
     const auto host = task_->batch(split, index, batch, first, count);
-    const Index rows = host.batch_size(), length = host.tokens.extent(1);
+    // Sequences: rows x the task's documents (pairs: 2 r and 2 r + 1).
+    const Index rows = host.tokens.extent(0), length = host.tokens.extent(1);
     if (Index(ids_.extent(0)) != rows || Index(ids_.extent(1)) != length) {
       ids_ = View2<int>("classifier_ids", rows, length);
       valid_ = View2<int>("classifier_valid", rows, length);
-      labels_ = Kokkos::View<int*, Layout, MemSpace>("classifier_labels", rows);
     }
+    if (Index(labels_.extent(0)) != host.batch_size())
+      labels_ = Kokkos::View<int*, Layout, MemSpace>("classifier_labels", host.batch_size());
     // This process's rows are contiguous in the host batch: one copy each.
     Kokkos::deep_copy(ids_, host.tokens);
     Kokkos::deep_copy(valid_, host.valid);
