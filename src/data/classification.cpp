@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 #include <utility>
@@ -394,29 +396,38 @@ class PathfinderTask : public ExampleTask {
   Index side_ = 0;
 };
 
+// LRA's Retrieval files, indexed: each pair's label and where its two texts
+// start in its file, their bytes cut to the length.
+struct RetrievalIndex {
+  struct Pair {
+    std::uint64_t offset[2];
+    std::uint32_t size[2];
+    int label;
+    Index line;
+  };
+  std::vector<Pair> pairs[3];
+  Index classes = 0;
+};
+
 class RetrievalTask : public ExampleTask {
  public:
-  explicit RetrievalTask(const ClassDataConfig& c) : config_(c) {
-    for (int s = 0; s < 3; ++s) index_file(Split(s));
-    require<IoError>(classes_ >= 2, kOp, ": every pair of \"", c.path,
-                     ".*.tsv\" has label 0; classification needs at least 2 classes");
-  }
+  explicit RetrievalTask(const ClassDataConfig& c) : config_(c), index_(cached_index(c)) {}
   Index vocab() const override { return kByteVocab; }
   Index length() const override { return config_.length; }
-  Index classes() const override { return classes_; }
+  Index classes() const override { return index_->classes; }
   Index documents() const override { return 2; }
-  std::uint64_t examples(Split split) const override { return pairs_[int(split)].size(); }
+  std::uint64_t examples(Split split) const override { return index_->pairs[int(split)].size(); }
   std::string describe() const override {
     return detail::concat("retrieval: \"", config_.path, "\" (.train/.eval/.test.tsv), ",
                           examples(Split::Train), " train, ", examples(Split::Valid), " valid, ",
-                          examples(Split::Test), " test pairs, ", classes_,
+                          examples(Split::Test), " test pairs, ", classes(),
                           " classes, bytes, two documents of length ", config_.length);
   }
 
  protected:
   int example(Split split, std::uint64_t index, std::vector<int>* tokens) const override {
-    const Pair& pair = pairs_[int(split)][std::size_t(index)];
-    const std::string path = file(split);
+    const auto& pair = index_->pairs[int(split)][std::size_t(index)];
+    const std::string path = file(config_.path, split);
     std::ifstream in(path, std::ios::binary);
     std::string text;
     for (int k = 0; k < 2; ++k) {
@@ -435,22 +446,45 @@ class RetrievalTask : public ExampleTask {
 
  private:
   static constexpr const char* kOp = "retrieval";
-  // A pair: where its two texts start in the file, their bytes (cut to
-  // length), its label and its line.
-  struct Pair {
-    std::uint64_t offset[2];
-    std::uint32_t size[2];
-    int label;
-    Index line;
-  };
 
-  std::string file(Split split) const {
+  static std::string file(const std::string& prefix, Split split) {
     const char* suffix[3] = {".train.tsv", ".eval.tsv", ".test.tsv"};  // LRA's names
-    return config_.path + suffix[int(split)];
+    return prefix + suffix[int(split)];
   }
 
-  // The label column: a whole number, as LRA's float32 column reads it ("1",
-  // "1.0"); -1 for anything else.
+  // The index of the files, kept for the next task of the same files
+  // (checking a run's data and then training it read them once): keyed by the
+  // prefix, the length and each file's size and modification time.
+  static std::shared_ptr<const RetrievalIndex> cached_index(const ClassDataConfig& c) {
+    static std::mutex mutex;
+    static std::string last_key;
+    static std::shared_ptr<const RetrievalIndex> last;
+    std::string key = detail::concat(c.path, '\n', c.length);
+    for (int s = 0; s < 3; ++s) {
+      std::error_code size_error, time_error;
+      const auto size = std::filesystem::file_size(file(c.path, Split(s)), size_error);
+      const auto time = std::filesystem::last_write_time(file(c.path, Split(s)), time_error);
+      if (size_error || time_error) return build_index(c);  // index_file names the problem
+      key += detail::concat('\n', size, ' ', time.time_since_epoch().count());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (last && key == last_key) return last;
+    last = build_index(c);
+    last_key = key;
+    return last;
+  }
+
+  static std::shared_ptr<const RetrievalIndex> build_index(const ClassDataConfig& c) {
+    auto index = std::make_shared<RetrievalIndex>();
+    for (int s = 0; s < 3; ++s) index_file(c, Split(s), *index);
+    require<IoError>(index->classes >= 2, kOp, ": every pair of \"", c.path,
+                     ".*.tsv\" has label 0; classification needs at least 2 classes (check "
+                     "that data.path names LRA's Retrieval files, e.g. .../new_aan_pairs)");
+    return index;
+  }
+
+  // The label column: a whole number below 10^7, as LRA's float32 column
+  // reads it ("1", "1.0"); -1 for anything else.
   static int whole_label(const std::string& text) {
     const auto dot = text.find('.');
     const std::string whole = text.substr(0, dot);
@@ -460,9 +494,10 @@ class RetrievalTask : public ExampleTask {
     return std::stoi(whole);
   }
 
-  // Indexes one split's file: each line's label and the place of its texts.
-  void index_file(Split split) {
-    const std::string path = file(split);
+  // Indexes one split's file: each line's label and the place of its texts
+  // (blank lines are skipped).
+  static void index_file(const ClassDataConfig& c, Split split, RetrievalIndex& index) {
+    const std::string path = file(c.path, split);
     io::require_regular_file(path, kOp,
                              "data.path must be the prefix of LRA's Retrieval files (e.g. "
                              "lra_release/tsv_data/new_aan_pairs, which names "
@@ -471,7 +506,7 @@ class RetrievalTask : public ExampleTask {
     require<IoError>(in.is_open(), kOp, ": cannot open \"", path, "\"");
     std::string line;
     std::uint64_t start = 0;
-    auto& pairs = pairs_[int(split)];
+    auto& pairs = index.pairs[int(split)];
     for (Index number = 1; std::getline(in, line); ++number) {
       const std::uint64_t at = start;
       start += line.size() + 1;
@@ -487,26 +522,26 @@ class RetrievalTask : public ExampleTask {
       const std::string label_text = line.substr(0, tabs[0]);
       const int label = whole_label(label_text);
       require<IoError>(label >= 0, where, ": the label '", label_text,
-                       "' is not a whole number (LRA's labels are 0 and 1, or 0.0 and 1.0)");
-      Pair pair{{0, 0}, {0, 0}, label, number};
+                       "' is not a whole number below 10^7 (LRA's labels are 0 and 1, or 0.0 and "
+                       "1.0)");
+      RetrievalIndex::Pair pair{{0, 0}, {0, 0}, label, number};
       for (int k = 0; k < 2; ++k) {  // text k + 1: after tab 2 + k, to the next tab or the end
         const std::size_t first = tabs[std::size_t(2 + k)] + 1;
         const std::size_t bytes = (k == 0 ? tabs[3] : line.size()) - first;
         require<IoError>(bytes > 0, where, ": text", k + 1,
                          " is empty; every document needs at least one byte");
         pair.offset[k] = at + first;
-        pair.size[k] = std::uint32_t(std::min<std::size_t>(bytes, std::size_t(config_.length)));
+        pair.size[k] = std::uint32_t(std::min<std::size_t>(bytes, std::size_t(c.length)));
       }
       pairs.push_back(pair);
-      classes_ = std::max<Index>(classes_, label + 1);
+      index.classes = std::max<Index>(index.classes, label + 1);
     }
     require<IoError>(!pairs.empty(), kOp, ": \"", path, "\" holds no pairs; the ", to_string(split),
                      " split needs at least one");
   }
 
   ClassDataConfig config_;
-  std::vector<Pair> pairs_[3];
-  Index classes_ = 0;
+  std::shared_ptr<const RetrievalIndex> index_;
 };
 
 }  // namespace

@@ -165,7 +165,12 @@ void Classifier<T>::init(RandomKey key) {
 
 template <class T>
 void Classifier<T>::check_batch(const char* op, IdMatrix ids, const ModelCall& call) const {
+  check_documents(op, ids);
   check_ids(op, config_.encoder, ids, call);
+}
+
+template <class T>
+void Classifier<T>::check_documents(const char* op, IdMatrix ids) const {
   require<ShapeError>(ids.extent(0) % std::size_t(config_.documents) == 0, op, ": ids has ",
                       ids.extent(0),
                       " rows but the model reads pairs of documents (rows 2b and "
@@ -179,6 +184,7 @@ View2<T> Classifier<T>::head_input(const ClassifierState<T>& state) const {
 
 template <class T>
 void Classifier<T>::check_labels(const char* op, IdMatrix ids, LabelVector labels) const {
+  check_documents(op, ids);
   const std::size_t examples = ids.extent(0) / std::size_t(config_.documents);
   require<ShapeError>(
       labels.extent(0) == examples, op, ": labels has ", labels.extent(0), " entries but ids has ",
@@ -316,6 +322,7 @@ ops::CrossEntropyResult Classifier<T>::evaluate(IdMatrix ids, LabelVector labels
 template <class T>
 void Classifier<T>::logits(IdMatrix ids, const ModelCall& call, View2<T> logits,
                            ClassifierState<T>& state) const {
+  check_documents("Classifier::logits", ids);
   const std::size_t examples = ids.extent(0) / std::size_t(config_.documents);
   require<ShapeError>(logits.extent(0) == examples && Index(logits.extent(1)) == config_.classes,
                       "Classifier::logits: logits has shape ", shape_string(logits),

@@ -420,6 +420,33 @@ TEST(ClassificationData, RetrievalPairsAreTwoDocumentsARowFromLrasThreeFiles) {
     drawn.insert(found);
   }
   EXPECT_GE(drawn.size(), 5u) << "20 draws from 9 pairs";
+  // Lines ending in CRLF, a last line without a newline, a label "1.": the
+  // texts' places are kept right (no carriage return in a text).
+  {
+    const std::string crlf = dir.path() + "/crlf";
+    std::ofstream(crlf + ".train.tsv") << "1.\ta\tb\tab\tcd\r\n0\ta\tb\tx\tyz";
+    std::ofstream(crlf + ".eval.tsv") << "0.00\ta\tb\tpq\tr\r\n\r\n1\ta\tb\tstu\tvw";
+    std::ofstream(crlf + ".test.tsv") << "1\ta\tb\tw\tvv\n";
+    ClassDataConfig d = c;
+    d.path = crlf;
+    const auto small = make_class_task(d);
+    EXPECT_EQ(small->examples(Split::Train), 2u);
+    EXPECT_EQ(small->examples(Split::Valid), 2u);
+    const auto v = small->batch(Split::Valid, 0, 2);
+    expect_pair(v, 0, {0, "pq", "r"});
+    expect_pair(v, 1, {1, "stu", "vw"});
+    const auto t = small->batch(Split::Train, 0, 16);
+    for (Index r = 0; r < 16; ++r)
+      expect_pair(
+          t, r,
+          t.labels(r) == 1 ? FakeRetrievalPair{1, "ab", "cd"} : FakeRetrievalPair{0, "x", "yz"});
+    // The index is kept for the same files and made again once one changes.
+    std::ofstream(crlf + ".eval.tsv") << "1\ta\tb\tnew\tpair\n";
+    const auto changed = make_class_task(d);
+    ASSERT_EQ(changed->examples(Split::Valid), 1u);
+    expect_pair(changed->batch(Split::Valid, 0, 1), 0, {1, "new", "pair"});
+    EXPECT_EQ(small->examples(Split::Valid), 2u);  // a task keeps the index it was made with
+  }
   // Errors: a missing file, a line without five fields, a label that is no
   // whole number, an empty text, an empty file, example counts, no path.
   auto write_test = [&](const std::string& text) { std::ofstream(prefix + ".test.tsv") << text; };
@@ -428,8 +455,9 @@ TEST(ClassificationData, RetrievalPairsAreTwoDocumentsARowFromLrasThreeFiles) {
       [&] { make_class_task(c); },
       {"new_aan_pairs.test.tsv\" line 1 has 4 tab-separated fields", "<label> TAB <id1>"});
   write_test("0\ta\tb\tone\ttwo\n1.5\ta\tb\tone\ttwo\n");
-  testing::expect_error<IoError>([&] { make_class_task(c); },
-                                 {"test.tsv\" line 2: the label '1.5' is not a whole number"});
+  testing::expect_error<IoError>(
+      [&] { make_class_task(c); },
+      {"test.tsv\" line 2: the label '1.5' is not a whole number below 10^7"});
   write_test("0\ta\tb\tone\ttwo\n\n1\ta\tb\tthree\t\n");
   testing::expect_error<IoError>([&] { make_class_task(c); },
                                  {"test.tsv\" line 3: text2 is empty"});

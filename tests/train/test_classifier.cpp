@@ -239,10 +239,12 @@ TEST(ClassifierFamily, TrainsAndEvaluatesOnRetrievalPairs) {
   };
   expect_error<ConfigError>(
       [&] { classifier_run(dir.path() + "/b", 2, with({"model.classifier.documents=1"})); },
-      {"model.classifier.documents is 1", "data.task retrieval has 2 documents", "set it to 2"});
+      {"model.classifier.documents is 1", "data.task retrieval has 2 documents per example",
+       "set it to 2"});
   expect_error<ConfigError>(
       [&] { classifier_run(dir.path() + "/b", 2, {"model.classifier.documents=2"}); },
-      {"model.classifier.documents is 2", "matching_ends has 1 sequence", "set it to 1"});
+      {"model.classifier.documents is 2", "matching_ends has 1 sequence per example",
+       "set it to 1"});
   EXPECT_EQ(classifier_run(dir.path() + "/b", 2, with({"model.classifier.documents=2"}))
                 .settings.integer("model.classifier.documents"),
             2);

@@ -112,6 +112,8 @@ class Classifier {
 
  private:
   void check_batch(const char* op, IdMatrix ids, const ModelCall& call) const;
+  // ShapeError unless the ids' rows are whole examples (pairs: an even count).
+  void check_documents(const char* op, IdMatrix ids) const;
   void check_labels(const char* op, IdMatrix ids, LabelVector labels) const;
   ops::CrossEntropyResult loss(LabelVector labels, ClassifierState<T>& state, bool gradients) const;
 

@@ -124,11 +124,11 @@ class ClassifierFamily final : public ModelFamily {
         " but must be 0 (the task's) or at least 2");
     const Index documents = s.integer("model.classifier.documents");
     const Index task_docs = classifier::task_documents(c.data.task);
-    require<ConfigError>(documents == 0 || documents == task_docs, op,
-                         ": model.classifier.documents is ", documents, " but data.task ",
-                         data::to_string(c.data.task), " has ", task_docs,
-                         task_docs == 2 ? " documents an example (pairs)" : " sequence an example",
-                         "; set it to ", task_docs, " or 0 (the task's)");
+    require<ConfigError>(
+        documents == 0 || documents == task_docs, op, ": model.classifier.documents is ", documents,
+        " but data.task ", data::to_string(c.data.task), " has ", task_docs,
+        task_docs == 2 ? " documents per example (pairs)" : " sequence per example", "; set it to ",
+        task_docs, " or 0 (the task's)");
     for (const char* key : {"data.examples.train", "data.examples.valid", "data.examples.test"})
       require<ConfigError>(s.integer(key) >= 0, op, ": ", key, " is ", s.integer(key),
                            " but must be >= 0 (0: the task's)");

@@ -147,7 +147,13 @@ std::unique_ptr<SweepModel> make_sweep(const std::vector<std::string>& overrides
                 value = o.substr(std::min(o.size(), key.size() + 1));
     key.erase(key.find_last_not_of(" \t") + 1);
     value.erase(0, value.find_first_not_of(" \t"));
-    pairs = key == "model.classifier.documents" ? value.rfind('2', 0) == 0 : pairs;
+    value.erase(value.find_last_not_of(" \t") + 1);
+    if (key != "model.classifier.documents") continue;
+    require<ConfigError>(value == "0" || value == "1" || value == "2",
+                         "reformer memory: model.classifier.documents is '", value,
+                         "' but must be 1 (one sequence an example), 2 (pairs of documents, "
+                         "LRA's Retrieval) or 0 (1)");
+    pairs = value == "2";
   }
   // A run around the base (its data only makes the config whole; the text and
   // retrieval tasks, whose class counts come from their files, which are never
