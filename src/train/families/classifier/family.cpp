@@ -206,7 +206,7 @@ class ClassifierFamily final : public ModelFamily {
 }  // namespace
 
 const ModelFamily& classifier_family() {
-  static const ClassifierFamily family;
+  static const ClassifierFamily family{};
   return family;
 }
 

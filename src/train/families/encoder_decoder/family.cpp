@@ -127,7 +127,7 @@ class EncoderDecoderFamily final : public ModelFamily {
 }  // namespace
 
 const ModelFamily& encoder_decoder_family() {
-  static const EncoderDecoderFamily family;
+  static const EncoderDecoderFamily family{};
   return family;
 }
 

@@ -91,7 +91,7 @@ class ReformerLMFamily final : public ModelFamily {
 }  // namespace
 
 const ModelFamily& reformer_lm_family() {
-  static const ReformerLMFamily family;
+  static const ReformerLMFamily family{};
   return family;
 }
 

@@ -128,7 +128,7 @@ class TransformerXLFamily final : public ModelFamily {
 }  // namespace
 
 const ModelFamily& transformer_xl_family() {
-  static const TransformerXLFamily family;
+  static const TransformerXLFamily family{};
   return family;
 }
 
