@@ -30,6 +30,14 @@ double max_difference(const std::vector<double>& a, const std::vector<double>& b
   return m;
 }
 
+// -log softmax(logits)[label], on the host.
+double host_cross_entropy(const std::vector<double>& logits, int label) {
+  double m = logits[0], sum = 0;
+  for (double v : logits) m = std::max(m, v);
+  for (double v : logits) sum += std::exp(v - m);
+  return m + std::log(sum) - logits[std::size_t(label)];
+}
+
 ClassifierConfig tiny_config() {
   ClassifierConfig c;
   auto& e = c.encoder;
@@ -194,10 +202,7 @@ TEST(Classifier, HeadMatchesHostReference) {
       want_logits.push_back(s);
     }
     if (labels[std::size_t(b)] < 0) continue;
-    double m = z[0], sum = 0;
-    for (double v : z) m = std::max(m, v);
-    for (double v : z) sum += std::exp(v - m);
-    loss += m + std::log(sum) - z[std::size_t(labels[std::size_t(b)])];
+    loss += host_cross_entropy(z, labels[std::size_t(b)]);
     ++counted;
   }
   const auto got = c.logits(call, c.ids);
@@ -262,10 +267,7 @@ TEST(Classifier, PairHeadMatchesTheTowersAndAHostReference) {
       EXPECT_NEAR(got[std::size_t(b * C + k)], sum, 1e-12) << "pair " << b << " class " << k;
     }
     if (labels[std::size_t(b)] < 0) continue;
-    double m = logits[0], total = 0;
-    for (double v : logits) m = std::max(m, v);
-    for (double v : logits) total += std::exp(v - m);
-    loss += m + std::log(total) - logits[std::size_t(labels[std::size_t(b)])];
+    loss += host_cross_entropy(logits, labels[std::size_t(b)]);
     ++counted;
   }
   const auto result = pair.model.evaluate(pair.ids, pair.labels, call, pair.state);
