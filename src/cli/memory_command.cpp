@@ -206,6 +206,13 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
         for (const auto length : args.lengths)
           for (const auto& precision : args.precisions) sweep->check(v, layers, length, precision);
     }
+    // Before any work: --out names a folder (made when missing), not a file.
+    std::error_code error;
+    require<ConfigError>(args.out.empty() || !std::filesystem::exists(args.out, error) ||
+                             std::filesystem::is_directory(args.out, error),
+                         "memory: --out \"", args.out,
+                         "\" is a file, but --out names the folder that receives sweep.csv and "
+                         "sweep.json (made if missing): give a folder");
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
     return 2;

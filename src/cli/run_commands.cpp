@@ -96,7 +96,7 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
   try {
     split = parse_split(args.split);
     const auto checkpoint = train::resolve_checkpoint(args.target);
-    const auto meta = io::read_checkpoint_meta(checkpoint);
+    const auto meta = io::read_target_meta(args.target, checkpoint);
     train::check_checkpoint_name(checkpoint, meta.step);
     config::parse_run_config(meta.config, checkpoint, args.overrides).validate();
   } catch (const ConfigError& e) {
@@ -106,12 +106,14 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
   }
   Runtime runtime({global.threads, -1, true});
   const auto r = train::evaluate_checkpoint(args.target, args.overrides, split, args.batches);
-  std::printf("%s on %s (%lld tokens): loss %.5f, bits/token %.5f, accuracy %.5f",
+  // Per scored target: a token, or an example (a family that labels sequences).
+  const char* unit = r.unit.c_str();
+  std::printf("%s on %s (%lld %ss): loss %.5f, bits/%s %.5f, accuracy %.5f",
               train::resolve_checkpoint(args.target).c_str(), args.split.c_str(),
-              static_cast<long long>(r.tokens), r.loss, r.bits_per_token, r.accuracy);
+              static_cast<long long>(r.tokens), unit, r.loss, unit, r.bits_per_token, r.accuracy);
   if (r.exact_match >= 0) std::printf(", exact match %.5f", r.exact_match);
-  std::printf(" (%.3f s, %.0f tokens/s)\n", r.seconds,
-              r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0);
+  std::printf(" (%.3f s, %.0f %ss/s)\n", r.seconds,
+              r.seconds > 0 ? double(r.tokens) / r.seconds : 0.0, unit);
   return 0;
 }
 
@@ -121,7 +123,7 @@ int run_generate(const GlobalOptions& global, const RunArgs& args) {
     // A missing run or checkpoint, or a config that no longer parses, exits 2
     // before anything starts.
     const auto checkpoint = train::resolve_checkpoint(args.target);
-    const auto meta = io::read_checkpoint_meta(checkpoint);
+    const auto meta = io::read_target_meta(args.target, checkpoint);
     train::check_checkpoint_name(checkpoint, meta.step);
     const auto config = config::parse_run_config(meta.config, checkpoint, args.overrides);
     config.validate();
@@ -166,7 +168,9 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   static RunArgs args;
   auto overrides = [](CLI::App* sub) {
     sub->add_option("overrides", args.overrides,
-                    "Config overrides as section.key=value (e.g. train.steps=100)");
+                    "Config overrides as section.key=value (train: e.g. train.steps=100; "
+                    "eval and generate: model.*, data.*, eval.*, train.batch, train.seed, "
+                    "train.precision, e.g. model.lsh.n_hashes=8)");
   };
   CLI::App* train = app.add_subcommand("train", "Train a model from a TOML config");
   train->add_option("config", args.target, "Run config (TOML)")->required();
@@ -193,12 +197,12 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
                   "decode several prompts as one batch; default: the first half of a "
                   "validation sequence of the run's task");
   gen->add_option("--tokens", args.tokens,
-                  "New tokens per prompt (default: up to data.length; a language model refuses "
-                  "more than model.max_length leaves after the longest prompt)")
+                  "New tokens per prompt (default, or 0: up to data.length; a language model "
+                  "refuses more than model.max_length leaves after the longest prompt)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   gen->add_option("--top-p", args.top_p,
                   "Sample among the most likely tokens that hold this much probability "
-                  "(default 1: all)")
+                  "(in (0, 1]; default 1: all)")
       ->check(CLI::Range(0.0, 1.0));
   gen->add_option("--stop", args.stop, "A token id that ends a prompt's generation (repeatable)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 30));

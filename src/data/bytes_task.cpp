@@ -1,6 +1,7 @@
 // The byte-level corpus: a memory-mapped file split into train, valid and test.
 #include "data/task_detail.hpp"
 #include "reformer/core/error.hpp"
+#include "reformer/io/files.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -40,9 +41,11 @@ class MappedFile {
     const char* op = "bytes corpus";
     // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat refuses it below).
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-      throw IoError(detail::concat(op, ": cannot open \"", path, "\": ", errno_text(errno),
-                                   "; check data.path"));
+    if (fd < 0) {
+      const int error = errno;
+      throw IoError(detail::concat(op, ": cannot open \"", path, "\": ", errno_text(error),
+                                   io::relative_path_note(path), "; check data.path"));
+    }
     struct stat info {};
     if (::fstat(fd, &info) != 0) {
       const int error = errno;

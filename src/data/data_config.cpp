@@ -85,6 +85,24 @@ void DataConfig::validate() const {
   // Ids are ints on the device and a window of length + 1 must be addressable.
   require<ConfigError>(length >= 1 && length < INT_MAX, op, ": data.length is ", length,
                        " but must be in [1, ", INT_MAX, ")");
+  // Keys of other tasks would have no effect (a path given to a task that
+  // generates its data most likely meant another task).
+  const bool reads_file = task == TaskKind::Bytes || task == TaskKind::Parallel ||
+                          task == TaskKind::Text || task == TaskKind::Image ||
+                          task == TaskKind::Pathfinder || task == TaskKind::Retrieval;
+  require<ConfigError>(path.empty() || reads_file, op, ": data.path is \"", path,
+                       "\" but data.task = \"", to_string(task),
+                       "\" generates its data and reads no file; set data.task to the task of "
+                       "that file (bytes, parallel, text, image, pathfinder, retrieval) or "
+                       "leave data.path out");
+  const bool sized = task == TaskKind::PairCopy || task == TaskKind::PairReverse;
+  require<ConfigError>(sized || (min_symbols == 1 && max_symbols == 0), op,
+                       ": data.min_symbols / data.max_symbols are ", min_symbols, " / ",
+                       max_symbols, " but only seq2seq_copy and seq2seq_reverse read them, not \"",
+                       to_string(task), "\"; leave them out");
+  require<ConfigError>(units == "bytes" || task == TaskKind::Parallel, op, ": data.units is \"",
+                       units, "\" but only the parallel task reads it, not \"", to_string(task),
+                       "\"; leave it out");
   if (is_pair_task(task)) {
     pair_config(*this).validate();
     return;

@@ -134,16 +134,18 @@ template <class T>
 Handle open_matching(hid_t file, const std::string& dataset_path, const std::string& what,
                      const std::vector<Index>& shape, const std::string& where,
                      const std::string& missing_fix) {
-  require<IoError>(hdf5::has_link(file, dataset_path), where, " has no ", what, " (/", dataset_path,
-                   ", shape ", shape_string(shape), ")", missing_fix);
+  require<CheckpointMismatchError>(hdf5::has_link(file, dataset_path), where, " has no ", what,
+                                   " (/", dataset_path, ", shape ", shape_string(shape), ")",
+                                   missing_fix);
   Handle dataset = hdf5::open_dataset(file, dataset_path, where);
   const hdf5::DatasetInfo info = hdf5::dataset_info(dataset.get(), where);
   require<IoError>(info.is_float && info.bytes == sizeof(T), where, ": /", dataset_path, " stores ",
                    info.bytes, "-byte ", info.is_float ? "floats" : "non-floats",
                    " but the model uses ", dtype_name<T>(), " (", sizeof(T), " bytes)");
-  require<IoError>(info.shape == shape, where, ": ", what, " has shape ", shape_string(info.shape),
-                   " in the file but ", shape_string(shape),
-                   " in the model; the model config differs from the checkpoint's");
+  require<CheckpointMismatchError>(info.shape == shape, where, ": ", what, " has shape ",
+                                   shape_string(info.shape), " in the file but ",
+                                   shape_string(shape),
+                                   " in the model; the model config differs from the checkpoint's");
   return dataset;
 }
 
@@ -184,9 +186,10 @@ std::vector<std::vector<T>> read_set(hid_t file, const std::string& path,
         "; the model has it but the checkpoint does not: the model config differs from the "
         "checkpoint's"));
   for (const StoredParameter& stored : read_parameters(file, path, context, group))
-    require<IoError>(set.contains(stored.name), where, " has ", kind, " \"", stored.name,
-                     "\" (shape ", shape_string(stored.shape),
-                     ") that the model lacks; the model config differs from the checkpoint's");
+    require<CheckpointMismatchError>(
+        set.contains(stored.name), where, " has ", kind, " \"", stored.name, "\" (shape ",
+        shape_string(stored.shape),
+        ") that the model lacks; the model config differs from the checkpoint's");
   std::vector<std::vector<T>> data;
   std::size_t i = 0;
   for (const Parameter<T>& p : set)

@@ -78,6 +78,28 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return checkpoints.front().second.string();
 }
 
+CheckpointMeta read_target_meta(const std::string& target, const std::string& checkpoint) {
+  try {
+    return read_checkpoint_meta(checkpoint);
+  } catch (const IoError& e) {
+    std::error_code error;
+    if (!fs::is_directory(target, error)) throw;
+    std::vector<std::pair<std::int64_t, fs::path>> checkpoints;
+    try {
+      checkpoints = checkpoints_of(target, "read_target_meta");
+    } catch (const IoError&) {
+      throw e;
+    }
+    if (checkpoints.size() < 2) throw;
+    const std::string older = checkpoints[1].second.string();
+    throw IoError(detail::concat(
+        e.what(), ". The run also holds ", checkpoints.size() - 1, " older checkpoint",
+        checkpoints.size() == 2 ? "" : "s", ", the newest \"", older,
+        "\": eval or generate it by that path, or move the damaged file out of the "
+        "checkpoints folder to resume from it"));
+  }
+}
+
 void prune_checkpoints(const std::string& run_dir, int keep) {
   const char* op = "prune_checkpoints";
   require<ConfigError>(keep >= 1, op, ": keep is ", keep,

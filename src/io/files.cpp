@@ -79,11 +79,22 @@ long read_pid(int fd) {
 
 }  // namespace
 
+std::string relative_path_note(const std::string& path) {
+  if (path.empty() || path.front() == '/') return "";
+  std::error_code error;
+  const auto folder = std::filesystem::current_path(error);
+  return error ? std::string(" (a relative path, read from the working folder)")
+               : detail::concat(" (a relative path, read from the working folder ",
+                                quoted(folder.string()), ")");
+}
+
 void require_regular_file(const std::string& path, const std::string& op, const std::string& fix) {
   struct stat info {};
-  if (::stat(path.c_str(), &info) != 0)
-    throw IoError(detail::concat(op, ": cannot open ", quoted(path), ": ", errno_text(errno),
-                                 fix.empty() ? "" : "; ", fix));
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    throw IoError(detail::concat(op, ": cannot open ", quoted(path), ": ", errno_text(error),
+                                 relative_path_note(path), fix.empty() ? "" : "; ", fix));
+  }
   if (!S_ISREG(info.st_mode))
     throw IoError(detail::concat(op, ": ", quoted(path), " is ", kind_of(info.st_mode),
                                  ", not a regular file", fix.empty() ? "" : "; ", fix));

@@ -195,6 +195,18 @@ void ReformerConfig::validate() const {
       }
 }
 
+namespace {
+
+// The largest chunk of at most `chunk` that divides `length` (a length that
+// cannot grow past model.max_length fits a smaller chunk instead).
+Index dividing_chunk(Index length, Index chunk) {
+  Index c = std::min(chunk, length);
+  while (c > 1 && length % c != 0) --c;
+  return c;
+}
+
+}  // namespace
+
 void ReformerConfig::validate_length(Index length) const {
   require<ConfigError>(length > 0, kOp, ": sequence length ", length, " must be positive");
   if (positions == PositionKind::Learned || positions == PositionKind::Axial)
@@ -207,13 +219,16 @@ void ReformerConfig::validate_length(Index length) const {
                          layers_of(*this, AttentionKind::Lsh),
                          " LSH attention, which needs a multiple or at most one chunk); "
                          "use a length of ",
-                         (length / lsh.chunk + 1) * lsh.chunk, " or pad the sequence");
+                         (length / lsh.chunk + 1) * lsh.chunk, ", a chunk that divides ", length,
+                         " (model.lsh.chunk = ", dividing_chunk(length, lsh.chunk),
+                         ") or pad the sequence");
   if (uses(*this, AttentionKind::Local))
-    require<ConfigError>(length % local.chunk == 0, kOp, ": sequence length ", length,
-                         " is not a multiple of model.local.chunk = ", local.chunk, " (",
-                         layers_of(*this, AttentionKind::Local),
-                         " local attention); use a length of ",
-                         (length / local.chunk + 1) * local.chunk, " or pad the sequence");
+    require<ConfigError>(
+        length % local.chunk == 0, kOp, ": sequence length ", length,
+        " is not a multiple of model.local.chunk = ", local.chunk, " (",
+        layers_of(*this, AttentionKind::Local), " local attention); use a length of ",
+        (length / local.chunk + 1) * local.chunk, ", a chunk that divides ", length,
+        " (model.local.chunk = ", dividing_chunk(length, local.chunk), ") or pad the sequence");
 }
 
 Index ReformerConfig::padded_length(Index length) const {

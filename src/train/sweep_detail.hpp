@@ -147,6 +147,23 @@ const Spec& find_variant(const std::map<std::string, Spec>& specs, const std::st
   return it->second;
 }
 
+// A variant's length rules (`check` throws a run's ConfigError): the error
+// names the variant and the length, and the sweep's own ways out (a run's
+// "pad the sequence" has no meaning here).
+template <class Check>
+void check_variant_length(const std::string& variant, Index length, const Check& check) {
+  try {
+    check();
+  } catch (const ConfigError& e) {
+    throw ConfigError(detail::concat("memory sweep (", variant, ", --lengths ", length,
+                                     "): ", e.what(),
+                                     ". In a sweep: other --lengths, a smaller chunk "
+                                     "(model.lsh.chunk, model.local.chunk) or --variants "
+                                     "without ",
+                                     variant));
+  }
+}
+
 // The point with its predictions, measured unless the prediction exceeds the
 // budget (then skipped with the reason, nothing allocated).
 // `predict(config, batch, length, scalar_bytes, activation_bytes)` gives the

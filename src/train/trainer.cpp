@@ -116,6 +116,7 @@ EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t bat
                              std::int64_t batch_size, std::uint64_t seed,
                              const Communicator& comm = Communicator::self(), double timeout = 0) {
   EvalResult result;
+  result.unit = w.scored_unit();
   const auto start = Clock::now();
   double loss_sum = 0;
   std::int64_t correct = 0;
@@ -326,7 +327,7 @@ std::string resume_point(TrainingRun<T>& run, bool resume) {
   const auto latest = io::latest_checkpoint(config.run_dir);
   require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
                    "/checkpoints'; start the run without --resume");
-  const auto meta = io::read_checkpoint_meta(*latest);  // checksummed
+  const auto meta = io::read_target_meta(config.run_dir, *latest);  // checksummed
   const auto stored = config::parse_run_config(meta.config, *latest);
   check_resume_point(*latest, meta, stored);
   const auto difference = config::first_difference(stored, config, kResumableKeys);
@@ -626,10 +627,10 @@ bool evaluate_run(TrainingRun<T>& run, std::int64_t step) {
                                             tc.batch, tc.seed, run.comm, tc.allreduce_timeout);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const auto& e = run.summary.last_eval;
-  run.out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/token "
+  run.out << "eval step " << step << ": loss " << number(e.loss, 5) << ", bits/" << e.unit << ' '
           << number(e.bits_per_token, 5) << ", accuracy " << number(e.accuracy, 5)
           << (e.exact_match >= 0 ? ", exact match " + number(e.exact_match, 5) : std::string())
-          << " (" << e.tokens << " tokens, " << number(seconds, 3) << " s)\n";
+          << " (" << e.tokens << ' ' << e.unit << "s, " << number(seconds, 3) << " s)\n";
   if (run.metrics)
     write_run_folder(run.config.run_dir, [&] {
       run.metrics->row({std::to_string(step), "eval", number(e.loss), number(e.bits_per_token),
@@ -740,7 +741,32 @@ TrainSummary train_typed(const config::RunConfig& config, const TrainOptions& op
 struct Loaded {
   std::string checkpoint;
   config::RunConfig config;
+  // What the overrides changed, as "model.d_model: 64 in the run, 128 here".
+  std::vector<std::string> changed;
 };
+
+// Every key whose value differs between a run's stored config and the one
+// with the overrides, in to_toml's order.
+std::vector<std::string> changed_keys(const config::RunConfig& stored,
+                                      const config::RunConfig& overridden) {
+  std::vector<std::string> changed, seen;
+  for (;;) {
+    const auto difference = config::first_difference(stored, overridden, seen, "in the run");
+    if (difference.empty()) return changed;
+    changed.push_back(difference);
+    seen.push_back(difference.substr(0, difference.find(':')));
+  }
+}
+
+// Keys that eval and generate do not read: they load the weights and run no
+// training step. Overriding one would have no effect, so it is refused.
+bool unread_by_eval(const std::string& key) {
+  static const std::vector<std::string> read = {"train.batch", "train.seed", "train.precision",
+                                                "train.dtype"};
+  const bool training_only = key.rfind("train.", 0) == 0 || key.rfind("run.", 0) == 0;
+  return (training_only && std::find(read.begin(), read.end(), key) == read.end()) ||
+         key == "model.dropout" || key.find("attention_dropout") != std::string::npos;
+}
 
 // Keys that make the trained weights compute another function while every
 // parameter keeps its name and shape, so a checkpoint would load: eval and
@@ -756,13 +782,23 @@ std::vector<std::string> function_keys() {
   return keys;
 }
 
-Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::string>& overrides) {
+Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::string>& overrides,
+                const char* command) {
   Loaded loaded;
   loaded.checkpoint = resolve_checkpoint(run_or_checkpoint);
-  const auto meta = io::read_checkpoint_meta(loaded.checkpoint);
+  const auto meta = io::read_target_meta(run_or_checkpoint, loaded.checkpoint);
   check_checkpoint_name(loaded.checkpoint, meta.step);
   loaded.config = config::parse_run_config(meta.config, loaded.checkpoint, overrides);
   const auto stored = config::parse_run_config(meta.config, loaded.checkpoint);
+  loaded.changed = changed_keys(stored, loaded.config);
+  for (const auto& difference : loaded.changed) {
+    const std::string key = difference.substr(0, difference.find(':'));
+    require<ConfigError>(!unread_by_eval(key), command, ": ", difference, "; ", command,
+                         " loads the checkpoint's weights and trains nothing, so ", key,
+                         " would have no effect: leave it out (", command,
+                         " reads model.*, data.* and eval.* keys, train.batch, train.seed "
+                         "and train.precision)");
+  }
   require<ConfigError>(loaded.config.train.dtype == stored.train.dtype, "the checkpoint ",
                        loaded.checkpoint, " holds ", stored.train.dtype,
                        " parameters (train.dtype = \"", stored.train.dtype,
@@ -780,6 +816,30 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
                          " as the run had it");
   }
   return loaded;
+}
+
+// Runs `body` (which loads the run's weights into a model built from the
+// overridden config). A checkpoint whose parameters that model does not
+// match is the overrides' doing when they changed anything: a ConfigError
+// that names them, with the fix.
+template <class F>
+auto naming_overrides(const Loaded& run, const char* command, F&& body) {
+  try {
+    return body();
+  } catch (const io::CheckpointMismatchError& e) {
+    if (run.changed.empty()) throw;
+    std::string list;
+    for (const auto& difference : run.changed) list += (list.empty() ? "" : "; ") + difference;
+    const bool attention = std::any_of(run.changed.begin(), run.changed.end(),
+                                       [](auto& d) { return d.rfind("model.attention:", 0) == 0; });
+    throw ConfigError(detail::concat(
+        e.what(), ". The overrides changed ", list, ": ", command,
+        " builds the model from them and loads the run's weights, so keys that shape the "
+        "weights must stay as the run had them",
+        attention ? " (a layer trained with LSH has one shared query-key projection; another "
+                    "kind reads it with model.qk = \"shared\", which every layer then uses)"
+                  : ""));
+  }
 }
 
 template <class T>
@@ -842,9 +902,11 @@ EvalResult evaluate_checkpoint(const std::string& run_or_checkpoint,
                                std::int64_t batches) {
   require<ConfigError>(batches >= 0 || batches == kDefaultEvalBatches, "eval: batches is ", batches,
                        " but must be positive, or 0 for the whole split");
-  const auto run = load_run(run_or_checkpoint, overrides);
-  if (run.config.train.dtype == "double") return evaluate_typed<double>(run, split, batches);
-  return evaluate_typed<float>(run, split, batches);
+  const auto run = load_run(run_or_checkpoint, overrides, "eval");
+  return naming_overrides(run, "eval", [&] {
+    if (run.config.train.dtype == "double") return evaluate_typed<double>(run, split, batches);
+    return evaluate_typed<float>(run, split, batches);
+  });
 }
 
 void check_generate_options(const GenerateOptions& o, bool beam_search) {
@@ -890,10 +952,11 @@ void check_generate_options(const GenerateOptions& o, bool beam_search) {
 
 GenerateResult generate(const std::string& run_or_checkpoint,
                         const std::vector<std::string>& overrides, const GenerateOptions& options) {
-  const auto run = load_run(run_or_checkpoint, overrides);
+  const auto run = load_run(run_or_checkpoint, overrides, "generate");
   const auto& family = model_family(run.config);
   check_generate_options(options, family.decodes_by_beam_search());
-  return family.generate(run.checkpoint, run.config, options);
+  return naming_overrides(run, "generate",
+                          [&] { return family.generate(run.checkpoint, run.config, options); });
 }
 
 }  // namespace reformer::train

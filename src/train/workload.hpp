@@ -48,6 +48,9 @@ class Workload {
   virtual Workspace& workspace() = 0;
   // Target tokens a sequence holds (for tokens per second).
   virtual Index sequence_tokens() const = 0;
+  // What one scored target is, for the evaluation's lines ("bits/token",
+  // "bits/example"): a family that labels whole sequences scores examples.
+  virtual const char* scored_unit() const { return "token"; }
   // Layers for the progress line.
   virtual Index layers() const = 0;
   // Batches that cover a split once (Transformer-XL: the segments of a

@@ -40,6 +40,11 @@ expect bad_threads 2 "threads" -- --threads -3 info
 expect memory_bad_variant 2 "unknown variant 'lsh-3'" -- memory --variants lsh-3
 expect memory_not_model_key 2 "train.steps" -- memory train.steps=3
 expect memory_bad_length 2 "100" -- memory --variants lsh-2 --lengths 100
+# A length that a variant's chunks do not fit names the variant and the sweep's fixes.
+expect memory_length_names_variant 2 "memory sweep (local, --lengths 64): " -- \
+  memory --variants lsh-2,local --lengths 64
+expect memory_length_sweep_fix 2 "or --variants without local" -- \
+  memory --variants local --lengths 64
 expect memory_zero_length 2 "every length must be positive" -- memory --lengths 0
 expect memory_bad_layers 2 "--layers has -1" -- memory --layers 2,-1
 expect memory_bad_batch 2 "--batch has 0" -- memory --batch 0
@@ -49,6 +54,10 @@ expect memory_bad_budget 2 "'-3' is not a positive number of GiB" -- memory --bu
 expect memory_unknown_option 2 "--bogus" -- memory --bogus
 out=$(mktemp -d)
 small="model.d_model=32 model.heads=2 model.d_head=16 model.d_ff=64 model.vocab=32"
+# --out names a folder: a file there is refused before any work.
+touch "$out/afile"
+expect memory_out_is_file 2 "--out \"$out/afile\" is a file" -- \
+  memory --variants exact --lengths 64 --steps 0 --out "$out/afile"
 # shellcheck disable=SC2086
 expect memory_sweep 0 "[2/2]" -- memory --variants lsh-2,exact --lengths 256 --steps 1 \
   --out "$out" $small

@@ -72,7 +72,9 @@ expect beam_sampled 2 "temperature 1, top_k 0 and top_p 1 given but the encoder-
 expect seq2seq_stop 2 "1 stop id(s) given but the encoder-decoder" -- generate "$work/run" --stop 2
 expect seq2seq_no_cache 2 "--no-cache given but the encoder-decoder" -- generate "$work/run" --no-cache
 expect seq2seq_seed 2 "seed 4 given but the encoder-decoder" -- generate "$work/run" --beam 2 --seed 4
-expect vocabulary_mismatch 1 "src_embed.table" -- eval "$work/run" data.vocab=12
+expect vocabulary_mismatch 2 "src_embed.table" -- eval "$work/run" data.vocab=12
+expect vocabulary_mismatch_names_override 2 "The overrides changed data.vocab" -- \
+  eval "$work/run" data.vocab=12
 expect length_beyond_model 2 "data.length is 12 but model.max_length is 10" -- \
   train "$work/copy.toml" "run.dir=\"$work/other\"" data.length=12
 # Chunks that do not divide the padded sources and targets are refused with the

@@ -54,11 +54,22 @@ TOML
 expect unknown_key 2 "model.d_modle" -- train "$work/tiny.toml" model.d_modle=16
 expect wrong_type 2 "train.steps" -- train "$work/tiny.toml" 'train.steps="many"'
 expect out_of_range 2 "train.batch" -- train "$work/tiny.toml" train.batch=0
-expect length_not_multiple 2 "12" -- train "$work/tiny.toml" data.length=12 model.max_length=12
+expect length_not_multiple 2 "use a length of 16, a chunk that divides 12 (model.lsh.chunk = 6) or pad" -- train "$work/tiny.toml" data.length=12 model.max_length=12
 expect missing_config 2 "nope.toml" -- train "$work/nope.toml"
 expect missing_data_file 2 "missing.txt" -- train "$work/tiny.toml" 'data.task="bytes"' \
   'data.path="'"$work"'/missing.txt"' data.vocab=256 model.vocab=256
 [ ! -e "$work/run" ] && pass "nothing_written_on_config_errors" || fail "nothing_written_on_config_errors"
+
+# A byte-level run on a corpus named by a relative path: generate from a prompt
+# needs no corpus; eval from another folder says where a relative path is read.
+printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 40) >"$work/corpus.txt"
+(cd "$work" && OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" run.dir='"'"$work/bytes"'"' \
+  'data.task="bytes"' 'data.path="corpus.txt"' data.vocab=256 model.vocab=256 train.steps=3 \
+  train.eval_every=0 >"$work/bytes.log" 2>&1) && pass "bytes_train" ||
+  { tail -5 "$work/bytes.log"; fail "bytes_train"; }
+expect generate_prompt_no_corpus 0 "generated:" -- generate "$work/bytes" --prompt "ab" --tokens 2
+expect eval_relative_path 1 "(a relative path, read from the working folder" -- eval "$work/bytes" \
+  --batches 1
 
 # A whole run: progress lines without control characters, metrics, checkpoints.
 OMP_NUM_THREADS=2 "$bin" train "$work/tiny.toml" >"$work/full.log" 2>&1
@@ -141,9 +152,40 @@ done
 [ "$refused" -gt 0 ] && [ "$noisy" -eq 0 ] &&
   pass "damaged_checkpoints_one_line ($refused of 40 refused)" ||
   fail "damaged_checkpoints_one_line ($refused of 40 refused, $noisy with more than our line)"
+# A run whose newest checkpoint is cut short: eval, generate and --resume name
+# the older one and how to use it (nothing is skipped silently).
+mkdir -p "$work/cut/checkpoints"
+cp "$work/run/config.toml" "$work/cut/"
+cp "$work/run/checkpoints"/*.h5 "$work/cut/checkpoints/"
+newest=$(ls "$work/cut/checkpoints"/*.h5 | tail -n 1)
+older=$(ls "$work/cut/checkpoints"/*.h5 | tail -n 2 | head -n 1)
+head -c 4000 "$newest" >"$work/cut.h5" && mv "$work/cut.h5" "$newest"
+expect eval_cut_names_older 2 "the newest \"$older\": eval or generate it by that path" -- \
+  eval "$work/cut" --batches 1
+expect generate_cut_names_older 2 "older checkpoint" -- generate "$work/cut" --prompt "0 1" \
+  --tokens 2
+expect resume_cut_names_older 1 "move the damaged file out of the checkpoints folder" -- \
+  train "$work/cut/config.toml" run.dir='"'"$work/cut"'"' --resume
+expect eval_older_by_path 0 "accuracy" -- eval "$older" --batches 1
 expect eval_other_dtype 2 "holds float parameters (train.dtype = \"float\" in its run) but train.dtype is \"double\"" -- \
   eval "$work/run" train.dtype=double
-expect eval_mismatch 1 "embed.table" -- eval "$work/run" model.d_model=32 model.d_ff=32
+# Overrides that reshape the weights: the checkpoint's parameter and the overrides are named.
+expect eval_mismatch 2 "embed.table" -- eval "$work/run" model.d_model=32 model.d_ff=32
+expect eval_mismatch_names_override 2 "The overrides changed model.d_model: 16 in the run, 32 here" \
+  -- eval "$work/run" model.d_model=32 model.d_ff=32
+expect generate_mismatch 2 "The overrides changed model.d_ff" -- generate "$work/run" model.d_ff=32 \
+  --prompt "0 1" --tokens 2
+# Another attention kind on the LSH layer's shared query-key weights: the fix is named.
+expect eval_other_attention 2 'model.qk = "shared"' -- eval "$work/run" \
+  'model.attention=["local","full"]'
+# Keys that eval and generate do not read are refused: they would have no effect.
+expect eval_training_key 2 "train.steps: 12 in the run, 5000 here; eval loads the checkpoint's weights and trains nothing" \
+  -- eval "$work/run" train.steps=5000
+expect eval_run_dir 2 "run.dir" -- eval "$work/run" run.dir='"'"$work/elsewhere"'"'
+expect eval_dropout 2 "model.dropout would have no effect" -- eval "$work/run" model.dropout=0.5
+expect generate_learning_rate 2 "generate: train.learning_rate" -- generate "$work/run" \
+  train.learning_rate=5 --prompt "0 1" --tokens 2
+expect eval_batch_is_read 0 "accuracy" -- eval "$work/run" train.batch=2 --batches 1
 
 # The loss sequence of an uninterrupted run, step by step, from metrics (log_every 1).
 steps=120

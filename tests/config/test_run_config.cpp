@@ -65,7 +65,6 @@ RunConfig everything_changed() {
   c.data.length = 512;
   c.data.vocab = 200;
   c.data.seed = 9007199254740993ull;  // not exact as a double
-  c.data.path = "corpus.txt";
   c.train.steps = 12345;
   c.train.batch = 3;
   c.train.accumulate = 4;
@@ -264,8 +263,9 @@ TEST(RunConfig, OverridesApplyInOrder) {
   const std::string file = "[train]\nsteps = 5\n[model.lsh]\nchunk = 32\nn_hashes = 2\n";
   const RunConfig c =
       parse(file, {"train.steps=100", "model.attention=[\"lsh\", \"local\"]",
-                   "model.lsh.n_hashes = 4", "data.path=corpus/text.txt", "model.positions=learned",
-                   "train.learning_rate=1", "model.local={chunk = 32}", "train.steps=200"});
+                   "model.lsh.n_hashes = 4", "data.task=bytes", "data.vocab=256",
+                   "data.path=corpus/text.txt", "model.positions=learned", "train.learning_rate=1",
+                   "model.local={chunk = 32}", "train.steps=200"});
   EXPECT_EQ(c.train.steps, 200);  // the last one wins
   EXPECT_EQ(c.model.attention,
             (std::vector<AttentionKind>{AttentionKind::Lsh, AttentionKind::Local}));

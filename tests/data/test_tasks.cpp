@@ -90,6 +90,36 @@ TEST(DataConfig, NamesTheBadField) {
                             {"data.length", "9"});
 }
 
+// Keys that only other tasks read would have no effect: a path given to a task
+// that generates its data (most likely meant for data.task = "bytes"), the
+// pair tasks' lengths and units.
+TEST(DataConfig, KeysOfOtherTasksAreRefused) {
+  auto with = [](TaskKind task, auto edit) {
+    DataConfig config = config_of(task, 16, 16);
+    edit(config);
+    return config;
+  };
+  expect_error<ConfigError>(
+      [&] { with(TaskKind::Duplication, [](DataConfig& c) { c.path = "book.txt"; }).validate(); },
+      {"data.path is \"book.txt\"", "data.task = \"duplication\" generates its data",
+       "leave data.path out"});
+  expect_error<ConfigError>(
+      [&] { with(TaskKind::Copy, [](DataConfig& c) { c.min_symbols = 3; }).validate(); },
+      {"data.min_symbols / data.max_symbols are 3 / 0", "not \"copy\""});
+  expect_error<ConfigError>(
+      [&] { with(TaskKind::Duplication, [](DataConfig& c) { c.units = "chars"; }).validate(); },
+      {"data.units is \"chars\"", "only the parallel task"});
+  // Where they are read, they are taken.
+  EXPECT_NO_THROW(with(TaskKind::PairCopy, [](DataConfig& c) {
+                    c.min_symbols = 2;
+                    c.max_symbols = 5;
+                  }).validate());
+  EXPECT_NO_THROW(with(TaskKind::Parallel, [](DataConfig& c) {
+                    c.path = "pairs.tsv";
+                    c.units = "chars";
+                  }).validate());
+}
+
 TEST(DataTasks, BatchSizeMustBePositive) {
   const auto task = make_task(config_of(TaskKind::Copy, 8, 10));
   expect_error<ConfigError>([&] { task->batch(Split::Train, 0, 0); }, {"batch_size", "0", ">= 1"});

@@ -77,6 +77,7 @@ TEST(Bf16Training, ResumesBitwiseAndKeepsFloat32Checkpoints) {
   // Evaluation and generation read the bf16 run.
   const auto e = train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Valid, 1);
   EXPECT_GT(e.tokens, 0);
+  EXPECT_EQ(e.unit, "token");  // a language model scores tokens
   EXPECT_NEAR(e.loss, whole.last_eval.loss, 1e-6);
   train::GenerateOptions generate;
   generate.prompt = {0, 3, 5};

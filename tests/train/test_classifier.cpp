@@ -107,6 +107,7 @@ TEST(ClassifierFamily, TrainsEvaluatesResumesAndRefusesToGenerate) {
   // Batches of 8 cover the 2,000 valid examples once (250 batches).
   const auto e = train::evaluate_checkpoint(dir.path() + "/whole", {}, data::Split::Valid, 0);
   EXPECT_EQ(e.tokens, 2000);
+  EXPECT_EQ(e.unit, "example");  // one label an example: bits per example
   EXPECT_GT(e.loss, 0.0);
   const auto again =
       train::evaluate_checkpoint(dir.path() + "/whole", {"train.batch=7"}, data::Split::Valid, 0);

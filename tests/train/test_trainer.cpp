@@ -176,11 +176,28 @@ TEST(Trainer, LearnsAndEvaluatesFromCheckpoints) {
   EXPECT_NEAR(e.loss, summary.last_eval.loss, 1e-6);
   EXPECT_EQ(e.tokens, summary.last_eval.tokens);
   // Overrides that change parameter shapes are refused, naming the parameter.
-  expect_error<Error>(
+  expect_error<ConfigError>(
       [&] {
         train::evaluate_checkpoint(dir.path() + "/run", {"model.d_ff=32"}, data::Split::Valid, 1);
       },
-      {"w1", "[16, 16]", "[16, 32]"});
+      {"w1", "[16, 16]", "[16, 32]", "The overrides changed model.d_ff: 16 in the run, 32 here"});
+  // Keys that evaluation does not read are refused, naming the key; those it
+  // reads are taken.
+  expect_error<ConfigError>(
+      [&] {
+        train::evaluate_checkpoint(dir.path() + "/run", {"train.learning_rate=1"},
+                                   data::Split::Valid, 1);
+      },
+      {"eval: train.learning_rate:", "would have no effect"});
+  expect_error<ConfigError>(
+      [&] {
+        train::evaluate_checkpoint(dir.path() + "/run", {"run.name=\"x\""}, data::Split::Valid, 1);
+      },
+      {"eval: run.name:", "would have no effect"});
+  EXPECT_GT(
+      train::evaluate_checkpoint(dir.path() + "/run", {"train.batch=3"}, data::Split::Valid, 1)
+          .tokens,
+      0);
   // A resumed run refuses a different config, naming the key.
   options.resume = true;
   auto changed = config;

@@ -39,6 +39,7 @@
 // fails.
 #pragma once
 
+#include "reformer/core/error.hpp"
 #include "reformer/core/optimizer_moments.hpp"
 #include "reformer/core/parameter_set.hpp"
 
@@ -48,6 +49,13 @@
 #include <vector>
 
 namespace reformer::io {
+
+// A checkpoint whose parameters the model does not match (a name missing on
+// either side, another shape): the model was built from another config.
+class CheckpointMismatchError : public IoError {
+ public:
+  using IoError::IoError;
+};
 
 constexpr int kCheckpointFormatVersion = 2;
 
@@ -124,6 +132,14 @@ std::int64_t checkpoint_step(const std::string& path);
 // checkpoint name on anything but a readable regular file (a folder, a dangling
 // link) is an IoError naming it, never skipped for an older checkpoint.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+
+// The metadata of `checkpoint` (read_checkpoint_meta), which was resolved from
+// `target`: a checkpoint file, or a run folder whose newest checkpoint it is.
+// When a run folder's newest is damaged, the IoError also names the run's
+// newest other checkpoint and how to use it (eval or generate it by its path;
+// move the damaged file aside to resume from it), without reading it: nothing
+// is skipped silently.
+CheckpointMeta read_target_meta(const std::string& target, const std::string& checkpoint);
 
 // Deletes all but the `keep` newest checkpoints of <run_dir>/checkpoints
 // (keep >= 1, ConfigError otherwise), and the temporary files left by writers

@@ -20,6 +20,11 @@ namespace reformer::io {
 // block it.
 void require_regular_file(const std::string& path, const std::string& op, const std::string& fix);
 
+// For a file that could not be opened: "" when `path` is absolute, else
+// " (a relative path, read from the working folder /x/y)": a run's config
+// keeps its paths as written, so a run used from another folder misses them.
+std::string relative_path_note(const std::string& path);
+
 // The whole content of a regular file (require_regular_file first).
 std::string read_text_file(const std::string& path, const std::string& op, const std::string& fix);
 

@@ -24,6 +24,11 @@
 
 namespace reformer::train {
 
+// "1 layer", "6 layers": a count and its noun for the progress lines.
+inline std::string counted(long long n, const std::string& noun) {
+  return std::to_string(n) + ' ' + noun + (n == 1 ? "" : "s");
+}
+
 template <class T>
 class Workload;  // src/train/workload.hpp (private to the library)
 

@@ -29,12 +29,13 @@ struct TrainOptions {
 };
 
 struct EvalResult {
-  double loss = 0;            // mean cross-entropy (nats) over the scored targets
-  double bits_per_token = 0;  // loss / ln 2
-  double accuracy = 0;        // argmax == target over the scored targets
-  std::int64_t tokens = 0;
-  double exact_match = -1;  // encoder-decoder: greedy decodings equal to the target; -1: n/a
-  double seconds = 0;       // wall time of the evaluation loop
+  double loss = 0;             // mean cross-entropy (nats) over the scored targets
+  double bits_per_token = 0;   // loss / ln 2
+  double accuracy = 0;         // argmax == target over the scored targets
+  std::int64_t tokens = 0;     // scored targets: tokens, or examples (sequence labels)
+  std::string unit = "token";  // what one scored target is ("token", "example")
+  double exact_match = -1;     // encoder-decoder: greedy decodings equal to the target; -1: n/a
+  double seconds = 0;          // wall time of the evaluation loop
 };
 
 struct TrainSummary {

@@ -168,7 +168,7 @@ class ClassifierFamily final : public ModelFamily {
                                           activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
-    return concat("classifier, ", config.model.layers, " layers, ",
+    return concat("classifier, ", counted(config.model.layers, "layer"), ", ",
                   config.model.reversible ? "reversible" : "stored", ", ",
                   config.settings.text("model.classifier.pooling"), " pooling");
   }

@@ -41,6 +41,7 @@ class Classification final : public Workload<T> {
   // An example is one prediction; tokens per second counts its positions (of
   // both documents for a pair).
   Index sequence_tokens() const override { return task_->length() * task_->documents(); }
+  const char* scored_unit() const override { return "example"; }
   Index layers() const override { return model_.layers(); }
   std::int64_t batches_in_split(data::Split split, Index batch) const override {
     if (split == data::Split::Train) return -1;  // drawn at random

@@ -15,6 +15,7 @@
 namespace reformer::train {
 
 using attention::AttentionKind;
+using sweep::check_variant_length;
 using sweep::find_variant;
 using sweep::saturated_bytes;
 
@@ -117,12 +118,7 @@ models::TransformerConfig variant_config(const std::string& variant, models::Tra
   base.max_length = length;
   base.validate();
   // The kernels' length rules, named as a run's would be, with the variant.
-  try {
-    base.validate_lengths(length, length);
-  } catch (const ConfigError& e) {
-    throw ConfigError(
-        detail::concat("memory sweep (", variant, ", --lengths ", length, "): ", e.what()));
-  }
+  check_variant_length(variant, length, [&] { base.validate_lengths(length, length); });
   return base;
 }
 

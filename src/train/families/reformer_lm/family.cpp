@@ -58,7 +58,7 @@ class ReformerLMFamily final : public ModelFamily {
                                      training, activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
-    return concat("reformer, ", config.model.layers, " layers, ",
+    return concat("reformer, ", counted(config.model.layers, "layer"), ", ",
                   config.model.reversible ? "reversible" : "stored");
   }
   const char* sweep_base() const override { return sweep_base_model(); }

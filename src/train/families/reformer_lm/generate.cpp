@@ -16,13 +16,15 @@ namespace reformer::train {
 template <class T>
 GenerateResult generate_lm(const std::string& checkpoint, const config::RunConfig& run,
                            const GenerateOptions& options) {
-  auto task = data::make_task(run.data);
   const auto config = config::lm_config(run);
   const Index length = run.data.length, vocab = config.vocab;
   GenerateResult result;
   result.prompts = options.prompts;
   if (result.prompts.empty()) result.prompts.push_back(options.prompt);
   if (result.prompts.size() == 1 && result.prompts[0].empty()) {
+    // The start of a validation sequence, cut after its first half: only
+    // here is the task's data read (a prompt of one's own needs no corpus).
+    const auto task = data::make_task(run.data);
     const auto batch = task->batch(data::Split::Valid, 0, 1);
     const Index cut = length / 2 + 1;
     for (Index t = 0; t < length; ++t)

@@ -16,6 +16,7 @@
 namespace reformer::train {
 
 using attention::AttentionKind;
+using sweep::check_variant_length;
 using sweep::find_variant;
 using sweep::saturated_bytes;
 
@@ -116,7 +117,7 @@ models::ReformerConfig variant_config(const std::string& variant, models::Reform
   base.max_length = length;
   base.axial_shape.clear();
   base.validate();
-  base.validate_length(length);
+  check_variant_length(variant, length, [&] { base.validate_length(length); });
   return base;
 }
 

@@ -93,7 +93,7 @@ class TransformerXLFamily final : public ModelFamily {
                                      activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {
-    return concat("transformer_xl, ", config.model.layers, " layers, stored");
+    return concat("transformer_xl, ", counted(config.model.layers, "layer"), ", stored");
   }
   const char* sweep_base() const override { return sweep_base_xl(); }
   const std::vector<std::string>& sweep_variants() const override {
