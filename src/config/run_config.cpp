@@ -432,6 +432,7 @@ std::vector<Key> make_keys() {
   k.push_back(choice_key("train.precision", REFORMER_FIELD(train.precision), {"float32", "bf16"}));
   k.push_back(bool_key("train.overlap_allreduce", REFORMER_FIELD(train.overlap_allreduce)));
   k.push_back(float_key("train.allreduce_timeout", REFORMER_FIELD(train.allreduce_timeout)));
+  k.push_back(string_key("train.init_from", REFORMER_FIELD(train.init_from)));
 
   k.push_back(float_key("train.adam.beta1", REFORMER_FIELD(train.adam.beta1)));
   k.push_back(float_key("train.adam.beta2", REFORMER_FIELD(train.adam.beta2)));
@@ -674,23 +675,37 @@ bool mentions(const std::string& text, const std::string& key, std::size_t& at) 
 }
 
 // Validates; a ConfigError gets the source name in front and, for each key it
-// names that the file or an override set, where that value came from.
+// names that the file or an override set, where that value came from; the
+// keys it names that neither set are said to be at their defaults, with the
+// values (a family's defaults are the language model's where it shares
+// [model]'s keys, so a short config of another family often fails on one).
 template <class Validate>
 void validate_with_origins(const Validate& validate, const std::string& source_name,
-                           const std::map<std::string, std::string>& origins) {
+                           const Reader& reader) {
   try {
     validate();
   } catch (const ConfigError& e) {
     const std::string message = e.what();
-    std::vector<std::pair<std::size_t, std::string>> found;
-    for (const auto& [key, origin] : origins) {
+    std::vector<std::pair<std::size_t, std::string>> found, unset;
+    for (const Key& key : keys()) {
       std::size_t at = 0;
-      if (mentions(message, key, at)) found.emplace_back(at, key + " from " + origin);
+      if (!mentions(message, key.name, at)) continue;
+      const auto origin = reader.origins.find(key.name);
+      if (origin != reader.origins.end())
+        found.emplace_back(at, key.name + " from " + origin->second);
+      else
+        unset.emplace_back(at, key.name + " = " + key.write(reader.config));
     }
     std::sort(found.begin(), found.end());
+    std::sort(unset.begin(), unset.end());
     std::string where;
     for (const auto& entry : found) where += (where.empty() ? " (" : "; ") + entry.second;
     if (!where.empty()) where += ")";
+    std::string defaults;
+    for (const auto& entry : unset) defaults += (defaults.empty() ? "" : ", ") + entry.second;
+    if (!defaults.empty())
+      where += concat(" (not set in ", source_name, ", so at ",
+                      unset.size() == 1 ? "its default: " : "their defaults: ", defaults, ")");
     throw ConfigError(concat(source_name, ": ", message, where));
   }
 }
@@ -938,7 +953,7 @@ namespace {
 RunConfig parse_and_check(const std::string& toml_text, const std::string& source_name,
                           const std::vector<std::string>& overrides, bool only_overrides) {
   const Reader reader = read_config(toml_text, source_name, overrides);
-  validate_with_origins([&] { reader.config.validate(); }, source_name, reader.origins);
+  validate_with_origins([&] { reader.config.validate(); }, source_name, reader);
   // After the family's own rules, which name some of these keys better.
   refuse_unread_keys(reader, source_name, only_overrides);
   return reader.config;
@@ -979,7 +994,7 @@ models::ReformerConfig parse_model_config(const std::string& toml_text,
                                           const std::string& source_name,
                                           const std::vector<std::string>& overrides) {
   const Reader reader = read_model_config(toml_text, source_name, overrides);
-  validate_with_origins([&] { reader.config.model.validate(); }, source_name, reader.origins);
+  validate_with_origins([&] { reader.config.model.validate(); }, source_name, reader);
   return reader.config.model;
 }
 
@@ -988,7 +1003,7 @@ models::TransformerConfig parse_transformer_config(const std::string& toml_text,
                                                    const std::vector<std::string>& overrides) {
   const Reader reader = read_model_config(toml_text, source_name, overrides);
   const auto config = transformer_config(reader.config, reader.config.model.vocab);
-  validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
+  validate_with_origins([&] { config.validate(); }, source_name, reader);
   return config;
 }
 
@@ -997,7 +1012,7 @@ models::TransformerXLConfig parse_xl_config(const std::string& toml_text,
                                             const std::vector<std::string>& overrides) {
   const Reader reader = read_model_config(toml_text, source_name, overrides);
   const auto config = xl_config(reader.config);
-  validate_with_origins([&] { config.validate(); }, source_name, reader.origins);
+  validate_with_origins([&] { config.validate(); }, source_name, reader);
   return config;
 }
 

@@ -476,6 +476,30 @@ TEST(RunConfig, ContradictionsNameBothKeys) {
                             {"train.warmup_steps is 0", "noam needs warmup_steps >= 1"});
 }
 
+// A key an error names that neither the file nor an override set is said to
+// be at its default, with the value: a short config of another family than
+// the language model's often fails on one of [model]'s defaults (axial
+// positions, data.vocab 128), which it never wrote.
+TEST(RunConfig, ErrorsSayWhichNamedKeysAreAtTheirDefaults) {
+  expect_error<ConfigError>(
+      [] { parse("[model]\ntype = \"transformer\"\n[data]\ntask = \"seq2seq_copy\"\n"); },
+      {"model.positions is axial",
+       "(not set in exp.toml, so at its default: model.positions = "
+       "\"axial\")"});
+  expect_error<ConfigError>(
+      [] { parse("[data]\ntask = \"bytes\"\npath = \"x.txt\"\n"); },
+      {"data.vocab is 128", "so at their defaults: data.vocab = 128, data.id_offset = 0"});
+  // A key the file set is named with its line, not as a default.
+  try {
+    parse("[model.lsh]\nchunk = 64\n[data]\nlength = 1000\n");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("model.lsh.chunk from exp.toml:2:1"), std::string::npos) << message;
+    EXPECT_EQ(message.find("not set in"), std::string::npos) << message;
+  }
+}
+
 // A key the run's family does not read, set to anything but its default, is
 // refused by name with the families that read it; at its default (as every
 // run's config.toml writes it) it is accepted.

@@ -63,6 +63,13 @@ struct TrainConfig {
   // and how long a process waits for the others before the run stops.
   bool overlap_allreduce = true;
   double allreduce_timeout = 300.0;  // seconds; 0: forever
+  // A warm start: a new run whose parameters are loaded from this checkpoint
+  // file, or the newest checkpoint of this run folder (another run's, or one
+  // the Hugging Face importer wrote), instead of drawn from train.seed. The
+  // run's step, data position, optimizer moments and schedule start afresh.
+  // The run writes the resolved file here; --resume ignores it (the run's own
+  // checkpoint holds its weights). "": parameters from train.seed.
+  std::string init_from;
   // ConfigError naming the first bad field.
   void validate() const;
 };
