@@ -29,6 +29,7 @@ struct RunArgs {
   std::string target;  // config file (train) or run folder / checkpoint (eval, generate)
   std::vector<std::string> overrides;
   bool resume = false;
+  std::string init_from;  // train --init-from: train.init_from
   std::string split = "valid";
   std::int64_t batches = train::kDefaultEvalBatches;  // 8, at most the split
   std::vector<std::string> prompts;
@@ -52,10 +53,22 @@ int config_error(const std::exception& e) {
 int run_train(const GlobalOptions& global, const RunArgs& args) {
   config::RunConfig config;
   try {
+    require<ConfigError>(args.init_from.empty() || !args.resume, "train: --init-from \"",
+                         args.init_from,
+                         "\" starts a new run from a checkpoint's weights, and --resume "
+                         "continues this run from its own newest checkpoint; give one of them");
     config = config::load_run_config(args.target, args.overrides, !args.resume);
+    if (!args.init_from.empty()) config.train.init_from = args.init_from;
     config.validate();
-    // A missing, special or malformed data file fails here.
+    // A missing, special or malformed data file fails here, and so does a
+    // missing or damaged checkpoint to start from.
     train::check_run_data(config);
+    // Before any work, as eval and generate read theirs: a damaged or missing
+    // checkpoint to resume from or start from exits with 2.
+    if (args.resume)
+      train::check_resume(config);
+    else
+      train::check_init_from(config);
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {
@@ -176,6 +189,11 @@ void add_run_commands(CLI::App& app, const GlobalOptions& global, std::function<
   train->add_option("config", args.target, "Run config (TOML)")->required();
   overrides(train);
   train->add_flag("--resume", args.resume, "Continue from the newest checkpoint of the run");
+  train->add_option("--init-from", args.init_from,
+                    "Start a new run from the weights of a checkpoint file or of a run folder's "
+                    "newest checkpoint (train.init_from): the step, data, optimizer and "
+                    "learning-rate schedule start afresh, e.g. to fine-tune at another rate or "
+                    "on other data");
   train->callback([&run, &global] { run = [&global] { return run_train(global, args); }; });
 
   CLI::App* eval = app.add_subcommand("eval", "Evaluate a run's newest checkpoint (or a file)");

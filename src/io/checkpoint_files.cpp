@@ -95,8 +95,8 @@ CheckpointMeta read_target_meta(const std::string& target, const std::string& ch
     throw IoError(detail::concat(
         e.what(), ". The run also holds ", checkpoints.size() - 1, " older checkpoint",
         checkpoints.size() == 2 ? "" : "s", ", the newest \"", older,
-        "\": eval or generate it by that path, or move the damaged file out of the "
-        "checkpoints folder to resume from it"));
+        "\": eval, generate or warm-start (train.init_from) from it by that path, or move "
+        "the damaged file out of the checkpoints folder to resume from it"));
   }
 }
 

@@ -59,6 +59,7 @@ const std::vector<std::string> kResumableKeys = {"train.steps",
                                                  "train.target_accuracy",
                                                  "train.overlap_allreduce",
                                                  "train.allreduce_timeout",
+                                                 "train.init_from",
                                                  "run.dir",
                                                  "run.name"};
 
@@ -178,8 +179,9 @@ void check_resume_point(const std::string& path, const io::CheckpointMeta& meta,
   require<IoError>(meta.optimizer_steps != -1, where,
                    " holds parameters but no optimizer state (a checkpoint written without "
                    "one, as experiments/hf_import/import_hf_reformer.py writes by default), so "
-                   "training cannot resume from it; import the model again with "
-                   "--optimizer-state to fine-tune it with train --resume");
+                   "training cannot resume from it; start a new run from its weights with "
+                   "train --init-from (train.init_from), or import the model again with "
+                   "--optimizer-state to continue it with train --resume");
   require<IoError>(meta.optimizer_steps == meta.step, where, " is at step ", meta.step,
                    " but its optimizer took ", meta.optimizer_steps, " steps", fix);
   const std::uint64_t position =
@@ -232,6 +234,75 @@ Buckets gradient_buckets(const std::vector<std::pair<Index, Index>>& layers, Ind
 std::string newest_checkpoint(const std::string& run_dir) {
   const auto latest = io::latest_checkpoint(run_dir);
   return latest ? *latest : std::string("none (no checkpoint was saved yet)");
+}
+
+// Every key whose value differs between a run's stored config and the one
+// with the overrides, in to_toml's order, as "model.d_model: 64 in the run,
+// 128 here".
+std::vector<std::string> changed_keys(const config::RunConfig& stored,
+                                      const config::RunConfig& overridden) {
+  std::vector<std::string> changed, seen;
+  for (;;) {
+    const auto difference = config::first_difference(stored, overridden, seen, "in the run");
+    if (difference.empty()) return changed;
+    changed.push_back(difference);
+    seen.push_back(difference.substr(0, difference.find(':')));
+  }
+}
+
+// The differences of changed_keys joined by "; ".
+std::string joined(const std::vector<std::string>& differences) {
+  std::string list;
+  for (const auto& difference : differences) list += (list.empty() ? "" : "; ") + difference;
+  return list;
+}
+
+// The checkpoint a warm start (train.init_from) loads its parameters from.
+struct InitPoint {
+  std::string checkpoint;  // "" without train.init_from
+  io::CheckpointMeta meta;
+};
+
+// train.init_from resolved and checked as eval reads a checkpoint (a missing
+// or damaged file, a name that says another step: IoError), and its
+// parameters' dtype against train.dtype (ConfigError).
+InitPoint init_point(const config::RunConfig& config) {
+  InitPoint init;
+  const std::string& from = config.train.init_from;
+  if (from.empty()) return init;
+  try {
+    init.checkpoint = resolve_checkpoint(from);
+    init.meta = io::read_target_meta(from, init.checkpoint);
+    check_checkpoint_name(init.checkpoint, init.meta.step);
+  } catch (const IoError& e) {
+    throw IoError(detail::concat("train.init_from = \"", from, "\": ", e.what()));
+  }
+  require<ConfigError>(init.meta.dtype == config.train.dtype, "train.init_from: ", init.checkpoint,
+                       " holds ", init.meta.dtype, " parameters but train.dtype is \"",
+                       config.train.dtype,
+                       "\"; a warm start loads the parameters as they are: set "
+                       "train.dtype = \"",
+                       init.meta.dtype, "\"");
+  return init;
+}
+
+// A warm start whose checkpoint the model does not match: the keys of the
+// model (and the vocabulary) in which this config differs from the
+// checkpoint's run, with the fix.
+ConfigError init_mismatch(const io::CheckpointMismatchError& e, const InitPoint& init,
+                          const config::RunConfig& config) {
+  std::vector<std::string> shaping;
+  for (const auto& difference :
+       changed_keys(config::parse_run_config(init.meta.config, init.checkpoint), config))
+    if (difference.rfind("model.", 0) == 0 || difference.rfind("data.vocab:", 0) == 0)
+      shaping.push_back(difference);
+  return ConfigError(detail::concat(
+      "train.init_from: ", e.what(), ". ",
+      shaping.empty() ? std::string("This config builds another model than the checkpoint's run")
+                      : "This config differs from the checkpoint's run in " + joined(shaping),
+      "; a warm start loads every parameter of the checkpoint into the model of this config, "
+      "so the keys that shape the weights must be as in that run (model.type, model.vocab, "
+      "model.d_model, model.layers, ...)"));
 }
 
 // Every process must run the same config (a different data.path or model on
@@ -310,20 +381,10 @@ struct TrainingRun {
   std::int64_t step = 0;
 };
 
-// With --resume, the newest checkpoint of the run folder, checked against
-// itself and the config; its step, data position and skipped batches become
-// the run's. "" for a new run, which refuses a run folder that holds
-// checkpoints.
-template <class T>
-std::string resume_point(TrainingRun<T>& run, bool resume) {
-  const auto& config = run.config;
-  const auto& tc = config.train;
-  // A new run never overwrites one that is already saved.
-  require<ConfigError>(resume || !io::latest_checkpoint(config.run_dir).has_value(),
-                       "train: run.dir '", config.run_dir,
-                       "' already holds checkpoints; continue it with --resume or choose another "
-                       "run.dir");
-  if (!resume) return "";
+// The newest checkpoint of the run folder and its metadata, checked against
+// itself and the config (train --resume): IoError for a missing or damaged
+// checkpoint, ConfigError for a config that differs from the run's.
+std::pair<std::string, io::CheckpointMeta> resume_checks(const config::RunConfig& config) {
   const auto latest = io::latest_checkpoint(config.run_dir);
   require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
                    "/checkpoints'; start the run without --resume");
@@ -333,13 +394,30 @@ std::string resume_point(TrainingRun<T>& run, bool resume) {
   const auto difference = config::first_difference(stored, config, kResumableKeys);
   require<ConfigError>(difference.empty(), "train --resume: the config differs from the run's (",
                        difference, "); resume with the run's config or start a new run");
-  require<ConfigError>(meta.step <= tc.steps, "train --resume: ", *latest, " is at step ",
-                       meta.step, " but train.steps is ", tc.steps, "; set train.steps above ",
-                       meta.step, " to train further");
+  require<ConfigError>(meta.step <= config.train.steps, "train --resume: ", *latest, " is at step ",
+                       meta.step, " but train.steps is ", config.train.steps,
+                       "; set train.steps above ", meta.step, " to train further");
+  return {*latest, meta};
+}
+
+// With --resume, the newest checkpoint of the run folder, checked against
+// itself and the config; its step, data position and skipped batches become
+// the run's. "" for a new run, which refuses a run folder that holds
+// checkpoints.
+template <class T>
+std::string resume_point(TrainingRun<T>& run, bool resume) {
+  const auto& config = run.config;
+  // A new run never overwrites one that is already saved.
+  require<ConfigError>(resume || !io::latest_checkpoint(config.run_dir).has_value(),
+                       "train: run.dir '", config.run_dir,
+                       "' already holds checkpoints; continue it with --resume or choose another "
+                       "run.dir");
+  if (!resume) return "";
+  const auto [latest, meta] = resume_checks(config);
   run.summary.first_step = meta.step;
   run.data_position = meta.data_position;
   run.skipped = meta.skipped_batches;
-  return *latest;
+  return latest;
 }
 
 // Everything before the first step: the checks of the config (the same on
@@ -369,6 +447,30 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   // process's rows (run.resolved below keeps "auto", as the user wrote it).
   const config::RunConfig built = require_memory_fits(config, tc.batch / ranks, true, "train");
   check_run_data(config);
+  // A new run may start from another run's weights (a resumed one has its
+  // own): loaded before the run folder is made, so that a checkpoint this
+  // model does not match leaves nothing behind.
+  const InitPoint init = options.resume ? InitPoint{} : init_point(config);
+  run.workload = make_workload<T>(built);
+  Workload<T>& w = *run.workload;
+  // More evaluation batches than the valid split holds would score its first
+  // ones again (Transformer-XL's streams wrap around): the whole split instead.
+  const std::int64_t valid_batches = w.batches_in_split(data::Split::Valid, tc.batch);
+  run.eval_batches = tc.eval_batches;
+  if (valid_batches >= 0 && tc.eval_batches > valid_batches) {
+    run.eval_batches = valid_batches;
+    out << "evaluating the whole valid split, " << valid_batches << " batches of " << tc.batch
+        << " rows (train.eval_batches = " << tc.eval_batches << " would repeat it)\n";
+  }
+  w.shard(comm);
+  w.init({tc.seed, stream_id(kInit)});
+  if (!init.checkpoint.empty()) {
+    try {
+      io::load_checkpoint<T>(init.checkpoint, w.params, nullptr);  // refuses non-finite values
+    } catch (const io::CheckpointMismatchError& e) {
+      throw init_mismatch(e, init, config);
+    }
+  }
   // One writer per run folder: a second `train` (fresh or --resume) stops here,
   // naming the first one's pid, before it reads or writes anything.
   if (leader) {
@@ -390,20 +492,6 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   }
 
   const std::string resume_from = resume_point(run, options.resume);
-
-  run.workload = make_workload<T>(built);
-  Workload<T>& w = *run.workload;
-  // More evaluation batches than the valid split holds would score its first
-  // ones again (Transformer-XL's streams wrap around): the whole split instead.
-  const std::int64_t valid_batches = w.batches_in_split(data::Split::Valid, tc.batch);
-  run.eval_batches = tc.eval_batches;
-  if (valid_batches >= 0 && tc.eval_batches > valid_batches) {
-    run.eval_batches = valid_batches;
-    out << "evaluating the whole valid split, " << valid_batches << " batches of " << tc.batch
-        << " rows (train.eval_batches = " << tc.eval_batches << " would repeat it)\n";
-  }
-  w.shard(comm);
-  w.init({tc.seed, stream_id(kInit)});
   // The step's workspace at its predicted size, so that the first step does
   // not grow it in pieces beside what it already holds (which peaked up to
   // 40% above the later steps); train_step shrinks it to what was used.
@@ -416,7 +504,14 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   run.schedule.emplace(LearningRateSchedule::from_name(to_string(tc.schedule), tc.learning_rate,
                                                        std::max<std::int64_t>(1, tc.warmup_steps),
                                                        config.model.d_model));
-  run.resolved = config::to_toml(config);
+  // The run records the file it started from (a folder's newest checkpoint
+  // changes as that run goes on).
+  config::RunConfig recorded = config;
+  recorded.train.init_from = init.checkpoint;
+  run.resolved = config::to_toml(options.resume ? config : recorded);
+  if (!init.checkpoint.empty())
+    out << "initialized from " << init.checkpoint << " (step " << init.meta.step
+        << " of its run); step, data, optimizer and schedule start afresh\n";
   if (!resume_from.empty()) {
     io::load_checkpoint<T>(resume_from, w.params, &adam);  // refuses non-finite values
     w.load_state(resume_from, run.data_position);
@@ -745,19 +840,6 @@ struct Loaded {
   std::vector<std::string> changed;
 };
 
-// Every key whose value differs between a run's stored config and the one
-// with the overrides, in to_toml's order.
-std::vector<std::string> changed_keys(const config::RunConfig& stored,
-                                      const config::RunConfig& overridden) {
-  std::vector<std::string> changed, seen;
-  for (;;) {
-    const auto difference = config::first_difference(stored, overridden, seen, "in the run");
-    if (difference.empty()) return changed;
-    changed.push_back(difference);
-    seen.push_back(difference.substr(0, difference.find(':')));
-  }
-}
-
 // Keys that eval and generate do not read: they load the weights and run no
 // training step. Overriding one would have no effect, so it is refused.
 bool unread_by_eval(const std::string& key) {
@@ -805,16 +887,12 @@ Loaded load_run(const std::string& run_or_checkpoint, const std::vector<std::str
                        "\" in its run) but train.dtype is \"", loaded.config.train.dtype,
                        "\" here; eval and generate run in the checkpoint's dtype: leave "
                        "train.dtype as the run had it");
-  for (const auto& key : function_keys()) {
-    std::vector<std::string> others;
-    for (const auto& name : config::config_keys())
-      if (name != key) others.push_back(name);
-    const auto difference = config::first_difference(stored, loaded.config, others);
-    require<ConfigError>(difference.empty(), "the checkpoint ", loaded.checkpoint,
-                         " was trained with another ", key, " (", difference,
-                         "): its weights would compute another function; leave ", key,
-                         " as the run had it");
-  }
+  for (const auto& key : function_keys())
+    for (const auto& difference : loaded.changed)
+      require<ConfigError>(difference.rfind(key + ":", 0) != 0, "the checkpoint ",
+                           loaded.checkpoint, " was trained with another ", key, " (", difference,
+                           "): its weights would compute another function; leave ", key,
+                           " as the run had it");
   return loaded;
 }
 
@@ -828,8 +906,7 @@ auto naming_overrides(const Loaded& run, const char* command, F&& body) {
     return body();
   } catch (const io::CheckpointMismatchError& e) {
     if (run.changed.empty()) throw;
-    std::string list;
-    for (const auto& difference : run.changed) list += (list.empty() ? "" : "; ") + difference;
+    const std::string list = joined(run.changed);
     const bool attention = std::any_of(run.changed.begin(), run.changed.end(),
                                        [](auto& d) { return d.rfind("model.attention:", 0) == 0; });
     throw ConfigError(detail::concat(
@@ -875,6 +952,12 @@ TrainSummary run_training(const config::RunConfig& config, const TrainOptions& o
 }
 
 void check_run_data(const config::RunConfig& config) { model_family(config).check_data(config); }
+
+std::string check_init_from(const config::RunConfig& config) {
+  return init_point(config).checkpoint;
+}
+
+void check_resume(const config::RunConfig& config) { resume_checks(config); }
 
 // A checkpoint's name that says another step than it holds is a mix-up
 // (train --resume refuses it too); other names are the user's own.

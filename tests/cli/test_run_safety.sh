@@ -43,14 +43,15 @@ f = h5py.File('$work/$1/$newest', 'r+')
 $2
 f.close()" || fail "h5py edit for $1"
 }
-# refused <name> <text> <eval's exit code>: eval and --resume refuse, nothing on
-# disk changes. eval exits 2 when it finds the damage while checking its input
-# (the metadata), 1 when loading the values.
+# refused <name> <text> <exit code>: eval and --resume refuse with the same
+# code, nothing on disk changes. Both exit 2 when they find the damage while
+# checking their input (the metadata) before any work, 1 when loading the
+# values.
 refused() {
   local before
   before=$(snapshot "$work/$1")
   expect "eval_$1" "$3" "$2" -- eval "$work/$1" --batches 1
-  expect "resume_$1" 1 "$2" -- train "$work/tiny.toml" "$(dir "$1")" train.steps=20 --resume
+  expect "resume_$1" "$3" "$2" -- train "$work/tiny.toml" "$(dir "$1")" train.steps=20 --resume
   [ "$(snapshot "$work/$1")" = "$before" ] && pass "unchanged_$1" || fail "unchanged_$1"
 }
 damaged nan "d = f['parameters/embed.table']; a = d[...]; a[1, 2] = np.nan; d[...] = a"

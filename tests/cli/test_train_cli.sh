@@ -160,11 +160,11 @@ cp "$work/run/checkpoints"/*.h5 "$work/cut/checkpoints/"
 newest=$(ls "$work/cut/checkpoints"/*.h5 | tail -n 1)
 older=$(ls "$work/cut/checkpoints"/*.h5 | tail -n 2 | head -n 1)
 head -c 4000 "$newest" >"$work/cut.h5" && mv "$work/cut.h5" "$newest"
-expect eval_cut_names_older 2 "the newest \"$older\": eval or generate it by that path" -- \
+expect eval_cut_names_older 2 "the newest \"$older\": eval, generate or warm-start (train.init_from) from it by that path" -- \
   eval "$work/cut" --batches 1
 expect generate_cut_names_older 2 "older checkpoint" -- generate "$work/cut" --prompt "0 1" \
   --tokens 2
-expect resume_cut_names_older 1 "move the damaged file out of the checkpoints folder" -- \
+expect resume_cut_names_older 2 "move the damaged file out of the checkpoints folder" -- \
   train "$work/cut/config.toml" run.dir='"'"$work/cut"'"' --resume
 expect eval_older_by_path 0 "accuracy" -- eval "$older" --batches 1
 expect eval_other_dtype 2 "holds float parameters (train.dtype = \"float\" in its run) but train.dtype is \"double\"" -- \
@@ -224,4 +224,24 @@ else
 fi
 expect resume_changed_config 2 "model.d_ff" -- train "$work/tiny.toml" run.dir='"'"$work/b"'"' \
   model.d_ff=32 --resume
+# A warm start: a new run from another run's newest checkpoint, at another
+# learning rate; the run records the file. Refused before any work: a model
+# the checkpoint does not fit (no run folder left), a path without a
+# checkpoint, --init-from with --resume, and train.init_from in eval.
+newest=$(ls "$work/b/checkpoints/"*.h5 | tail -1)
+expect init_from_run 0 "initialized from $newest (step $steps of its run)" -- \
+  train "$work/tiny.toml" run.dir='"'"$work/warm"'"' train.steps=3 train.learning_rate=0.001 \
+  --init-from "$work/b"
+grep -qF "init_from = \"$newest\"" "$work/warm/config.toml" && pass init_from_recorded ||
+  fail "init_from_recorded: $(grep init_from "$work/warm/config.toml")"
+expect init_from_mismatch 2 "differs from the checkpoint's run in model.d_ff: 16 in the run, 32 here" -- \
+  train "$work/tiny.toml" run.dir='"'"$work/warm2"'"' model.d_ff=32 --init-from "$work/b"
+[ ! -e "$work/warm2" ] && pass init_from_mismatch_no_folder ||
+  fail "init_from_mismatch_no_folder: $work/warm2 was made"
+expect init_from_missing 2 "train.init_from = \"$work/none\"" -- \
+  train "$work/tiny.toml" run.dir='"'"$work/warm2"'"' --init-from "$work/none"
+expect init_from_with_resume 2 "give one of them" -- \
+  train "$work/tiny.toml" run.dir='"'"$work/b"'"' --resume --init-from "$work/a"
+expect eval_init_from 2 "train.init_from would have no effect" -- \
+  eval "$work/warm" "train.init_from=\"$work/a\""
 [ "$failures" -eq 0 ]

@@ -2,8 +2,9 @@
 # The three commands of docs/import.md on an imported Hugging Face model (ctest's
 # hf_import step has run experiments/hf_import/import_hf_reformer.py on the
 # committed fixtures): `reformer eval` and `reformer generate` on the run folder,
-# and fine-tuning an import written with --optimizer-state (`reformer train
-# <folder>/config.toml --resume`).
+# fine-tuning an import written with --optimizer-state (`reformer train
+# <folder>/config.toml --resume`), and a warm start from one written without it
+# (`reformer train <folder>/config.toml run.dir=... --init-from <folder>`).
 #   test_hf_import_cli.sh <reformer> <python3> <folder of the imports>
 set -u
 bin=$1 python=$2 imported=$3
@@ -37,10 +38,15 @@ expect hf_fine_tune 0 "resumed from" -- train "$work/tuned/config.toml" --resume
 # Without --optimizer-state there is nothing to resume: the message says so.
 if "$python" "$root/experiments/hf_import/import_hf_reformer.py" \
   "$root/tests/fixtures/hf_reformer_tiny" "$work/plain" --set train.steps=2 >"$work/plain.log" 2>&1; then
-  expect hf_resume_without_optimizer 1 "no optimizer state" -- train "$work/plain/config.toml" \
+  expect hf_resume_without_optimizer 2 "no optimizer state" -- train "$work/plain/config.toml" \
     --resume
   grep -q -- "--optimizer-state" <<<"$("$bin" train "$work/plain/config.toml" --resume 2>&1)" &&
     pass hf_resume_names_the_fix || fail hf_resume_names_the_fix
+  # A warm start takes the weights of an import without optimizer state.
+  expect hf_init_from 0 "initialized from $work/plain/checkpoints/step_00000000.h5" -- \
+    train "$work/plain/config.toml" "run.dir=\"$work/warm\"" --init-from "$work/plain"
+  [ -f "$work/warm/checkpoints/step_00000002.h5" ] && pass hf_init_from_checkpoint ||
+    fail "hf_init_from_checkpoint: no step_00000002.h5 in $work/warm/checkpoints"
 else
   cat "$work/plain.log"
   fail hf_import_plain

@@ -96,6 +96,7 @@ TEST(DataParallel, TwoProcessesEqualOneWithTheWholeBatch) {
 // A checkpoint written by two processes resumes on one (and the reverse):
 // the data position is global and the dropout masks are drawn by the global
 // row, so the losses continue those of an uninterrupted single-process run.
+// A warm start from it gives the same losses on two processes as on one.
 TEST(DataParallel, CheckpointsMoveBetweenProcessCounts) {
   SharedDir dir;
   const std::string a = dir.path + "/a", b = dir.path + "/b", ref = dir.path + "/ref";
@@ -118,6 +119,25 @@ TEST(DataParallel, CheckpointsMoveBetweenProcessCounts) {
     for (std::size_t i = 0; i < 10; ++i)
       EXPECT_NEAR(resumed.losses[i], reference[10 + i], 1e-5 * reference[10 + i])
           << "step " << 11 + i;
+  barrier();
+  // A warm start (train.init_from) from that run: every process loads the
+  // weights, so two processes give one process's losses.
+  const std::vector<std::string> warm = {"train.init_from=\"" + a + "\"",
+                                         "train.learning_rate=0.001"};
+  const auto parallel =
+      train::run_training(lm_run(dir.path + "/w2", 4, warm), options_for(world()));
+  ASSERT_EQ(parallel.losses.size(), 4u);
+  if (world().rank() == 0) {
+    const auto single =
+        train::run_training(lm_run(dir.path + "/w1", 4, warm), options_for(Communicator::self()));
+    const auto fresh =
+        train::run_training(lm_run(dir.path + "/w0", 4, {"train.learning_rate=0.001"}),
+                            options_for(Communicator::self()));
+    for (std::size_t i = 0; i < 4; ++i)
+      EXPECT_NEAR(parallel.losses[i], single.losses[i], 1e-5 * single.losses[i])
+          << "step " << i + 1;
+    EXPECT_LT(single.losses[0], fresh.losses[0]);  // the trained weights, not train.seed's
+  }
   barrier();
 }
 

@@ -293,6 +293,78 @@ TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
   }
 }
 
+// A warm start (train.init_from): a new run whose parameters are another
+// run's, whose step, data, optimizer and schedule start afresh. At a learning
+// rate too small to move a float parameter, its last checkpoint holds the
+// weights it started from; its first loss is the trained model's, far below a
+// fresh model's; a checkpoint this model does not match is refused before the
+// run folder is made, naming the keys that differ.
+TEST(Trainer, WarmStartLoadsAnotherRunsWeightsAndStartsAfresh) {
+  TempDir dir;
+  const std::string a = dir.path() + "/a";
+  const auto pretrained = train::run_training(tiny_run(a, 40, true), quiet_options());
+  const std::vector<std::string> still = {"train.learning_rate=1e-30", "data.seed=9"};
+  auto from = [&](std::string path, std::vector<std::string> extra = {}) {
+    extra.insert(extra.end(), still.begin(), still.end());
+    extra.push_back("train.init_from=\"" + path + "\"");
+    return extra;
+  };
+  std::ostringstream lines;
+  const auto warm =
+      train::run_training(tiny_run(dir.path() + "/b", 2, true, from(a)), quiet_options(&lines));
+  const auto fresh =
+      train::run_training(tiny_run(dir.path() + "/c", 2, true, still), quiet_options());
+  const std::string a_last = *io::latest_checkpoint(a);
+  EXPECT_NE(lines.str().find("initialized from " + a_last + " (step 40 of its run)"),
+            std::string::npos)
+      << lines.str();
+  ASSERT_EQ(warm.losses.size(), 2u);
+  EXPECT_EQ(warm.first_step, 0);
+  EXPECT_LT(warm.losses[0], fresh.losses[0] - 0.3) << pretrained.losses.back();
+  // The weights are the pretrained run's; the moments and the step are new.
+  const auto config = tiny_run(a, 40, true);
+  const auto b_last = *io::latest_checkpoint(dir.path() + "/b");
+  const auto trained = checkpoint_tensors(config, a_last),
+             started = checkpoint_tensors(config, b_last);
+  EXPECT_EQ(started[0], trained[0]);
+  EXPECT_NE(checkpoint_tensors(config, *io::latest_checkpoint(dir.path() + "/c"))[0], trained[0]);
+  const auto meta = io::read_checkpoint_meta(b_last);
+  EXPECT_EQ(meta.step, 2);
+  EXPECT_EQ(meta.optimizer_steps, 2);
+  EXPECT_EQ(meta.data_position, 4u);  // 2 steps of 2 micro-batches
+  // The run records the file it started from; a resume reads its own
+  // checkpoint and ignores train.init_from.
+  EXPECT_EQ(config::parse_run_config(meta.config, b_last).train.init_from, a_last);
+  auto options = quiet_options();
+  options.resume = true;
+  const auto resumed = train::run_training(
+      tiny_run(dir.path() + "/b", 3, true, from(dir.path() + "/nowhere", {})), options);
+  EXPECT_EQ(resumed.first_step, 2);
+  EXPECT_EQ(resumed.steps, 3);
+  // Refused, and no run folder made: another shape, another dtype, a path
+  // that holds no checkpoint.
+  const std::string d = dir.path() + "/d";
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(tiny_run(d, 2, true, from(a, {"model.d_ff=32"})), quiet_options());
+      },
+      {"train.init_from:", "[16, 16]", "[16, 32]",
+       "differs from the checkpoint's run in model.d_ff: 16 in the run, 32 here"});
+  expect_error<ConfigError>(
+      [&] {
+        train::run_training(tiny_run(d, 2, true, from(a, {"train.dtype=\"double\""})),
+                            quiet_options());
+      },
+      {"holds float parameters but train.dtype is \"double\"", "set train.dtype = \"float\""});
+  expect_error<IoError>(
+      [&] { train::run_training(tiny_run(d, 2, true, from(d)), quiet_options()); },
+      {"train.init_from = \"" + d + "\"", "does not exist"});
+  EXPECT_FALSE(std::filesystem::exists(d));
+  // check_init_from (the CLI's check before any work) resolves the folder.
+  EXPECT_EQ(train::check_init_from(tiny_run(d, 2, true, from(a))), a_last);
+  EXPECT_EQ(train::check_init_from(tiny_run(d, 2, true)), "");
+}
+
 // A learning rate that diverges: the run stops with an error naming the step
 // and the newest (finite) checkpoint, which is still on disk and loads.
 TEST(Trainer, DivergenceStopsBeforeTheOptimizerAndKeepsFiniteCheckpoints) {

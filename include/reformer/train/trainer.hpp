@@ -61,6 +61,19 @@ struct TrainSummary {
 // run_training calls it before it creates the run folder.
 void check_run_data(const config::RunConfig& config);
 
+// A new run's warm start (train.init_from): the checkpoint file it loads its
+// parameters from (a run folder's newest), "" without one. IoError naming a
+// missing or damaged checkpoint, ConfigError for another dtype than
+// train.dtype; run_training checks it again, and the checkpoint's parameters
+// against the model (a ConfigError naming the keys that differ from its run).
+std::string check_init_from(const config::RunConfig& config);
+
+// What train --resume checks before it loads anything: the run folder's newest
+// checkpoint exists and is whole (IoError naming it, and an older one when
+// the newest is damaged), agrees with itself, and was written by this config
+// (ConfigError naming the first key that differs, or train.steps below it).
+void check_resume(const config::RunConfig& config);
+
 // Trains (or resumes) the run; throws ConfigError/IoError before any work for
 // bad input (a resumed run whose config differs names the first key).
 TrainSummary run_training(const config::RunConfig& config, const TrainOptions& options = {});
