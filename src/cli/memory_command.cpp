@@ -22,6 +22,12 @@
 namespace reformer::cli {
 namespace {
 
+// A View label as --explain prints it: Kokkos leaves its host threads' team
+// scratch unlabeled ("[unlabeled]" in its tools' callbacks).
+std::string shown_label(const std::string& label) {
+  return label.empty() || label == "[unlabeled]" ? "Kokkos thread scratch" : label;
+}
+
 struct MemoryArgs {
   std::string model = "reformer";     // a model.type name (config/model_type.hpp)
   std::vector<std::string> variants;  // empty: the family's (ModelFamily::sweep_variants)
@@ -282,7 +288,7 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                   (long long)p.loss_chunk);
               std::printf("          at the peak:");
               for (std::size_t i = 0; i < p.composition.size() && i < 8; ++i)
-                std::printf(" %s %.1f MiB (%lld)%s", p.composition[i].label.c_str(),
+                std::printf(" %s %.1f MiB (%lld)%s", shown_label(p.composition[i].label).c_str(),
                             mib(p.composition[i].bytes), (long long)p.composition[i].allocations,
                             i + 1 < p.composition.size() && i < 7 ? "," : "\n");
             }

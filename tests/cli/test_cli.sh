@@ -72,6 +72,18 @@ if command -v python3 >/dev/null; then
   grep -q '^| lsh-2 | 256 | 2 | 1 | [0-9.]* | [0-9.]* | [01]\.[0-9][0-9] |' <<<"$table" &&
     pass memory_markdown || fail "memory_markdown: $table"
 fi
+# --explain: the chunks and what was live at the peak, by label; Kokkos' own
+# unlabeled scratch by what it is.
+explained=$("$bin" --threads 2 memory --model classifier --variants exact-rev --lengths 256 \
+  --steps 0 --explain --out "$out/explain" model.d_model=32 model.heads=2 model.d_head=16 \
+  model.d_ff=64 2>&1)
+if grep -q "chunks: feed-forward" <<<"$explained" &&
+  grep -q "at the peak: .*parameters [0-9.]* MiB (1)" <<<"$explained" &&
+  ! grep -qF "[unlabeled]" <<<"$explained"; then
+  pass memory_explain
+else
+  fail "memory_explain: $explained"
+fi
 # shellcheck disable=SC2086
 expect memory_budget 0 "skipped: predicted" -- memory --variants full --lengths 4096 \
   --budget-gib 0.001 --out "$out" $small
