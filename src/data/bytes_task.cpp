@@ -164,11 +164,14 @@ class BytesTask final : public Task {
   Index vocab() const override { return 256 + config_.id_offset; }
   Index length() const override { return config_.length; }
   std::string describe() const override {
+    return detail::concat(describe_text(), ", length ", config_.length, ", random windows, seed ",
+                          config_.seed);
+  }
+  std::string describe_text() const override {
     return detail::concat(
         "bytes: \"", config_.path, "\", ", file_.size(),
         " bytes, train / valid / test = ", bounds_.bytes(Split::Train), " / ",
-        bounds_.bytes(Split::Valid), " / ", bounds_.bytes(Split::Test), " bytes, length ",
-        config_.length, ", random windows, seed ", config_.seed,
+        bounds_.bytes(Split::Valid), " / ", bounds_.bytes(Split::Test), " bytes",
         config_.id_offset ? detail::concat(", ids = bytes + ", config_.id_offset) : std::string());
   }
 

@@ -44,7 +44,9 @@ log_every = 10
 checkpoint_every = 10
 TOML
 
-expect train 0 "Transformer-XL: 8 streams of segments of 16, mem_len 16" -- train "$work/xl.toml"
+# The run's line describes the text it streams (its splits' sizes), not the
+# random windows that the language model's bytes task draws from it.
+expect train 0 "bytes; Transformer-XL: 8 streams of segments of 16, mem_len 16" -- train "$work/xl.toml"
 expect resume 0 "resumed from" -- train "$work/xl.toml" train.steps=40 --resume
 expect eval_whole_split 0 "bits/token" -- eval "$work/run" --batches 0
 expect eval_no_memory 0 "bits/token" -- eval "$work/run" --batches 0 eval.mem_len=0

@@ -98,6 +98,10 @@ class Task {
   virtual Index length() const = 0;
   // One line for logs: the task, its sizes and its scoring rule.
   virtual std::string describe() const = 0;
+  // The line for a reader of segments() (Transformer-XL): the text and its
+  // splits, without how batch() draws from it (the bytes task's random
+  // windows).
+  virtual std::string describe_text() const { return describe(); }
 
   // Streams of consecutive segments (Transformer-XL's data): the split is cut
   // into `streams` equal parts and stream r reads its part from the start,

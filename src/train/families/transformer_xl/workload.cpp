@@ -117,7 +117,7 @@ class SegmentStreams final : public Workload<T> {
   std::string describe() const override {
     const auto& e = config_.eval;
     return detail::concat(
-        task_->describe(), "; Transformer-XL: ", streams_, " streams of segments of ",
+        task_->describe_text(), "; Transformer-XL: ", streams_, " streams of segments of ",
         config_.data.length, ", mem_len ", config_.xl.mem_len, "; evaluation tgt_len ",
         eval_length_, ", ",
         e.recompute ? detail::concat("recomputing ", eval_memory_.mem_len, " tokens of context")
