@@ -15,6 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEPS=${REFORMER_DEPS:-$HOME/.cache/reformer-deps}
 build=${REFORMER_BUILD:-$root/build}/cuda-hopper
+mkdir -p "$(dirname "$build")"
 "$root/cmake/install-deps.sh" cuda-hopper
 export PATH=/usr/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=g++-11
 # The compiler cache of tests/run_all.sh: a rebuild after a small change
