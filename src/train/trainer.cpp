@@ -505,10 +505,15 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
                                                        std::max<std::int64_t>(1, tc.warmup_steps),
                                                        config.model.d_model));
   // The run records the file it started from (a folder's newest checkpoint
-  // changes as that run goes on).
+  // changes as that run goes on), and a resumed run keeps that record
+  // whatever its config says (the key does not take part in a resume).
   config::RunConfig recorded = config;
-  recorded.train.init_from = init.checkpoint;
-  run.resolved = config::to_toml(options.resume ? config : recorded);
+  recorded.train.init_from =
+      resume_from.empty()
+          ? init.checkpoint
+          : config::parse_run_config(io::read_checkpoint_meta(resume_from).config, resume_from)
+                .train.init_from;
+  run.resolved = config::to_toml(recorded);
   if (!init.checkpoint.empty())
     out << "initialized from " << init.checkpoint << " (step " << init.meta.step
         << " of its run); step, data, optimizer and schedule start afresh\n";

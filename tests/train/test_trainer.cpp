@@ -341,6 +341,9 @@ TEST(Trainer, WarmStartLoadsAnotherRunsWeightsAndStartsAfresh) {
       tiny_run(dir.path() + "/b", 3, true, from(dir.path() + "/nowhere", {})), options);
   EXPECT_EQ(resumed.first_step, 2);
   EXPECT_EQ(resumed.steps, 3);
+  const auto resumed_meta = io::read_checkpoint_meta(resumed.checkpoint);
+  EXPECT_EQ(config::parse_run_config(resumed_meta.config, resumed.checkpoint).train.init_from,
+            a_last);
   // Refused, and no run folder made: another shape, another dtype, a path
   // that holds no checkpoint.
   const std::string d = dir.path() + "/d";
