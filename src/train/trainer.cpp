@@ -962,7 +962,11 @@ std::string check_init_from(const config::RunConfig& config) {
   return init_point(config).checkpoint;
 }
 
-void check_resume(const config::RunConfig& config) { resume_checks(config); }
+void check_resume(const config::RunConfig& config) {
+  // A run folder that another train holds is in motion (its checkpoints are
+  // written and pruned): train names that process once it finds the lock.
+  if (io::RunLock::holder(config.run_dir) < 0) resume_checks(config);
+}
 
 // A checkpoint's name that says another step than it holds is a mix-up
 // (train --resume refuses it too); other names are the user's own.

@@ -72,6 +72,8 @@ std::string check_init_from(const config::RunConfig& config);
 // checkpoint exists and is whole (IoError naming it, and an older one when
 // the newest is damaged), agrees with itself, and was written by this config
 // (ConfigError naming the first key that differs, or train.steps below it).
+// Nothing is checked while another process holds the run folder (io::RunLock):
+// run_training then stops at the lock, naming that process.
 void check_resume(const config::RunConfig& config);
 
 // Trains (or resumes) the run; throws ConfigError/IoError before any work for
