@@ -285,7 +285,8 @@ long RunLock::holder(const std::string& run_dir) {
   const int fd = ::open(lock_path(run_dir).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -1;
   long pid = -1;
-  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) pid = read_pid(fd);
+  // Held: its pid, or 0 while the holder has not written it yet.
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) pid = std::max(0L, read_pid(fd));
   ::close(fd);
   return pid;
 }

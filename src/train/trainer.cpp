@@ -291,18 +291,31 @@ InitPoint init_point(const config::RunConfig& config) {
 // checkpoint's run, with the fix.
 ConfigError init_mismatch(const io::CheckpointMismatchError& e, const InitPoint& init,
                           const config::RunConfig& config) {
+  // The model keys that differ, less those that never shape a parameter
+  // (rates, rounds, chunks), which a fine-tuning run may change.
   std::vector<std::string> shaping;
-  for (const auto& difference :
-       changed_keys(config::parse_run_config(init.meta.config, init.checkpoint), config))
-    if (difference.rfind("model.", 0) == 0 || difference.rfind("data.vocab:", 0) == 0)
-      shaping.push_back(difference);
+  try {
+    for (const auto& difference :
+         changed_keys(config::parse_run_config(init.meta.config, init.checkpoint), config)) {
+      const std::string key = difference.substr(0, difference.find(':'));
+      const bool never_shapes = key.find("dropout") != std::string::npos ||
+                                key.find("label_smoothing") != std::string::npos ||
+                                key.find("chunk") != std::string::npos ||
+                                key.find("n_hashes") != std::string::npos ||
+                                key.find("n_buckets") != std::string::npos;
+      if ((key.rfind("model.", 0) == 0 || key == "data.vocab") && !never_shapes)
+        shaping.push_back(difference);
+    }
+  } catch (const Error&) {  // a stored config this build no longer reads: no list
+  }
   return ConfigError(detail::concat(
       "train.init_from: ", e.what(), ". ",
-      shaping.empty() ? std::string("This config builds another model than the checkpoint's run")
-                      : "This config differs from the checkpoint's run in " + joined(shaping),
+      shaping.empty()
+          ? std::string("This config builds another model than the checkpoint's run")
+          : "This config's model differs from the checkpoint's run in " + joined(shaping),
       "; a warm start loads every parameter of the checkpoint into the model of this config, "
-      "so the keys that shape the weights must be as in that run (model.type, model.vocab, "
-      "model.d_model, model.layers, ...)"));
+      "so the keys that shape the weights (among them model.type, model.vocab, model.d_model, "
+      "model.d_ff, model.layers, the attention kinds and model.qk) must be as in that run"));
 }
 
 // Every process must run the same config (a different data.path or model on
@@ -381,10 +394,19 @@ struct TrainingRun {
   std::int64_t step = 0;
 };
 
+// A file in the run folder's place is a config error, not a full disk.
+void require_run_dir_is_a_folder(const config::RunConfig& config) {
+  require<ConfigError>(!fs::exists(config.run_dir) || fs::is_directory(config.run_dir),
+                       "train: run.dir is \"", config.run_dir,
+                       "\", which is a file, not a folder; set run.dir to a folder (new or of "
+                       "this run)");
+}
+
 // The newest checkpoint of the run folder and its metadata, checked against
 // itself and the config (train --resume): IoError for a missing or damaged
 // checkpoint, ConfigError for a config that differs from the run's.
 std::pair<std::string, io::CheckpointMeta> resume_checks(const config::RunConfig& config) {
+  require_run_dir_is_a_folder(config);
   const auto latest = io::latest_checkpoint(config.run_dir);
   require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
                    "/checkpoints'; start the run without --resume");
@@ -448,9 +470,36 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   const config::RunConfig built = require_memory_fits(config, tc.batch / ranks, true, "train");
   check_run_data(config);
   // A new run may start from another run's weights (a resumed one has its
-  // own): loaded before the run folder is made, so that a checkpoint this
-  // model does not match leaves nothing behind.
-  const InitPoint init = options.resume ? InitPoint{} : init_point(config);
+  // own), named before the run folder is made; every process loads the file
+  // that process 0 resolved (a run folder's newest checkpoint changes while
+  // that run goes on).
+  InitPoint init = options.resume ? InitPoint{} : init_point(config);
+  if (ranks > 1 && !options.resume) {
+    const std::string chosen = comm.broadcast(init.checkpoint);
+    if (chosen != init.checkpoint) {
+      init.checkpoint = chosen;
+      init.meta = io::read_checkpoint_meta(chosen);
+    }
+  }
+  // One writer per run folder: a second `train` (fresh or --resume) stops here,
+  // naming the first one's pid, before it reads or writes anything.
+  bool made_folder = false;  // by this process, for this run
+  if (leader) {
+    require_run_dir_is_a_folder(config);
+    made_folder = !fs::exists(config.run_dir);
+    write_run_folder(config.run_dir, [&] {
+      std::error_code error;
+      fs::create_directories(config.run_dir, error);
+      if (error)
+        io::throw_write_error("train", "create the run folder", config.run_dir, error.value());
+      run.lock.emplace(config.run_dir, "train");
+    });
+    for (const auto& path : io::remove_stale_temporaries(config.run_dir))
+      out << "removed " << path << " (left by a process that was killed while writing it)"
+          << std::endl;
+  }
+
+  const std::string resume_from = resume_point(run, options.resume);
   run.workload = make_workload<T>(built);
   Workload<T>& w = *run.workload;
   // More evaluation batches than the valid split holds would score its first
@@ -467,31 +516,18 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   if (!init.checkpoint.empty()) {
     try {
       io::load_checkpoint<T>(init.checkpoint, w.params, nullptr);  // refuses non-finite values
-    } catch (const io::CheckpointMismatchError& e) {
-      throw init_mismatch(e, init, config);
+    } catch (const Error& e) {
+      // A checkpoint this model does not fit leaves no new run folder behind.
+      if (made_folder) {
+        run.lock.reset();
+        std::error_code ignored;
+        fs::remove_all(config.run_dir, ignored);
+      }
+      const auto* mismatch = dynamic_cast<const io::CheckpointMismatchError*>(&e);
+      if (mismatch) throw init_mismatch(*mismatch, init, config);
+      throw;
     }
   }
-  // One writer per run folder: a second `train` (fresh or --resume) stops here,
-  // naming the first one's pid, before it reads or writes anything.
-  if (leader) {
-    // A file in the folder's place is a config error, not a full disk.
-    require<ConfigError>(!fs::exists(config.run_dir) || fs::is_directory(config.run_dir),
-                         "train: run.dir is \"", config.run_dir,
-                         "\", which is a file, not a folder; set run.dir to a folder (new or of "
-                         "this run)");
-    write_run_folder(config.run_dir, [&] {
-      std::error_code error;
-      fs::create_directories(config.run_dir, error);
-      if (error)
-        io::throw_write_error("train", "create the run folder", config.run_dir, error.value());
-      run.lock.emplace(config.run_dir, "train");
-    });
-    for (const auto& path : io::remove_stale_temporaries(config.run_dir))
-      out << "removed " << path << " (left by a process that was killed while writing it)"
-          << std::endl;
-  }
-
-  const std::string resume_from = resume_point(run, options.resume);
   // The step's workspace at its predicted size, so that the first step does
   // not grow it in pieces beside what it already holds (which peaked up to
   // 40% above the later steps); train_step shrinks it to what was used.

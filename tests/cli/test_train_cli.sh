@@ -242,6 +242,9 @@ expect init_from_missing 2 "train.init_from = \"$work/none\"" -- \
   train "$work/tiny.toml" run.dir='"'"$work/warm2"'"' --init-from "$work/none"
 expect init_from_with_resume 2 "give one of them" -- \
   train "$work/tiny.toml" run.dir='"'"$work/b"'"' --resume --init-from "$work/a"
+# Keys that make the same weights compute another function are refused.
+expect eval_function_key 2 "was trained with another model.ff_activation (model.ff_activation: \"relu\" in the run, \"gelu\" here)" -- \
+  eval "$work/warm" model.ff_activation=gelu
 expect eval_init_from 2 "train.init_from would have no effect" -- \
   eval "$work/warm" "train.init_from=\"$work/a\""
 [ "$failures" -eq 0 ]

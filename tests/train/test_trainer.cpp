@@ -349,10 +349,11 @@ TEST(Trainer, WarmStartLoadsAnotherRunsWeightsAndStartsAfresh) {
   const std::string d = dir.path() + "/d";
   expect_error<ConfigError>(
       [&] {
-        train::run_training(tiny_run(d, 2, true, from(a, {"model.d_ff=32"})), quiet_options());
+        train::run_training(tiny_run(d, 2, true, from(a, {"model.d_ff=32", "model.dropout=0.2"})),
+                            quiet_options());
       },
       {"train.init_from:", "[16, 16]", "[16, 32]",
-       "differs from the checkpoint's run in model.d_ff: 16 in the run, 32 here"});
+       "differs from the checkpoint's run in model.d_ff: 16 in the run, 32 here; a warm start"});
   expect_error<ConfigError>(
       [&] {
         train::run_training(tiny_run(d, 2, true, from(a, {"train.dtype=\"double\""})),

@@ -86,8 +86,8 @@ class RunLock {
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
-  // The pid written in the lock file of `run_dir` by its holder, or -1 when
-  // nobody holds it.
+  // The pid written in the lock file of `run_dir` by its holder (0 while the
+  // holder has not written it yet), or -1 when nobody holds it.
   static long holder(const std::string& run_dir);
 
  private:
