@@ -46,6 +46,11 @@ bool is_class_task(TaskKind kind) {
          kind == TaskKind::Image || kind == TaskKind::Pathfinder || kind == TaskKind::Retrieval;
 }
 
+bool reads_file(TaskKind kind) {
+  return kind == TaskKind::Bytes || kind == TaskKind::Parallel || kind == TaskKind::Text ||
+         kind == TaskKind::Image || kind == TaskKind::Pathfinder || kind == TaskKind::Retrieval;
+}
+
 const std::vector<TaskKind>& task_kinds() {
   static const std::vector<TaskKind> kinds = {
       TaskKind::Duplication,  TaskKind::Copy,     TaskKind::Bytes,      TaskKind::PairCopy,
@@ -87,14 +92,16 @@ void DataConfig::validate() const {
                        " but must be in [1, ", INT_MAX, ")");
   // Keys of other tasks would have no effect (a path given to a task that
   // generates its data most likely meant another task).
-  const bool reads_file = task == TaskKind::Bytes || task == TaskKind::Parallel ||
-                          task == TaskKind::Text || task == TaskKind::Image ||
-                          task == TaskKind::Pathfinder || task == TaskKind::Retrieval;
-  require<ConfigError>(path.empty() || reads_file, op, ": data.path is \"", path,
-                       "\" but data.task = \"", to_string(task),
-                       "\" generates its data and reads no file; set data.task to the task of "
-                       "that file (bytes, parallel, text, image, pathfinder, retrieval) or "
-                       "leave data.path out");
+  if (!path.empty() && !reads_file(task)) {
+    std::string readers;
+    for (const TaskKind kind : task_kinds())
+      if (reads_file(kind)) readers += std::string(readers.empty() ? "" : ", ") + to_string(kind);
+    throw ConfigError(detail::concat(op, ": data.path is \"", path, "\" but data.task = \"",
+                                     to_string(task),
+                                     "\" generates its data and reads no file; set data.task to "
+                                     "the task of that file (",
+                                     readers, ") or leave data.path out"));
+  }
   const bool sized = task == TaskKind::PairCopy || task == TaskKind::PairReverse;
   require<ConfigError>(sized || (min_symbols == 1 && max_symbols == 0), op,
                        ": data.min_symbols / data.max_symbols are ", min_symbols, " / ",

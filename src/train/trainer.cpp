@@ -405,7 +405,13 @@ void require_run_dir_is_a_folder(const config::RunConfig& config) {
 // The newest checkpoint of the run folder and its metadata, checked against
 // itself and the config (train --resume): IoError for a missing or damaged
 // checkpoint, ConfigError for a config that differs from the run's.
-std::pair<std::string, io::CheckpointMeta> resume_checks(const config::RunConfig& config) {
+struct ResumePoint {
+  std::string checkpoint;
+  io::CheckpointMeta meta;
+  config::RunConfig stored;  // the config the checkpoint holds
+};
+
+ResumePoint resume_checks(const config::RunConfig& config) {
   require_run_dir_is_a_folder(config);
   const auto latest = io::latest_checkpoint(config.run_dir);
   require<IoError>(latest.has_value(), "train --resume: no checkpoint in '", config.run_dir,
@@ -419,27 +425,27 @@ std::pair<std::string, io::CheckpointMeta> resume_checks(const config::RunConfig
   require<ConfigError>(meta.step <= config.train.steps, "train --resume: ", *latest, " is at step ",
                        meta.step, " but train.steps is ", config.train.steps,
                        "; set train.steps above ", meta.step, " to train further");
-  return {*latest, meta};
+  return {*latest, meta, stored};
 }
 
 // With --resume, the newest checkpoint of the run folder, checked against
 // itself and the config; its step, data position and skipped batches become
-// the run's. "" for a new run, which refuses a run folder that holds
+// the run's. Empty for a new run, which refuses a run folder that holds
 // checkpoints.
 template <class T>
-std::string resume_point(TrainingRun<T>& run, bool resume) {
+std::optional<ResumePoint> resume_point(TrainingRun<T>& run, bool resume) {
   const auto& config = run.config;
   // A new run never overwrites one that is already saved.
   require<ConfigError>(resume || !io::latest_checkpoint(config.run_dir).has_value(),
                        "train: run.dir '", config.run_dir,
                        "' already holds checkpoints; continue it with --resume or choose another "
                        "run.dir");
-  if (!resume) return "";
-  const auto [latest, meta] = resume_checks(config);
-  run.summary.first_step = meta.step;
-  run.data_position = meta.data_position;
-  run.skipped = meta.skipped_batches;
-  return latest;
+  if (!resume) return std::nullopt;
+  auto point = resume_checks(config);
+  run.summary.first_step = point.meta.step;
+  run.data_position = point.meta.data_position;
+  run.skipped = point.meta.skipped_batches;
+  return point;
 }
 
 // Everything before the first step: the checks of the config (the same on
@@ -499,7 +505,8 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
           << std::endl;
   }
 
-  const std::string resume_from = resume_point(run, options.resume);
+  const std::optional<ResumePoint> resumed = resume_point(run, options.resume);
+  const std::string resume_from = resumed ? resumed->checkpoint : "";
   run.workload = make_workload<T>(built);
   Workload<T>& w = *run.workload;
   // More evaluation batches than the valid split holds would score its first
@@ -544,11 +551,7 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   // changes as that run goes on), and a resumed run keeps that record
   // whatever its config says (the key does not take part in a resume).
   config::RunConfig recorded = config;
-  recorded.train.init_from =
-      resume_from.empty()
-          ? init.checkpoint
-          : config::parse_run_config(io::read_checkpoint_meta(resume_from).config, resume_from)
-                .train.init_from;
+  recorded.train.init_from = resumed ? resumed->stored.train.init_from : init.checkpoint;
   run.resolved = config::to_toml(recorded);
   if (!init.checkpoint.empty())
     out << "initialized from " << init.checkpoint << " (step " << init.meta.step

@@ -102,7 +102,7 @@ TEST(DataConfig, KeysOfOtherTasksAreRefused) {
   expect_error<ConfigError>(
       [&] { with(TaskKind::Duplication, [](DataConfig& c) { c.path = "book.txt"; }).validate(); },
       {"data.path is \"book.txt\"", "data.task = \"duplication\" generates its data",
-       "leave data.path out"});
+       "(bytes, parallel, text, image, pathfinder, retrieval) or leave data.path out"});
   expect_error<ConfigError>(
       [&] { with(TaskKind::Copy, [](DataConfig& c) { c.min_symbols = 3; }).validate(); },
       {"data.min_symbols / data.max_symbols are 3 / 0", "not \"copy\""});

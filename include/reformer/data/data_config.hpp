@@ -40,6 +40,8 @@ const char* to_string(TaskKind kind);
 bool is_pair_task(TaskKind kind);
 // True for the sequence classification tasks.
 bool is_class_task(TaskKind kind);
+// The tasks that read data.path (the others generate their data).
+bool reads_file(TaskKind kind);
 
 struct DataConfig {
   TaskKind task = TaskKind::Duplication;

@@ -136,9 +136,9 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // The metadata of `checkpoint` (read_checkpoint_meta), which was resolved from
 // `target`: a checkpoint file, or a run folder whose newest checkpoint it is.
 // When a run folder's newest is damaged, the IoError also names the run's
-// newest other checkpoint and how to use it (eval or generate it by its path;
-// move the damaged file aside to resume from it), without reading it: nothing
-// is skipped silently.
+// newest other checkpoint and how to use it (eval, generate or warm-start from
+// it by its path; move the damaged file aside to resume from it), without
+// reading it: nothing is skipped silently.
 CheckpointMeta read_target_meta(const std::string& target, const std::string& checkpoint);
 
 // Deletes all but the `keep` newest checkpoints of <run_dir>/checkpoints
