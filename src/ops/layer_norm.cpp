@@ -21,11 +21,18 @@ TeamPolicy row_lane_policy(Index n) {
                      : TeamPolicy(league, kRowsPerTeam, GpuTarget::row_lanes);
 }
 
-// The backward pass's blocks of rows (both row kernels, every backend: the
-// order of the parameter sums depends on n only), and the rows of a block that
-// the lanes kernel takes at a time.
-constexpr Index kBackwardBlockRows = 64;
+// The rows of a block that the lanes kernel takes at a time, and the backward
+// pass's blocks of rows (both row kernels, every backend: the order of the
+// parameter sums depends on n only): about 512 blocks, so that a GPU has a
+// team for every multiprocessor several times over even for the feed-forward's
+// chunks of 1024 rows (fixed 64-row blocks gave 16 teams there, and the kernel
+// took 22% of the 16K step on an H200), from one group of rows to 64 rows a
+// block, which bounds the last block's sum over the others.
 constexpr Index kGroupRows = 4 * kRowsPerTeam;
+constexpr Index backward_block_rows(Index n) {
+  const Index rows = ((n + 511) / 512 + kGroupRows - 1) / kGroupRows * kGroupRows;
+  return rows < kGroupRows ? kGroupRows : rows > 64 ? 64 : rows;
+}
 
 // f(j) for j < width, spread over a team's threads and their lanes (a warp
 // takes `lanes` adjacent features).
@@ -125,10 +132,11 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   require_extent(op, "dgamma", dgamma, 0, d);
   require_extent(op, "dbeta", dbeta, 0, d);
   if (n == 0) return;
-  // One launch: the rows go in blocks of kBackwardBlockRows; each block writes
+  // One launch: the rows go in blocks of block_rows; each block writes
   // its part of dgamma and dbeta to its own row of a buffer, and the block that
   // finishes last adds the rows in block order (detail::arrives_last).
-  const Index n_blocks = (n + kBackwardBlockRows - 1) / kBackwardBlockRows;
+  const Index block_rows = backward_block_rows(n);
+  const Index n_blocks = (n + block_rows - 1) / block_rows;
   const auto sums = detail::block_sums<P>(n_blocks, 2 * d);
   const auto blocks = sums.blocks;
   if (row_kernels() == RowKernels::threads) {
@@ -145,8 +153,8 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           // `if constexpr` branch, so the width is read here.
           const Index width = d;
           for (Index j = 0; j < width; ++j) part_g[j] = part_b[j] = P(0);
-          const Index end = (b + 1) * kBackwardBlockRows < n ? (b + 1) * kBackwardBlockRows : n;
-          for (Index i = b * kBackwardBlockRows; i < end; ++i) {
+          const Index end = (b + 1) * block_rows < n ? (b + 1) * block_rows : n;
+          for (Index i = b * block_rows; i < end; ++i) {
             const T* xi = &x(i, 0);
             const T* dyi = &dy(i, 0);
             const P* g = gamma.data();
@@ -194,8 +202,8 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   Kokkos::parallel_for(
       "layer_norm_backward", policy, KOKKOS_LAMBDA(const TeamMember& team) {
         const Index b = team.league_rank();
-        const Index begin = b * kBackwardBlockRows;
-        const Index end = begin + kBackwardBlockRows < n ? begin + kBackwardBlockRows : n;
+        const Index begin = b * block_rows;
+        const Index end = begin + block_rows < n ? begin + block_rows : n;
         C* row_sums = static_cast<C*>(team.team_shmem().get_shmem(2 * kGroupRows * sizeof(C)));
         for_each_feature(team, 2 * d, lanes, [&](Index j) { blocks(b, j) = P(0); });
         for (Index g0 = begin; g0 < end; g0 += kGroupRows) {
