@@ -127,17 +127,6 @@ struct SortPass {
     for (Index k = 0; k < bins; ++k) counts(row, k, blk) = 0;
     for (Index i = begin; i < end; ++i) counts(row, buckets(bh, r * length + i), blk) += 1;
   }
-  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const Index row = team.league_rank(), r = row % rounds;
-    int* c = &counts(row, 0, 0);
-    const int start = int(r * length);
-    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, bins * blocks),
-                          [&](Index k, int& partial, const bool final) {
-                            const int n = c[k];
-                            if (final) c[k] = start + partial;
-                            partial += n;
-                          });
-  }
   KOKKOS_INLINE_FUNCTION void operator()(Scatter, Index idx) const {
     Index bh, r, row, blk, begin, end;
     items(idx, bh, r, row, blk, begin, end);
@@ -510,7 +499,20 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
   Kokkos::parallel_for(
       "lsh_sort_count",
       Kokkos::RangePolicy<ExecSpace, SortPass::Count, LaunchHint>(0, rows * blocks), sort);
-  Kokkos::parallel_for("lsh_sort_scan", TeamPolicy(rows, Kokkos::AUTO), sort);
+  // One exclusive scan over every row's (bucket, block) counts, in place: a
+  // row's counts add up to `length` (each position is in one bucket), so the
+  // scan reaches row bh * rounds + r at (bh * rounds + r) * length, and the
+  // round's sorted items start at r * length of perm. (A team per row scanned
+  // its 16K counts in 450 us on an H200 at 16K positions; the device-wide
+  // scan takes all rows at once.)
+  int* c = counts.data();
+  const Index per_row = bins * blocks;
+  Kokkos::parallel_scan(
+      "lsh_sort_scan", range(rows * per_row), KOKKOS_LAMBDA(Index k, Index & sum, bool final) {
+        const int n = c[k];
+        if (final) c[k] = int(sum - k / per_row / rounds * rounds * length);
+        sum += n;
+      });
   Kokkos::parallel_for(
       "lsh_sort_scatter",
       Kokkos::RangePolicy<ExecSpace, SortPass::Scatter, LaunchHint>(0, rows * blocks), sort);
