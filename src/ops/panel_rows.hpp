@@ -62,4 +62,16 @@ void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
       });
 }
 
+// c(i, j) = round(bias(j)) for every row of c (which may have padded rows):
+// a bias that a product then adds its sum to (beta = 1).
+template <class TC>
+void bias_rows(In1<float> bias, View2<TC> c) {
+  const Index n = c.extent(0), d = c.extent(1), ldc = c.stride(0);
+  TC* to = c.data();
+  const float* b = bias.data();
+  Kokkos::parallel_for(
+      "device_blas_bias_rows", range(n * d),
+      KOKKOS_LAMBDA(Index e) { to[e / d * ldc + e % d] = store<TC>(b[e % d]); });
+}
+
 }  // namespace reformer::ops::detail

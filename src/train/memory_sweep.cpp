@@ -64,10 +64,20 @@ double mixed_panel_bytes(std::initializer_list<MixedProduct> products) {
   // transposed) and, for a bf16 result, sums into a float32 panel of C
   // ([panel, n]), panel = rows capped at 2^18 / max(n, k) (at least 64); the
   // largest product's.
-  if (!kHostMemory && ops::device_blas_info().loaded) {
+  // With the weights rounded to bf16 for the tensor cores
+  // (REFORMER_BF16_WEIGHTS=round, the default), a product with a bf16 result
+  // widens nothing, and only a sum of several products into a bf16 result
+  // (the projections' input gradient) takes the float32 panel of C; counted
+  // for every bf16 result here, the largest being the same 2^18 values.
+  const auto info = kHostMemory ? ops::DeviceBlasInfo() : ops::device_blas_info();
+  if (!kHostMemory && info.loaded) {
     double bytes = 0;
     for (const MixedProduct& p : products) {
       const double panel = std::min(p.rows, std::max(64.0, double(1 << 18) / std::max(p.n, p.k)));
+      if (info.rounds_weights && !p.float_result) {
+        bytes = std::max(bytes, panel * p.n * 4);
+        continue;
+      }
       const double widened = p.transposed ? p.rows * p.k : panel * p.k;
       bytes = std::max(bytes, (widened + (p.float_result ? 0.0 : panel * p.n)) * 4);
     }

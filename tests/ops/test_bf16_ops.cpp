@@ -116,6 +116,7 @@ TEST(MixedMatmul, NamesShapesThatDoNotMultiply) {
 // y = x W + b from bf16 x; dx = dy W^T into bf16; dW += x^T dy and db into
 // float32, as the float32 op computes them from the same values.
 TEST(Bf16Ops, LinearForwardAndBackward) {
+  const KeepFloatWeights keep;  // the bounds below take the weight as stored
   const Index n = 1500, in = 96, out = 160;
   View2<float> x("x", n, in), w("w", in, out), dy("dy", n, out), y("y", n, out), dx("dx", n, in);
   View2<float> dw("dw", in, out), dw16("dw16", in, out);

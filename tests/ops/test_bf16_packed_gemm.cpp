@@ -10,6 +10,7 @@
 // 2^-8 |result|.
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "support/bf16_checks.hpp"
 #include "support/checks.hpp"
 
 #include <gtest/gtest.h>
@@ -153,6 +154,8 @@ class PackedBf16Gemm : public ::testing::TestWithParam<ops::HostBf16Gemm> {
 
  private:
   ops::HostBf16Gemm saved_ = ops::HostBf16Gemm::Automatic;
+  // The exact-weight bounds on a device too (support/bf16_checks.hpp).
+  testing::KeepFloatWeights keep_;
 };
 
 INSTANTIATE_TEST_SUITE_P(HostPaths, PackedBf16Gemm,

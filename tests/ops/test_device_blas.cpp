@@ -3,15 +3,18 @@
 //
 // Tolerance of one element c_ij = alpha sum_p a_ip b_pj + beta c_ij + bias_j
 // (computed in double from the operands' stored values), the same on every
-// path (a float32 factor is never rounded to bf16: the vendor path widens the
-// bf16 factor of a mixed product and runs sgemm, as the host path does):
+// path except where the vendor path rounds (see below):
 //   - the products of two bf16 values are exact in float32 (8 + 8 significant
 //     bits), and the sum of the k products, beta c and the bias in float32
 //     is off by at most gamma S, S = A + |beta c_ij| + |bias_j|,
 //     A = |alpha| sum_p |a_ip b_pj|,
 //     gamma = (k + 2) 2^-23: float32's unit round-off doubled, since tensor
 //     cores may truncate instead of rounding while they accumulate;
-//   - a bf16 C is rounded once more: u (|c_ij| + e) with e the two terms above.
+//   - a bf16 C is rounded once more: u (|c_ij| + e) with e the two terms above;
+//   - the vendor path (REFORMER_BF16_WEIGHTS=round, its default) rounds the
+//     float32 factor of a mixed product with a bf16 C to bf16 (u A more) and,
+//     for one bf16 x bf16 product into a bf16 C with beta 0, the bias
+//     (u |bias_j| more).
 #include "reformer/core/error.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/ops/device_blas.hpp"
@@ -132,6 +135,14 @@ TEST(DeviceBlas, TheLoaderReportsABadVariable) {
     // Until the variable is fixed, every product that asks reports it again.
     expect_error<ConfigError>([] { ops::device_blas_info(); }, {"REFORMER_", path});
   }
+  {
+    ScopedEnv bad_weights("REFORMER_BF16_WEIGHTS", "sometimes");
+    if (kHostMemory)
+      EXPECT_NO_THROW(ops::reload_device_blas());
+    else
+      expect_error<ConfigError>([] { ops::reload_device_blas(); },
+                                {"REFORMER_BF16_WEIGHTS=sometimes", "round or keep"});
+  }
   ScopedEnv bad_switch("REFORMER_DEVICE_BLAS", "maybe");
   if (kHostMemory)
     EXPECT_NO_THROW(ops::reload_device_blas());
@@ -157,8 +168,17 @@ View2<T> matrix(const char* label, Index rows, Index cols, std::uint64_t seed) {
 // operands, for both transposes of each operand.
 template <class TA, class TB, class TC>
 void check_mixed(const Case& p, const std::string& label) {
-  const double output_unit = std::is_same<TC, bf16>::value ? kBf16Unit : 0.0;
+  constexpr bool kBf16C = std::is_same<TC, bf16>::value;
+  constexpr bool kMixed = std::is_same<TA, float>::value != std::is_same<TB, float>::value;
+  const double output_unit = kBf16C ? kBf16Unit : 0.0;
   const double gamma = double(p.k + 2) / 8388608.0;
+  const auto info = ops::device_blas_info();
+  const bool vendor_rounds = info.loaded && info.rounds_weights;
+  const double weight_unit = vendor_rounds && kMixed && kBf16C ? kBf16Unit : 0.0;
+  const double bias_unit = info.loaded && kBf16C && p.beta == 0.0f &&
+                                   (kMixed ? vendor_rounds : !std::is_same<TA, float>::value)
+                               ? kBf16Unit
+                               : 0.0;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       const Index m = p.m, n = p.n, k = p.k;
@@ -185,7 +205,8 @@ void check_mixed(const Case& p, const std::string& label) {
           const double want = p.alpha * sum + p.beta * hc[i * n + j] + bias_j;
           const double products = std::fabs(p.alpha) * magnitude;
           const double before =
-              gamma * (products + std::fabs(p.beta * hc[i * n + j]) + std::fabs(bias_j));
+              gamma * (products + std::fabs(p.beta * hc[i * n + j]) + std::fabs(bias_j)) +
+              weight_unit * products + bias_unit * std::fabs(bias_j);
           const double bound = before + output_unit * (std::fabs(want) + before);
           const double error = std::fabs(got[i * n + j] - want);
           if (!(error <= bound)) ++bad;
@@ -223,12 +244,41 @@ TEST(DeviceBlas, MixedProductsMatchADoubleReference) {
   check_every_type("portable (REFORMER_DEVICE_BLAS=off)");
 }
 
-// The vendor path keeps a float32 weight: bf16 1 times 1 + 2^-12 is 1 + 2^-12
-// (rounding the weight to bf16 would give 1), and sgemm rounds neither.
-TEST(DeviceBlas, TheVendorPathKeepsAFloatWeight) {
-  const auto info = ops::device_blas_info();
+// By default the vendor path rounds a float32 weight to bf16 for a bf16 result
+// (tensor cores, as torch.autocast): [1, -1] times [1 + 2^-12, 1] is 0, where
+// the stored weight gives 2^-12 (a bf16 value); a float32 result keeps it.
+TEST(DeviceBlas, TheVendorPathRoundsAFloatWeightByDefault) {
+  ScopedEnv unset("REFORMER_BF16_WEIGHTS", nullptr);
+  const auto info = ops::reload_device_blas();
   if (!info.device_build) GTEST_SKIP() << "host build: no vendor BLAS to load";
   if (!info.loaded) GTEST_SKIP() << "no vendor BLAS on this machine: " << info.description;
+  EXPECT_TRUE(info.rounds_weights);
+  EXPECT_NE(info.description.find("rounded to bf16"), std::string::npos) << info.description;
+  View2<bf16> a("a", 1, 2), c16("c16", 1, 1);
+  View2<float> b("b", 2, 1), c("c", 1, 1);
+  auto ha = Kokkos::create_mirror_view(a);
+  auto hb = Kokkos::create_mirror_view(b);
+  ha(0, 0) = bf16(1.0f);
+  ha(0, 1) = bf16(-1.0f);
+  hb(0, 0) = 1.0f + 1.0f / 4096.0f;
+  hb(1, 0) = 1.0f;
+  Kokkos::deep_copy(a, ha);
+  Kokkos::deep_copy(b, hb);
+  ops::mixed_matmul<bf16, float, bf16>(a, Trans::No, b, Trans::No, c16);
+  EXPECT_EQ(to_host(c16)[0], 0.0) << "the weight 1 + 2^-12 was not rounded to bf16";
+  ops::mixed_matmul<bf16, float, float>(a, Trans::No, b, Trans::No, c);
+  EXPECT_EQ(to_host(c)[0], 1.0 / 4096.0) << "a float32 result must keep the weight as stored";
+}
+
+// With REFORMER_BF16_WEIGHTS=keep the vendor path keeps a float32 weight: bf16
+// 1 times 1 + 2^-12 is 1 + 2^-12, and sgemm rounds neither.
+TEST(DeviceBlas, TheVendorPathKeepsAFloatWeightWhenAsked) {
+  ScopedEnv keep("REFORMER_BF16_WEIGHTS", "keep");
+  const auto info = ops::reload_device_blas();
+  if (!info.device_build) GTEST_SKIP() << "host build: no vendor BLAS to load";
+  if (!info.loaded) GTEST_SKIP() << "no vendor BLAS on this machine: " << info.description;
+  EXPECT_FALSE(info.rounds_weights);
+  check_every_type(info.vendor + " (REFORMER_BF16_WEIGHTS=keep)");
   View2<bf16> a("a", 1, 1);
   View2<float> b("b", 1, 1), c("c", 1, 1), plain("plain", 1, 1);
   Kokkos::deep_copy(a, bf16(1.0f));

@@ -9,7 +9,12 @@
 // libcublas.so, .so.13, .so.12, .so.11 (librocblas.so, .so.4, .so.3) that the
 // dynamic loader finds. Without one, or on host builds, the products take the
 // portable path (ops/gemm.hpp). REFORMER_DEVICE_BLAS=off turns the vendor path
-// off (to compare against the portable one).
+// off (to compare against the portable one). REFORMER_BF16_WEIGHTS picks what
+// a product of a bf16 activation and a float32 weight does there: round (the
+// default) rounds the weight to bf16 and runs the vendor's bf16 GEMM on tensor
+// cores with float32 sums, as torch.autocast does; keep widens the activation
+// to float32 and runs sgemm, so that the weight is used as stored (the host
+// path's products, at float32's speed).
 #pragma once
 
 #include <string>
@@ -19,11 +24,12 @@ namespace reformer::ops {
 
 // What the loader found.
 struct DeviceBlasInfo {
-  bool device_build = false;  // a CUDA or HIP backend
-  bool loaded = false;        // the products on the device use the vendor BLAS
-  std::string vendor;         // "cuBLAS", "rocBLAS" or "" (host build)
-  std::string library;        // the name or path that loaded
-  std::string description;    // one line for `reformer info`
+  bool device_build = false;   // a CUDA or HIP backend
+  bool loaded = false;         // the products on the device use the vendor BLAS
+  std::string vendor;          // "cuBLAS", "rocBLAS" or "" (host build)
+  std::string library;         // the name or path that loaded
+  std::string description;     // one line for `reformer info`
+  bool rounds_weights = true;  // REFORMER_BF16_WEIGHTS is not keep
 };
 
 // Loads the library on the first call (later calls return the same answer).

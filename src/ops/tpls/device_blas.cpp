@@ -209,6 +209,14 @@ void load(State& s) {
                        ": must be on or off (off: the products on the device use Kokkos Kernels "
                        "instead of ",
                        s.info.vendor, ")");
+  const char* weights_value = std::getenv("REFORMER_BF16_WEIGHTS");
+  const std::string weights = weights_value != nullptr ? weights_value : "";
+  require<ConfigError>(weights.empty() || weights == "round" || weights == "keep",
+                       "REFORMER_BF16_WEIGHTS=", weights,
+                       ": must be round or keep (round, the default: a bf16 product rounds its "
+                       "float32 weight to bf16 and runs on the vendor's bf16 GEMM, as "
+                       "torch.autocast does; keep: the weight as stored, in float32 sgemm)");
+  s.info.rounds_weights = weights != "keep";
   if (choice == "off") {
     s.info.description = "off (REFORMER_DEVICE_BLAS=off: products use Kokkos Kernels)";
     return;
@@ -247,8 +255,13 @@ void load(State& s) {
   s.api = api;
   s.info.loaded = true;
   s.info.library = api.library.name;
-  s.info.description = s.info.vendor + " (" + api.library.name +
-                       "): bf16 products with float32 accumulation, float32 sgemm";
+  s.info.description =
+      s.info.vendor + " (" + api.library.name + "): bf16 products with float32 accumulation" +
+      (s.info.rounds_weights
+           ? " (float32 weights rounded to bf16; REFORMER_BF16_WEIGHTS=keep "
+             "keeps them)"
+           : " (float32 weights kept: bf16 factors widened, REFORMER_BF16_WEIGHTS=keep)") +
+      ", float32 sgemm";
 }
 
 void check_status(const char* function, int status, Index m, Index n, Index k) {
@@ -383,6 +396,46 @@ View2<float> widened_copy(In2<bf16> x, const char* label) {
   return out;
 }
 
+// Whether a product with a bf16 result takes its float32 factor rounded to
+// bf16 for the vendor's bf16 GEMM (issue 46: bf16 products on tensor cores, as
+// torch.autocast rounds weights), unless REFORMER_BF16_WEIGHTS=keep: the
+// weights, and any factor of at most 2^20 elements or a quarter of the bf16
+// factor's. A larger one (an activation's gradient as large as the other
+// factor), and every product with a float32 result (the loss's logits: their
+// float32 accuracy is the point of a float32 result), keep the exact route:
+// the bf16 factor widened, float32 sgemm. The rounding moves a bf16 result by
+// up to 2^-8 sum_p |a_ip b_pj|, the order of its own rounding. (Called after
+// device_blas_loaded(), so the state is loaded.)
+template <class TC>
+bool rounds_to_bf16(Index float_elements, Index bf16_elements) {
+  return !is_float<TC> && state().info.rounds_weights &&
+         (float_elements <= (Index(1) << 20) || 4 * float_elements <= bf16_elements);
+}
+
+// The rounded factors of one product or sum, in a buffer kept between products
+// (grown when a product needs more, freed when Kokkos finalises): the products
+// and the roundings run in order on one stream, so a rounding cannot overwrite
+// a factor before the vendor has read it, and a step allocates nothing.
+View1<bf16> rounding_buffer(Index elements) {
+  static View1<bf16>* buffer = nullptr;
+  if (buffer == nullptr) {
+    buffer = new View1<bf16>();
+    Kokkos::push_finalize_hook([] { *buffer = View1<bf16>(); });
+  }
+  if (Index(buffer->extent(0)) < elements)
+    *buffer = View1<bf16>(
+        Kokkos::view_alloc(std::string("device_blas_rounded_factors"), Kokkos::WithoutInitializing),
+        elements);
+  return *buffer;
+}
+
+// x rounded to bf16 into buffer from element `offset` on (unpadded rows).
+View2<bf16> rounded_copy(In2<float> x, View1<bf16> buffer, Index offset) {
+  View2<bf16> out(buffer.data() + offset, x.extent(0), x.extent(1));
+  detail::finish_rows<bf16>(x, In1<float>(), out, 0);
+  return out;
+}
+
 template <class T>
 Operand operand(In2<T> x, Trans trans) {
   return {x.data(), is_float<T> ? Type::F32 : Type::BF16, Index(x.stride(0)), trans};
@@ -424,11 +477,14 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
       if (has_bias) detail::finish_rows<float>(c, bias, c, 0);
       return false;
     }
-    // One bf16 x bf16 product without bias: the vendor rounds its float32
-    // result once.
-    if (terms.size() == 1 && !has_bias && terms[0].a.type == Type::BF16) {
-      row_major_gemm(terms[0].a, terms[0].b, m, n, terms[0].k, alpha, beta, c.data(), Type::BF16,
-                     ldc);
+    // One bf16 x bf16 product: the vendor rounds its float32 result once. A
+    // bias goes into C first (rounded to bf16, as under torch.autocast) and
+    // the product adds to it, so that no float32 panel is needed.
+    if (terms.size() == 1 && terms[0].a.type == Type::BF16 && terms[0].b.type == Type::BF16 &&
+        (!has_bias || beta == 0.0f)) {
+      if (has_bias) detail::bias_rows<TC>(bias, c);
+      row_major_gemm(terms[0].a, terms[0].b, m, n, terms[0].k, alpha, has_bias ? 1.0f : beta,
+                     c.data(), Type::BF16, ldc);
       return false;
     }
   }
@@ -486,17 +542,25 @@ bool device_mixed_matmul(In2<TA> a, Trans trans_a, In2<TB> b, Trans trans_b, Vie
   if (!fits_int(a) || !fits_int(b) || !fits_int(c)) return false;
   const Index k = trans_a == Trans::No ? a.extent(1) : a.extent(0);
   // Two bf16 factors: the vendor's bf16 GEMM (exact products, float32 sums).
-  // A float32 factor: the bf16 one widened exactly and sgemm, so the products
-  // are those of the host path (float32 weights are never rounded).
+  // A float32 factor: rounded to bf16 when the result is bf16 and the factor
+  // weight-sized (rounds_to_bf16), as torch.autocast does, for the same GEMM
+  // on tensor cores; else the bf16 factor widened exactly and sgemm (the host
+  // path's products).
   Term term{operand<TA>(a, trans_a), operand<TB>(b, trans_b), k};
   View2<float> a32, b32;
   if constexpr (is_float<TA> != is_float<TB>) {
     if constexpr (!is_float<TB>) {
-      b32 = widened_copy(b, "mixed_matmul_widened_operand");
-      term.b = operand<float>(b32, trans_b);
+      if (rounds_to_bf16<TC>(Index(a.size()), Index(b.size()))) {
+        term.a = operand<bf16>(rounded_copy(a, rounding_buffer(Index(a.size())), 0), trans_a);
+      } else {
+        b32 = widened_copy(b, "mixed_matmul_widened_operand");
+        term.b = operand<float>(b32, trans_b);
+      }
     }
     if constexpr (!is_float<TA>) {
-      if (trans_a == Trans::No) {
+      if (rounds_to_bf16<TC>(Index(b.size()), Index(a.size()))) {
+        term.b = operand<bf16>(rounded_copy(b, rounding_buffer(Index(b.size())), 0), trans_b);
+      } else if (trans_a == Trans::No) {
         term.widen = a;
       } else {
         a32 = widened_copy(a, "mixed_matmul_widened_operand");
@@ -529,17 +593,32 @@ bool device_mixed_sum(const std::vector<In2<TA>>& as, const std::vector<In2<floa
   if (bias.extent(0) > 0)
     require<ShapeError>(Index(bias.extent(0)) == n, "mixed_sum: bias has ", bias.extent(0),
                         " entries but C has ", n, " columns");
-  // The right factors are float32 weights: bf16 left factors are widened a
-  // panel of rows at a time (as in device_mixed_matmul).
+  // The right factors are float32 weights: with bf16 left factors, rounded to
+  // bf16 for the vendor's bf16 GEMM (as in device_mixed_matmul), or, where one
+  // is too large for that (rounds_to_bf16), the left factors widened a panel
+  // of rows at a time.
+  bool round = !is_float<TA>;
+  Index rounded = 0;
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    round = round && rounds_to_bf16<TC>(Index(bs[i].size()), Index(as[i].size()));
+    rounded += Index(bs[i].size());
+  }
+  const View1<bf16> buffer = round ? rounding_buffer(rounded) : View1<bf16>();
   std::vector<Term> terms;
+  Index offset = 0;
   for (std::size_t i = 0; i < as.size(); ++i) {
     Term term{operand<TA>(as[i], Trans::No), operand<float>(bs[i], trans_b),
               Index(as[i].extent(1))};
-    if constexpr (!is_float<TA>) term.widen = as[i];
+    if (round) {
+      term.b = operand<bf16>(rounded_copy(bs[i], buffer, offset), trans_b);
+      offset += Index(bs[i].size());
+    } else if constexpr (!is_float<TA>) {
+      term.widen = as[i];
+    }
     terms.push_back(term);
   }
-  vendor_sum<TC>(terms, c, alpha, beta, bias);
-  ExecSpace().fence();
+  // Panels allocated for the sum must outlive the vendor's work on them.
+  if (vendor_sum<TC>(terms, c, alpha, beta, bias)) ExecSpace().fence();
   return true;
 }
 

@@ -3,15 +3,15 @@
 //
 // Products of two bf16 factors go to the vendor's mixed-precision GEMM
 // (cublasGemmEx, rocblas_gemm_ex) with float32 accumulation: every product
-// a_ip b_pj is exact in float32 and the sum is float32. A product with a
-// float32 factor (a weight) widens its bf16 factor exactly to float32 (a panel
-// of rows at a time, or whole when it is transposed or on the right) and runs in
-// the vendor's sgemm, as the host path does: the vendors have no bf16 x float32
-// GEMM, and rounding the weight to bf16 instead would move a result by up to
-// 2^-8 sum_p |a_ip b_pj| (it did, on an H200: the bf16 tests caught it). So on
-// every path the result is the float32 product of the stored values, and a bf16
-// C is rounded once at the end. float32 x float32 products go to sgemm (no
-// TF32: the default math mode).
+// a_ip b_pj is exact in float32 and the sum is float32. The vendors have no
+// bf16 x float32 GEMM, so a product with a float32 factor (a weight) either
+// rounds the weight to bf16 (REFORMER_BF16_WEIGHTS=round, the default: tensor
+// cores, as torch.autocast; the result moves by up to 2^-8 sum_p |a_ip b_pj|)
+// or widens its bf16 factor exactly to float32 (keep: a panel of rows at a
+// time, or whole when it is transposed or on the right) and runs in the
+// vendor's sgemm, as the host path does. A bf16 C is rounded once at the end;
+// a bias for one bf16 x bf16 product is rounded to bf16 into C first. float32
+// x float32 products go to sgemm (no TF32: the default math mode).
 //
 // Each function returns false, doing nothing, when the path does not apply: a
 // host build, no vendor library, or a dimension beyond the vendor's 32-bit
