@@ -122,6 +122,11 @@ run_tests() {
   [ "$failed" -eq 0 ]
 }
 
+# The tests' reference scripts need numpy, which the GPU machine's python3 has
+# (its /usr/bin/python3, the build's default, does not).
+if [ -z "${REFORMER_TEST_PYTHON:-}" ] && command -v python3 >/dev/null; then
+  export REFORMER_TEST_PYTHON=$(command -v python3)
+fi
 if [ "$mode" = tests ]; then
   limit=${1:-240}
   shift || true
@@ -255,6 +260,10 @@ part_bf16() {
   for length in 16384 65536; do
     time_step bf16_step.txt "$length" "memory_bf16_$length" -- --precision bf16 \
       "model.ff_chunk=$((length / 8))"
+    # The weights kept in float32 (the products widen bf16 to float32 and run
+    # in sgemm) instead of rounded to bf16 for the tensor cores.
+    time_step bf16_step.txt "$length" "memory_bf16_keep_$length" REFORMER_BF16_WEIGHTS=keep \
+      -- --precision bf16 "model.ff_chunk=$((length / 8))"
     timeout 120 python3 "$root/experiments/pytorch_step.py" --model reformer --length "$length" \
       --device cuda --steps 2 --autocast-bf16 | tee -a "$out/bf16_step.txt"
   done
@@ -333,6 +342,16 @@ part_profile() {
     --variants reformer --layers 6 --lengths 16384 --steps 0 --out "$out/profile_step" >/dev/null
   head -n 40 "$out/profile_step16k.txt"
   tail -n 1 "$out/profile_step16k.txt"
+  # 64K, float32 and bf16, with a run's GPU default chunks (model.ff_chunk and
+  # model.loss_chunk "auto").
+  for precision in float32 bf16; do
+    REFORMER_KERNEL_PROFILE="$out/profile_step64k_$precision.txt" timeout 100 \
+      "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths 65536 --steps 0 \
+      --precision "$precision" --out "$out/profile_step64k_$precision" model.ff_chunk=auto \
+      model.loss_chunk=auto >/dev/null
+    head -n 25 "$out/profile_step64k_$precision.txt"
+    tail -n 1 "$out/profile_step64k_$precision.txt"
+  done
   REFORMER_KERNEL_PROFILE="$out/profile_exact16k.txt" timeout 100 "$pkg/run/reformer" memory \
     --variants exact --lengths 16384 --steps 0 --out "$out/profile_exact" >/dev/null
   head -n 12 "$out/profile_exact16k.txt"

@@ -5,6 +5,7 @@
 #include "reformer/core/error.hpp"
 #include "reformer/data/listops.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_python.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,7 +40,7 @@ int check_with_reference(const ListOpsOptions& o, Split split, int count, const 
       out << e.label << '\t' << listops_text(e.tokens) << '\n';
     }
   }
-  const std::string command = std::string(REFORMER_TEST_PYTHON) + " " + REFORMER_SOURCE_DIR +
+  const std::string command = reformer::testing::test_python() + " " + REFORMER_SOURCE_DIR +
                               "/tests/data/listops_reference.py " + path + " " +
                               std::to_string(o.max_depth) + " " + std::to_string(o.max_args) + " " +
                               std::to_string(o.min_length) + " " + std::to_string(o.max_length);

@@ -5,6 +5,7 @@
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_python.hpp"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -693,7 +694,7 @@ TEST(RunFolder, SpecialFilesAreRefusedAndWritesAreAtomic) {
 }
 
 TEST(CheckpointH5py, ReadsTheLayout) {
-  const std::string python = REFORMER_TEST_PYTHON;
+  const std::string python = reformer::testing::test_python();
   if (std::system((python + " -c 'import h5py, numpy' >/dev/null 2>&1").c_str()) != 0)
     GTEST_SKIP() << python << " has no h5py; install python3-h5py (cmake/install-deps.sh testing)";
   TempDir dir;

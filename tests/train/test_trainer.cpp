@@ -5,6 +5,7 @@
 #include "reformer/io/files.hpp"
 #include "reformer/models/reformer_lm.hpp"
 #include "reformer/models/transformer_xl.hpp"
+#include "reformer/train/chunk_choice.hpp"
 #include "reformer/train/optimizer.hpp"
 #include "reformer/train/trainer.hpp"
 #include "support/checks.hpp"
@@ -664,7 +665,9 @@ TEST(Trainer, EncoderDecoderTrainsResumesAndEvaluates) {
 std::vector<std::string> xl_checkpoint_tensors(const config::RunConfig& config,
                                                const std::string& path) {
   ParameterSet<float> params;
-  models::TransformerXL<float> model(config::xl_config(config), params);
+  // (A GPU's default chunks are "auto": resolved as a run resolves them.)
+  models::TransformerXL<float> model(
+      config::xl_config(train::resolve_auto_chunks(config, config.train.batch, true)), params);
   train::Adam<float> adam(params);
   io::load_checkpoint<float>(path, params, &adam);
   std::vector<std::string> out;
