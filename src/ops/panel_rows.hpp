@@ -69,9 +69,13 @@ void bias_rows(In1<float> bias, View2<TC> c) {
   const Index n = c.extent(0), d = c.extent(1), ldc = c.stride(0);
   TC* to = c.data();
   const float* b = bias.data();
+  // Two indices, not a flat one split by d: 64-bit division costs a GPU about
+  // 100 instructions (a flat version took 110 us for [16384, 1024] on an
+  // H200).
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "device_blas_bias_rows", range(n * d),
-      KOKKOS_LAMBDA(Index e) { to[e / d * ldc + e % d] = store<TC>(b[e % d]); });
+      "device_blas_bias_rows", Policy({0, 0}, {n, d}),
+      KOKKOS_LAMBDA(Index i, Index j) { to[i * ldc + j] = store<TC>(b[j]); });
 }
 
 }  // namespace reformer::ops::detail
