@@ -4,7 +4,7 @@
 #   tests [seconds per binary, default 240] [binaries ...]
 #       runs the test binaries on the CUDA backend, each under the time limit,
 #       TEST_JOBS of them at once (default 1), one log and one GoogleTest XML
-#       report per binary in $OUT (or gpu-results/), ending with
+#       report per binary in $OUT/results.tgz (or gpu-results/), ending with
 #       `total: N passed, M failed`; exits 1 when any binary failed (a failed
 #       case, a crash or a time-out), else 0;
 #   bench
@@ -27,7 +27,15 @@
 # The machine needs python3 with PyTorch for `bench`, nothing for `tests`.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${OUT:-$root/gpu-results}
+# Under the device tool ($OUT set) the results go to /tmp/gpu-results and, on
+# any exit, into one $OUT/results.tgz: the tool returns at most 8 files, and a
+# run writes dozens.
+if [ -n "${OUT:-}" ]; then
+  out=/tmp/gpu-results
+  trap 'tar czf "$OUT/results.tgz" -C /tmp gpu-results' EXIT
+else
+  out=$root/gpu-results
+fi
 mode=${1:-tests}
 shift || true
 mkdir -p "$out" /tmp/reformer-gpu
