@@ -20,6 +20,7 @@
 // (fixed per backend and device) the result does not depend on scheduling.
 #pragma once
 
+#include "ops/kept_buffer.hpp"
 #include "reformer/core/team_scratch.hpp"
 #include "reformer/core/types.hpp"
 
@@ -29,18 +30,11 @@ namespace reformer::ops::detail {
 
 // The blocks' sums (one buffer per type, grown when a call needs more and kept
 // until Kokkos finalises, so that a step allocates nothing after its first).
+struct ColumnSumBlocks {};  // kept_buffer's tag
 template <class T>
 View2<T> column_sum_blocks(Index blocks, Index d) {
-  static View1<T>* buffer = nullptr;
-  if (buffer == nullptr) {
-    buffer = new View1<T>();
-    Kokkos::push_finalize_hook([] { *buffer = View1<T>(); });
-  }
-  if (Index(buffer->extent(0)) < blocks * d)
-    *buffer =
-        View1<T>(Kokkos::view_alloc(std::string("column_sum_blocks"), Kokkos::WithoutInitializing),
-                 blocks * d);
-  return View2<T>(buffer->data(), blocks, d);
+  return View2<T>(kept_buffer<T, ColumnSumBlocks>("column_sum_blocks", blocks * d).data(), blocks,
+                  d);
 }
 
 // Sums finished inside one launch. Each block of rows (a team, or one

@@ -13,6 +13,7 @@
 #include "reformer/ops/linear.hpp"
 #include "support/bf16_checks.hpp"
 #include "support/checks.hpp"
+#include "support/device_blas_env.hpp"
 
 #include <gtest/gtest.h>
 

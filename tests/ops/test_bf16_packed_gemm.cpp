@@ -12,6 +12,7 @@
 #include "reformer/ops/gemm.hpp"
 #include "support/bf16_checks.hpp"
 #include "support/checks.hpp"
+#include "support/device_blas_env.hpp"
 
 #include <gtest/gtest.h>
 

@@ -20,6 +20,7 @@
 #include "reformer/ops/device_blas.hpp"
 #include "reformer/ops/gemm.hpp"
 #include "support/checks.hpp"
+#include "support/device_blas_env.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
@@ -37,39 +38,6 @@ using namespace reformer::testing;
 using ops::Trans;
 
 constexpr double kBf16Unit = 1.0 / 256.0;
-
-// Sets (or unsets, for nullptr) an environment variable until destroyed, and
-// makes the loader look again both times.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    set(value);
-  }
-  ~ScopedEnv() {
-    set(had_ ? old_.c_str() : nullptr);
-    try {
-      ops::reload_device_blas();
-    } catch (const Error&) {
-      // The variable was bad before the test: the next product reports it.
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  void set(const char* value) {
-    if (value != nullptr)
-      setenv(name_, value, 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 TEST(DeviceBlas, ReportsWhatItLoaded) {
   const auto info = ops::device_blas_info();
@@ -135,20 +103,19 @@ TEST(DeviceBlas, TheLoaderReportsABadVariable) {
     // Until the variable is fixed, every product that asks reports it again.
     expect_error<ConfigError>([] { ops::device_blas_info(); }, {"REFORMER_", path});
   }
-  {
-    ScopedEnv bad_weights("REFORMER_BF16_WEIGHTS", "sometimes");
+  // A switch with another value: a named error on device builds, unread on
+  // host builds.
+  const auto expect_refused = [](const char* name, const char* value,
+                                 const std::vector<std::string>& words) {
+    ScopedEnv bad(name, value);
     if (kHostMemory)
       EXPECT_NO_THROW(ops::reload_device_blas());
     else
-      expect_error<ConfigError>([] { ops::reload_device_blas(); },
-                                {"REFORMER_BF16_WEIGHTS=sometimes", "round or keep"});
-  }
-  ScopedEnv bad_switch("REFORMER_DEVICE_BLAS", "maybe");
-  if (kHostMemory)
-    EXPECT_NO_THROW(ops::reload_device_blas());
-  else
-    expect_error<ConfigError>([] { ops::reload_device_blas(); },
-                              {"REFORMER_DEVICE_BLAS=maybe", "on or off"});
+      expect_error<ConfigError>([] { ops::reload_device_blas(); }, words);
+  };
+  expect_refused("REFORMER_BF16_WEIGHTS", "sometimes",
+                 {"REFORMER_BF16_WEIGHTS=sometimes", "round or keep"});
+  expect_refused("REFORMER_DEVICE_BLAS", "maybe", {"REFORMER_DEVICE_BLAS=maybe", "on or off"});
 }
 
 struct Case {

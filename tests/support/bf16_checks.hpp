@@ -11,49 +11,16 @@
 
 #include "reformer/core/precision.hpp"
 #include "reformer/core/shape.hpp"
-#include "reformer/ops/device_blas.hpp"
 #include "support/gradcheck.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace reformer::testing {
-
-// REFORMER_BF16_WEIGHTS=keep for the life of this object (the loader reads it
-// again on entry and exit): GPU products of a bf16 activation and a float32
-// weight then use the weight as stored, as every host path does, so that the
-// tests of the exact-weight bounds hold on every backend. The default's
-// rounding of the weight is bounded in tests/ops/test_device_blas.cpp.
-// Nothing changes on host builds.
-class KeepFloatWeights {
- public:
-  KeepFloatWeights() {
-    const char* old = std::getenv(kName);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(kName, "keep", 1);
-    ops::reload_device_blas();
-  }
-  ~KeepFloatWeights() {
-    if (had_)
-      setenv(kName, old_.c_str(), 1);
-    else
-      unsetenv(kName);
-    ops::reload_device_blas();
-  }
-  KeepFloatWeights(const KeepFloatWeights&) = delete;
-  KeepFloatWeights& operator=(const KeepFloatWeights&) = delete;
-
- private:
-  static constexpr const char* kName = "REFORMER_BF16_WEIGHTS";
-  std::string old_;
-  bool had_ = false;
-};
 
 // bf16's unit round-off.
 constexpr double kBf16Unit = 1.0 / 256.0;

@@ -6,6 +6,7 @@
 #include "ops/tpls/device_blas.hpp"
 
 #include "core/device.hpp"
+#include "ops/kept_buffer.hpp"
 #include "ops/panel_rows.hpp"
 
 #include "reformer/core/error.hpp"
@@ -412,21 +413,12 @@ bool rounds_to_bf16(Index float_elements, Index bf16_elements) {
          (float_elements <= (Index(1) << 20) || 4 * float_elements <= bf16_elements);
 }
 
-// The rounded factors of one product or sum, in a buffer kept between products
-// (grown when a product needs more, freed when Kokkos finalises): the products
-// and the roundings run in order on one stream, so a rounding cannot overwrite
-// a factor before the vendor has read it, and a step allocates nothing.
+// The rounded factors of one product or sum (ops/kept_buffer.hpp): the vendor's
+// products run on the default stream too, so a rounding cannot overwrite a
+// factor before the vendor has read it.
+struct RoundedFactors {};  // kept_buffer's tag
 View1<bf16> rounding_buffer(Index elements) {
-  static View1<bf16>* buffer = nullptr;
-  if (buffer == nullptr) {
-    buffer = new View1<bf16>();
-    Kokkos::push_finalize_hook([] { *buffer = View1<bf16>(); });
-  }
-  if (Index(buffer->extent(0)) < elements)
-    *buffer = View1<bf16>(
-        Kokkos::view_alloc(std::string("device_blas_rounded_factors"), Kokkos::WithoutInitializing),
-        elements);
-  return *buffer;
+  return detail::kept_buffer<bf16, RoundedFactors>("device_blas_rounded_factors", elements);
 }
 
 // x rounded to bf16 into buffer from element `offset` on (unpadded rows).
