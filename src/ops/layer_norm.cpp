@@ -22,14 +22,16 @@ TeamPolicy row_lane_policy(Index n) {
 }
 
 // The rows of a block that the lanes kernel takes at a time, and the backward
-// pass's blocks of rows (both row kernels, every backend: the order of the
-// parameter sums depends on n only): about 512 blocks, so that a GPU has a
-// team for every multiprocessor several times over even for the feed-forward's
-// chunks of 1024 rows (fixed 64-row blocks gave 16 teams there, and the kernel
-// took 22% of the 16K step on an H200), from one group of rows to 64 rows a
-// block, which bounds the last block's sum over the others.
+// pass's blocks of rows (both row kernels: the order of the parameter sums
+// depends on n and the backend only). The host keeps 64-row blocks: its few
+// threads need no more, and smaller blocks lengthen the last block's serial
+// sum over the others (16-row blocks made [4096, 256] 10-15% slower on 2
+// cores). GPUs take about 512 blocks of 16 to 64 rows, so that even a
+// feed-forward chunk of 1024 rows has several teams per multiprocessor (64-row
+// blocks gave it 16 teams, and the kernel took 22% of the 16K step on an H200).
 constexpr Index kGroupRows = 4 * kRowsPerTeam;
 constexpr Index backward_block_rows(Index n) {
+  if (kHostMemory) return 64;
   const Index rows = ((n + 511) / 512 + kGroupRows - 1) / kGroupRows * kGroupRows;
   return rows < kGroupRows ? kGroupRows : rows > 64 ? 64 : rows;
 }
