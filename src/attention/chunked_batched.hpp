@@ -24,6 +24,7 @@
 #pragma once
 
 #include "reformer/attention/chunked_scratch.hpp"
+#include "reformer/core/lane_rows.hpp"
 #include "reformer/core/workspace.hpp"
 #include "reformer/ops/gemm.hpp"
 
@@ -96,29 +97,8 @@ struct ChunkIndex {
       : bh(g / n_chunks), qc(g % n_chunks), b(bh / heads), h(bh % heads) {}
 };
 
-// Every kernel below works by rows: a row per group of GpuTarget::row_lanes
-// vector lanes (a warp on NVIDIA), GpuTarget::rows_per_team rows per team, the
-// lanes along the row (d_head columns or window slots), so that the index
-// arithmetic (64-bit divisions, the window's chunk walk) runs once per row
-// rather than once per element. On the host a team is one thread with one
-// lane, which takes the team's rows in turn.
-constexpr Index kChunkRowsPerTeam = GpuTarget::rows_per_team;
-constexpr Index kChunkLanes = kHostMemory ? 1 : GpuTarget::row_lanes;
-
-// body(team, row) for every row < rows.
-template <class Body>
-void for_chunk_rows(const char* label, Index rows, const Body& body) {
-  const Index league = (rows + kChunkRowsPerTeam - 1) / kChunkRowsPerTeam;
-  const TeamPolicy policy =
-      kHostMemory ? TeamPolicy(league, 1, 1) : TeamPolicy(league, kChunkRowsPerTeam, kChunkLanes);
-  Kokkos::parallel_for(
-      label, policy, KOKKOS_LAMBDA(const TeamMember& team) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kChunkRowsPerTeam), [&](Index r) {
-          const Index row = team.league_rank() * kChunkRowsPerTeam + r;
-          if (row < rows) body(team, row);
-        });
-      });
-}
+// Every kernel below works by rows (core/lane_rows.hpp): the lanes along the
+// row (d_head columns or window slots).
 
 // Gathers the slice's queries (and, in the backward, dout at their
 // positions), its windows' scaled keys and values, and their positions.
@@ -131,7 +111,7 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
   const bool backward = dout.extent(0) > 0;
   const auto s = slice;
   const auto input = in;
-  for_chunk_rows(
+  for_lane_rows(
       "chunk_batched_gather", slice.count * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
         const Index row = e % rows, n = e / rows;
         const ChunkIndex at(first + n, n_chunks, input.heads);
@@ -180,7 +160,7 @@ void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
   const Index n_chunks = in.window.n_chunks, first = slice.first;
   const auto s = slice;
   const auto input = in;
-  for_chunk_rows(
+  for_lane_rows(
       "chunk_batched_softmax", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index n = row / c, i = row % c;
         const ChunkIndex at(first + n, n_chunks, input.heads);
@@ -221,7 +201,7 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const Index c = in.window.chunk, dh = in.d_head, n_chunks = in.window.n_chunks;
   const Index first = slice.first, heads = in.heads;
   const auto s = slice;
-  for_chunk_rows(
+  for_lane_rows(
       "chunk_batched_outputs", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index n = row / c, i = row % c;
         const ChunkIndex at(first + n, n_chunks, heads);
@@ -246,7 +226,7 @@ void chunk_score_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const bool dropout = in.dropout.rate > 0.0;
   const auto s = slice;
   const auto input = in;
-  for_chunk_rows(
+  for_lane_rows(
       "chunk_batched_score_grad", slice.count * c,
       KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index n = row / c, i = row % c;
@@ -301,20 +281,20 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
   const Index bh0 = first / n_chunks, bh1 = (end - 1) / n_chunks + 1;
   const auto s = slice;
   const auto input = in;
-  // Each lane sums its own columns (lane, lane + kChunkLanes, ...) in registers;
+  // Each lane sums its own columns (lane, lane + kRowLanes, ...) in registers;
   // every lane walks the position's slots itself (on a GPU the candidate
   // search runs once per lane, not once per row as in the other kernels).
-  constexpr Index kColumns = (kMaxHeadDim + kChunkLanes - 1) / kChunkLanes;
-  for_chunk_rows(
+  constexpr Index kColumns = (kMaxHeadDim + kRowLanes - 1) / kRowLanes;
+  for_lane_rows(
       "chunk_batched_grad_reduce", (bh1 - bh0) * length,
       KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index i = row % length, bh = bh0 + row / length;
         const Index b = bh / heads, h = bh % heads, nb = input.window.n_before;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kChunkLanes), [&](Index lane) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
           C sq[kColumns], sk[kColumns], sv[kColumns];
           for (Index j = 0; j < kColumns; ++j) sq[j] = sk[j] = sv[j] = C(0);
           const auto add = [&](C* sums, const C* from) {
-            for (Index j = 0, x = lane; x < dh; ++j, x += kChunkLanes) sums[j] += from[x];
+            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) sums[j] += from[x];
           };
           // Window slot `slot` of query chunk qc, if it is in the slice.
           const auto add_slot = [&](Index qc, Index slot) {
@@ -349,7 +329,7 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
           T* to_q = &dq(b, i, h, 0);
           T* to_k = &dk_scaled(b, i, h, 0);
           T* to_v = &dv(b, i, h, 0);
-          for (Index j = 0, x = lane; x < dh; ++j, x += kChunkLanes) {
+          for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) {
             to_q[x] = store<T>(load(to_q[x]) + sq[j]);
             to_k[x] = store<T>(load(to_k[x]) + sk[j]);
             to_v[x] = store<T>(load(to_v[x]) + sv[j]);

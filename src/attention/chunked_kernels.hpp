@@ -35,6 +35,7 @@
 // (n_before + 1) * rounds windows).
 #pragma once
 
+#include "attention/item_rows.hpp"
 #include "attention/tiled/backward.hpp"
 #include "attention/tiled/online_softmax.hpp"
 #include "attention/tiled/tile_loads.hpp"
@@ -801,13 +802,18 @@ void run_forward_chunks(const char* label, const ChunkedInputs<T>& in, ItemView<
 template <class T>
 void item_dot(ItemView<const T> a, ItemView<const T> b, ItemScalars<compute_t<T>> out) {
   using C = compute_t<T>;
-  const Index n = a.extent(0) * a.extent(1) * a.extent(2), dh = a.extent(3);
-  auto fa = Kokkos::View<const T**, Layout, MemSpace>(a.data(), n, dh);
-  auto fb = Kokkos::View<const T**, Layout, MemSpace>(b.data(), n, dh);
-  auto fo = Kokkos::View<C*, Layout, MemSpace>(out.data(), n);
-  Kokkos::parallel_for(
-      "attention_item_dot", range(n),
-      KOKKOS_LAMBDA(Index i) { fo(i) = dot_values(&fa(i, 0), &fb(i, 0), dh); });
+  const Index dh = a.extent(3);
+  for_items(
+      "attention_item_dot", a.extent(0), a.extent(1), a.extent(2),
+      KOKKOS_LAMBDA(const ItemIndex& at) {
+        out(at.b, at.i, at.h) = dot_values(&a(at.b, at.i, at.h, 0), &b(at.b, at.i, at.h, 0), dh);
+      },
+      KOKKOS_LAMBDA(const TeamMember& team, const ItemIndex& at) {
+        const T* x = &a(at.b, at.i, at.h, 0);
+        const T* y = &b(at.b, at.i, at.h, 0);
+        const C dot = lane_sum<C>(team, dh, [&](Index d) { return C(load(x[d])) * load(y[d]); });
+        Kokkos::single(Kokkos::PerThread(team), [&] { out(at.b, at.i, at.h) = dot; });
+      });
 }
 
 // Runs the backward: dq, dk_scaled and dv are zeroed and then accumulated

@@ -52,8 +52,13 @@ KOKKOS_INLINE_FUNCTION int combined_bucket(const C* p, Index factors, Index b1, 
 // Buckets of every (batch, position, head, round) (combined_bucket). Padding
 // positions get bucket n_buckets.
 // One team hashes kRows positions of one (batch, head, round): the rotation
-// [d_head, width] and the projections [kRows, width] live in scratch, and the
-// projection loop runs over contiguous rotation columns so that it vectorises.
+// [d_head, width] and the projections [kRows, width] live in scratch.
+// `elements` (TileLoops::elements, the GPUs' default): the team's threads
+// take the loads and the projections' sums an element each, neighbouring
+// threads on neighbouring columns, the rows staged in scratch; else a thread
+// takes a row and its projection loop runs over contiguous rotation columns,
+// so that it vectorises (the host's default). The sums are added in another
+// order, so the two agree on every bucket but a near-tie's.
 template <class T>
 struct HashKernel {
   using C = compute_t<T>;
@@ -63,34 +68,57 @@ struct HashKernel {
   Kokkos::View<const int**, Layout, MemSpace> key_valid;
   IntView2 buckets;
   Index length, heads, rounds, d_head, width, factors, b1, b2;
+  bool elements = false;
   int level = 0;
 
   Index row_blocks() const { return (length + kRows - 1) / kRows; }
   size_t scratch_bytes() const {
-    return ScratchMatrix<C>::shmem_size(d_head, width) + ScratchMatrix<C>::shmem_size(kRows, width);
+    return ScratchMatrix<C>::shmem_size(d_head, width) +
+           ScratchMatrix<C>::shmem_size(kRows, width) +
+           (elements ? ScratchMatrix<C>::shmem_size(kRows, d_head) : 0);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const Index blocks = (length + kRows - 1) / kRows;
     const Index block = team.league_rank() % blocks, r = team.league_rank() / blocks % rounds;
     const Index bh = team.league_rank() / (blocks * rounds), b = bh / heads, h = bh % heads;
+    const Index first = block * kRows, rows = first + kRows < length ? kRows : length - first;
     const auto scratch = team.team_scratch(level);
     ScratchMatrix<C> rt(scratch, d_head, width), proj(scratch, kRows, width);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
-      for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
-    });
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRows), [&](Index row) {
-      const Index i = block * kRows + row;
-      if (i >= length) return;
-      if (key_valid.extent(0) && key_valid(b, i) == 0) {
-        buckets(bh, r * length + i) = int(b1 * b2);
-        return;
-      }
-      C* p = &proj(row, 0);
-      for (Index c = 0; c < width; ++c) p[c] = 0;
-      accumulate_rows(p, &rt(0, 0), width, &qk(b, i, h, 0), 1, d_head, width);
-      buckets(bh, r * length + i) = combined_bucket(p, factors, b1, b2);
+    const auto padding = [&](Index row) {
+      return key_valid.extent(0) && key_valid(b, first + row) == 0;
+    };
+    if (elements) {
+      ScratchMatrix<C> q(scratch, kRows, d_head);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head * width), [&](Index e) {
+        rt(e / width, e % width) = rot(h, e / width, r, e % width);
+      });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * d_head), [&](Index e) {
+        q(e / d_head, e % d_head) = load(qk(b, first + e / d_head, h, e % d_head));
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * width), [&](Index e) {
+        const Index row = e / width, c = e % width;
+        C sum = 0;
+        for (Index d = 0; d < d_head; ++d) sum += q(row, d) * rt(d, c);
+        proj(row, c) = sum;
+      });
+      team.team_barrier();
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index d) {
+        for (Index c = 0; c < width; ++c) rt(d, c) = rot(h, d, r, c);
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
+        if (padding(row)) return;
+        C* p = &proj(row, 0);
+        for (Index c = 0; c < width; ++c) p[c] = 0;
+        accumulate_rows(p, &rt(0, 0), width, &qk(b, first + row, h, 0), 1, d_head, width);
+      });
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index row) {
+      buckets(bh, r * length + first + row) =
+          padding(row) ? int(b1 * b2) : combined_bucket(&proj(row, 0), factors, b1, b2);
     });
   }
 };
@@ -426,10 +454,13 @@ void lsh_hash(In4<T> qk, In4<compute_t<T>> rotations, const LshAttentionConfig& 
   const Index b1 = factors[0], b2 = factors.size() > 1 ? factors[1] : 1;
   HashKernel<T> hash{qk, rotations, masks.key_valid,       buckets, length, heads, rounds,
                      dh, width,     Index(factors.size()), b1,      b2};
+  hash.elements = tile_loops() == TileLoops::elements;
   const size_t hash_bytes = hash.scratch_bytes();
   hash.level = scratch_level(hash_bytes);
-  Kokkos::parallel_for("lsh_hash",
-                       team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes), hash);
+  Kokkos::parallel_for(
+      "lsh_hash",
+      team_policy(batch * heads * rounds * hash.row_blocks(), hash_bytes, hash.elements ? 128 : 0),
+      hash);
 }
 
 template <class T>
@@ -539,48 +570,63 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
   // Unsort and combine the rounds (one softmax over the union of the rounds'
   // windows): LSE_i = logsumexp_r lse_i^r,  out_i = sum_r exp(lse_i^r - LSE_i) o_i^r.
   auto undo = plan.undo;
-  Kokkos::parallel_for(
-      "lsh_combine_rounds", range(batch * length * heads), KOKKOS_LAMBDA(Index idx) {
-        // Item `at` is (batch b, position i, head h), heads fastest.
-        const auto split = [&](Index at, Index& b, Index& i, Index& h) {
-          h = at % heads;
-          i = at / heads % length;
-          b = at / (heads * length);
-        };
-        Index b, i, h;
-        split(idx + 8 < batch * length * heads ? idx + 8 : idx, b, i, h);
+  // The rounds' weights of item (b, i, h) relative to the largest round, so
+  // that rounds with equal logsumexps get exactly equal weights whatever their
+  // magnitude: w[r] = exp(lse^r - m) / total; os[r], its rows of out_sorted.
+  // Returns LSE_i.
+  const auto weigh = KOKKOS_LAMBDA(const detail::ItemIndex& at, C* w, const T** os) {
+    const Index bh = at.b * heads + at.h;
+    C m = lse_sorted(at.b, undo(bh, at.i), at.h);
+    for (Index r = 1; r < rounds; ++r)
+      m = compat::fmax(m, lse_sorted(at.b, undo(bh, r * length + at.i), at.h));
+    C total = 0;
+    for (Index r = 0; r < rounds; ++r)
+      total += compat::exp(lse_sorted(at.b, undo(bh, r * length + at.i), at.h) - m);
+    const C inverse = C(1) / total;
+    for (Index r = 0; r < rounds; ++r) {
+      const Index s = undo(bh, r * length + at.i);
+      w[r] = compat::exp(lse_sorted(at.b, s, at.h) - m) * inverse;
+      os[r] = &out_sorted(at.b, s, at.h, 0);
+    }
+    return m + compat::log(total);
+  };
+  // Each output element is summed over the rounds in registers, in round
+  // order, and rounded once: both forms give the same bits.
+  detail::for_items(
+      "lsh_combine_rounds", batch, length, heads,
+      KOKKOS_LAMBDA(const detail::ItemIndex& at) {
         // The rounds' sorted rows of the item 8 ahead, asked of the cache (they
         // are scattered): it halves this kernel's time on a CPU.
-        for (Index r = 0; r < rounds; ++r)
-          prefetch_bytes(&out_sorted(b, undo(b * heads + h, r * length + i), h, 0),
-                         dh * Index(sizeof(T)));
-        split(idx, b, i, h);
-        const Index bh = b * heads + h;
-        C m = lse_sorted(b, undo(bh, i), h);
-        for (Index r = 1; r < rounds; ++r)
-          m = compat::fmax(m, lse_sorted(b, undo(bh, r * length + i), h));
-        C total = 0;
-        for (Index r = 0; r < rounds; ++r)
-          total += compat::exp(lse_sorted(b, undo(bh, r * length + i), h) - m);
-        // Weights relative to the largest round, so that rounds with equal
-        // logsumexps get exactly equal weights whatever their magnitude.
-        // Each output element is summed over the rounds in registers and
-        // rounded once.
-        const C inverse = C(1) / total;
+        const Index ahead = at.b * length * heads + at.i * heads + at.h + 8;
+        if (ahead < batch * length * heads) {
+          const detail::ItemIndex next(ahead, length, heads);
+          for (Index r = 0; r < rounds; ++r)
+            prefetch_bytes(
+                &out_sorted(next.b, undo(next.b * heads + next.h, r * length + next.i), next.h, 0),
+                dh * Index(sizeof(T)));
+        }
         C w[kMaxHashes];
         const T* os[kMaxHashes];
-        for (Index r = 0; r < rounds; ++r) {
-          const Index s = undo(bh, r * length + i);
-          w[r] = compat::exp(lse_sorted(b, s, h) - m) * inverse;
-          os[r] = &out_sorted(b, s, h, 0);
-        }
-        T* o = &out(b, i, h, 0);
+        const C total_lse = weigh(at, w, os);
+        T* o = &out(at.b, at.i, at.h, 0);
         for (Index d = 0; d < dh; ++d) {
           C sum = 0;
           for (Index r = 0; r < rounds; ++r) sum += w[r] * load(os[r][d]);
           o[d] = store<T>(sum);
         }
-        lse(b, i, h) = m + compat::log(total);
+        lse(at.b, at.i, at.h) = total_lse;
+      },
+      KOKKOS_LAMBDA(const TeamMember& team, const detail::ItemIndex& at) {
+        C w[kMaxHashes];
+        const T* os[kMaxHashes];
+        const C total_lse = weigh(at, w, os);
+        T* o = &out(at.b, at.i, at.h, 0);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index d) {
+          C sum = 0;
+          for (Index r = 0; r < rounds; ++r) sum += w[r] * load(os[r][d]);
+          o[d] = store<T>(sum);
+        });
+        Kokkos::single(Kokkos::PerThread(team), [&] { lse(at.b, at.i, at.h) = total_lse; });
       });
 }
 

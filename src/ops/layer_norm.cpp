@@ -3,6 +3,7 @@
 #include "ops/column_sums.hpp"
 #include "reformer/core/cpu_target.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/lane_rows.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/core/team_scratch.hpp"
 #include "reformer/core/vector_loops.hpp"
@@ -10,17 +11,9 @@
 namespace reformer::ops {
 namespace {
 
-// RowKernels::lanes (core/team_scratch.hpp): teams of GpuTarget::rows_per_team
-// rows, each row on GpuTarget::row_lanes vector lanes. A host team is one
-// thread with one lane, which takes the team's rows in turn (the same kernel,
-// run serially: what the tests check).
-constexpr int kRowsPerTeam = GpuTarget::rows_per_team;
-TeamPolicy row_lane_policy(Index n) {
-  const Index league = (n + kRowsPerTeam - 1) / kRowsPerTeam;
-  return kHostMemory ? TeamPolicy(league, 1, 1)
-                     : TeamPolicy(league, kRowsPerTeam, GpuTarget::row_lanes);
-}
-
+// RowKernels::lanes (core/team_scratch.hpp): rows on lanes as
+// core/lane_rows.hpp lays them out.
+constexpr Index kRowsPerTeam = kLaneRowsPerTeam;
 // The rows of a block that the lanes kernel takes at a time, and the backward
 // pass's blocks of rows (both row kernels: the order of the parameter sums
 // depends on n and the backend only). The host keeps 64-row blocks: its few
@@ -88,32 +81,20 @@ void layer_norm_forward(In2<T> x, In1<param_t<T>> gamma, In1<param_t<T>> beta, c
     return;
   }
   // A row per group of lanes: the mean and the variance are lane reductions.
-  Kokkos::parallel_for(
-      "layer_norm_forward", row_lane_policy(n), KOKKOS_LAMBDA(const TeamMember& team) {
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowsPerTeam), [&](Index r) {
-          const Index i = team.league_rank() * kRowsPerTeam + r;
-          if (i >= n) return;
-          C sum = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, d), [&](Index j, C& acc) { acc += load(x(i, j)); },
-              sum);
-          const C mu = sum / C(d);
-          C sq = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, d),
-              [&](Index j, C& acc) {
-                const C c = load(x(i, j)) - mu;
-                acc += c * c;
-              },
-              sq);
-          const C rs = C(1) / compat::sqrt(sq / C(d) + eps);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
-            y(i, j) = store<T>((load(x(i, j)) - mu) * rs * gamma(j) + beta(j));
-          });
-          Kokkos::single(Kokkos::PerThread(team), [&] {
-            mean(i) = mu;
-            rstd(i) = rs;
-          });
+  for_lane_rows(
+      "layer_norm_forward", n, KOKKOS_LAMBDA(const TeamMember& team, Index i) {
+        const C mu = lane_sum<C>(team, d, [&](Index j) { return C(load(x(i, j))); }) / C(d);
+        const C sq = lane_sum<C>(team, d, [&](Index j) {
+          const C c = load(x(i, j)) - mu;
+          return c * c;
+        });
+        const C rs = C(1) / compat::sqrt(sq / C(d) + eps);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
+          y(i, j) = store<T>((load(x(i, j)) - mu) * rs * gamma(j) + beta(j));
+        });
+        Kokkos::single(Kokkos::PerThread(team), [&] {
+          mean(i) = mu;
+          rstd(i) = rs;
         });
       });
 }
@@ -197,9 +178,8 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
   // team's lanes across the features for dx and the parameter sums, kGroupRows
   // rows at a time; dx may be dy: each lane reads its elements of dy before it
   // writes the same elements of dx.
-  const Index lanes = kHostMemory ? 1 : GpuTarget::row_lanes;
-  TeamPolicy policy = kHostMemory ? TeamPolicy(n_blocks, 1, 1)
-                                  : TeamPolicy(n_blocks, kRowsPerTeam, GpuTarget::row_lanes);
+  const Index lanes = kRowLanes;
+  TeamPolicy policy = lane_row_policy(n_blocks);
   policy.set_scratch_size(0, Kokkos::PerTeam(2 * kGroupRows * sizeof(C)));
   Kokkos::parallel_for(
       "layer_norm_backward", policy, KOKKOS_LAMBDA(const TeamMember& team) {
@@ -214,16 +194,11 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](Index r) {
             const Index i = g0 + r;
             const C mu = mean(i), rs = rstd(i);
-            C sum_g = 0, sum_gx = 0;
-            Kokkos::parallel_reduce(
-                Kokkos::ThreadVectorRange(team, d),
-                [&](Index j, C& acc) { acc += load(dy(i, j)) * gamma(j); }, sum_g);
-            Kokkos::parallel_reduce(
-                Kokkos::ThreadVectorRange(team, d),
-                [&](Index j, C& acc) {
-                  acc += load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * rs;
-                },
-                sum_gx);
+            const C sum_g =
+                lane_sum<C>(team, d, [&](Index j) { return load(dy(i, j)) * gamma(j); });
+            const C sum_gx = lane_sum<C>(team, d, [&](Index j) {
+              return load(dy(i, j)) * gamma(j) * (load(x(i, j)) - mu) * rs;
+            });
             Kokkos::single(Kokkos::PerThread(team), [&] {
               row_sums[2 * r] = sum_g / C(d);
               row_sums[2 * r + 1] = sum_gx / C(d);

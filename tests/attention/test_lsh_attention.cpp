@@ -363,6 +363,63 @@ TEST(LshAttention, BatchedChunksWithPaddingDuplicateCorrectionAndDropout) {
   check_batched_lsh(all, "duplicate correction, dropout");
 }
 
+// The GPUs' shapes of the kernels around the chunks (hashing by element,
+// TileLoops::elements; the rounds' combination, the shared keys' scale and
+// gradient and D_i = dout . out on lanes, RowKernels::lanes) on the host
+// against the host's shapes: the same buckets, outputs and gradients to
+// rounding (the keys' scales sum their squares in another order); then the plain
+// reference and finite differences in the GPUs' shapes.
+template <class Case>
+void check_gpu_row_shapes(Case& c, const std::string& what) {
+  std::vector<int> buckets;
+  std::vector<double> out, lse, dqk, dv;
+  const auto run = [&] {
+    Kokkos::deep_copy(c.out, 7.0);
+    c.backward();
+    auto b = Kokkos::create_mirror_view_and_copy(HostSpace(), c.plan.buckets);
+    buckets.assign(b.data(), b.data() + b.size());
+    out = to_host(c.out), lse = to_host(c.lse), dqk = to_host(c.dqk), dv = to_host(c.dv);
+  };
+  {
+    const ScopedTileLoops rows(TileLoops::rows);
+    const ScopedRowKernels threads(RowKernels::threads);
+    run();
+  }
+  const auto host_buckets = buckets;
+  const auto host_out = out, host_lse = lse, host_dqk = dqk, host_dv = dv;
+  const ScopedTileLoops elements(TileLoops::elements);
+  const ScopedRowKernels lanes(RowKernels::lanes);
+  run();
+  EXPECT_EQ(buckets, host_buckets) << what;
+  EXPECT_LT(relative_error(out, host_out), 1e-13) << what;
+  EXPECT_LT(relative_error(lse, host_lse), 1e-13) << what;
+  EXPECT_LT(relative_error(dqk, host_dqk), 1e-13) << what;
+  EXPECT_LT(relative_error(dv, host_dv), 1e-13) << what;
+  if (c.call.dropout.rate == 0.0 && !c.config.duplicate_correction)
+    EXPECT_LT(relative_error(out, c.reference()), 1e-12) << what;
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss, kSampledPoints), 1e-6) << what;
+  EXPECT_LT(gradient_error(c.v, c.dv, loss, kSampledPoints), 1e-6) << what;
+}
+
+TEST(LshAttention, GpuRowShapesMatchHostShapesReferenceAndFiniteDifferences) {
+  for (const bool causal : {false, true})
+    for (const Index hashes : {1, 2, 3, 8}) {
+      LshCase c(4, hashes, {4}, causal);
+      check_gpu_row_shapes(
+          c, "chunk 4, " + std::to_string(hashes) + " hashes" + (causal ? ", causal" : ""));
+    }
+  LshCaseOf<20, 96> partial(24, 2, {4, 6}, true);
+  check_gpu_row_shapes(partial, "chunk 24, d_head 20, buckets 4 x 6 (96 positions: 3 blocks)");
+  LshCaseOf<4, 128> padded(32, 2, {}, true);
+  padded.pad({{0, 0}, {1, 70}, {1, 127}});
+  check_gpu_row_shapes(padded, "padding");
+  LshCase all(4, 3, {4}, false);
+  all.config.duplicate_correction = true;
+  all.call.dropout = {0.2, {3, 3}};
+  check_gpu_row_shapes(all, "duplicate correction, dropout");
+}
+
 // A chunk as long as the sequence, or longer (item 12 of the reference: then
 // LSH attention is plain shared-QK attention with the self-mask).
 TEST(LshAttention, SingleChunkIsSharedQkFullAttentionWithSelfMask) {

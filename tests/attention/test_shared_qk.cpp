@@ -3,6 +3,7 @@
 // backward against finite differences.
 #include "reformer/attention/shared_qk.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,40 @@ TEST(SharedKeys, MatchTheFormulaAndTheOneKernelFormMatchesTheTwoKernelOne) {
 TEST(SharedKeys, BackwardMatchesFiniteDifferences) {
   SharedKeysCase c;
   c.loss();
+  Kokkos::deep_copy(c.dqk, 0.0);
+  attention::shared_keys_backward<double>(c.qk, c.scale, c.r, c.dqk);
+  auto loss = [&] { return c.loss(); };
+  EXPECT_LT(gradient_error(c.qk, c.dqk, loss), 1e-7);
+}
+
+// The GPUs' form (RowKernels::lanes: a row per group of lanes, the row sums
+// across the lanes) on the host against the thread-per-row form: the same
+// scales, keys and gradients to rounding, and its backward against finite
+// differences.
+TEST(SharedKeys, LanesFormMatchesThreadFormAndFiniteDifferences) {
+  SharedKeysCase c;
+  View4<double> fused("fused", c.batch, c.length, c.heads, c.d);
+  const auto run = [&] {
+    c.loss();
+    attention::shared_keys<double>(c.qk, fused);
+    Kokkos::deep_copy(c.dqk, 0.5);
+    attention::shared_keys_backward<double>(c.qk, c.scale, c.r, c.dqk);
+    return std::vector<std::vector<double>>{to_host(c.scale), to_host(c.k), to_host(fused),
+                                            to_host(c.dqk)};
+  };
+  std::vector<std::vector<double>> threads, lanes;
+  {
+    const ScopedRowKernels scoped(RowKernels::threads);
+    threads = run();
+  }
+  const ScopedRowKernels scoped(RowKernels::lanes);
+  lanes = run();
+  const char* names[] = {"scale", "keys", "one-kernel keys", "dqk"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_LT(relative_error(lanes[i], threads[i]), 1e-14) << names[i];
+    EXPECT_NE(lanes[i], std::vector<double>(lanes[i].size(), 0.0)) << names[i];
+  }
+  EXPECT_EQ(lanes[1], lanes[2]) << "the one-kernel keys equal the two-kernel ones";
   Kokkos::deep_copy(c.dqk, 0.0);
   attention::shared_keys_backward<double>(c.qk, c.scale, c.r, c.dqk);
   auto loss = [&] { return c.loss(); };

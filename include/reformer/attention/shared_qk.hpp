@@ -16,14 +16,19 @@
 namespace reformer::attention {
 
 namespace detail {
-// a_i / sqrt(d_head) of the query x (d_head values): the factor that turns q_i
-// into k_i. Every kernel that forms shared keys calls this one.
+// a_i / sqrt(d_head) from the sum of the squares of the query's d_head values:
+// the factor that turns q_i into k_i. Every kernel that forms shared keys
+// calls this one (through shared_key_factor, or with a sum over lanes).
+template <class C>
+KOKKOS_INLINE_FUNCTION C shared_key_factor_of_squares(C sum_squares, Index dh) {
+  constexpr double kNormEps = 1e-6;
+  return C(1) / compat::sqrt(sum_squares / dh + C(kNormEps)) / compat::sqrt(C(dh));
+}
+// The same from the query x itself.
 template <class T>
 KOKKOS_INLINE_FUNCTION compute_t<T> shared_key_factor(const T* x, Index dh) {
-  using C = compute_t<T>;
-  constexpr double kNormEps = 1e-6;
-  const C sq = dot_values(x, x, dh);  // eight partial sums: vectorises
-  return C(1) / compat::sqrt(sq / dh + C(kNormEps)) / compat::sqrt(C(dh));
+  // eight partial sums: vectorises
+  return shared_key_factor_of_squares(dot_values(x, x, dh), dh);
 }
 }  // namespace detail
 

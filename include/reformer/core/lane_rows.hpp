@@ -1,0 +1,48 @@
+// Kernels that work by rows (layer norm, the batched chunk kernels, the LSH
+// and shared-QK kernels over (batch, position, head) items of d_head values):
+// a row per group of GpuTarget::row_lanes vector lanes (a warp on NVIDIA),
+// GpuTarget::rows_per_team rows per team, the lanes along the row, so that a
+// warp reads and writes one row's contiguous values at once and the index
+// arithmetic runs once per row, not once per element (RowKernels::lanes,
+// core/team_scratch.hpp). On the host a team is one thread with one lane,
+// which takes the team's rows in turn: the same kernel, run serially, which
+// is what the host tests check.
+#pragma once
+
+#include "reformer/core/cpu_target.hpp"
+#include "reformer/core/team_scratch.hpp"
+
+namespace reformer {
+
+constexpr Index kLaneRowsPerTeam = GpuTarget::rows_per_team;
+constexpr Index kRowLanes = kHostMemory ? 1 : GpuTarget::row_lanes;
+
+// `teams` teams of kLaneRowsPerTeam threads with kRowLanes lanes each.
+inline TeamPolicy lane_row_policy(Index teams) {
+  return kHostMemory ? TeamPolicy(teams, 1, 1)
+                     : TeamPolicy(teams, int(kLaneRowsPerTeam), int(kRowLanes));
+}
+
+// body(team, row) for every row < rows, a row per thread's group of lanes.
+template <class Body>
+void for_lane_rows(const char* label, Index rows, const Body& body) {
+  const Index teams = (rows + kLaneRowsPerTeam - 1) / kLaneRowsPerTeam;
+  Kokkos::parallel_for(
+      label, lane_row_policy(teams), KOKKOS_LAMBDA(const TeamMember& team) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kLaneRowsPerTeam), [&](Index r) {
+          const Index row = team.league_rank() * kLaneRowsPerTeam + r;
+          if (row < rows) body(team, row);
+        });
+      });
+}
+
+// The sum of f(j) for j < n over the row's lanes (every lane gets it).
+template <class C, class F>
+KOKKOS_INLINE_FUNCTION C lane_sum(const TeamMember& team, Index n, const F& f) {
+  C sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, n), [&](Index j, C& acc) { acc += f(j); }, sum);
+  return sum;
+}
+
+}  // namespace reformer
