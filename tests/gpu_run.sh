@@ -17,7 +17,8 @@
 #       against rerunning the model, the chunked kernels' two shapes
 #       (REFORMER_CHUNKED_KERNEL=whole|streamed), the tiles' passes by rows
 #       and by elements (REFORMER_TILE_LOOPS=rows|elements), exact attention's
-#       two GPU tilings (REFORMER_EXACT_TILES=gpu|gpu-wide), and kernel profiles
+#       two GPU tilings (REFORMER_EXACT_TILES=gpu|gpu-wide) and its batched
+#       shape (REFORMER_EXACT_PRODUCTS=batched), and kernel profiles
 #       (REFORMER_KERNEL_PROFILE, core/kernel_profile.hpp) of the 6-layer step
 #       and of exact attention, kernel by kernel; BENCH_PARTS="gemm team ..."
 #       runs only the parts named (see `parts=` below) for a short lease;
@@ -291,15 +292,28 @@ part_tiles() {
   # tiles with 1 x 4 blocks, or the wide one (a 32 x 32 forward with 4 x 4
   # blocks), the latter at three team sizes (0: its own, 128).
   echo "== exact attention's tilings (REFORMER_EXACT_TILES; gpu is the default): the exact layer at 4K and 16K"
-  for setting in gpu:0 gpu-wide:0 gpu-wide:64 gpu-wide:256; do
+  for setting in gpu:0 gpu-wide:0 gpu-wide:64; do
     echo "tiles ${setting%:*} team size ${setting#*:}" | tee -a "$out/exact_tiles.txt"
     time_layers exact_tiles.txt 90 '^BM_AttentionLayer/3/(4096|16384)/' \
       REFORMER_EXACT_TILES="${setting%:*}" REFORMER_TEAM_SIZE="${setting#*:}"
+  done
+  # The batched shape (REFORMER_EXACT_PRODUCTS=batched: slices of query rows on
+  # the vendor's strided-batched products) with two slice budgets (MiB of
+  # scores; the layer's peak counts them).
+  for mib in 64 16; do
+    echo "products batched, slices of $mib MiB" | tee -a "$out/exact_tiles.txt"
+    time_layers exact_tiles.txt 90 '^BM_AttentionLayer/3/(4096|16384)/' \
+      REFORMER_EXACT_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=$mib
   done
   REFORMER_EXACT_TILES=gpu-wide REFORMER_KERNEL_PROFILE="$out/profile_exact16k_wide.txt" \
     timeout 100 "$pkg/run/reformer" memory --variants exact --lengths 16384 --steps 0 \
     --out "$out/profile_exact_wide" >/dev/null
   head -n 12 "$out/profile_exact16k_wide.txt"
+  REFORMER_EXACT_PRODUCTS=batched REFORMER_KERNEL_PROFILE="$out/profile_exact16k_batched.txt" \
+    timeout 100 "$pkg/run/reformer" memory --variants exact --lengths 16384 --steps 0 \
+    --out "$out/profile_exact_batched" >/dev/null
+  head -n 12 "$out/profile_exact16k_batched.txt"
+  tail -n 1 "$out/profile_exact16k_batched.txt"
 }
 part_lsh_peer() {
   echo "== reformer-pytorch's LSHSelfAttention layer (2 rounds, bucket 64, causal)"

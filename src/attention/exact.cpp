@@ -15,6 +15,7 @@
 
 #include "attention/attention_checks.hpp"
 #include "attention/chunked_kernels.hpp"
+#include "attention/exact_batched.hpp"
 #include "attention/tiled/backward.hpp"
 #include "attention/tiled/online_softmax.hpp"
 #include "reformer/core/instantiate.hpp"
@@ -712,6 +713,51 @@ ExactInputs<T, Shape> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAtte
 
 }  // namespace
 
+namespace {
+ExactProducts& exact_products_setting() {
+  static ExactProducts products = reformer::detail::environment_choice(
+      "REFORMER_EXACT_PRODUCTS", {"fused", "batched"},
+      {ExactProducts::fused, ExactProducts::batched}, ExactProducts::fused);
+  return products;
+}
+
+// The batched shape's inputs (float and double tensors).
+template <class T>
+detail::ExactBatchedInputs<T> exact_batched_inputs(In4<T> q, In4<T> k, In4<T> v,
+                                                   const ExactAttentionConfig& config,
+                                                   const AttentionCall& call) {
+  detail::ExactBatchedInputs<T> x;
+  x.in.q = q;
+  x.in.k = k;
+  x.in.v = v;
+  x.in.key_valid = call.masks.key_valid;
+  x.in.causal = call.masks.causal;
+  x.in.self_mask = config.self_mask;
+  x.in.length = q.extent(1);
+  x.in.heads = q.extent(2);
+  x.in.d_head = q.extent(3);
+  x.in.dropout = call.dropout;
+  x.lq = q.extent(1);
+  x.lk = k.extent(1);
+  x.scale = detail::dense_score_scale<compute_t<T>>(config, q.extent(3));
+  return x;
+}
+}  // namespace
+
+ExactProducts exact_products() { return exact_products_setting(); }
+void set_exact_products(ExactProducts products) { exact_products_setting() = products; }
+const char* exact_products_name(ExactProducts products) {
+  return products == ExactProducts::batched ? "batched" : "fused";
+}
+
+ExactBatchedBytes exact_batched_bytes(Index heads, Index length_q, Index length_k,
+                                      std::size_t compute_bytes, bool reduced_precision,
+                                      std::size_t budget) {
+  if (exact_products() != ExactProducts::batched || reduced_precision) return {};
+  const auto slices = detail::exact_slices(heads, length_q, length_k, compute_bytes, budget);
+  return {slices.bytes, slices.bytes};
+}
+
 ExactTilingInfo exact_tiling_info(ExactTiles tiles, Index d_head) {
   ExactTilingInfo info;
   with_tiling<float>(tiles, [&](auto tiling) {
@@ -750,6 +796,13 @@ void exact_attention_forward(In4<T> q, In4<T> k, In4<T> v, const ExactAttentionC
   detail::check_dense_inputs(op, q, k, v, config, call);
   require_same_shape(op, "q", q, "out", out);
   detail::check_lse(op, lse, q);
+  if constexpr (!is_reduced_precision<T>) {
+    if (exact_products() == ExactProducts::batched) {
+      detail::exact_batched_forward<T>(exact_batched_inputs<T>(q, k, v, config, call), out, lse,
+                                       q.extent(0));
+      return;
+    }
+  }
   Workspace::Frame frame(workspace);
   with_tiling<compute_t<T>>(exact_tiles(), [&](auto tiling) {
     using Tiling = decltype(tiling);
@@ -780,6 +833,13 @@ void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<comp
   Workspace::Frame frame(workspace);
   auto delta = frame.take<View3<C>>(lse.extent(0), lse.extent(1), lse.extent(2));
   detail::item_dot<T>(dout, out, delta);
+  if constexpr (!is_reduced_precision<T>) {
+    if (exact_products() == ExactProducts::batched) {
+      detail::exact_batched_backward<T>(exact_batched_inputs<T>(q, k, v, config, call), delta, dout,
+                                        dq, dk, dv);
+      return;
+    }
+  }
   const Index bhs = Index(q.extent(0)) * q.extent(2);
   const bool one_pass = exact_backward_one_pass(bhs, ExecSpace().concurrency(), schedule);
   View4<C> dq_sum;

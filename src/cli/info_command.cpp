@@ -109,6 +109,14 @@ int run_info(const GlobalOptions& global) {
         kernel(info.queries).c_str(),
         info.team_size > 0 ? std::to_string(info.team_size).c_str() : "AUTO");
   }
+  // Where exact attention's products run (REFORMER_EXACT_PRODUCTS).
+  if (attention::exact_products() == attention::ExactProducts::batched)
+    std::printf(
+        "  exact products     batched (strided-batched products on slices of query rows, at "
+        "most %s of scores; bf16 tensors keep the fused kernels)\n",
+        format_bytes(std::int64_t(attention::chunk_slice_budget())).c_str());
+  else
+    std::printf("  exact products     fused (in the tiled kernels' teams)\n");
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

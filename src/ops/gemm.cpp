@@ -262,9 +262,45 @@ void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c
                                                          n, k, structure);
 }
 
-#define REFORMER_INSTANTIATE(T)                                          \
-  template void matmul<T>(In2<T>, Trans, In2<T>, Trans, View2<T>, T, T); \
-  template void batched_matmul<T>(In3<T>, Trans, In3<T>, Trans, View3<T>, T, T, Structure);
+template <class T>
+void strided_batched_matmul(StridedBatch<const T> a, Trans trans_a, StridedBatch<const T> b,
+                            Trans trans_b, StridedBatch<T> c, T alpha, T beta) {
+  const char* op = "strided_batched_matmul";
+  require<ShapeError>(a.count == c.count && b.count == c.count, op, ": batch counts differ: A ",
+                      a.count, ", B ", b.count, ", C ", c.count);
+  const auto shape =
+      check_product(op, a.rows, a.cols, trans_a, b.rows, b.cols, trans_b, c.rows, c.cols);
+  const Index m = shape.m, n = shape.n, k = shape.k;  // (device lambdas cannot capture bindings)
+  const auto check_rows = [&](const char* name, Index cols, Index stride) {
+    require<ShapeError>(stride >= cols, op, ": ", name, "'s row stride ", stride, " is below its ",
+                        cols, " columns; rows may not overlap");
+  };
+  check_rows("A", a.cols, a.row_stride);
+  check_rows("B", b.cols, b.row_stride);
+  check_rows("C", c.cols, c.row_stride);
+  if (c.count == 0) return;
+  if (tpls::device_gemm_strided_batched<T>(a, trans_a, b, trans_b, c, alpha, beta)) return;
+  const bool ta = trans_a == Trans::Yes, tb = trans_b == Trans::Yes;
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+  Kokkos::parallel_for(
+      "strided_batched_matmul", Policy({0, 0, 0}, {c.count, m, n}),
+      KOKKOS_LAMBDA(Index e, Index i, Index j) {
+        const T* x = a.data + e * a.batch_stride;
+        const T* y = b.data + e * b.batch_stride;
+        T sum = 0;
+        for (Index p = 0; p < k; ++p)
+          sum += (ta ? x[p * a.row_stride + i] : x[i * a.row_stride + p]) *
+                 (tb ? y[j * b.row_stride + p] : y[p * b.row_stride + j]);
+        T& to = c.data[e * c.batch_stride + i * c.row_stride + j];
+        to = beta == T(0) ? alpha * sum : alpha * sum + beta * to;
+      });
+}
+
+#define REFORMER_INSTANTIATE(T)                                                                \
+  template void matmul<T>(In2<T>, Trans, In2<T>, Trans, View2<T>, T, T);                       \
+  template void batched_matmul<T>(In3<T>, Trans, In3<T>, Trans, View3<T>, T, T, Structure);    \
+  template void strided_batched_matmul<T>(StridedBatch<const T>, Trans, StridedBatch<const T>, \
+                                          Trans, StridedBatch<T>, T, T);
 REFORMER_INSTANTIATE_FLOAT_AND_DOUBLE(REFORMER_INSTANTIATE)
 
 }  // namespace reformer::ops

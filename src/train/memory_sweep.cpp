@@ -45,7 +45,12 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition) {
 
 double chunk_slice_bytes(attention::AttentionKind kind, const attention::LshAttentionConfig& lsh,
                          const attention::LocalAttentionConfig& local, Index batch, Index heads,
-                         Index d_head, Index length, double s) {
+                         Index d_head, Index length, double s, double a) {
+  if (kind == attention::AttentionKind::Exact) {
+    const auto slices = attention::exact_batched_bytes(heads, length, length, std::size_t(s), a < s,
+                                                       attention::chunk_slice_budget());
+    return double(std::max(slices.forward, slices.backward));
+  }
   const bool is_lsh = kind == attention::AttentionKind::Lsh;
   if (attention::chunk_products() != attention::ChunkProducts::batched ||
       !(is_lsh || kind == attention::AttentionKind::Local))
@@ -142,8 +147,8 @@ EncoderStackMemory encoder_stack_memory(const models::ReformerConfig& c, Index b
     plans += plan_bytes;
     if (!c.reversible) stored += 2 * x * d * a + attention_state;  // + block inputs
     scratch = std::max(scratch, c.reversible ? attention_state : 0.0);
-    chunk_slices = std::max(
-        chunk_slices, chunk_slice_bytes(kind, c.lsh, c.local, batch, c.heads, c.d_head, length, s));
+    chunk_slices = std::max(chunk_slices, chunk_slice_bytes(kind, c.lsh, c.local, batch, c.heads,
+                                                            c.d_head, length, s, a));
     // Temporaries of the attention kernels.
     const double shared_keys =
         (full || kind == AttentionKind::Exact) && !k_sep ? (2 * x * inner + x * heads) * a : 0;

@@ -41,13 +41,14 @@ std::int64_t backend_bytes(const std::vector<LabelBytes>& composition);
 
 void check_point(const SweepOptions& options, Index batch, Index length);
 
-// Bytes of the batched chunk shape's workspace (attention/chunked_scratch.hpp)
-// for one LSH or local attention layer of `heads` heads of d_head over
-// [batch, length], s-byte compute values: its largest slice, forward or
-// backward; 0 for other kinds or with the fused products.
+// Bytes of the batched shapes' workspace (attention/chunked_scratch.hpp) for
+// one LSH, local or exact attention layer of `heads` heads of d_head over
+// [batch, length], s-byte compute values, a-byte activations: its largest
+// slice, forward or backward; 0 for full attention or with the fused products
+// (exact: also for bf16 activations, which keep the fused kernels).
 double chunk_slice_bytes(attention::AttentionKind kind, const attention::LshAttentionConfig& lsh,
                          const attention::LocalAttentionConfig& local, Index batch, Index heads,
-                         Index d_head, Index length, double s);
+                         Index d_head, Index length, double s, double a);
 
 // Bytes of the float32 sub-panels that products of bf16 activations widen,
 // outside the workspace (a bf16 step's only activation-sized float32 scratch

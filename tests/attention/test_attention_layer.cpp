@@ -178,21 +178,23 @@ TEST_P(AttentionLayerKinds, NoAllocationsAfterWarmUp) {
 // output's, each alone), so their outputs and input gradients are the whole
 // batch's rows, and the projections' gradients of rows [0, 2) and [2, 4) sum
 // to the whole batch's. With first_row 0 the same rows draw other masks.
-// Lengths 8 and 40: full attention's short and batched kernels; LSH and local
-// with the fused and the batched chunk products.
+// Lengths 8 and 40: full attention's short and batched kernels; LSH, local
+// and exact attention with the fused and the batched products.
 TEST_P(AttentionLayerKinds, ShareOfTheBatchDrawsTheWholeBatchMasks) {
   const AttentionKind kind = GetParam();
   const bool chunked = kind == AttentionKind::Lsh || kind == AttentionKind::Local;
-  for (const auto products : {attention::ChunkProducts::fused, attention::ChunkProducts::batched})
+  for (const bool batched : {false, true})
     for (const Index length : {8, 40})
       for (const bool on_probabilities : {true, false}) {
-        if (!chunked && products == attention::ChunkProducts::batched) continue;
-        SCOPED_TRACE(::testing::Message()
-                     << "length " << length << ", dropout on the "
-                     << (on_probabilities ? "probabilities" : "output")
-                     << (products == attention::ChunkProducts::batched ? ", batched chunk products"
-                                                                       : ""));
-        ScopedChunkProducts pin(products);
+        if (kind == AttentionKind::Full && batched) continue;
+        SCOPED_TRACE(::testing::Message() << "length " << length << ", dropout on the "
+                                          << (on_probabilities ? "probabilities" : "output")
+                                          << (batched ? ", batched products" : ""));
+        ScopedChunkProducts pin(batched && chunked ? attention::ChunkProducts::batched
+                                                   : attention::ChunkProducts::fused);
+        ScopedExactProducts pin_exact(batched && kind == AttentionKind::Exact
+                                          ? attention::ExactProducts::batched
+                                          : attention::ExactProducts::fused);
         auto config = small_config(kind);
         config.attention_dropout = on_probabilities ? 0.3 : 0.0;
         config.output_dropout = on_probabilities ? 0.0 : 0.3;

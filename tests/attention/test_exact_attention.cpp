@@ -11,6 +11,7 @@
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
 #include "support/checks.hpp"
+#include "support/chunk_settings.hpp"
 #include "support/gradcheck.hpp"
 #include "support/kernel_settings.hpp"
 
@@ -259,6 +260,83 @@ TEST(ExactAttention, GpuTilingsMatchFullAttention) {
     expect_same(single.exact(), single.full(), 1e-5,
                 std::string(exact_tiles_name(tiles)) + " float");
   }
+}
+
+// The batched shape (ExactProducts::batched: slices of query rows, every
+// head at once, strided-batched products on the tensors in place, the GPUs'
+// alternative to the fused kernels) against the fused kernels and full
+// attention, in double, with every mask (causal, padding with rows that see
+// only padding, shared q/k), dropout, cross-attention and custom scales; with
+// every query row in one slice, one row per slice and slices of five rows (the
+// last one partial); and its gradients against finite differences. float32
+// to 1e-5. The workspace it takes is what exact_batched_bytes predicts.
+TEST(ExactAttention, BatchedShapeMatchesFusedKernelsFullAttentionAndFiniteDifferences) {
+  using attention::ExactProducts;
+  const Index n = 2 * kQueryTile + 3;
+  for (const LoopCase& s : std::vector<LoopCase>{{n, n, 16, true, false, false, 0.0},
+                                                 {n, n, 5, true, true, false, 0.2},
+                                                 {n, n, 6, false, true, false, 0.0},
+                                                 {45, 45, 8, true, false, true, 0.0},
+                                                 {40, 100, 16, false, true, false, 0.1},
+                                                 {9, 9, 4, true, false, false, 0.0}}) {
+    const std::string what = "Lq " + std::to_string(s.lq) + " Lk " + std::to_string(s.lk) + " d " +
+                             std::to_string(s.d) + (s.causal ? " causal" : "") +
+                             (s.padded ? " padded" : "") + (s.shared ? " shared" : "") +
+                             " dropout " + std::to_string(s.dropout);
+    ExactCase<double> c(2, s.lq, s.lk, 2, s.d, s.causal);
+    if (s.shared) c.share_qk();
+    if (s.padded) c.pad({{0, 2}, {1, int(s.lk) - 1}, {1, 0}, {0, 0}, {0, 1}});
+    c.call.dropout = {s.dropout, {3, 4}};
+    const auto fused = c.exact();
+    const auto fused_lse = to_host(c.lse);
+    const ScopedExactProducts batched(ExactProducts::batched);
+    for (const std::size_t rows : {std::size_t(1), std::size_t(5), std::size_t(1000)}) {
+      // A budget of `rows` query rows of scores and score gradients.
+      const ScopedChunkSlice slice(rows * 2 * 2 * s.lk * sizeof(double));
+      Kokkos::deep_copy(c.out, 7.0);
+      Kokkos::deep_copy(c.dq, 7.0);
+      const auto g = c.exact();
+      const std::string at = what + ", slices of " + std::to_string(rows) + " rows";
+      expect_same(g, fused, 1e-12, at);
+      EXPECT_LT(relative_error(to_host(c.lse), fused_lse), 1e-12) << at;
+    }
+    expect_same(c.exact(), c.full(), 1e-12, what + " against full attention");
+  }
+  const ScopedExactProducts batched(ExactProducts::batched);
+  for (const bool causal : {false, true}) {
+    ExactCase<double> c(2, 11, 11, 2, 3, causal);
+    c.pad({{1, 9}, {1, 10}});
+    c.call.dropout = {0.1, {5, 6}};
+    const ScopedChunkSlice slice(4 * 2 * 2 * 11 * sizeof(double));
+    c.exact();
+    auto loss = [&] { return c.exact_loss(); };
+    EXPECT_LT(gradient_error(c.q, c.dq, loss), 1e-6) << causal;
+    EXPECT_LT(gradient_error(c.k, c.dk, loss), 1e-6) << causal;
+    EXPECT_LT(gradient_error(c.v, c.dv, loss), 1e-6) << causal;
+  }
+  ExactCase<double> scaled(1, 30, 30, 3, 8, true);
+  const auto fused_scaled = [&] {
+    const ScopedExactProducts fused(ExactProducts::fused);
+    return scaled.exact();
+  }();
+  expect_same(scaled.exact(), fused_scaled, 1e-12, "3 heads");
+  ExactCase<float> single(1, 300, 300, 2, 64, true);
+  expect_same(single.exact(), single.full(), 1e-5, "float");
+  // The workspace: 2 heads, 300 rows of 300 keys (and their gradients) fit
+  // the default budget; the forward takes the backward's buffer.
+  const auto bytes = attention::exact_batched_bytes(2, 300, 300, sizeof(float), false,
+                                                    attention::chunk_slice_budget());
+  EXPECT_EQ(bytes.backward, std::size_t(2) * 2 * 300 * 300 * sizeof(float));
+  EXPECT_EQ(bytes.forward, bytes.backward);
+  // 7 rows of scores forward, 3 of scores and gradients backward.
+  const auto limited = attention::exact_batched_bytes(2, 300, 300, sizeof(float), false,
+                                                      7 * 2 * 300 * sizeof(float));
+  EXPECT_EQ(limited.forward, std::size_t(7) * 2 * 300 * sizeof(float));
+  EXPECT_EQ(limited.backward, limited.forward);
+  EXPECT_EQ(attention::exact_batched_bytes(2, 300, 300, sizeof(float), true, 1 << 20).forward, 0u);
+  const ScopedExactProducts fused(ExactProducts::fused);
+  EXPECT_EQ(attention::exact_batched_bytes(2, 300, 300, sizeof(float), false, 1 << 20).backward,
+            0u);
 }
 
 // What each tiling asks of its kernels: the GPU tilings' tiles fit the level-0

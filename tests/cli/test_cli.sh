@@ -31,6 +31,12 @@ REFORMER_CHUNK_PRODUCTS=cublas expect bad_chunk_products 2 \
   "REFORMER_CHUNK_PRODUCTS is 'cublas' but must be 'fused' or 'batched'" -- info
 REFORMER_CHUNK_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=-2 expect bad_chunk_slice 2 \
   "REFORMER_CHUNK_SLICE_MIB is '-2' but must be a positive number of MiB" -- info
+REFORMER_EXACT_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=8 expect info_exact_products 0 \
+  "exact products     batched (strided-batched products on slices of query rows, at most 8.00 MiB" \
+  -- info
+expect info_exact_products_default 0 "exact products     fused" -- info
+REFORMER_EXACT_PRODUCTS=vendor expect bad_exact_products 2 \
+  "REFORMER_EXACT_PRODUCTS is 'vendor' but must be 'fused' or 'batched'" -- info
 expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus
 expect unknown_option 2 "--frobnicate" -- --frobnicate info

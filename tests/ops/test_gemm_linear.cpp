@@ -180,6 +180,60 @@ TEST(BatchedMatmul, EachBatchEntryMatchesReference) {
     }
 }
 
+// Strided batches (ops::StridedBatch): the heads of [length, heads, d]
+// tensors read and written in place, every transpose, alpha and beta, against
+// the reference product of each head's matrix; values outside the written
+// matrices (the other columns of C's rows) stay as they were; bad strides and
+// counts are named errors.
+TEST(StridedBatchedMatmul, HeadsOfInterleavedTensorsMatchReference) {
+  const Index heads = 3, m = 4, n = 6, k = 5, width = 7;  // C's rows hold width > n values a head
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Index a_rows = ta ? k : m, a_cols = ta ? m : k;
+      const Index b_rows = tb ? n : k, b_cols = tb ? k : n;
+      View3<double> a("a", a_rows, heads, a_cols), b("b", b_rows, heads, b_cols),
+          c("c", m, heads, width);
+      fill_uniform(a, 12);
+      fill_uniform(b, 13);
+      fill_uniform(c, 14);
+      const auto ha = to_host(a), hb = to_host(b), hc = to_host(c);
+      const ops::StridedBatch<const double> sa{a.data(), heads,          a_rows,
+                                               a_cols,   heads * a_cols, a_cols};
+      const ops::StridedBatch<const double> sb{b.data(), heads,          b_rows,
+                                               b_cols,   heads * b_cols, b_cols};
+      const ops::StridedBatch<double> sc{c.data(), heads, m, n, heads * width, width};
+      ops::strided_batched_matmul<double>(sa, ta ? Trans::Yes : Trans::No, sb,
+                                          tb ? Trans::Yes : Trans::No, sc, 1.5, 0.5);
+      const auto got = to_host(c);
+      for (Index h = 0; h < heads; ++h) {
+        std::vector<double> ma, mb, mc, gc;
+        for (Index i = 0; i < a_rows; ++i)
+          for (Index j = 0; j < a_cols; ++j) ma.push_back(ha[(i * heads + h) * a_cols + j]);
+        for (Index i = 0; i < b_rows; ++i)
+          for (Index j = 0; j < b_cols; ++j) mb.push_back(hb[(i * heads + h) * b_cols + j]);
+        for (Index i = 0; i < m; ++i)
+          for (Index j = 0; j < n; ++j) {
+            mc.push_back(hc[(i * heads + h) * width + j]);
+            gc.push_back(got[(i * heads + h) * width + j]);
+          }
+        const auto expected =
+            reference_product(ma, a_cols, ta, mb, b_cols, tb, mc, m, n, k, 1.5, 0.5);
+        EXPECT_LT(relative_error(gc, expected), 1e-14) << ta << tb << " head " << h;
+        for (Index i = 0; i < m; ++i)
+          for (Index j = n; j < width; ++j)
+            EXPECT_EQ(got[(i * heads + h) * width + j], hc[(i * heads + h) * width + j]);
+      }
+    }
+  View3<double> x("x", 4, 2, 3);
+  const ops::StridedBatch<const double> in{x.data(), 2, 4, 3, 6, 3};
+  ops::StridedBatch<double> out{x.data(), 2, 4, 4, 3, 3};  // rows of 4 columns 3 apart
+  EXPECT_THROW(ops::strided_batched_matmul<double>(in, Trans::No, in, Trans::Yes, out), ShapeError);
+  out = {x.data(), 3, 4, 4, 12, 3};
+  EXPECT_THROW(ops::strided_batched_matmul<double>(in, Trans::No, in, Trans::Yes, out), ShapeError);
+  out = {x.data(), 2, 4, 5, 12, 3};  // op(A) op(B) is [4, 4]
+  EXPECT_THROW(ops::strided_batched_matmul<double>(in, Trans::No, in, Trans::Yes, out), ShapeError);
+}
+
 TEST(BatchedMatmul, GradientsThroughTransposedProducts) {
   // L = sum(r * A B); dA = r B^T, dB = A^T r, both computed with batched_matmul.
   const Index batch = 2, m = 3, n = 4, k = 5;

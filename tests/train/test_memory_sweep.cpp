@@ -135,6 +135,31 @@ TEST(MemorySweep, BatchedChunkSlicesArePredictedAndBounded) {
   }
 }
 
+// Exact attention's batched shape (attention/exact.hpp) takes its slices
+// from the same workspace: predicted, matched, and bounded by the budget.
+TEST(MemorySweep, BatchedExactSlicesArePredictedAndBounded) {
+  train::SweepOptions options;
+  options.timed_steps = 1;
+  const Index length = 512;
+  ScopedExactProducts fused(attention::ExactProducts::fused);
+  const auto base = train::run_sweep_point("exact", small_base(), 2, length, options);
+  ScopedExactProducts batched(attention::ExactProducts::batched);
+  for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(256) << 10}) {
+    ScopedChunkSlice slice(budget);
+    for (const char* variant : {"exact", "exact-rev"}) {
+      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
+      ASSERT_TRUE(p.ran) << variant << ": " << p.skipped;
+      SCOPED_TRACE(std::string(variant) + ", slices of " + std::to_string(budget) + " bytes");
+      expect_prediction_matches(p);
+    }
+    const auto p = train::run_sweep_point("exact", small_base(), 2, length, options);
+    const auto bytes = attention::exact_batched_bytes(2, length, length, 4, false, budget);
+    EXPECT_NEAR(double(p.predicted.peak() - base.predicted.peak()), double(bytes.backward), 1.0);
+    EXPECT_LE(bytes.backward, std::max<std::size_t>(budget, 2 * 2 * length * 4));
+    EXPECT_GT(bytes.backward, 0u);
+  }
+}
+
 // bf16 activations (train.precision = "bf16") about halve the step of every
 // family at the sweep's width (d_model 256, 4 heads of 64, d_ff 1024): the
 // activations shrink to 2 bytes, the row statistics and logsumexps and the

@@ -75,6 +75,36 @@ struct ExactTilingInfo {
 };
 ExactTilingInfo exact_tiling_info(ExactTiles tiles, Index d_head);
 
+// Where exact attention computes its products (issue 46). `fused`: the tiled
+// team kernels above. `batched`: a slice of query rows of one batch row at a
+// time, every head at once, S = scale Q K^T, O = P V (and in the backward
+// dO V^T, P^T dO, dS K, dS^T Q) as strided-batched products that read and
+// write the [batch, length, heads, d_head] tensors in place (the vendor's
+// GEMM on a GPU whose vendor BLAS is loaded; a plain portable kernel
+// elsewhere, for tests), the masks, softmax, logsumexp and dropout in row
+// kernels between them (src/attention/exact_batched.hpp). The slice's scores
+// (and their gradients in the backward) stay under chunk_slice_budget()
+// (attention/chunked_scratch.hpp), in the batched chunk shape's workspace.
+// float and double tensors; bf16 tensors keep the fused kernels. Both shapes
+// give the same results up to rounding. REFORMER_EXACT_PRODUCTS=fused|batched
+// picks one for a process (default: fused, until the batched shape has been
+// timed on a GPU); tests switch with set_exact_products().
+enum class ExactProducts { fused, batched };
+ExactProducts exact_products();
+void set_exact_products(ExactProducts products);
+const char* exact_products_name(ExactProducts products);
+// The workspace bytes the batched shape takes for one forward and one
+// backward call (heads, lengths; compute_bytes per score; under `budget`; the
+// forward takes the backward's buffer, so that a first step does not grow
+// it), or 0 and 0 where it does not run (the fused shape, or bf16 tensors:
+// pass reduced_precision).
+struct ExactBatchedBytes {
+  std::size_t forward = 0, backward = 0;
+};
+ExactBatchedBytes exact_batched_bytes(Index heads, Index length_q, Index length_k,
+                                      std::size_t compute_bytes, bool reduced_precision,
+                                      std::size_t budget);
+
 // Gradients of q, k and v (overwritten) from the forward's out and lse.
 template <class T>
 void exact_attention_backward(In4<T> q, In4<T> k, In4<T> v, In4<T> out, In3<compute_t<T>> lse,

@@ -33,6 +33,31 @@ template <class T>
 void batched_matmul(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c, T alpha = T(1),
                     T beta = T(0), Structure structure = Structure::Dense);
 
+// `count` row-major matrices of [rows, cols] in one allocation, matrix n's row
+// i at data + n * batch_stride + i * row_stride, its columns contiguous: for
+// example the heads of one batch row of a [batch, length, heads, d] tensor
+// (batch_stride d, row_stride heads * d), read and written in place.
+template <class T>
+struct StridedBatch {
+  T* data = nullptr;
+  Index count = 0, rows = 0, cols = 0, row_stride = 0, batch_stride = 0;
+};
+// The matrices of a [count, rows, cols] view (its last stride must be 1).
+template <class V>
+StridedBatch<typename V::value_type> strided_batch(const V& x) {
+  return {x.data(),           Index(x.extent(0)), Index(x.extent(1)),
+          Index(x.extent(2)), Index(x.stride(1)), Index(x.stride(0))};
+}
+
+// C_n = alpha op(A_n) op(B_n) + beta C_n for every n < count: the vendor's
+// strided-batched GEMM on a GPU whose vendor BLAS is loaded (one call), else a
+// portable kernel, a thread per element of C (for the host tests of the GPU
+// shapes that use it, not for speed). Shapes are checked; C may not overlap A
+// or B.
+template <class T>
+void strided_batched_matmul(StridedBatch<const T> a, Trans trans_a, StridedBatch<const T> b,
+                            Trans trans_b, StridedBatch<T> c, T alpha = T(1), T beta = T(0));
+
 // Mixed precision (issue 34): C = alpha op(A) op(B) + beta C (+ bias(j) on
 // every row when bias is given) with A, B and C each float or bf16, every
 // product and sum in float32, and one rounding per element of a bf16 C.

@@ -626,14 +626,13 @@ bool device_sgemm(In2<float> a, Trans trans_a, In2<float> b, Trans trans_b, View
 }
 
 template <class T>
-bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c,
-                                 T alpha, T beta) {
+bool device_gemm_strided_batched(StridedBatch<const T> a, Trans trans_a, StridedBatch<const T> b,
+                                 Trans trans_b, StridedBatch<T> c, T alpha, T beta) {
   if (kHostMemory || !device_blas_loaded()) return false;
-  const Index count = c.extent(0), m = c.extent(1), n = c.extent(2);
-  const Index k = trans_a == Trans::No ? a.extent(2) : a.extent(1);
-  const auto fits = [](const auto& v) {
-    return Index(v.extent(1)) <= INT_MAX && Index(v.extent(2)) <= INT_MAX &&
-           Index(v.stride(1)) <= INT_MAX && Index(v.stride(2)) == 1;
+  const Index count = c.count, m = c.rows, n = c.cols;
+  const Index k = trans_a == Trans::No ? a.cols : a.rows;
+  const auto fits = [](const auto& x) {
+    return x.rows <= INT_MAX && x.cols <= INT_MAX && x.row_stride <= INT_MAX;
   };
   if (count == 0 || count > INT_MAX || !fits(a) || !fits(b) || !fits(c)) return false;
   Api& api = api_for_products();
@@ -657,10 +656,10 @@ bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_
     check_status(
         std::is_same<T, float>::value ? "cublasSgemmStridedBatched" : "cublasDgemmStridedBatched",
         reinterpret_cast<CublasGemmStridedBatched<T>>(function)(
-            api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data(),
-            int(b.stride(1)), static_cast<long long>(b.stride(0)), a.data(), int(a.stride(1)),
-            static_cast<long long>(a.stride(0)), &beta, c.data(), int(c.stride(1)),
-            static_cast<long long>(c.stride(0)), int(count)),
+            api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data,
+            int(b.row_stride), static_cast<long long>(b.batch_stride), a.data, int(a.row_stride),
+            static_cast<long long>(a.batch_stride), &beta, c.data, int(c.row_stride),
+            static_cast<long long>(c.batch_stride), int(count)),
         n, m, k);
     return true;
   }
@@ -670,13 +669,27 @@ bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_
   check_status(std::is_same<T, float>::value ? "rocblas_sgemm_strided_batched"
                                              : "rocblas_dgemm_strided_batched",
                reinterpret_cast<RocblasGemmStridedBatched<T>>(function)(
-                   api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data(),
-                   int(b.stride(1)), std::int64_t(b.stride(0)), a.data(), int(a.stride(1)),
-                   std::int64_t(a.stride(0)), &beta, c.data(), int(c.stride(1)),
-                   std::int64_t(c.stride(0)), int(count)),
+                   api.handle, op(trans_b), op(trans_a), int(n), int(m), int(k), &alpha, b.data,
+                   int(b.row_stride), std::int64_t(b.batch_stride), a.data, int(a.row_stride),
+                   std::int64_t(a.batch_stride), &beta, c.data, int(c.row_stride),
+                   std::int64_t(c.batch_stride), int(count)),
                n, m, k);
   return true;
 }
+
+template <class T>
+bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c,
+                                 T alpha, T beta) {
+  if (Index(a.stride(2)) != 1 || Index(b.stride(2)) != 1 || Index(c.stride(2)) != 1) return false;
+  return device_gemm_strided_batched<T>(strided_batch(a), trans_a, strided_batch(b), trans_b,
+                                        strided_batch(c), alpha, beta);
+}
+template bool device_gemm_strided_batched<float>(StridedBatch<const float>, Trans,
+                                                 StridedBatch<const float>, Trans,
+                                                 StridedBatch<float>, float, float);
+template bool device_gemm_strided_batched<double>(StridedBatch<const double>, Trans,
+                                                  StridedBatch<const double>, Trans,
+                                                  StridedBatch<double>, double, double);
 template bool device_gemm_strided_batched<float>(In3<float>, Trans, In3<float>, Trans, View3<float>,
                                                  float, float);
 template bool device_gemm_strided_batched<double>(In3<double>, Trans, In3<double>, Trans,

@@ -51,5 +51,9 @@ bool device_sgemm(In2<float> a, Trans trans_a, In2<float> b, Trans trans_b, View
 template <class T>
 bool device_gemm_strided_batched(In3<T> a, Trans trans_a, In3<T> b, Trans trans_b, View3<T> c,
                                  T alpha, T beta);
+// The same for matrices at any row and batch strides (ops::StridedBatch).
+template <class T>
+bool device_gemm_strided_batched(StridedBatch<const T> a, Trans trans_a, StridedBatch<const T> b,
+                                 Trans trans_b, StridedBatch<T> c, T alpha, T beta);
 
 }  // namespace reformer::ops::tpls

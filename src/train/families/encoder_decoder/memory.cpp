@@ -260,12 +260,15 @@ StepMemory predict_step_memory(const models::TransformerConfig& c, Index batch, 
   sublayer(encoder, c.encoder_attention_config().shares_qk() ? 0 : 1);
   sublayer(self, 1);
   sublayer(cross, 1);
-  // The batched chunk shape's own workspace: the largest slice of its LSH or
-  // local layers (encoder, decoder self-attention).
-  alive += std::max(sweep::chunk_slice_bytes(c.encoder_attention, c.lsh, c.local, batch, c.heads,
-                                             c.d_head, length, s),
-                    sweep::chunk_slice_bytes(c.decoder_attention, c.lsh, c.local, batch, c.heads,
-                                             c.d_head, length, s));
+  // The batched shapes' own workspace: the largest slice of its LSH, local or
+  // exact layers (encoder, decoder self-attention, cross-attention: source and
+  // target have the same length here).
+  alive += std::max({sweep::chunk_slice_bytes(c.encoder_attention, c.lsh, c.local, batch, c.heads,
+                                              c.d_head, length, s, a),
+                     sweep::chunk_slice_bytes(c.decoder_attention, c.lsh, c.local, batch, c.heads,
+                                              c.d_head, length, s, a),
+                     sweep::chunk_slice_bytes(c.cross_attention, c.lsh, c.local, batch, c.heads,
+                                              c.d_head, length, s, a)});
   if (c.reversible) {  // one layer's recomputed activations
     alive += std::max({encoder.state, self.state, cross.state});
   } else {
