@@ -126,53 +126,155 @@ struct HashKernel {
 // Stable counting sort of the items of every (batch*head, round) "row" by
 // bucket, parallel within each row: the row's positions are cut into blocks;
 //  1. each block counts its buckets:        counts(row, bucket, block);
-//  2. one exclusive scan per row over (bucket, block) gives every block's first
-//     slot in every bucket (buckets in order, blocks in position order);
+//  2. an exclusive scan over (bucket, block) gives every block's first slot in
+//     every bucket (buckets in order, blocks in position order);
 //  3. each block places its items in position order from those slots.
 // Equal buckets keep position order, so the sort is stable and its result does
-// not depend on the number of threads.
+// not depend on the number of threads or blocks.
+// Round r of row bh holds its items at (bh, r * stride + i), in buckets, perm
+// and undo alike: stride = length for a plan, the cache's capacity for the
+// cached step, whose rows hold n_b = last(b) + 1 items (b = bh / heads; all
+// `length` when last is empty) and whose ranks(bh, r) get the rank of the last
+// item (the query).
 struct SortPass {
   Kokkos::View<const int**, Layout, MemSpace> buckets;
-  IntView2 perm, undo;
-  IntView3 counts;  // [rows, bins, blocks]: the scan runs over contiguous memory
-  Index length, rounds, bins, blocks, block_size;
+  IntView2 perm, undo;  // undo may be empty
+  IntView3 counts;      // [rows, bins, blocks]: the scan runs over contiguous memory
+  Index length, rounds, bins, blocks, block_size, stride, heads;
+  Kokkos::View<const Index*, Layout, MemSpace> last;  // empty: every row holds `length`
+  IntView2 ranks;                                     // empty: not asked for
 
   struct Count {};
   struct Scatter {};
 
+  // The items of batch row b.
+  KOKKOS_INLINE_FUNCTION Index items_of(Index b) const {
+    return last.extent(0) ? last(b) + 1 : length;
+  }
+  // Items before row `row` over all rows (each holds items_of(its b)).
+  KOKKOS_INLINE_FUNCTION Index row_start(Index row) const {
+    if (last.extent(0) == 0) return row * length;
+    const Index per_batch = heads * rounds, b = row / per_batch;
+    Index before = 0;
+    for (Index x = 0; x < b; ++x) before += (last(x) + 1) * per_batch;
+    return before + (row - b * per_batch) * (last(b) + 1);
+  }
   KOKKOS_INLINE_FUNCTION void items(Index idx, Index& bh, Index& r, Index& row, Index& blk,
                                     Index& begin, Index& end) const {
     row = idx / blocks;
     blk = idx % blocks;
     bh = row / rounds;
     r = row % rounds;
+    const Index n = items_of(bh / heads);
     begin = blk * block_size;
-    end = begin + block_size < length ? begin + block_size : length;
+    end = begin + block_size < n ? begin + block_size : n;
   }
+  // Raw pointers and local copies keep the loops' bounds and strides in
+  // registers (an int store could alias a view's int fields: the loops were
+  // 8-14% slower through the views).
   KOKKOS_INLINE_FUNCTION void operator()(Count, Index idx) const {
     Index bh, r, row, blk, begin, end;
     items(idx, bh, r, row, blk, begin, end);
-    for (Index k = 0; k < bins; ++k) counts(row, k, blk) = 0;
-    for (Index i = begin; i < end; ++i) counts(row, buckets(bh, r * length + i), blk) += 1;
+    int* c = &counts(row, 0, blk);
+    const Index cs = Index(counts.stride(1)), nb = bins;
+    const int* bucket = &buckets(bh, r * stride);
+    for (Index k = 0; k < nb; ++k) c[k * cs] = 0;
+    for (Index i = begin; i < end; ++i) c[bucket[i] * cs] += 1;
   }
   KOKKOS_INLINE_FUNCTION void operator()(Scatter, Index idx) const {
     Index bh, r, row, blk, begin, end;
     items(idx, bh, r, row, blk, begin, end);
-    for (Index i = begin; i < end; ++i) {
-      const int s = counts(row, buckets(bh, r * length + i), blk)++;
-      perm(bh, s) = int(i);
-      undo(bh, r * length + i) = s;
+    int* c = &counts(row, 0, blk);
+    const Index cs = Index(counts.stride(1));
+    const int* bucket = &buckets(bh, r * stride);
+    int* order = &perm(bh, 0);
+    int* inverse = undo.extent(0) ? &undo(bh, r * stride) : nullptr;
+    // The query's rank is its bucket's next slot when its turn comes.
+    const Index query = ranks.extent(0) ? items_of(bh / heads) - 1 : -1;
+    const Index mid = begin <= query && query < end ? query : end;
+    for (Index i = begin; i < mid; ++i) {
+      const int s = c[bucket[i] * cs]++;
+      order[s] = int(i);
+      if (inverse != nullptr) inverse[i] = s;
     }
+    if (mid < end) ranks(bh, r) = int(c[bucket[mid] * cs] - r * stride);
+    for (Index i = mid; i < end; ++i) {
+      const int s = c[bucket[i] * cs]++;
+      order[s] = int(i);
+      if (inverse != nullptr) inverse[i] = s;
+    }
+  }
+  // One block per row: the row's count, scan and placement in one thread.
+  struct Whole {};
+  KOKKOS_INLINE_FUNCTION void operator()(Whole, Index row) const {
+    (*this)(Count(), row);
+    Index bh, r, unused, blk, begin, end;
+    items(row, bh, r, unused, blk, begin, end);
+    int* c = &counts(row, 0, 0);
+    const Index cs = Index(counts.stride(1)), nb = bins;
+    int sum = int(r * stride);
+    for (Index k = 0; k < nb; ++k) {
+      const int n = c[k * cs];
+      c[k * cs] = sum;
+      sum += n;
+    }
+    (*this)(Scatter(), row);
+  }
+  // Launches the passes (counts holds rows x bins x blocks): one with a block
+  // per row, else three.
+  void run() const {
+    const Index rows = Index(counts.extent(0));
+    if (blocks == 1) {
+      Kokkos::parallel_for("lsh_sort_rows",
+                           Kokkos::RangePolicy<ExecSpace, SortPass::Whole, LaunchHint>(0, rows),
+                           *this);
+      return;
+    }
+    Kokkos::parallel_for(
+        "lsh_sort_count",
+        Kokkos::RangePolicy<ExecSpace, SortPass::Count, LaunchHint>(0, rows * blocks), *this);
+    // One exclusive scan over every row's (bucket, block) counts, in place: a
+    // row's counts add up to its items (each is in one bucket), so the scan
+    // reaches row `row` at row_start(row), and the round's sorted items start
+    // at r * stride. (A team per row scanned its 16K counts in 450 us on an
+    // H200 at 16K positions; the device-wide scan takes all rows at once.)
+    int* c = counts.data();
+    const Index per_row = bins * blocks;
+    const SortPass pass = *this;
+    Kokkos::parallel_scan(
+        "lsh_sort_scan", range(rows * per_row), KOKKOS_LAMBDA(Index k, Index & sum, bool final) {
+          const int n = c[k];
+          const Index row = k / per_row;
+          if (final) c[k] = int(sum - pass.row_start(row) + row % pass.rounds * pass.stride);
+          sum += n;
+        });
+    Kokkos::parallel_for(
+        "lsh_sort_scatter",
+        Kokkos::RangePolicy<ExecSpace, SortPass::Scatter, LaunchHint>(0, rows * blocks), *this);
   }
 };
 
-// Cached LSH decoding (lsh_attention_step): one team per (batch, head).
-//  1. Every round's n = t + 1 cached buckets are counting-sorted stably, team
-//     parallel: slice s of the positions counts its buckets in counts(bh, k, s),
-//     an exclusive team scan in (bucket, slice) order gives every slice its
-//     first rank per bucket, and each slice places its positions in order; the
-//     result is the serial stable sort's, whatever the number of slices.
-//  2. Per round the query's window (its chunk and `reach` chunks before it in
+// Blocks of positions per row of the sort: on the host, blocks of at least
+// 2048 positions, at most 64 per row. GPUs: blocks of at least 256 positions,
+// with at most 2^18 counts per row (a thread walks its block serially: 2048
+// positions took 0.8 ms on an H200), so the counts stay small while every row
+// has many threads.
+Index sort_blocks(Index length, Index bins) {
+  return kHostMemory ? std::max<Index>(1, std::min<Index>(64, length / 2048))
+                     : std::max<Index>(1, std::min<Index>(length / 256, (Index(1) << 18) / bins));
+}
+
+// Cached LSH decoding (lsh_attention_step), in three steps:
+//  0. with rotations, the query is hashed (a team per (batch, head), the
+//     `Hash` pass) and its buckets written at its position;
+//  1. every round's n = t + 1 cached buckets are counting-sorted stably by
+//     SortPass over all (batch, head, round) rows at once (blocks of positions
+//     count, one device-wide scan, the blocks place their positions; the
+//     query's rank noted): the serial stable sort's order, whatever the number
+//     of blocks. (A team per (batch, head) sorted alone: 4 teams on an H200's
+//     132 multiprocessors, 57% of a cached token's time at 4K.)
+//  2. a team per (batch, head): per round the query's window (its chunk and `reach` chunks before
+//  it in
 //     the cycle of rounds) is scored, threads over keys and lanes over d_head,
 //     and reduced to lse_r = log sum_j exp(s_j).
 //  3. out = sum_r sum_j exp(s_j - LSE) v_j, LSE = logsumexp_r lse_r: one softmax
@@ -181,23 +283,24 @@ struct SortPass {
 template <class T>
 struct StepKernel {
   Kokkos::View<const T***, Layout, MemSpace> q, keys, values;
-  Kokkos::View<const int***, Layout, MemSpace> buckets;
   Kokkos::View<const Index*, Layout, MemSpace> positions;
-  View3<T> out, scores;          // scores [bh, rounds, window], then the softmax weights
-  IntView3 perm, counts, slots;  // counts [bh, bins, slices]
-  IntView2 ranks;                // the query's rank in every round's order
-  Index heads, dh, rounds, bins, slices, chunk, n_before;
-  // With rotations [heads, d_head, rounds, width]: the kernel hashes the query
-  // first (as lsh_hash does, the same bits) and writes its buckets at its
-  // position into query_buckets, the same View as buckets; projections
-  // [bh, rounds * width] is the hashing's scratch. Empty: the buckets are there.
+  View3<T> out, scores;  // scores [bh, rounds, window], then the softmax weights
+  IntView3 perm, slots;  // perm [bh, rounds, capacity]: each round's sorted positions
+  IntView2 ranks;        // the query's rank in every round's order
+  Index heads, dh, rounds, chunk, n_before;
+  // With rotations [heads, d_head, rounds, width]: the Hash pass hashes the
+  // query (as lsh_hash does, the same bits) and writes its buckets at its
+  // position into query_buckets, the cache's buckets; projections [bh, rounds
+  // * width] is the hashing's scratch. Empty: the buckets are there.
   Kokkos::View<const T****, Layout, MemSpace> rotations;
   IntView3 query_buckets;
   View2<T> projections;
   Index factors = 1, b1 = 0, b2 = 1;
 
-  KOKKOS_INLINE_FUNCTION void hash_query(const TeamMember& team, Index bh, Index t) const {
-    const Index b = bh / heads, h = bh % heads, width = rotations.extent(3);
+  struct Hash {};
+  KOKKOS_INLINE_FUNCTION void operator()(Hash, const TeamMember& team) const {
+    const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
+    const Index t = positions(b), width = rotations.extent(3);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rounds), [&](Index r) {
       T* p = &projections(bh, r * width);
       for (Index c = 0; c < width; ++c) p[c] = 0;
@@ -205,42 +308,6 @@ struct StepKernel {
                       width);
       query_buckets(bh, r, t) = combined_bucket(p, factors, b1, b2);
     });
-    team.team_barrier();
-  }
-
-  // Raw pointers and local copies keep the loops' bounds and strides in
-  // registers (an int store could alias a view's int fields).
-  KOKKOS_INLINE_FUNCTION void sort(const TeamMember& team, Index bh, Index t, Index n) const {
-    const Index m = slices, nb = bins, size = (n + m - 1) / m;
-    int* c = &counts(bh, 0, 0);
-    for (Index r = 0; r < rounds; ++r) {
-      const int* bucket = &buckets(bh, r, 0);
-      int* order = &perm(bh, r, 0);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](Index s) {
-        int* cs = c + s;
-        const Index begin = s * size, end = begin + size < n ? begin + size : n;
-        for (Index k = 0; k < nb; ++k) cs[k * m] = 0;
-        for (Index j = begin; j < end; ++j) cs[bucket[j] * m] += 1;
-      });
-      team.team_barrier();
-      Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, nb * m),
-                            [&](Index k, int& partial, const bool final) {
-                              const int count = c[k];
-                              if (final) c[k] = partial;
-                              partial += count;
-                            });
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](Index s) {
-        int* cs = c + s;
-        const Index begin = s * size, end = begin + size < n ? begin + size : n;
-        // The query's rank is its bucket's next slot when its turn comes.
-        const Index mid = begin <= t && t < end ? t : end;
-        for (Index j = begin; j < mid; ++j) order[cs[bucket[j] * m]++] = int(j);
-        if (mid < end) ranks(bh, r) = cs[bucket[t] * m];
-        for (Index j = mid; j < end; ++j) order[cs[bucket[j] * m]++] = int(j);
-      });
-      team.team_barrier();
-    }
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
@@ -249,8 +316,6 @@ struct StepKernel {
     // The chunk of this sequence's forward pass: one chunk when n <= chunk.
     const Index c = n <= chunk ? n : chunk, rc = (n + c - 1) / c, cycle = rounds * rc;
     const Index reach = rc == 1 ? 0 : (n_before < cycle - 1 ? n_before : cycle - 1);
-    if (rotations.extent(0)) hash_query(team, bh, t);
-    sort(team, bh, t, n);
     const T* qv = &q(b, h, 0);
     T lse[kMaxHashes];
     Index width[kMaxHashes];
@@ -514,39 +579,14 @@ void lsh_sort_buckets(LshPlan& plan, Workspace& workspace) {
                       op, ": the plan's buckets have shape ", shape_string(plan.buckets),
                       " but its fields say batch * heads ", plan.batch * plan.heads,
                       " and n_hashes * length ", rounds * length);
-  // Host: blocks of at least 2048 positions, at most 64 per row. GPUs: blocks
-  // of at least 256 positions, with at most 2^18 counts per row (a thread
-  // walks its block serially: 2048 positions took 0.8 ms on an H200), so the
-  // counts stay small while every row has many threads.
   const Index rows = plan.batch * plan.heads * rounds, bins = plan.n_buckets + 1;
-  const Index blocks =
-      kHostMemory ? std::max<Index>(1, std::min<Index>(64, length / 2048))
-                  : std::max<Index>(1, std::min<Index>(length / 256, (Index(1) << 18) / bins));
-  const Index block_size = (length + blocks - 1) / blocks;
+  const Index blocks = sort_blocks(length, bins);
   Workspace::Frame frame(workspace);
-  auto counts = frame.take<IntView3>(rows, bins, blocks);
-  const SortPass sort{plan.buckets, plan.perm, plan.undo, counts,    length,
-                      rounds,       bins,      blocks,    block_size};
-  Kokkos::parallel_for(
-      "lsh_sort_count",
-      Kokkos::RangePolicy<ExecSpace, SortPass::Count, LaunchHint>(0, rows * blocks), sort);
-  // One exclusive scan over every row's (bucket, block) counts, in place: a
-  // row's counts add up to `length` (each position is in one bucket), so the
-  // scan reaches row bh * rounds + r at (bh * rounds + r) * length, and the
-  // round's sorted items start at r * length of perm. (A team per row scanned
-  // its 16K counts in 450 us on an H200 at 16K positions; the device-wide
-  // scan takes all rows at once.)
-  int* c = counts.data();
-  const Index per_row = bins * blocks;
-  Kokkos::parallel_scan(
-      "lsh_sort_scan", range(rows * per_row), KOKKOS_LAMBDA(Index k, Index & sum, bool final) {
-        const int n = c[k];
-        if (final) c[k] = int(sum - k / per_row / rounds * rounds * length);
-        sum += n;
-      });
-  Kokkos::parallel_for(
-      "lsh_sort_scatter",
-      Kokkos::RangePolicy<ExecSpace, SortPass::Scatter, LaunchHint>(0, rows * blocks), sort);
+  const SortPass sort{
+      plan.buckets, plan.perm, plan.undo, frame.take<IntView3>(rows, bins, blocks), length,
+      rounds,       bins,      blocks,    (length + blocks - 1) / blocks,           length,
+      plan.heads};
+  sort.run();
 }
 
 template <class T>
@@ -693,37 +733,57 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                        " but must be >= 0 (0: one per team thread)");
   const Index n_buckets = lsh_bucket_count(config, capacity), bins = n_buckets + 1;
   const Index chunk = config.chunk, n_before = config.n_before;
-  const Index window = (n_before + 1) * chunk, n_max = max_position + 1;
+  const Index window = (n_before + 1) * chunk, n_max = max_position + 1, rows = batch * heads;
   Workspace::Frame frame(workspace);
-  StepKernel<T> kernel{q,  keys, values, buckets, positions, out,  {}, {},    {},
-                       {}, {},   heads,  dh,      rounds,    bins, 1,  chunk, n_before};
-  // A team per (batch, head); the sort takes one slice of positions per thread,
-  // slices of at least 64 positions.
-  const int threads = TeamPolicy(batch * heads, Kokkos::AUTO)
-                          .team_size_recommended(kernel, Kokkos::ParallelForTag());
-  kernel.slices =
-      sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, n_max / 64));
-  // The sort's buffers are sized by the cache's capacity, not by this
-  // position: a generation then takes the same workspace at every step, which
-  // never grows again after the first (on a GPU, no allocation per token).
-  const Index most_slices =
-      sort_slices > 0 ? sort_slices : std::max<Index>(1, std::min<Index>(threads, capacity / 64));
-  kernel.scores = frame.take<View3<T>>(batch * heads, rounds, window);
-  kernel.perm = frame.take<IntView3>(batch * heads, rounds, capacity);
-  kernel.counts = frame.take<IntView3>(batch * heads, bins, most_slices);
-  kernel.slots = frame.take<IntView3>(batch * heads, rounds, window);
-  kernel.ranks = frame.take<IntView2>(batch * heads, rounds);
+  StepKernel<T> kernel{q,  keys, values, positions, out,    {},    {},
+                       {}, {},   heads,  dh,        rounds, chunk, n_before};
+  kernel.scores = frame.take<View3<T>>(rows, rounds, window);
+  kernel.perm = frame.take<IntView3>(rows, rounds, capacity);
+  kernel.slots = frame.take<IntView3>(rows, rounds, window);
+  kernel.ranks = frame.take<IntView2>(rows, rounds);
   if (rotations.extent(0)) {
     const auto factors = lsh_bucket_factors(config, capacity);
     const Index width = lsh_rotation_width(config, capacity);
     check_rotations(op, rotations, heads, dh, rounds, width);
     kernel.rotations = rotations;
     kernel.query_buckets = query_buckets;
-    kernel.projections = frame.take<View2<T>>(batch * heads, rounds * width);
+    kernel.projections = frame.take<View2<T>>(rows, rounds * width);
     kernel.factors = Index(factors.size());
     kernel.b1 = factors[0];
     kernel.b2 = factors.size() > 1 ? factors[1] : 1;
+    using HashPolicy = Kokkos::TeamPolicy<ExecSpace, LaunchHint, typename StepKernel<T>::Hash>;
+    Kokkos::parallel_for("lsh_attention_step_hash", HashPolicy(rows, Kokkos::AUTO), kernel);
   }
+  // The sort's buffers are sized by the cache's capacity, not by this
+  // position: a generation then takes the same workspace at every step, which
+  // never grows again after the first (on a GPU, no allocation per token).
+  // Blocks per row: the host's few threads take whole rows (more blocks only
+  // add counts to zero and scan: 32 blocks of 2,049 buckets made a 64K step 7x
+  // slower on 2 cores); GPUs as lsh_sort_buckets.
+  const auto step_blocks = [&](Index n) {
+    return sort_slices > 0 ? sort_slices : kHostMemory ? 1 : sort_blocks(n, bins);
+  };
+  const Index blocks = step_blocks(n_max), most_blocks = step_blocks(capacity);
+  auto counts =
+      frame.take<Kokkos::View<int*, Layout, MemSpace>>(rows * rounds * bins * most_blocks);
+  const SortPass sort{
+      Kokkos::View<const int**, Layout, MemSpace>(buckets.data(), rows, rounds * capacity),
+      IntView2(kernel.perm.data(), rows, rounds * capacity),
+      IntView2(),
+      IntView3(counts.data(), rows * rounds, bins, blocks),
+      n_max,
+      rounds,
+      bins,
+      blocks,
+      (n_max + blocks - 1) / blocks,
+      capacity,
+      heads,
+      positions,
+      kernel.ranks};
+  sort.run();
+  // A team per (batch, head) for the windows.
+  const int threads =
+      TeamPolicy(rows, Kokkos::AUTO).team_size_recommended(kernel, Kokkos::ParallelForTag());
   Kokkos::parallel_for("lsh_attention_step", TeamPolicy(batch * heads, threads), kernel);
 }
 

@@ -123,9 +123,10 @@ void lsh_attention_backward(In4<T> qk, In4<T> v, const LshPlan& plan, In4<T> out
 // counting-sorted again (O(t + n_buckets)), the query's chunk found and its
 // window gathered: a step costs O(t) per head, never a forward. Needs
 // n_buckets fixed (config.n_buckets) and no duplicate_correction.
-// out [batch, heads, d_head]. One team per (batch, head); the sort cuts the
-// positions into sort_slices contiguous slices (0: one per team thread, at
-// least 64 positions each), with the same result for any number.
+// out [batch, heads, d_head]. The sort runs over every (batch, head, round)
+// at once, each cutting its positions into sort_slices contiguous blocks (0:
+// the backend's choice, as lsh_sort_buckets makes it), with the same result
+// for any number; then a team per (batch, head) takes the windows.
 template <class T>
 void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                         Kokkos::View<const int***, Layout, MemSpace> buckets,
@@ -133,11 +134,11 @@ void lsh_attention_step(In3<T> q, In3<T> keys, In3<T> values,
                         const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
                         Index sort_slices = 0);
 
-// The same, hashing the query in the same launch: its bucket in every round
-// (the rotations [heads, d_head, n_hashes, sum of n_buckets / 2] as lsh_hash
-// applies them, the same bits) is written into buckets at position t first, so
-// that a decoding step needs no lsh_hash launch and no launch to store its
-// buckets (AttentionLayer::step uses this form).
+// The same, hashing the query first: its bucket in every round (the
+// rotations [heads, d_head, n_hashes, sum of n_buckets / 2] as lsh_hash
+// applies them, the same bits) is written into buckets at position t by one
+// small launch, so that a decoding step needs no lsh_hash call and no launch
+// to store its buckets (AttentionLayer::step uses this form).
 template <class T>
 void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                         Kokkos::View<int***, Layout, MemSpace> buckets,
