@@ -674,6 +674,26 @@ void with_tiling(ExactTiles tiles, F&& f) {
                     "' tiling in this build (REFORMER_EXACT_TILES)");
 }
 
+// What both shapes read as the chunked kernels' inputs: the tensors, masks
+// and dropout (mask_score applies full attention's masks).
+template <class T>
+detail::ChunkedInputs<T> dense_inputs(In4<T> q, In4<T> k, In4<T> v,
+                                      const ExactAttentionConfig& config,
+                                      const AttentionCall& call) {
+  detail::ChunkedInputs<T> in;
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  in.key_valid = call.masks.key_valid;
+  in.causal = call.masks.causal;
+  in.self_mask = config.self_mask;
+  in.length = q.extent(1);
+  in.heads = q.extent(2);
+  in.d_head = q.extent(3);
+  in.dropout = call.dropout;
+  return in;
+}
+
 // The kernels' inputs, tiled by Shape; first_valid is filled when causal
 // attention has padding.
 template <class T, class Shape>
@@ -681,16 +701,7 @@ ExactInputs<T, Shape> exact_inputs(In4<T> q, In4<T> k, In4<T> v, const ExactAtte
                                    const AttentionCall& call, Workspace::Frame& frame) {
   using C = compute_t<T>;
   ExactInputs<T, Shape> x;
-  x.in.q = q;
-  x.in.k = k;
-  x.in.v = v;
-  x.in.key_valid = call.masks.key_valid;
-  x.in.causal = call.masks.causal;
-  x.in.self_mask = config.self_mask;
-  x.in.length = q.extent(1);
-  x.in.heads = q.extent(2);
-  x.in.d_head = q.extent(3);
-  x.in.dropout = call.dropout;
+  x.in = dense_inputs<T>(q, k, v, config, call);
   x.lq = q.extent(1);
   x.lk = k.extent(1);
   x.count_tiles();
@@ -727,16 +738,7 @@ detail::ExactBatchedInputs<T> exact_batched_inputs(In4<T> q, In4<T> k, In4<T> v,
                                                    const ExactAttentionConfig& config,
                                                    const AttentionCall& call) {
   detail::ExactBatchedInputs<T> x;
-  x.in.q = q;
-  x.in.k = k;
-  x.in.v = v;
-  x.in.key_valid = call.masks.key_valid;
-  x.in.causal = call.masks.causal;
-  x.in.self_mask = config.self_mask;
-  x.in.length = q.extent(1);
-  x.in.heads = q.extent(2);
-  x.in.d_head = q.extent(3);
-  x.in.dropout = call.dropout;
+  x.in = dense_inputs<T>(q, k, v, config, call);
   x.lq = q.extent(1);
   x.lk = k.extent(1);
   x.scale = detail::dense_score_scale<compute_t<T>>(config, q.extent(3));

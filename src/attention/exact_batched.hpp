@@ -92,6 +92,30 @@ ops::StridedBatch<const C> read_only(const ops::StridedBatch<C>& x) {
   return {x.data, x.count, x.rows, x.cols, x.row_stride, x.batch_stride};
 }
 
+// The softmax statistics of query i's row of scaled scores s over its masked
+// values (full attention's constants): top = their maximum, sum = sum_t
+// exp(masked_t - top). With kStore the masked values replace s.
+template <bool kStore, class T, class C>
+KOKKOS_INLINE_FUNCTION void masked_row_stats(const TeamMember& team, const ChunkedInputs<T>& in,
+                                             Index b, Index bh, Index i, C* s, Index keys, C& top,
+                                             C& sum) {
+  const auto masked = [&](Index t) {
+    bool constant = true;
+    return in.mask_score(b, bh, i, t, s[t], constant);
+  };
+  top = C(-1e30);
+  Kokkos::parallel_reduce(
+      Kokkos::ThreadVectorRange(team, keys),
+      [&](Index t, C& most) {
+        const C x = masked(t);
+        if (kStore) s[t] = x;
+        most = x > most ? x : most;
+      },
+      Kokkos::Max<C>(top));
+  sum = lane_sum<C>(team, keys,
+                    [&](Index t) { return softmax_weight((kStore ? s[t] : masked(t)) - top); });
+}
+
 // Forward: S (scaled scores) -> dropout(softmax(masked S)) in place, and lse.
 template <class T>
 void exact_softmax_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index rows, Index keys,
@@ -103,17 +127,8 @@ void exact_softmax_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index
       "exact_batched_softmax", heads * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
         const Index h = e / rows, i = q0 + e % rows, bh = b * heads + h;
         C* s = scores + e * keys;
-        C top = C(-1e30);
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, keys),
-            [&](Index t, C& most) {
-              bool constant = true;
-              const C masked = input.mask_score(b, bh, i, t, s[t], constant);
-              s[t] = masked;
-              most = masked > most ? masked : most;
-            },
-            Kokkos::Max<C>(top));
-        const C sum = lane_sum<C>(team, keys, [&](Index t) { return softmax_weight(s[t] - top); });
+        C top, sum;
+        masked_row_stats<true>(team, input, b, bh, i, s, keys, top, sum);
         const C inverse = C(1) / sum;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
           s[t] = softmax_weight(s[t] - top) * inverse *
@@ -123,7 +138,9 @@ void exact_softmax_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index
       });
 }
 
-// Backward: S (scaled scores) -> dropout(P), dP -> dS, with D_i = delta.
+// Backward: S (scaled scores) -> dropout(P), dP -> dS, with D_i = delta. P is
+// recomputed from the whole row, not from lse (a row that sees only padding
+// keeps its exact uniform weights).
 template <class T>
 void exact_score_gradient_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index rows,
                                Index keys, compute_t<T>* scores, compute_t<T>* grads,
@@ -136,19 +153,8 @@ void exact_score_gradient_rows(const ExactBatchedInputs<T>& x, Index b, Index q0
         const Index h = e / rows, i = q0 + e % rows, bh = b * heads + h;
         C* s = scores + e * keys;
         C* g = grads + e * keys;
-        C top = C(-1e30);
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, keys),
-            [&](Index t, C& most) {
-              bool constant = true;
-              const C masked = input.mask_score(b, bh, i, t, s[t], constant);
-              most = masked > most ? masked : most;
-            },
-            Kokkos::Max<C>(top));
-        const C sum = lane_sum<C>(team, keys, [&](Index t) {
-          bool constant = true;
-          return softmax_weight(input.mask_score(b, bh, i, t, s[t], constant) - top);
-        });
+        C top, sum;
+        masked_row_stats<false>(team, input, b, bh, i, s, keys, top, sum);
         const C inverse = C(1) / sum, d_i = delta(b, i, h);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
           bool constant = true;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace reformer {
 namespace {
@@ -106,58 +107,72 @@ TEST(MemorySweep, PredictionMatchesMeasuredPeakForEveryVariant) {
       }
 }
 
-// The batched chunk shape (attention/chunked_scratch.hpp) holds its slices in
-// a workspace of its own: the prediction adds the largest slice, and still
-// matches the measured peak; with a slice budget far below the whole problem
-// the peak is the fused one's plus that budget, so it stays O(L).
-TEST(MemorySweep, BatchedChunkSlicesArePredictedAndBounded) {
+// A batched shape's slices (batched(true) turns the shape on, batched(false)
+// off): with each budget, every variant's prediction matches its measured
+// peak, and `variant`'s predicted peak is the fused shape's plus `expected`
+// bytes (the largest slice), which stay within the budget (or `least`, one
+// slice's bytes, when that is more), so the peak stays O(L).
+void expect_batched_slices(const std::function<void(bool)>& batched, const char* variant,
+                           const std::vector<const char*>& variants, Index length,
+                           const std::function<std::size_t(std::size_t budget)>& expected,
+                           std::size_t least) {
   train::SweepOptions options;
   options.timed_steps = 1;
-  const Index length = 1024;
-  ScopedChunkProducts fused(attention::ChunkProducts::fused);
-  const auto base = train::run_sweep_point("lsh-2", small_base(), 2, length, options);
-  ScopedChunkProducts batched(attention::ChunkProducts::batched);
+  batched(false);
+  const auto base = train::run_sweep_point(variant, small_base(), 2, length, options);
+  batched(true);
   for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(256) << 10}) {
     ScopedChunkSlice slice(budget);
-    for (const char* variant : {"lsh-2", "local", "reformer"}) {
-      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
-      ASSERT_TRUE(p.ran) << variant << ": " << p.skipped;
-      SCOPED_TRACE(std::string(variant) + ", slices of " + std::to_string(budget) + " bytes");
+    for (const char* name : variants) {
+      const auto p = train::run_sweep_point(name, small_base(), 2, length, options);
+      ASSERT_TRUE(p.ran) << name << ": " << p.skipped;
+      SCOPED_TRACE(std::string(name) + ", slices of " + std::to_string(budget) + " bytes");
       expect_prediction_matches(p);
     }
-    const auto p = train::run_sweep_point("lsh-2", small_base(), 2, length, options);
-    // Every chunk of the LSH layer (2 x 2 heads x 2 rounds x 1024 / 32).
-    const auto whole = attention::chunk_batched_bytes(32, 1, 16, 256, 4, budget);
+    const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
     const double added = double(p.predicted.peak() - base.predicted.peak());
-    EXPECT_NEAR(added, double(std::max(whole.forward, whole.backward)), 1.0);
-    EXPECT_LE(std::max(whole.forward, whole.backward),
-              std::max<std::size_t>(budget, whole.per_chunk_backward));
+    EXPECT_NEAR(added, double(expected(budget)), 1.0) << variant << ", budget " << budget;
+    EXPECT_GT(expected(budget), 0u);
+    EXPECT_LE(expected(budget), std::max(budget, least)) << variant;
   }
 }
 
+// The batched chunk shape (attention/chunked_scratch.hpp) holds its slices in
+// a workspace of its own.
+TEST(MemorySweep, BatchedChunkSlicesArePredictedAndBounded) {
+  ScopedChunkProducts pin(attention::ChunkProducts::fused);
+  // Every chunk of the LSH layer (2 x 2 heads x 2 rounds x 1024 / 32).
+  const auto bytes = [](std::size_t budget) {
+    return attention::chunk_batched_bytes(32, 1, 16, 256, 4, budget);
+  };
+  expect_batched_slices(
+      [](bool on) {
+        attention::set_chunk_products(on ? attention::ChunkProducts::batched
+                                         : attention::ChunkProducts::fused);
+      },
+      "lsh-2", {"lsh-2", "local", "reformer"}, 1024,
+      [&](std::size_t budget) {
+        const auto whole = bytes(budget);
+        return std::max(whole.forward, whole.backward);
+      },
+      bytes(1).per_chunk_backward);
+}
+
 // Exact attention's batched shape (attention/exact.hpp) takes its slices
-// from the same workspace: predicted, matched, and bounded by the budget.
+// from the same workspace.
 TEST(MemorySweep, BatchedExactSlicesArePredictedAndBounded) {
-  train::SweepOptions options;
-  options.timed_steps = 1;
+  ScopedExactProducts pin(attention::ExactProducts::fused);
   const Index length = 512;
-  ScopedExactProducts fused(attention::ExactProducts::fused);
-  const auto base = train::run_sweep_point("exact", small_base(), 2, length, options);
-  ScopedExactProducts batched(attention::ExactProducts::batched);
-  for (const std::size_t budget : {std::size_t(64) << 20, std::size_t(256) << 10}) {
-    ScopedChunkSlice slice(budget);
-    for (const char* variant : {"exact", "exact-rev"}) {
-      const auto p = train::run_sweep_point(variant, small_base(), 2, length, options);
-      ASSERT_TRUE(p.ran) << variant << ": " << p.skipped;
-      SCOPED_TRACE(std::string(variant) + ", slices of " + std::to_string(budget) + " bytes");
-      expect_prediction_matches(p);
-    }
-    const auto p = train::run_sweep_point("exact", small_base(), 2, length, options);
-    const auto bytes = attention::exact_batched_bytes(2, length, length, 4, false, budget);
-    EXPECT_NEAR(double(p.predicted.peak() - base.predicted.peak()), double(bytes.backward), 1.0);
-    EXPECT_LE(bytes.backward, std::max<std::size_t>(budget, 2 * 2 * length * 4));
-    EXPECT_GT(bytes.backward, 0u);
-  }
+  expect_batched_slices(
+      [](bool on) {
+        attention::set_exact_products(on ? attention::ExactProducts::batched
+                                         : attention::ExactProducts::fused);
+      },
+      "exact", {"exact", "exact-rev"}, length,
+      [&](std::size_t budget) {
+        return attention::exact_batched_bytes(2, length, length, 4, false, budget).backward;
+      },
+      2 * 2 * length * 4);
 }
 
 // bf16 activations (train.precision = "bf16") about halve the step of every
