@@ -116,53 +116,58 @@ KOKKOS_INLINE_FUNCTION void masked_row_stats(const TeamMember& team, const Chunk
                     [&](Index t) { return softmax_weight((kStore ? s[t] : masked(t)) - top); });
 }
 
-// Forward: S (scaled scores) -> dropout(softmax(masked S)) in place, and lse.
-template <class T>
-void exact_softmax_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index rows, Index keys,
-                        compute_t<T>* scores, ItemScalars<compute_t<T>> lse) {
-  using C = compute_t<T>;
-  const auto input = x.in;
-  const Index heads = input.heads, lq = x.lq, lk = x.lk;
+// body(team, e, h, i, bh) for row e of a slice's scores [heads, rows, keys]:
+// head h, query i = q0 + e % rows, bh = b * heads + h (a row per group of lanes).
+template <class T, class Body>
+void for_score_rows(const char* label, const ExactBatchedInputs<T>& x, Index b, Index q0,
+                    Index rows, const Body& body) {
+  const Index heads = x.in.heads;
   for_lane_rows(
-      "exact_batched_softmax", heads * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
-        const Index h = e / rows, i = q0 + e % rows, bh = b * heads + h;
-        C* s = scores + e * keys;
-        C top, sum;
-        masked_row_stats<true>(team, input, b, bh, i, s, keys, top, sum);
-        const C inverse = C(1) / sum;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
-          s[t] = softmax_weight(s[t] - top) * inverse *
-                 input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
-        });
-        Kokkos::single(Kokkos::PerThread(team), [&] { lse(b, i, h) = top + compat::log(sum); });
+      label, heads * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
+        const Index h = e / rows;
+        body(team, e, h, q0 + e % rows, b * heads + h);
       });
 }
 
-// Backward: S (scaled scores) -> dropout(P), dP -> dS, with D_i = delta. P is
+// The row kernels between the products, on a slice's scaled scores S.
+// Forward (kBackward false): S -> dropout(softmax(masked S)) in place, and lse.
+// Backward: S -> dropout(P), dP (in grads) -> dS, with D_i = delta; P is
 // recomputed from the whole row, not from lse (a row that sees only padding
 // keeps its exact uniform weights).
-template <class T>
-void exact_score_gradient_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index rows,
-                               Index keys, compute_t<T>* scores, compute_t<T>* grads,
-                               ItemScalars<const compute_t<T>> delta) {
+template <bool kBackward, class T>
+void exact_score_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index rows, Index keys,
+                      compute_t<T>* scores, compute_t<T>* grads, ItemScalars<compute_t<T>> lse,
+                      ItemScalars<const compute_t<T>> delta) {
   using C = compute_t<T>;
   const auto input = x.in;
   const Index heads = input.heads, lq = x.lq, lk = x.lk;
-  for_lane_rows(
-      "exact_batched_score_grad", heads * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
-        const Index h = e / rows, i = q0 + e % rows, bh = b * heads + h;
+  for_score_rows(
+      kBackward ? "exact_batched_score_grad" : "exact_batched_softmax", x, b, q0, rows,
+      KOKKOS_LAMBDA(const TeamMember& team, Index e, Index h, Index i, Index bh) {
         C* s = scores + e * keys;
-        C* g = grads + e * keys;
         C top, sum;
-        masked_row_stats<false>(team, input, b, bh, i, s, keys, top, sum);
-        const C inverse = C(1) / sum, d_i = delta(b, i, h);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
-          bool constant = true;
-          const C p = softmax_weight(input.mask_score(b, bh, i, t, s[t], constant) - top) * inverse;
-          const C drop = input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
-          g[t] = constant ? C(0) : p * (drop * g[t] - d_i);
-          s[t] = p * drop;
-        });
+        masked_row_stats<!kBackward>(team, input, b, bh, i, s, keys, top, sum);
+        const C inverse = C(1) / sum;
+        // (A plain `if`: nvcc's device lambdas may not capture a variable
+        // first inside an `if constexpr` branch.)
+        if (kBackward) {
+          C* g = grads + e * keys;
+          const C d_i = delta(b, i, h);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
+            bool constant = true;
+            const C p =
+                softmax_weight(input.mask_score(b, bh, i, t, s[t], constant) - top) * inverse;
+            const C drop = input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
+            g[t] = constant ? C(0) : p * (drop * g[t] - d_i);
+            s[t] = p * drop;
+          });
+        } else {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
+            s[t] = softmax_weight(s[t] - top) * inverse *
+                   input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
+          });
+          Kokkos::single(Kokkos::PerThread(team), [&] { lse(b, i, h) = top + compat::log(sum); });
+        }
       });
 }
 
@@ -186,7 +191,7 @@ void exact_batched_forward(const ExactBatchedInputs<T>& x, ItemView<T> out,
       const auto k = x.heads_of(x.in.k, b, 0, keys), v = x.heads_of(x.in.v, b, 0, keys);
       // S = scale Q K^T
       ops::strided_batched_matmul<C>(q, Trans::No, k, Trans::Yes, s, x.scale);
-      exact_softmax_rows<T>(x, b, q0, rows, keys, buffer.data(), lse);
+      exact_score_rows<false, T>(x, b, q0, rows, keys, buffer.data(), nullptr, lse, {});
       // O = dropout(P) V
       ops::strided_batched_matmul<C>(read_only(s), Trans::No, v, Trans::No,
                                      x.heads_of(out, b, q0, rows));
@@ -220,7 +225,7 @@ void exact_batched_backward(const ExactBatchedInputs<T>& x, ItemScalars<const co
       // S = scale Q K^T, dP = dO V^T
       ops::strided_batched_matmul<C>(q, Trans::No, k, Trans::Yes, s, x.scale);
       ops::strided_batched_matmul<C>(d_o, Trans::No, v, Trans::Yes, ds);
-      exact_score_gradient_rows<T>(x, b, q0, rows, keys, scores, grads, delta);
+      exact_score_rows<true, T>(x, b, q0, rows, keys, scores, grads, {}, delta);
       // dV += dropout(P)^T dO, dQ = scale dS K, dK += scale dS^T Q
       ops::strided_batched_matmul<C>(read_only(s), Trans::Yes, d_o, Trans::No,
                                      x.heads_of(dv, b, 0, keys), C(1), C(1));
