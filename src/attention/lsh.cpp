@@ -189,7 +189,8 @@ struct SortPass {
     const int* bucket = &buckets(bh, r * stride);
     int* order = &perm(bh, 0);
     int* inverse = undo.extent(0) ? &undo(bh, r * stride) : nullptr;
-    // The query's rank is its bucket's next slot when its turn comes.
+    // The query's rank is its bucket's next slot when its turn comes (split
+    // loops: a test inside the loop made the step 15-25% slower on 2 cores).
     const Index query = ranks.extent(0) ? items_of(bh / heads) - 1 : -1;
     const Index mid = begin <= query && query < end ? query : end;
     for (Index i = begin; i < mid; ++i) {
@@ -208,11 +209,9 @@ struct SortPass {
   struct Whole {};
   KOKKOS_INLINE_FUNCTION void operator()(Whole, Index row) const {
     (*this)(Count(), row);
-    Index bh, r, unused, blk, begin, end;
-    items(row, bh, r, unused, blk, begin, end);
     int* c = &counts(row, 0, 0);
     const Index cs = Index(counts.stride(1)), nb = bins;
-    int sum = int(r * stride);
+    int sum = int(row % rounds * stride);
     for (Index k = 0; k < nb; ++k) {
       const int n = c[k * cs];
       c[k * cs] = sum;
