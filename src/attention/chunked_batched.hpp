@@ -293,6 +293,11 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
           C sq[kColumns], sk[kColumns], sv[kColumns];
           for (Index j = 0; j < kColumns; ++j) sq[j] = sk[j] = sv[j] = C(0);
+          // Whether the slice holds a row of dq or of dk and dv for this
+          // position: most positions of a long row have none in a given slice
+          // (about 20 slices a (batch, head) row at 64K), and those are
+          // neither read nor written.
+          bool has_q = false, has_kv = false;
           const auto add = [&](C* sums, const C* from) {
             for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) sums[j] += from[x];
           };
@@ -300,6 +305,7 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
           const auto add_slot = [&](Index qc, Index slot) {
             const Index gq = bh * n_chunks + qc;
             if (gq < first || gq >= end) return;
+            has_kv = true;
             add(sk, &s.k(gq - first, slot, 0));
             add(sv, &s.v(gq - first, slot, 0));
           };
@@ -307,7 +313,10 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
             const Index item = input.undo.extent(0) ? Index(input.undo(bh, r * length + i)) : i;
             const Index kc = item / c, at = item % c;
             const Index g = bh * n_chunks + kc;
-            if (g >= first && g < end) add(sq, &s.dout(g - first, at, 0));
+            if (g >= first && g < end) {
+              has_q = true;
+              add(sq, &s.dout(g - first, at, 0));
+            }
             for (Index back = 0; back <= nb; ++back) {
               const Index slot = back * c + at;
               // The plain window: qc = kc + back.
@@ -326,13 +335,18 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
                 add_slot(qr, slot);
             }
           }
-          T* to_q = &dq(b, i, h, 0);
-          T* to_k = &dk_scaled(b, i, h, 0);
-          T* to_v = &dv(b, i, h, 0);
-          for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) {
-            to_q[x] = store<T>(load(to_q[x]) + sq[j]);
-            to_k[x] = store<T>(load(to_k[x]) + sk[j]);
-            to_v[x] = store<T>(load(to_v[x]) + sv[j]);
+          if (has_q) {
+            T* to_q = &dq(b, i, h, 0);
+            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes)
+              to_q[x] = store<T>(load(to_q[x]) + sq[j]);
+          }
+          if (has_kv) {
+            T* to_k = &dk_scaled(b, i, h, 0);
+            T* to_v = &dv(b, i, h, 0);
+            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) {
+              to_k[x] = store<T>(load(to_k[x]) + sk[j]);
+              to_v[x] = store<T>(load(to_v[x]) + sv[j]);
+            }
           }
         });
       });
