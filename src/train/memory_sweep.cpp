@@ -72,15 +72,18 @@ double mixed_panel_bytes(std::initializer_list<MixedProduct> products) {
   // With the weights rounded to bf16 for the tensor cores
   // (REFORMER_BF16_WEIGHTS=round, the default), a product with a bf16 result
   // widens nothing, and only a sum of several products into a bf16 result
-  // (the projections' input gradient) takes the float32 panel of C; counted
-  // for every bf16 result here, the largest being the same 2^18 values.
+  // (the projections' input gradient) takes the float32 panel of C, of 2^20
+  // values (rows capped at 2^20 / max(n, k)); counted for every bf16 result
+  // here.
   const auto info = kHostMemory ? ops::DeviceBlasInfo() : ops::device_blas_info();
   if (!kHostMemory && info.loaded) {
     double bytes = 0;
     for (const MixedProduct& p : products) {
       const double panel = std::min(p.rows, std::max(64.0, double(1 << 18) / std::max(p.n, p.k)));
       if (info.rounds_weights && !p.float_result) {
-        bytes = std::max(bytes, panel * p.n * 4);
+        const double sum_panel =
+            std::min(p.rows, std::max(64.0, double(1 << 20) / std::max(p.n, p.k)));
+        bytes = std::max(bytes, sum_panel * p.n * 4);
         continue;
       }
       const double widened = p.transposed ? p.rows * p.k : panel * p.k;

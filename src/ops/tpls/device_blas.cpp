@@ -447,6 +447,12 @@ struct Term {
 // rounding, and of A's widened rows. (16 MiB panels made a bf16 step at 2K
 // positions 0.64x of the float32 one on an H200 instead of about half.)
 constexpr Index kPanelElements = Index(1) << 18;
+// Where no factor is widened (bf16 factors, weights rounded: the projections'
+// input gradient dx = sum_i dy_i W_i^T), only C's float32 panel is needed, and
+// it takes 4 MiB: at 64K positions of 256 a call is 16 panels of 2-3 products
+// and a rounding instead of 64 (the 1 MiB panels were 768 products and 710
+// roundings of a 64K bf16 step's 2,965 launches on an H200).
+constexpr Index kSumPanelElements = Index(1) << 20;
 
 // C = beta C + alpha sum_t op(A_t) op(B_t) (+ bias(j) on every row).
 // Returns whether it allocated scratch (which must outlive the vendor's work).
@@ -482,7 +488,8 @@ bool vendor_sum(const std::vector<Term>& terms, View2<TC> c, float alpha, float 
   }
   // Panels of rows of C: a float32 C takes the products in place (its bias
   // after the last panel); a bf16 C goes through a float32 panel, rounded once.
-  const Index panel = std::min(m, std::max<Index>(64, kPanelElements / std::max(n, max_k)));
+  const Index panel = std::min(
+      m, std::max<Index>(64, (widen ? kPanelElements : kSumPanelElements) / std::max(n, max_k)));
   View2<float> f, rows_a;
   if (!is_float<TC>)
     f = View2<float>(
