@@ -256,6 +256,11 @@ part_products() {
         REFORMER_CHUNK_PRODUCTS=$products -- "model.ff_chunk=$((length / 8))"
     done
   done
+  # Larger slices at 64K (fewer gathers, launches and gradient walks; 192 MiB
+  # more than the default 64), with a run's GPU default chunks: against
+  # memory_6_auto_65536 of part step.
+  time_step chunk_products.txt 65536 memory_products_slices256_65536 REFORMER_CHUNK_SLICE_MIB=256 \
+    -- model.ff_chunk=auto model.loss_chunk=auto
   REFORMER_CHUNK_PRODUCTS=batched REFORMER_KERNEL_PROFILE="$out/profile_step16k_batched.txt" \
     timeout 100 "$pkg/run/reformer" memory --variants reformer --layers 6 --lengths 16384 \
     --steps 0 --out "$out/profile_batched" "model.ff_chunk=2048" >/dev/null
