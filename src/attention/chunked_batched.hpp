@@ -111,6 +111,9 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
   const bool backward = dout.extent(0) > 0;
   const auto s = slice;
   const auto input = in;
+  // Each lane loads its columns of both rows before it stores any
+  // (core/lane_rows.hpp, for_lane_columns).
+  constexpr Index kColumns = lane_columns(kMaxHeadDim);
   for_lane_rows(
       "chunk_batched_gather", slice.count * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
         const Index row = e % rows, n = e / rows;
@@ -121,9 +124,16 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
           const T* from_dout = backward ? &dout(at.b, pq, at.h, 0) : nullptr;
           C* to = &s.q(n, row, 0);
           C* to_dout = backward ? &s.dout(n, row, 0) : nullptr;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index x) {
-            to[x] = load(from[x]);
-            if (backward) to_dout[x] = load(from_dout[x]);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+            C a[kColumns], g[kColumns];
+            for_lane_columns(lane, dh, [&](Index j, Index x) {
+              a[j] = load(from[x]);
+              if (backward) g[j] = load(from_dout[x]);
+            });
+            for_lane_columns(lane, dh, [&](Index j, Index x) {
+              to[x] = a[j];
+              if (backward) to_dout[x] = g[j];
+            });
           });
           Kokkos::single(Kokkos::PerThread(team), [&]() { s.posq(n, row) = pq; });
           return;
@@ -143,9 +153,16 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         const C scale = input.scale_of(at.b, pk, at.h);
         const T* from_k = &input.k(at.b, pk, at.h, 0);
         const T* from_v = &input.v(at.b, pk, at.h, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index x) {
-          to_k[x] = load(from_k[x]) * scale;
-          to_v[x] = load(from_v[x]);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+          C a[kColumns], b[kColumns];
+          for_lane_columns(lane, dh, [&](Index j, Index x) {
+            a[j] = load(from_k[x]);
+            b[j] = load(from_v[x]);
+          });
+          for_lane_columns(lane, dh, [&](Index j, Index x) {
+            to_k[x] = a[j] * scale;
+            to_v[x] = b[j];
+          });
         });
       });
 }
@@ -201,6 +218,7 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const Index c = in.window.chunk, dh = in.d_head, n_chunks = in.window.n_chunks;
   const Index first = slice.first, heads = in.heads;
   const auto s = slice;
+  constexpr Index kColumns = lane_columns(kMaxHeadDim);
   for_lane_rows(
       "chunk_batched_outputs", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index n = row / c, i = row % c;
@@ -208,8 +226,11 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
         const Index item = at.qc * c + i;
         const auto* from = &s.q(n, i, 0);
         T* to = &out(at.b, item, at.h, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
-                             [&](Index x) { to[x] = store<T>(from[x]); });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+          compute_t<T> a[kColumns];
+          for_lane_columns(lane, dh, [&](Index j, Index x) { a[j] = from[x]; });
+          for_lane_columns(lane, dh, [&](Index j, Index x) { to[x] = store<T>(a[j]); });
+        });
         Kokkos::single(Kokkos::PerThread(team), [&]() { lse(at.b, item, at.h) = s.lse(n, i); });
       });
 }
@@ -284,7 +305,7 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
   // Each lane sums its own columns (lane, lane + kRowLanes, ...) in registers;
   // every lane walks the position's slots itself (on a GPU the candidate
   // search runs once per lane, not once per row as in the other kernels).
-  constexpr Index kColumns = (kMaxHeadDim + kRowLanes - 1) / kRowLanes;
+  constexpr Index kColumns = lane_columns(kMaxHeadDim);
   for_lane_rows(
       "chunk_batched_grad_reduce", (bh1 - bh0) * length,
       KOKKOS_LAMBDA(const TeamMember& team, Index row) {
@@ -299,7 +320,7 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
           // neither read nor written.
           bool has_q = false, has_kv = false;
           const auto add = [&](C* sums, const C* from) {
-            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) sums[j] += from[x];
+            for_lane_columns(lane, dh, [&](Index j, Index x) { sums[j] += from[x]; });
           };
           // Window slot `slot` of query chunk qc, if it is in the slice.
           const auto add_slot = [&](Index qc, Index slot) {
@@ -335,19 +356,23 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
                 add_slot(qr, slot);
             }
           }
-          if (has_q) {
-            T* to_q = &dq(b, i, h, 0);
-            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes)
-              to_q[x] = store<T>(load(to_q[x]) + sq[j]);
-          }
-          if (has_kv) {
-            T* to_k = &dk_scaled(b, i, h, 0);
-            T* to_v = &dv(b, i, h, 0);
-            for (Index j = 0, x = lane; x < dh; ++j, x += kRowLanes) {
-              to_k[x] = store<T>(load(to_k[x]) + sk[j]);
-              to_v[x] = store<T>(load(to_v[x]) + sv[j]);
-            }
-          }
+          // The position's rows: every load before any store (core/lane_rows.hpp).
+          T* to_q = &dq(b, i, h, 0);
+          T* to_k = &dk_scaled(b, i, h, 0);
+          T* to_v = &dv(b, i, h, 0);
+          if (has_q) for_lane_columns(lane, dh, [&](Index j, Index x) { sq[j] += load(to_q[x]); });
+          if (has_kv)
+            for_lane_columns(lane, dh, [&](Index j, Index x) {
+              sk[j] += load(to_k[x]);
+              sv[j] += load(to_v[x]);
+            });
+          if (has_q)
+            for_lane_columns(lane, dh, [&](Index j, Index x) { to_q[x] = store<T>(sq[j]); });
+          if (has_kv)
+            for_lane_columns(lane, dh, [&](Index j, Index x) {
+              to_k[x] = store<T>(sk[j]);
+              to_v[x] = store<T>(sv[j]);
+            });
         });
       });
 }
