@@ -126,11 +126,11 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
           C* to_dout = backward ? &s.dout(n, row, 0) : nullptr;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
             C a[kColumns], g[kColumns];
-            for_lane_columns(lane, dh, [&](Index j, Index x) {
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
               a[j] = load(from[x]);
               if (backward) g[j] = load(from_dout[x]);
             });
-            for_lane_columns(lane, dh, [&](Index j, Index x) {
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
               to[x] = a[j];
               if (backward) to_dout[x] = g[j];
             });
@@ -155,11 +155,11 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         const T* from_v = &input.v(at.b, pk, at.h, 0);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
           C a[kColumns], b[kColumns];
-          for_lane_columns(lane, dh, [&](Index j, Index x) {
+          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
             a[j] = load(from_k[x]);
             b[j] = load(from_v[x]);
           });
-          for_lane_columns(lane, dh, [&](Index j, Index x) {
+          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
             to_k[x] = a[j] * scale;
             to_v[x] = b[j];
           });
@@ -228,8 +228,8 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
         T* to = &out(at.b, item, at.h, 0);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
           compute_t<T> a[kColumns];
-          for_lane_columns(lane, dh, [&](Index j, Index x) { a[j] = from[x]; });
-          for_lane_columns(lane, dh, [&](Index j, Index x) { to[x] = store<T>(a[j]); });
+          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { a[j] = from[x]; });
+          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { to[x] = store<T>(a[j]); });
         });
         Kokkos::single(Kokkos::PerThread(team), [&]() { lse(at.b, item, at.h) = s.lse(n, i); });
       });
@@ -320,7 +320,7 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
           // neither read nor written.
           bool has_q = false, has_kv = false;
           const auto add = [&](C* sums, const C* from) {
-            for_lane_columns(lane, dh, [&](Index j, Index x) { sums[j] += from[x]; });
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { sums[j] += from[x]; });
           };
           // Window slot `slot` of query chunk qc, if it is in the slice.
           const auto add_slot = [&](Index qc, Index slot) {
@@ -360,16 +360,18 @@ void reduce_chunk_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& s
           T* to_q = &dq(b, i, h, 0);
           T* to_k = &dk_scaled(b, i, h, 0);
           T* to_v = &dv(b, i, h, 0);
-          if (has_q) for_lane_columns(lane, dh, [&](Index j, Index x) { sq[j] += load(to_q[x]); });
+          if (has_q)
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { sq[j] += load(to_q[x]); });
           if (has_kv)
-            for_lane_columns(lane, dh, [&](Index j, Index x) {
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
               sk[j] += load(to_k[x]);
               sv[j] += load(to_v[x]);
             });
           if (has_q)
-            for_lane_columns(lane, dh, [&](Index j, Index x) { to_q[x] = store<T>(sq[j]); });
+            for_lane_columns<kColumns>(lane, dh,
+                                       [&](Index j, Index x) { to_q[x] = store<T>(sq[j]); });
           if (has_kv)
-            for_lane_columns(lane, dh, [&](Index j, Index x) {
+            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
               to_k[x] = store<T>(sk[j]);
               to_v[x] = store<T>(sv[j]);
             });

@@ -36,18 +36,23 @@ void for_lane_rows(const char* label, Index rows, const Body& body) {
       });
 }
 
-// A lane's columns of a row of n values: f(j, x) for x = lane, lane +
-// kRowLanes, ... < n, j counting them (j < lane_columns(n_max)), inside a
-// ThreadVectorRange(team, kRowLanes) over the lanes. A copy that loads all of
-// a lane's columns into registers before it stores any keeps its loads in
-// flight at once: a loop of `to[x] = from[x]` may not move a load above the
-// store before it (the compiler cannot tell that they do not alias), so on a
-// GPU each column waits for the one before.
+// A lane's columns of a row of n <= kColumns * kRowLanes values: f(j, x) for
+// x = lane + j kRowLanes < n, j < kColumns = lane_columns(n_max), inside a
+// ThreadVectorRange(team, kRowLanes) over the lanes. The loop's length is a
+// constant, so a GPU compiler unrolls it and keeps per-column arrays
+// (`C a[kColumns]`) in registers. A copy that loads all of a lane's columns
+// before it stores any keeps its loads in flight at once: a loop of
+// `to[x] = from[x]` may not move a load above the store before it (the
+// compiler cannot tell that they do not alias), so on a GPU each column
+// would wait for the one before.
 constexpr Index lane_columns(Index n_max) { return (n_max + kRowLanes - 1) / kRowLanes; }
 
-template <class F>
+template <Index kColumns, class F>
 KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
-  for (Index j = 0, x = lane; x < n; ++j, x += kRowLanes) f(j, x);
+  for (Index j = 0; j < kColumns; ++j) {
+    const Index x = lane + j * kRowLanes;
+    if (x < n) f(j, x);
+  }
 }
 
 // The sum of f(j) for j < n over the row's lanes (every lane gets it).
