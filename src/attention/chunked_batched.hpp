@@ -185,15 +185,23 @@ void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         C* scores = &s.s(n, i, 0);
         const int* posk = &s.posk(n, 0);
         C top = C(-1e30);
+        // The row is updated in place, its loads ahead of its stores
+        // (core/lane_rows.hpp, load_then_store_lane_columns).
         Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, w),
-            [&](Index t, C& most) {
-              bool constant = true;
-              const C x = posk[t] < 0
-                              ? C(-1e30)
-                              : input.mask_score(at.b, at.bh, pq, posk[t], scores[t], constant);
-              scores[t] = x;
-              most = x > most ? x : most;
+            Kokkos::ThreadVectorRange(team, kRowLanes),
+            [&](Index lane, C& most) {
+              load_then_store_lane_columns<C>(
+                  lane, w,
+                  [&](Index t) {
+                    bool constant = true;
+                    return posk[t] < 0
+                               ? C(-1e30)
+                               : input.mask_score(at.b, at.bh, pq, posk[t], scores[t], constant);
+                  },
+                  [&](Index t, C x) {
+                    scores[t] = x;
+                    most = x > most ? x : most;
+                  });
             },
             Kokkos::Max<C>(top));
         C sum = 0;
@@ -204,8 +212,14 @@ void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         // key is masked (top = -1e9) keeps its exact uniform weights.
         const C lse = top + compat::log(sum), inverse = C(1) / sum;
         const Index item = at.qc * c + i;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, w), [&](Index t) {
-          scores[t] = softmax_weight(scores[t] - top) * inverse * input.drop_factor(at.bh, item, t);
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+          load_then_store_lane_columns<C>(
+              lane, w,
+              [&](Index t) {
+                return softmax_weight(scores[t] - top) * inverse *
+                       input.drop_factor(at.bh, item, t);
+              },
+              [&](Index t, C x) { scores[t] = x; });
         });
         Kokkos::single(Kokkos::PerThread(team), [&]() { s.lse(n, i) = lse; });
       });
@@ -258,18 +272,23 @@ void chunk_score_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
         C* p = &s.s(n, i, 0);
         C* ds = &s.dp(n, i, 0);
         const int* posk = &s.posk(n, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, w), [&](Index t) {
-          if (posk[t] < 0) {
-            p[t] = C(0);
-            ds[t] = C(0);
-            return;
-          }
-          bool constant = true;
-          const C score = input.mask_score(at.b, at.bh, pq, posk[t], p[t], constant);
-          const C weight = softmax_weight(score - row_lse);
-          const C drop = dropout ? input.drop_factor(at.bh, item, t) : C(1);
-          ds[t] = constant ? C(0) : weight * (drop * ds[t] - row_delta);
-          p[t] = weight * drop;
+        // (p, ds) of each slot, loads ahead of stores (core/lane_rows.hpp).
+        using Pair = Kokkos::pair<C, C>;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+          load_then_store_lane_columns<Pair>(
+              lane, w,
+              [&](Index t) {
+                if (posk[t] < 0) return Pair(C(0), C(0));
+                bool constant = true;
+                const C score = input.mask_score(at.b, at.bh, pq, posk[t], p[t], constant);
+                const C weight = softmax_weight(score - row_lse);
+                const C drop = dropout ? input.drop_factor(at.bh, item, t) : C(1);
+                return Pair(weight * drop, constant ? C(0) : weight * (drop * ds[t] - row_delta));
+              },
+              [&](Index t, const Pair& x) {
+                p[t] = x.first;
+                ds[t] = x.second;
+              });
         });
       });
 }

@@ -55,6 +55,23 @@ KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
   }
 }
 
+// A lane's columns of a row of n values of any length, kLaneGroup at a time:
+// v[j] = load(x) for the group's columns, then store(x, v[j]), so that every
+// load of a group is in flight before the group's first store (an in-place
+// update of a row too: its columns x and x + kRowLanes are not known to differ
+// when the loop steps by a run-time count, as ThreadVectorRange's does).
+constexpr Index kLaneGroup = kHostMemory ? 64 : 4;
+
+template <class V, class Load, class Store>
+KOKKOS_INLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, const Load& load,
+                                                         const Store& store) {
+  for (Index base = 0; base < n; base += kLaneGroup * kRowLanes) {
+    V v[kLaneGroup];
+    for_lane_columns<kLaneGroup>(lane, n - base, [&](Index j, Index x) { v[j] = load(base + x); });
+    for_lane_columns<kLaneGroup>(lane, n - base, [&](Index j, Index x) { store(base + x, v[j]); });
+  }
+}
+
 // The sum of f(j) for j < n over the row's lanes (every lane gets it).
 template <class C, class F>
 KOKKOS_INLINE_FUNCTION C lane_sum(const TeamMember& team, Index n, const F& f) {
