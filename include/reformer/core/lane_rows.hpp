@@ -49,9 +49,14 @@ constexpr Index lane_columns(Index n_max) { return (n_max + kRowLanes - 1) / kRo
 
 template <Index kColumns, class F>
 KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
-  for (Index j = 0; j < kColumns; ++j) {
-    const Index x = lane + j * kRowLanes;
-    if (x < n) f(j, x);
+  if constexpr (kRowLanes == 1) {
+    // The host's one lane: a plain loop, which vectorises.
+    for (Index x = lane; x < n; ++x) f(x - lane, x);
+  } else {
+    for (Index j = 0; j < kColumns; ++j) {
+      const Index x = lane + j * kRowLanes;
+      if (x < n) f(j, x);
+    }
   }
 }
 
@@ -60,11 +65,16 @@ KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
 // load of a group is in flight before the group's first store (an in-place
 // update of a row too: its columns x and x + kRowLanes are not known to differ
 // when the loop steps by a run-time count, as ThreadVectorRange's does).
-constexpr Index kLaneGroup = kHostMemory ? 64 : 4;
+// (The host's one lane stores each column right after its load.)
+constexpr Index kLaneGroup = 4;
 
 template <class V, class Load, class Store>
 KOKKOS_INLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, const Load& load,
                                                          const Store& store) {
+  if constexpr (kRowLanes == 1) {
+    for (Index x = lane; x < n; ++x) store(x, load(x));
+    return;
+  }
   for (Index base = 0; base < n; base += kLaneGroup * kRowLanes) {
     V v[kLaneGroup];
     for_lane_columns<kLaneGroup>(lane, n - base, [&](Index j, Index x) { v[j] = load(base + x); });
