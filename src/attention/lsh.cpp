@@ -660,11 +660,14 @@ void lsh_attention_forward(In4<T> qk, In4<T> v, const LshPlan& plan,
         const T* os[kMaxHashes];
         const C total_lse = weigh(at, w, os);
         T* o = &out(at.b, at.i, at.h, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index d) {
-          C sum = 0;
-          for (Index r = 0; r < rounds; ++r) sum += w[r] * load(os[r][d]);
-          o[d] = store<T>(sum);
-        });
+        lane_map<C>(
+            team, dh,
+            [&](Index d) {
+              C sum = 0;
+              for (Index r = 0; r < rounds; ++r) sum += w[r] * load(os[r][d]);
+              return sum;
+            },
+            [&](Index d, C sum) { o[d] = store<T>(sum); });
         Kokkos::single(Kokkos::PerThread(team), [&] { lse(at.b, at.i, at.h) = total_lse; });
       });
 }

@@ -50,8 +50,9 @@ void shared_keys(In4<T> qk, View4<T> k) {
         T* y = &k(at.b, at.i, at.h, 0);
         const C s = shared_key_factor_of_squares(
             lane_sum<C>(team, dh, [&](Index d) { return C(load(x[d])) * load(x[d]); }), dh);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
-                             [&](Index d) { y[d] = store<T>(load(x[d]) * s); });
+        lane_map<C>(
+            team, dh, [&](Index d) { return C(load(x[d]) * s); },
+            [&](Index d, C v) { y[d] = store<T>(v); });
       });
 }
 
@@ -71,8 +72,9 @@ void shared_keys(In4<T> qk, In3<compute_t<T>> scale, View4<T> k) {
         const T* x = &qk(at.b, at.i, at.h, 0);
         T* y = &k(at.b, at.i, at.h, 0);
         const C s = scale(at.b, at.i, at.h);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
-                             [&](Index d) { y[d] = store<T>(load(x[d]) * s); });
+        lane_map<C>(
+            team, dh, [&](Index d) { return C(load(x[d]) * s); },
+            [&](Index d, C v) { y[d] = store<T>(v); });
       });
 }
 
@@ -103,9 +105,9 @@ void shared_keys_backward(In4<T> qk, In3<compute_t<T>> scale, In4<T> dk, View4<T
         const C s = scale(at.b, at.i, at.h);
         const C c =
             factor(s, lane_sum<C>(team, dh, [&](Index d) { return C(load(gk[d])) * load(x[d]); }));
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](Index d) {
-          g[d] = store<T>(load(g[d]) + s * (load(gk[d]) - load(x[d]) * c));
-        });
+        lane_map<C>(
+            team, dh, [&](Index d) { return C(load(g[d]) + s * (load(gk[d]) - load(x[d]) * c)); },
+            [&](Index d, C v) { g[d] = store<T>(v); });
       });
 }
 

@@ -89,9 +89,9 @@ void layer_norm_forward(In2<T> x, In1<param_t<T>> gamma, In1<param_t<T>> beta, c
           return c * c;
         });
         const C rs = C(1) / compat::sqrt(sq / C(d) + eps);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, d), [&](Index j) {
-          y(i, j) = store<T>((load(x(i, j)) - mu) * rs * gamma(j) + beta(j));
-        });
+        lane_map<C>(
+            team, d, [&](Index j) { return C((load(x(i, j)) - mu) * rs * gamma(j) + beta(j)); },
+            [&](Index j, C v) { y(i, j) = store<T>(v); });
         Kokkos::single(Kokkos::PerThread(team), [&] {
           mean(i) = mu;
           rstd(i) = rs;

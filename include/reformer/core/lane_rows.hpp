@@ -82,6 +82,16 @@ KOKKOS_INLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, co
   }
 }
 
+// store(j, value(j)) for j < n over the row's lanes, the values of a lane's
+// group of columns computed (and their loads issued) before any is stored:
+// the lanes form of `for j: y[j] = f(x[j])`.
+template <class V, class Value, class Store>
+KOKKOS_INLINE_FUNCTION void lane_map(const TeamMember& team, Index n, const Value& value,
+                                     const Store& store) {
+  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes),
+                       [&](Index lane) { load_then_store_lane_columns<V>(lane, n, value, store); });
+}
+
 // The sum of f(j) for j < n over the row's lanes (every lane gets it).
 template <class C, class F>
 KOKKOS_INLINE_FUNCTION C lane_sum(const TeamMember& team, Index n, const F& f) {
