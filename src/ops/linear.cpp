@@ -2,6 +2,7 @@
 
 #include "ops/column_sums.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -25,9 +26,8 @@ void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View
 template <class T>
 void add_bias(View2<T> y, In1<param_t<T>> bias) {
   require_extent("add_bias", "bias", bias, 0, y.extent(1));
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "linear_bias", Policy({0, 0}, {Index(y.extent(0)), Index(y.extent(1))}),
+      "linear_bias", matrix_policy(y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = store<T>(load(y(i, j)) + bias(j)); });
 }
 

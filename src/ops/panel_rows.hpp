@@ -4,6 +4,7 @@
 // portable loop (mixed_gemm.cpp) and the GPU vendor path (tpls/device_blas.cpp).
 #pragma once
 
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
 
@@ -71,10 +72,9 @@ void bias_rows(In1<float> bias, View2<TC> c) {
   const float* b = bias.data();
   // Two indices, not a flat one split by d: 64-bit division costs a GPU about
   // 100 instructions (a flat version took 110 us for [16384, 1024] on an
-  // H200).
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  // H200), a warp along a row (matrix_policy).
   Kokkos::parallel_for(
-      "device_blas_bias_rows", Policy({0, 0}, {n, d}),
+      "device_blas_bias_rows", matrix_policy(n, d),
       KOKKOS_LAMBDA(Index i, Index j) { to[i * ldc + j] = store<TC>(b[j]); });
 }
 
