@@ -112,8 +112,8 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
   const auto s = slice;
   const auto input = in;
   // Each lane loads its columns of both rows before it stores any
-  // (core/lane_rows.hpp, for_lane_columns).
-  constexpr Index kColumns = lane_columns(kMaxHeadDim);
+  // (core/lane_rows.hpp, lane_map).
+  using Pair = Kokkos::pair<C, C>;
   for_lane_rows(
       "chunk_batched_gather", slice.count * rows, KOKKOS_LAMBDA(const TeamMember& team, Index e) {
         const Index row = e % rows, n = e / rows;
@@ -124,17 +124,13 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
           const T* from_dout = backward ? &dout(at.b, pq, at.h, 0) : nullptr;
           C* to = &s.q(n, row, 0);
           C* to_dout = backward ? &s.dout(n, row, 0) : nullptr;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
-            C a[kColumns], g[kColumns];
-            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
-              a[j] = load(from[x]);
-              if (backward) g[j] = load(from_dout[x]);
-            });
-            for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
-              to[x] = a[j];
-              if (backward) to_dout[x] = g[j];
-            });
-          });
+          lane_map<Pair>(
+              team, dh,
+              [&](Index x) { return Pair(load(from[x]), backward ? load(from_dout[x]) : C(0)); },
+              [&](Index x, const Pair& v) {
+                to[x] = v.first;
+                if (backward) to_dout[x] = v.second;
+              });
           Kokkos::single(Kokkos::PerThread(team), [&]() { s.posq(n, row) = pq; });
           return;
         }
@@ -153,17 +149,12 @@ void gather_chunk_slice(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         const C scale = input.scale_of(at.b, pk, at.h);
         const T* from_k = &input.k(at.b, pk, at.h, 0);
         const T* from_v = &input.v(at.b, pk, at.h, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
-          C a[kColumns], b[kColumns];
-          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
-            a[j] = load(from_k[x]);
-            b[j] = load(from_v[x]);
-          });
-          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) {
-            to_k[x] = a[j] * scale;
-            to_v[x] = b[j];
-          });
-        });
+        lane_map<Pair>(
+            team, dh, [&](Index x) { return Pair(load(from_k[x]) * scale, load(from_v[x])); },
+            [&](Index x, const Pair& v) {
+              to_k[x] = v.first;
+              to_v[x] = v.second;
+            });
       });
 }
 
@@ -212,15 +203,12 @@ void chunk_softmax_rows(const ChunkedInputs<T>& in, const BatchedSlice<T>& slice
         // key is masked (top = -1e9) keeps its exact uniform weights.
         const C lse = top + compat::log(sum), inverse = C(1) / sum;
         const Index item = at.qc * c + i;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
-          load_then_store_lane_columns<C>(
-              lane, w,
-              [&](Index t) {
-                return softmax_weight(scores[t] - top) * inverse *
-                       input.drop_factor(at.bh, item, t);
-              },
-              [&](Index t, C x) { scores[t] = x; });
-        });
+        lane_map<C>(
+            team, w,
+            [&](Index t) {
+              return softmax_weight(scores[t] - top) * inverse * input.drop_factor(at.bh, item, t);
+            },
+            [&](Index t, C x) { scores[t] = x; });
         Kokkos::single(Kokkos::PerThread(team), [&]() { s.lse(n, i) = lse; });
       });
 }
@@ -232,7 +220,6 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
   const Index c = in.window.chunk, dh = in.d_head, n_chunks = in.window.n_chunks;
   const Index first = slice.first, heads = in.heads;
   const auto s = slice;
-  constexpr Index kColumns = lane_columns(kMaxHeadDim);
   for_lane_rows(
       "chunk_batched_outputs", slice.count * c, KOKKOS_LAMBDA(const TeamMember& team, Index row) {
         const Index n = row / c, i = row % c;
@@ -240,11 +227,9 @@ void scatter_chunk_outputs(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
         const Index item = at.qc * c + i;
         const auto* from = &s.q(n, i, 0);
         T* to = &out(at.b, item, at.h, 0);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
-          compute_t<T> a[kColumns];
-          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { a[j] = from[x]; });
-          for_lane_columns<kColumns>(lane, dh, [&](Index j, Index x) { to[x] = store<T>(a[j]); });
-        });
+        lane_map<compute_t<T>>(
+            team, dh, [&](Index x) { return from[x]; },
+            [&](Index x, compute_t<T> v) { to[x] = store<T>(v); });
         Kokkos::single(Kokkos::PerThread(team), [&]() { lse(at.b, item, at.h) = s.lse(n, i); });
       });
 }
@@ -274,22 +259,20 @@ void chunk_score_gradients(const ChunkedInputs<T>& in, const BatchedSlice<T>& sl
         const int* posk = &s.posk(n, 0);
         // (p, ds) of each slot, loads ahead of stores (core/lane_rows.hpp).
         using Pair = Kokkos::pair<C, C>;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
-          load_then_store_lane_columns<Pair>(
-              lane, w,
-              [&](Index t) {
-                if (posk[t] < 0) return Pair(C(0), C(0));
-                bool constant = true;
-                const C score = input.mask_score(at.b, at.bh, pq, posk[t], p[t], constant);
-                const C weight = softmax_weight(score - row_lse);
-                const C drop = dropout ? input.drop_factor(at.bh, item, t) : C(1);
-                return Pair(weight * drop, constant ? C(0) : weight * (drop * ds[t] - row_delta));
-              },
-              [&](Index t, const Pair& x) {
-                p[t] = x.first;
-                ds[t] = x.second;
-              });
-        });
+        lane_map<Pair>(
+            team, w,
+            [&](Index t) {
+              if (posk[t] < 0) return Pair(C(0), C(0));
+              bool constant = true;
+              const C score = input.mask_score(at.b, at.bh, pq, posk[t], p[t], constant);
+              const C weight = softmax_weight(score - row_lse);
+              const C drop = dropout ? input.drop_factor(at.bh, item, t) : C(1);
+              return Pair(weight * drop, constant ? C(0) : weight * (drop * ds[t] - row_delta));
+            },
+            [&](Index t, const Pair& x) {
+              p[t] = x.first;
+              ds[t] = x.second;
+            });
       });
 }
 

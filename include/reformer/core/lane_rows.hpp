@@ -48,7 +48,7 @@ void for_lane_rows(const char* label, Index rows, const Body& body) {
 constexpr Index lane_columns(Index n_max) { return (n_max + kRowLanes - 1) / kRowLanes; }
 
 template <Index kColumns, class F>
-KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
+KOKKOS_FORCEINLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
   if constexpr (kRowLanes == 1) {
     // The host's one lane: a plain loop, which vectorises.
     for (Index x = lane; x < n; ++x) f(x - lane, x);
@@ -69,8 +69,8 @@ KOKKOS_INLINE_FUNCTION void for_lane_columns(Index lane, Index n, const F& f) {
 constexpr Index kLaneGroup = 4;
 
 template <class V, class Load, class Store>
-KOKKOS_INLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, const Load& load,
-                                                         const Store& store) {
+KOKKOS_FORCEINLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, const Load& load,
+                                                              const Store& store) {
   if constexpr (kRowLanes == 1) {
     for (Index x = lane; x < n; ++x) store(x, load(x));
     return;
@@ -86,10 +86,16 @@ KOKKOS_INLINE_FUNCTION void load_then_store_lane_columns(Index lane, Index n, co
 // group of columns computed (and their loads issued) before any is stored:
 // the lanes form of `for j: y[j] = f(x[j])`.
 template <class V, class Value, class Store>
-KOKKOS_INLINE_FUNCTION void lane_map(const TeamMember& team, Index n, const Value& value,
-                                     const Store& store) {
-  Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes),
-                       [&](Index lane) { load_then_store_lane_columns<V>(lane, n, value, store); });
+KOKKOS_FORCEINLINE_FUNCTION void lane_map(const TeamMember& team, Index n, const Value& value,
+                                          const Store& store) {
+  if constexpr (kRowLanes == 1) {
+    // The host's team of one lane: the plain loop, no lanes to spread over.
+    for (Index j = 0; j < n; ++j) store(j, value(j));
+  } else {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kRowLanes), [&](Index lane) {
+      load_then_store_lane_columns<V>(lane, n, value, store);
+    });
+  }
 }
 
 // The sum of f(j) for j < n over the row's lanes (every lane gets it).
