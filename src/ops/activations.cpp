@@ -1,5 +1,6 @@
 #include "reformer/ops/activations.hpp"
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 
@@ -15,37 +16,37 @@ Activation parse_activation(const std::string& name) {
 
 template <class T>
 void activation_forward(Activation kind, In1<T> x, View1<T> y) {
-  using C = compute_t<T>;
   require_same_shape("activation_forward", "x", x, "y", y);
   const Index n = x.extent(0);
-  if (kind == Activation::ReLU) {
-    if constexpr (is_reduced_precision<T>) {
+  if constexpr (is_reduced_precision<T>) {
+    if (kind == Activation::ReLU) {
       // A bf16 ReLU selects x or +0: bits in, bits out (exact, as in float32),
       // through a mask (a select compiled to a branch here).
       const auto* px = reinterpret_cast<const std::uint16_t*>(x.data());
       auto* py = reinterpret_cast<std::uint16_t*>(y.data());
-      parallel_blocks(
+      parallel_map(
           "relu_forward", n,
-          KOKKOS_LAMBDA(Index begin, Index end) {
-            for (Index i = begin; i < end; ++i)
-              py[i] = px[i] & std::uint16_t(-std::uint16_t(bf16_bits_positive(px[i])));
+          KOKKOS_LAMBDA(Index i) {
+            return std::uint16_t(px[i] & std::uint16_t(-std::uint16_t(bf16_bits_positive(px[i]))));
           },
-          x.data(), y.data());
-    } else {
-      const T* px = x.data();
-      T* py = y.data();
-      parallel_blocks(
-          "relu_forward", n, KOKKOS_LAMBDA(Index begin, Index end) {
-            for (Index i = begin; i < end; ++i)
-              py[i] = store<T>(activation_value(Activation::ReLU, load(px[i])));
-          });
+          KOKKOS_LAMBDA(Index i, std::uint16_t v) { py[i] = v; }, x.data(), y.data());
+      return;
     }
-  } else {
-    Kokkos::parallel_for(
-        "gelu_forward", range(n), KOKKOS_LAMBDA(Index i) {
-          y(i) = store<T>(activation_value(Activation::GELU, load(x(i))));
-        });
   }
+  // Raw pointers: through the views, GCC reloads the data pointers after
+  // every store (y may be x) and runs the loop scalar.
+  const T* px = x.data();
+  T* py = y.data();
+  const auto set = KOKKOS_LAMBDA(Index i, compute_t<T> v) { py[i] = store<T>(v); };
+  if (kind == Activation::ReLU)
+    parallel_map(
+        "relu_forward", n,
+        KOKKOS_LAMBDA(Index i) { return activation_value(Activation::ReLU, load(px[i])); }, set);
+  else
+    parallel_map(
+        "gelu_forward", n,
+        KOKKOS_LAMBDA(Index i) { return activation_value(Activation::GELU, load(px[i])); }, set, px,
+        py);
 }
 
 template <class T>
@@ -54,43 +55,46 @@ void activation_backward(Activation kind, In1<T> x, In1<T> dy, View1<T> dx) {
   require_same_shape("activation_backward", "x", x, "dy", dy);
   require_same_shape("activation_backward", "x", x, "dx", dx);
   const Index n = x.extent(0);
-  if (kind == Activation::ReLU) {
-    // Raw pointers: through the views, GCC reloads dy's data pointer after
-    // every store to dx (dx may be dy) and runs the loop scalar, with a branch.
-    if constexpr (is_reduced_precision<T>) {
+  if constexpr (is_reduced_precision<T>) {
+    if (kind == Activation::ReLU) {
       // bf16: dy's bits or +0, no conversion (exact).
       const auto* px = reinterpret_cast<const std::uint16_t*>(x.data());
       const auto* pdy = reinterpret_cast<const std::uint16_t*>(dy.data());
       auto* pdx = reinterpret_cast<std::uint16_t*>(dx.data());
-      parallel_blocks(
+      parallel_map(
           "relu_backward", n,
-          KOKKOS_LAMBDA(Index begin, Index end) {
-            for (Index i = begin; i < end; ++i)
-              pdx[i] = pdy[i] & std::uint16_t(-std::uint16_t(bf16_bits_positive(px[i])));
+          KOKKOS_LAMBDA(Index i) {
+            return std::uint16_t(pdy[i] & std::uint16_t(-std::uint16_t(bf16_bits_positive(px[i]))));
           },
-          x.data(), dy.data(), dx.data());
-    } else {
-      const T* px = x.data();
-      const T* pdy = dy.data();
-      T* pdx = dx.data();
-      parallel_blocks(
-          "relu_backward", n, KOKKOS_LAMBDA(Index begin, Index end) {
-            for (Index i = begin; i < end; ++i) {
-              const C g = load(pdy[i]);
-              pdx[i] = store<T>(load(px[i]) > C(0) ? g : C(0));
-            }
-          });
+          KOKKOS_LAMBDA(Index i, std::uint16_t v) { pdx[i] = v; }, x.data(), dy.data(), dx.data());
+      return;
     }
-  } else {
+  }
+  // Raw pointers: through the views, GCC reloads dy's data pointer after
+  // every store to dx (dx may be dy) and runs the loop scalar, with a branch.
+  const T* px = x.data();
+  const T* pdy = dy.data();
+  T* pdx = dx.data();
+  const auto set = KOKKOS_LAMBDA(Index i, C v) { pdx[i] = store<T>(v); };
+  if (kind == Activation::ReLU)
+    parallel_map(
+        "relu_backward", n,
+        KOKKOS_LAMBDA(Index i) {
+          const C g = load(pdy[i]);
+          return load(px[i]) > C(0) ? g : C(0);
+        },
+        set);
+  else
     // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-    Kokkos::parallel_for(
-        "gelu_backward", range(n), KOKKOS_LAMBDA(Index i) {
-          const C v = load(x(i));
+    parallel_map(
+        "gelu_backward", n,
+        KOKKOS_LAMBDA(Index i) {
+          const C v = load(px[i]);
           const C cdf = C(0.5) * (C(1) + compat::erf(v * C(0.70710678118654752440)));
           const C pdf = C(0.39894228040143267794) * compat::exp(C(-0.5) * v * v);
-          dx(i) = store<T>(load(dy(i)) * (cdf + v * pdf));
-        });
-  }
+          return load(pdy[i]) * (cdf + v * pdf);
+        },
+        set, px, pdy, pdx);
 }
 
 #define REFORMER_INSTANTIATE(T)                                      \

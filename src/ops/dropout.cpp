@@ -1,5 +1,6 @@
 #include "reformer/ops/dropout.hpp"
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 
@@ -13,10 +14,14 @@ void apply_mask(const char* op, In1<T> in, double rate, RandomKey key, Index off
   require_same_shape(op, "input", in, "output", out);
   using C = compute_t<T>;
   const C scale = C(1.0 / (1.0 - rate));
-  Kokkos::parallel_for(
-      op, range(in.extent(0)), KOKKOS_LAMBDA(Index i) {
-        out(i) = store<T>(dropout_keeps(key, offset + i, rate) ? load(in(i)) * scale : C(0));
-      });
+  const T* from = in.data();
+  T* to = out.data();
+  parallel_map(
+      op, in.extent(0),
+      KOKKOS_LAMBDA(Index i) {
+        return dropout_keeps(key, offset + i, rate) ? load(from[i]) * scale : C(0);
+      },
+      KOKKOS_LAMBDA(Index i, C v) { to[i] = store<T>(v); });
 }
 
 }  // namespace

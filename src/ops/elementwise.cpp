@@ -1,5 +1,6 @@
 #include "reformer/ops/elementwise.hpp"
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
 
@@ -13,21 +14,15 @@ void axpby(compute_t<T> alpha, In1<T> x, compute_t<T> beta, View1<T> y) {
   // (No __restrict: x may be y. The compiler checks the overlap at run time.)
   const T* px = x.data();
   T* py = y.data();
+  const auto set = KOKKOS_LAMBDA(Index i, C v) { py[i] = store<T>(v); };
   if (beta == C(0))
-    parallel_blocks(
-        "axpby_overwrite", y.extent(0),
-        KOKKOS_LAMBDA(Index begin, Index end) {
-          for (Index i = begin; i < end; ++i) py[i] = store<T>(alpha * load(px[i]));
-        },
+    parallel_map(
+        "axpby_overwrite", y.extent(0), KOKKOS_LAMBDA(Index i) { return alpha * load(px[i]); }, set,
         px, py);
   else
-    parallel_blocks(
+    parallel_map(
         "axpby", y.extent(0),
-        KOKKOS_LAMBDA(Index begin, Index end) {
-          for (Index i = begin; i < end; ++i)
-            py[i] = store<T>(alpha * load(px[i]) + beta * load(py[i]));
-        },
-        px, py);
+        KOKKOS_LAMBDA(Index i) { return alpha * load(px[i]) + beta * load(py[i]); }, set, px, py);
 }
 
 #define REFORMER_INSTANTIATE(T) \

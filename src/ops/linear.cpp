@@ -1,8 +1,8 @@
 #include "reformer/ops/linear.hpp"
 
 #include "ops/column_sums.hpp"
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/instantiate.hpp"
-#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -26,49 +26,41 @@ void linear_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> bias, View
 template <class T>
 void add_bias(View2<T> y, In1<param_t<T>> bias) {
   require_extent("add_bias", "bias", bias, 0, y.extent(1));
-  Kokkos::parallel_for(
-      "linear_bias", matrix_policy(y.extent(0), y.extent(1)),
-      KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = store<T>(load(y(i, j)) + bias(j)); });
+  T* py = y.data();
+  const param_t<T>* b = bias.data();
+  const Index ld = y.stride(0);
+  parallel_row_map(
+      "linear_bias", y.extent(0), y.extent(1),
+      KOKKOS_LAMBDA(Index i, Index j) { return load(py[i * ld + j]) + b[j]; },
+      KOKKOS_LAMBDA(Index i, Index j, compute_t<T> v) { py[i * ld + j] = store<T>(v); });
 }
 
 namespace {
 
-// body(i, j0, j1) for the columns [j0, j1) of row i of an [n, cols] matrix,
-// over every element once: runs along rows on the host (the body's loop
-// vectorises), one element per thread on GPUs.
-template <class Body>
-void for_row_runs(const char* label, Index n, Index cols, const Body& body) {
-  parallel_blocks(
-      label, n * cols, KOKKOS_LAMBDA(Index begin, Index end) {
-        for (Index k = begin; k < end;) {
-          const Index i = k / cols, j0 = k % cols,
-                      j1 = j0 + (end - k) < cols ? j0 + (end - k) : cols;
-          body(i, j0, j1);
-          k += j1 - j0;
-        }
+// y = f(p + b) over the rows of linear_activation_forward's result, p = p + b
+// kept (kKeep), with the choices taken out of the loop (so that the host
+// compiler vectorises it).
+template <bool kBias, bool kKeep, Activation kKind, class T, class B>
+void bias_activation(Index n, Index cols, T* p, Index ldp, T* to, Index ldt, const B* b) {
+  using C = compute_t<T>;
+  parallel_row_map(
+      "linear_bias_activation", n, cols,
+      KOKKOS_LAMBDA(Index i, Index j) {
+        return kBias ? C(load(p[i * ldp + j]) + b[j]) : C(load(p[i * ldp + j]));
+      },
+      KOKKOS_LAMBDA(Index i, Index j, C v) {
+        if (kKeep) p[i * ldp + j] = store<T>(v);
+        to[i * ldt + j] = store<T>(activation_value(kKind, v));
       });
 }
 
-// One run of linear_activation_forward's kernel, with its choices taken out
-// of the loop (so that the host compiler vectorises it): v = p + b,
-// p = v (kKeep), to = f(v).
-template <bool kBias, bool kKeep, Activation kKind, class T, class B>
-KOKKOS_INLINE_FUNCTION void bias_activation_run(T* p, T* to, const B* b, Index j0, Index j1) {
-  using C = compute_t<T>;
-  for (Index j = j0; j < j1; ++j) {
-    const C v = kBias ? C(load(p[j]) + b[j]) : load(p[j]);
-    if (kKeep) p[j] = store<T>(v);
-    to[j] = store<T>(activation_value(kKind, v));
-  }
-}
-
 template <bool kBias, bool kKeep, class T, class B>
-KOKKOS_INLINE_FUNCTION void bias_activation_run(Activation kind, T* p, T* to, const B* b, Index j0,
-                                                Index j1) {
+void bias_activation(Activation kind, Index n, Index cols, T* p, Index ldp, T* to, Index ldt,
+                     const B* b) {
   if (kind == Activation::ReLU)
-    bias_activation_run<kBias, kKeep, Activation::ReLU>(p, to, b, j0, j1);
+    bias_activation<kBias, kKeep, Activation::ReLU>(n, cols, p, ldp, to, ldt, b);
   else
-    bias_activation_run<kBias, kKeep, Activation::GELU>(p, to, b, j0, j1);
+    bias_activation<kBias, kKeep, Activation::GELU>(n, cols, p, ldp, to, ldt, b);
 }
 
 }  // namespace
@@ -87,20 +79,18 @@ void linear_activation_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>>
     require_extent(op, "y", y, 1, out);
     matmul<T>(x, Trans::No, weight, Trans::No, pre);
     const bool keep = pre.data() != y.data(), has_bias = bias.extent(0) > 0;
-    for_row_runs(
-        "linear_bias_activation", n, out, KOKKOS_LAMBDA(Index i, Index j0, Index j1) {
-          T* p = &pre(i, 0);
-          T* to = &y(i, 0);
-          const param_t<T>* b = has_bias ? &bias(0) : nullptr;
-          if (has_bias && keep)
-            bias_activation_run<true, true>(activation, p, to, b, j0, j1);
-          else if (has_bias)
-            bias_activation_run<true, false>(activation, p, to, b, j0, j1);
-          else if (keep)
-            bias_activation_run<false, true>(activation, p, to, b, j0, j1);
-          else
-            bias_activation_run<false, false>(activation, p, to, b, j0, j1);
-        });
+    T* p = pre.data();
+    T* to = y.data();
+    const Index ldp = pre.stride(0), ldt = y.stride(0);
+    const param_t<T>* b = has_bias ? bias.data() : nullptr;
+    if (has_bias && keep)
+      bias_activation<true, true>(activation, n, out, p, ldp, to, ldt, b);
+    else if (has_bias)
+      bias_activation<true, false>(activation, n, out, p, ldp, to, ldt, b);
+    else if (keep)
+      bias_activation<false, true>(activation, n, out, p, ldp, to, ldt, b);
+    else
+      bias_activation<false, false>(activation, n, out, p, ldp, to, ldt, b);
   }
 }
 
@@ -118,19 +108,25 @@ void linear_residual_forward(In2<T> x, In2<param_t<T>> weight, In1<param_t<T>> b
     if (bias.extent(0) > 0) require_extent(op, "bias", bias, 0, out);
     require_extent(op, "y", y, 1, out);
     matmul<T>(x, Trans::No, weight, Trans::No, scratch);
-    const bool has_bias = bias.extent(0) > 0;
-    for_row_runs(
-        "linear_bias_residual", n, out, KOKKOS_LAMBDA(Index i, Index j0, Index j1) {
-          const T* p = &scratch(i, 0);
-          T* to = &y(i, 0);
-          const param_t<T>* b = has_bias ? &bias(0) : nullptr;
-          if (has_bias)
-            for (Index j = j0; j < j1; ++j)
-              to[j] = store<T>(C(1) * C(load(p[j]) + b[j]) + beta * load(to[j]));
-          else
-            for (Index j = j0; j < j1; ++j)
-              to[j] = store<T>(C(1) * load(p[j]) + beta * load(to[j]));
-        });
+    const T* p = scratch.data();
+    T* to = y.data();
+    const Index ldp = scratch.stride(0), ldt = y.stride(0);
+    const param_t<T>* b = bias.extent(0) > 0 ? bias.data() : nullptr;
+    const auto set = KOKKOS_LAMBDA(Index i, Index j, C v) { to[i * ldt + j] = store<T>(v); };
+    if (b)
+      parallel_row_map(
+          "linear_bias_residual", n, out,
+          KOKKOS_LAMBDA(Index i, Index j) {
+            return C(1) * C(load(p[i * ldp + j]) + b[j]) + beta * load(to[i * ldt + j]);
+          },
+          set);
+    else
+      parallel_row_map(
+          "linear_bias_residual", n, out,
+          KOKKOS_LAMBDA(Index i, Index j) {
+            return C(1) * load(p[i * ldp + j]) + beta * load(to[i * ldt + j]);
+          },
+          set);
   }
 }
 

@@ -4,6 +4,7 @@
 // portable loop (mixed_gemm.cpp) and the GPU vendor path (tpls/device_blas.cpp).
 #pragma once
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/precision.hpp"
 #include "reformer/core/types.hpp"
@@ -20,19 +21,16 @@ void widen_rows(In2<T> from, Index begin, Index rows, float* to) {
   // Pointer arithmetic, not &from(begin, 0): this runs on the host, and a
   // View's operator() on the host aborts for device memory.
   const T* in = from.data() + begin * ld;
-  if (ld == d) {
-    // Unpadded rows are contiguous: one flat loop over raw pointers, which
-    // vectorises.
-    parallel_blocks(
-        "mixed_matmul_widen", rows * d, KOKKOS_LAMBDA(Index first, Index end) {
-          for (Index i = first; i < end; ++i) to[i] = load(in[i]);
-        });
-  } else {
-    Kokkos::parallel_for(
-        "mixed_matmul_widen_rows", range(rows), KOKKOS_LAMBDA(Index i) {
-          for (Index j = 0; j < d; ++j) to[i * d + j] = load(in[i * ld + j]);
-        });
-  }
+  if (ld == d)
+    // Unpadded rows are contiguous: one flat map.
+    parallel_map(
+        "mixed_matmul_widen", rows * d, KOKKOS_LAMBDA(Index i) { return float(load(in[i])); },
+        KOKKOS_LAMBDA(Index i, float v) { to[i] = v; });
+  else
+    parallel_row_map(
+        "mixed_matmul_widen_rows", rows, d,
+        KOKKOS_LAMBDA(Index i, Index j) { return float(load(in[i * ld + j])); },
+        KOKKOS_LAMBDA(Index i, Index j, float v) { to[i * d + j] = v; });
 }
 
 // c(begin + r, j) = round(f(r, j) + bias(j)) for the rows of a float panel f
@@ -49,18 +47,16 @@ void finish_rows(In2<float> f, In1<float> bias, View2<TC> c, Index begin) {
       ldf == ldc)
     return;
   if (!has_bias && ldf == d && ldc == d) {
-    parallel_blocks(
-        "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index first, Index end) {
-          for (Index i = first; i < end; ++i) to[i] = store<TC>(from[i]);
-        });
+    parallel_map(
+        "mixed_matmul_finish", n * d, KOKKOS_LAMBDA(Index i) { return from[i]; },
+        KOKKOS_LAMBDA(Index i, float v) { to[i] = store<TC>(v); });
     return;
   }
   const float* b = has_bias ? bias.data() : nullptr;
-  Kokkos::parallel_for(
-      "mixed_matmul_finish_rows", range(n), KOKKOS_LAMBDA(Index i) {
-        for (Index j = 0; j < d; ++j)
-          to[i * ldc + j] = store<TC>(from[i * ldf + j] + (b ? b[j] : 0.0f));
-      });
+  parallel_row_map(
+      "mixed_matmul_finish_rows", n, d,
+      KOKKOS_LAMBDA(Index i, Index j) { return from[i * ldf + j] + (b ? b[j] : 0.0f); },
+      KOKKOS_LAMBDA(Index i, Index j, float v) { to[i * ldc + j] = store<TC>(v); });
 }
 
 // c(i, j) = round(bias(j)) for every row of c (which may have padded rows):
