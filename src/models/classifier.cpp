@@ -2,6 +2,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
@@ -12,7 +13,6 @@ namespace reformer::models {
 namespace {
 
 using attention::Save;
-using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
 
 enum Stream : std::uint64_t { kEmbeddingDropout = 1, kLayers = 2 };
 enum InitStream : std::uint64_t { kInitEmbedding = 1, kInitPositions, kInitBlocks, kInitHead };
@@ -44,8 +44,7 @@ void pool_forward(View3<T> x1, View3<T> x2, Kokkos::View<const C**, Layout, MemS
                   View2<T> p) {
   const Index d = x1.extent(2), length = x1.extent(1);
   Kokkos::parallel_for(
-      "classifier_pool", Policy2({0, 0}, {Index(p.extent(0)), 2 * d}),
-      KOKKOS_LAMBDA(Index b, Index j) {
+      "classifier_pool", matrix_policy(Index(p.extent(0)), 2 * d), KOKKOS_LAMBDA(Index b, Index j) {
         C sum = 0;
         for (Index t = 0; t < length; ++t) {
           const C w = weights(b, t);
@@ -61,7 +60,7 @@ void pool_backward(View2<T> dp, Kokkos::View<const C**, Layout, MemSpace> weight
                    View3<T> dx2) {
   const Index d = dx1.extent(2), length = dx1.extent(1);
   Kokkos::parallel_for(
-      "classifier_pool_backward", Policy2({0, 0}, {Index(dx1.extent(0)) * length, d}),
+      "classifier_pool_backward", matrix_policy(Index(dx1.extent(0)) * length, d),
       KOKKOS_LAMBDA(Index bt, Index j) {
         const Index b = bt / length, t = bt % length;
         const C w = weights(b, t);
@@ -76,7 +75,7 @@ template <class T, class C>
 void pair_features(View2<T> h, View2<T> z) {
   const Index w = h.extent(1);
   Kokkos::parallel_for(
-      "classifier_pair_features", Policy2({0, 0}, {Index(z.extent(0)), w}),
+      "classifier_pair_features", matrix_policy(Index(z.extent(0)), w),
       KOKKOS_LAMBDA(Index b, Index j) {
         const C u = load(h(2 * b, j)), v = load(h(2 * b + 1, j));
         z(b, j) = store<T>(u);
@@ -91,7 +90,7 @@ template <class T, class C>
 void pair_features_backward(View2<T> h, View2<T> dz, View2<T> dh) {
   const Index w = h.extent(1);
   Kokkos::parallel_for(
-      "classifier_pair_features_backward", Policy2({0, 0}, {Index(dz.extent(0)), w}),
+      "classifier_pair_features_backward", matrix_policy(Index(dz.extent(0)), w),
       KOKKOS_LAMBDA(Index b, Index j) {
         const C u = load(h(2 * b, j)), v = load(h(2 * b + 1, j));
         const C d1 = load(dz(b, j)), d2 = load(dz(b, w + j)), d3 = load(dz(b, 2 * w + j)),

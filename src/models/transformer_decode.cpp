@@ -5,6 +5,7 @@
 #include "models/transformer_detail.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/embedding.hpp"
@@ -19,14 +20,13 @@ namespace reformer::models {
 namespace {
 
 using internal::flat;
-using internal::Policy2;
 
 // out(i, ...) = in(order(i), ...) for the rows of a [n, a, b] tensor.
 template <class T>
 void gather_rows(View3<T> in, Kokkos::View<const int*, Layout, MemSpace> order, View3<T> out) {
   const Index a = in.extent(1), b = in.extent(2);
   Kokkos::parallel_for(
-      "decode_gather_rows", Policy2({0, 0}, {Index(out.extent(0)), a * b}),
+      "decode_gather_rows", matrix_policy(Index(out.extent(0)), a * b),
       KOKKOS_LAMBDA(Index i, Index j) { out(i, j / b, j % b) = in(order(i), j / b, j % b); });
 }
 
@@ -34,7 +34,7 @@ void gather_mask(Kokkos::View<int**, Layout, MemSpace> in,
                  Kokkos::View<const int*, Layout, MemSpace> order,
                  Kokkos::View<int**, Layout, MemSpace> out) {
   Kokkos::parallel_for(
-      "decode_gather_mask", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      "decode_gather_mask", matrix_policy(Index(out.extent(0)), Index(out.extent(1))),
       KOKKOS_LAMBDA(Index i, Index j) { out(i, j) = in(order(i), j); });
 }
 
@@ -203,7 +203,7 @@ std::vector<std::vector<int>> EncoderDecoder<T>::beam_search(IdMatrix source,
     for (Index r = 0; r < rows; ++r) h(r) = int(r / k);
     Kokkos::deep_copy(repeat, h);
     Kokkos::parallel_for(
-        "beam_repeat_sources", Policy2({0, 0}, {rows, ls}), KOKKOS_LAMBDA(Index r, Index j) {
+        "beam_repeat_sources", matrix_policy(rows, ls), KOKKOS_LAMBDA(Index r, Index j) {
           ids(r, j) = source(repeat(r), j);
           valid(r, j) = source_valid(repeat(r), j);
         });

@@ -11,6 +11,4 @@ inline Kokkos::View<const int*, Layout, MemSpace> flat(IdMatrix ids) {
   return Kokkos::View<const int*, Layout, MemSpace>(ids.data(), ids.size());
 }
 
-using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-
 }  // namespace reformer::models::internal

@@ -2,6 +2,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
@@ -42,17 +43,15 @@ void last_rows(In3<T> c, View3<T> out) {
 // out(b, :) = x(b, position, :).
 template <class T>
 void row_at(In3<T> x, Index position, View2<T> out) {
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "txl_row_at", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      "txl_row_at", matrix_policy(Index(out.extent(0)), Index(out.extent(1))),
       KOKKOS_LAMBDA(Index b, Index f) { out(b, f) = x(b, position, f); });
 }
 
 // out(b, t) = ids(b, first + t).
 void id_columns(IdMatrix ids, Index first, Kokkos::View<int**, Layout, MemSpace> out) {
-  using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
   Kokkos::parallel_for(
-      "txl_id_columns", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      "txl_id_columns", matrix_policy(Index(out.extent(0)), Index(out.extent(1))),
       KOKKOS_LAMBDA(Index b, Index t) { out(b, t) = ids(b, first + t); });
 }
 

@@ -1,6 +1,7 @@
 #include "reformer/ops/embedding.hpp"
 
 #include "reformer/core/instantiate.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/shape.hpp"
 
 #include <cmath>
@@ -10,8 +11,6 @@
 
 namespace reformer::ops {
 namespace {
-
-using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
 
 // Radix sort parameters: 8-bit digits, and positions per serially scanned block.
 constexpr int kDigitBits = 8;
@@ -118,7 +117,7 @@ void token_embedding_forward(In2<param_t<T>> table, In1<int> ids, bool scale_by_
   const C scale = scale_by_sqrt_d ? static_cast<C>(std::sqrt(double(d))) : C(1);
   // y[i, j] = s * table[ids[i], j]
   Kokkos::parallel_for(
-      "token_embedding_forward", Policy2({0, 0}, {n, d}),
+      "token_embedding_forward", matrix_policy(n, d),
       KOKKOS_LAMBDA(Index i, Index j) { y(i, j) = store<T>(scale * table(ids(i), j)); });
 }
 
@@ -136,7 +135,7 @@ void token_embedding_backward(In1<int> ids, In2<T> dy, bool scale_by_sqrt_d,
   const auto order = positions_sorted_by_id(ids, vocab);
   // The first sorted entry of each id sums its run: dtable[v, j] += s * sum dy[i, j].
   Kokkos::parallel_for(
-      "token_embedding_backward", Policy2({0, 0}, {n, d}), KOKKOS_LAMBDA(Index s, Index j) {
+      "token_embedding_backward", matrix_policy(n, d), KOKKOS_LAMBDA(Index s, Index j) {
         const int v = ids(order(s));
         if (s > 0 && ids(order(s - 1)) == v) return;
         C sum = 0;
@@ -158,7 +157,7 @@ void sinusoidal_positions_forward(In2<T> x, Index length, Index offset, View2<T>
   // at that position (rows p, p + length, ...).
   const Index sequences = rows / length;
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {length, d}), KOKKOS_LAMBDA(Index p, Index j) {
+      op, matrix_policy(length, d), KOKKOS_LAMBDA(Index p, Index j) {
         const double angle = static_cast<double>(offset + p) /
                              compat::pow(10000.0, static_cast<double>(j - j % 2) / d);
         const C value = static_cast<C>(j % 2 == 0 ? compat::sin(angle) : compat::cos(angle));
@@ -178,7 +177,7 @@ void learned_positions_forward(In2<T> x, In2<param_t<T>> table, Index length, In
   check_capacity(op, length, offset, table.extent(0), "the table's max_len");
   // y[r, j] = x[r, j] + table[offset + r mod length, j]
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+      op, matrix_policy(rows, d), KOKKOS_LAMBDA(Index r, Index j) {
         y(r, j) = store<T>(load(x(r, j)) + table(offset + r % length, j));
       });
 }
@@ -201,7 +200,7 @@ void sinusoidal_positions_forward_at(In2<T> x, In1<Index> positions, Index end, 
   const C nan = std::numeric_limits<C>::quiet_NaN();
   // As sinusoidal_positions_forward with p = positions[r].
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+      op, matrix_policy(rows, d), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
         if (p < 0 || p >= end) {
           y(r, j) = store<T>(nan);
@@ -226,7 +225,7 @@ void learned_positions_forward_at(In2<T> x, In2<param_t<T>> table, In1<Index> po
   const C nan = std::numeric_limits<C>::quiet_NaN();
   // y[r, j] = x[r, j] + table[positions[r], j]
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+      op, matrix_policy(rows, d), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
         y(r, j) = store<T>(p < 0 || p >= end ? nan : load(x(r, j)) + table(p, j));
       });
@@ -244,7 +243,7 @@ void axial_positions_forward_at(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2
   const C nan = std::numeric_limits<C>::quiet_NaN();
   // y[r, j] = x[r, j] + (j < d1 ? e1[p / n2, j] : e2[p mod n2, j - d1]), p = positions[r]
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+      op, matrix_policy(rows, d), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = positions(r);
         y(r, j) = store<T>(p < 0 || p >= end
                                ? nan
@@ -262,7 +261,7 @@ void learned_positions_backward(In2<T> dy, Index length, Index offset, View2<par
   check_capacity(op, length, offset, dtable.extent(0), "the table's max_len");
   // dtable[offset + p, j] += sum_b dy[b * length + p, j]: one thread per (p, j).
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {length, d}), KOKKOS_LAMBDA(Index p, Index j) {
+      op, matrix_policy(length, d), KOKKOS_LAMBDA(Index p, Index j) {
         C sum = 0;
         for (Index r = p; r < rows; r += length) sum += load(dy(r, j));
         dtable(offset + p, j) += sum;
@@ -280,7 +279,7 @@ void axial_positions_forward(In2<T> x, In2<param_t<T>> e1, In2<param_t<T>> e2, I
   const Index n2 = e2.extent(0), d1 = e1.extent(1);
   // y[r, j] = x[r, j] + (j < d1 ? e1[p / n2, j] : e2[p mod n2, j - d1]), p = offset + r mod length
   Kokkos::parallel_for(
-      op, Policy2({0, 0}, {rows, d}), KOKKOS_LAMBDA(Index r, Index j) {
+      op, matrix_policy(rows, d), KOKKOS_LAMBDA(Index r, Index j) {
         const Index p = offset + r % length;
         y(r, j) = store<T>(load(x(r, j)) + (j < d1 ? e1(p / n2, j) : e2(p % n2, j - d1)));
       });
@@ -298,7 +297,7 @@ void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<param
   const Index end = offset + length;
   // de1[a, j] += sum of dy[r, j] over rows r at positions p in [a n2, (a + 1) n2).
   Kokkos::parallel_for(
-      "axial_positions_backward_e1", Policy2({0, 0}, {n1, d1}), KOKKOS_LAMBDA(Index a, Index j) {
+      "axial_positions_backward_e1", matrix_policy(n1, d1), KOKKOS_LAMBDA(Index a, Index j) {
         const Index lo = a * n2 > offset ? a * n2 : offset;
         const Index hi = (a + 1) * n2 < end ? (a + 1) * n2 : end;
         C sum = 0;
@@ -308,7 +307,7 @@ void axial_positions_backward(In2<T> dy, Index length, Index offset, View2<param
       });
   // de2[c, j] += sum of dy[r, d1 + j] over rows r at positions p = a n2 + c.
   Kokkos::parallel_for(
-      "axial_positions_backward_e2", Policy2({0, 0}, {n2, d2}), KOKKOS_LAMBDA(Index c, Index j) {
+      "axial_positions_backward_e2", matrix_policy(n2, d2), KOKKOS_LAMBDA(Index c, Index j) {
         C sum = 0;
         for (Index p = c; p < end; p += n2)
           if (p >= offset)

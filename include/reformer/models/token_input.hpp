@@ -7,6 +7,7 @@
 
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/layers/blocks.hpp"
@@ -29,9 +30,7 @@ inline void pad_ids(IdMatrix ids, Kokkos::View<const int**, Layout, MemSpace> ma
   const Index given = ids.extent(1);
   const bool masked = mask.extent(0) > 0;
   Kokkos::parallel_for(
-      "reformer_pad_ids",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(
-          {0, 0}, {Index(ids_out.extent(0)), Index(ids_out.extent(1))}),
+      "reformer_pad_ids", matrix_policy(Index(ids_out.extent(0)), Index(ids_out.extent(1))),
       KOKKOS_LAMBDA(Index b, Index t) {
         const bool inside = t < given;
         ids_out(b, t) = inside ? ids(b, t) : 0;
