@@ -24,6 +24,7 @@
 #pragma once
 
 #include "reformer/attention/chunked_scratch.hpp"
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/lane_rows.hpp"
 #include "reformer/core/workspace.hpp"
 #include "reformer/ops/gemm.hpp"
@@ -413,9 +414,9 @@ void batched_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>
                       ItemView<T> dk_scaled, ItemView<T> dv) {
   using C = compute_t<T>;
   using ops::Trans;
-  Kokkos::deep_copy(dq, store<T>(0));
-  Kokkos::deep_copy(dk_scaled, store<T>(0));
-  Kokkos::deep_copy(dv, store<T>(0));
+  fill_elements("chunk_batched_zero_dq", dq, store<T>(0));
+  fill_elements("chunk_batched_zero_dk", dk_scaled, store<T>(0));
+  fill_elements("chunk_batched_zero_dv", dv, store<T>(0));
   Workspace& space = chunk_batched_workspace();
   const Index total = Index(dout.extent(0)) * in.heads * in.window.n_chunks;
   const auto bytes = chunk_batched_bytes(in.window.chunk, in.window.n_before, in.d_head, total,

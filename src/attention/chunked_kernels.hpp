@@ -42,6 +42,7 @@
 #include "reformer/attention/chunked_scratch.hpp"
 #include "reformer/attention/masks.hpp"
 #include "reformer/core/cpu_target.hpp"
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/team_scratch.hpp"
 #include "reformer/core/tile_multiply.hpp"
 #include "reformer/core/vector_loops.hpp"
@@ -829,9 +830,9 @@ void chunked_backward(const ChunkedInputs<T>& in, ItemScalars<const compute_t<T>
     batched_backward<T>(in, lse, delta, dout, dq, dk_scaled, dv);
     return;
   }
-  Kokkos::deep_copy(dq, store<T>(0));
-  Kokkos::deep_copy(dk_scaled, store<T>(0));
-  Kokkos::deep_copy(dv, store<T>(0));
+  fill_elements("chunked_zero_dq", dq, store<T>(0));
+  fill_elements("chunked_zero_dk", dk_scaled, store<T>(0));
+  fill_elements("chunked_zero_dv", dv, store<T>(0));
   const Index batch = dout.extent(0), per_round = in.window.n_chunks / in.rounds;
   const Index colours = in.window.n_before + 1;
   const Index boundary = in.window.wrap ? std::min(in.window.n_before, per_round) : 0;

@@ -1,7 +1,9 @@
 #include "reformer/models/reformer_lm.hpp"
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
+#include "reformer/core/matrix_policy.hpp"
 #include "reformer/core/memory_tracker.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/dropout.hpp"
@@ -26,7 +28,6 @@ Kokkos::View<const int*, Layout, MemSpace> flat_ids(IdMatrix ids) {
 
 // Device kernels of the head live in free functions: CUDA does not allow
 // extended lambdas in private member functions.
-using Policy2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
 
 // out[r] = [x1 ; x2] of row rows(r) (of row r when rows is empty).
 template <class T>
@@ -34,7 +35,7 @@ void concat_streams(View2<T> x1, View2<T> x2, RowList rows, View2<T> out) {
   const Index d = x1.extent(1), n = out.extent(0);
   const bool all = rows.extent(0) == 0;
   Kokkos::parallel_for(
-      "reformer_concat_streams", Policy2({0, 0}, {n, 2 * d}), KOKKOS_LAMBDA(Index r, Index j) {
+      "reformer_concat_streams", matrix_policy(n, 2 * d), KOKKOS_LAMBDA(Index r, Index j) {
         const Index src = all ? r : rows(r);
         out(r, j) = j < d ? x1(src, j) : x2(src, j - d);
       });
@@ -45,7 +46,7 @@ template <class T>
 void split_halves(View2<T> dcat, View2<T> dx1, View2<T> dx2) {
   const Index d = dx1.extent(1);
   Kokkos::parallel_for(
-      "reformer_split_gradient", Policy2({0, 0}, {Index(dx1.extent(0)), d}),
+      "reformer_split_gradient", matrix_policy(Index(dx1.extent(0)), d),
       KOKKOS_LAMBDA(Index r, Index j) {
         dx1(r, j) = dcat(r, j);
         dx2(r, j) = dcat(r, j + d);
@@ -57,7 +58,7 @@ template <class T>
 void fold_halves(View2<T> h, View2<T> folded) {
   const Index d = folded.extent(1);
   Kokkos::parallel_for(
-      "reformer_fold_halves", Policy2({0, 0}, {Index(folded.extent(0)), d}),
+      "reformer_fold_halves", matrix_policy(Index(folded.extent(0)), d),
       KOKKOS_LAMBDA(Index r, Index j) {
         folded(r, j) = store<T>(load(h(r, j)) + load(h(r, j + d)));
       });
@@ -68,7 +69,7 @@ template <class T>
 void unfold_halves(View2<T> dfolded, View2<T> dh) {
   const Index d = dfolded.extent(1);
   Kokkos::parallel_for(
-      "reformer_unfold_halves", Policy2({0, 0}, {Index(dfolded.extent(0)), d}),
+      "reformer_unfold_halves", matrix_policy(Index(dfolded.extent(0)), d),
       KOKKOS_LAMBDA(Index r, Index j) {
         dh(r, j) = dfolded(r, j);
         dh(r, j + d) = dfolded(r, j);
@@ -88,7 +89,7 @@ inline void pad_targets(IdMatrix targets, Kokkos::View<const int**, Layout, MemS
                         int ignored, View2<int> out) {
   const Index given = targets.extent(1);
   Kokkos::parallel_for(
-      "reformer_pad_targets", Policy2({0, 0}, {Index(out.extent(0)), Index(out.extent(1))}),
+      "reformer_pad_targets", matrix_policy(Index(out.extent(0)), Index(out.extent(1))),
       KOKKOS_LAMBDA(Index b, Index t) {
         out(b, t) = t < given && valid(b, t) != 0 ? targets(b, t) : ignored;
       });
@@ -192,7 +193,7 @@ void ReformerLM<T>::embed(IdMatrix ids, const ModelCall& call, ReformerState<T>&
   // e = dropout(Embedding(ids) + Positions); both streams start as e.
   input_.forward(ids, call, {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)},
                  state.x1);
-  Kokkos::deep_copy(state.x2, state.x1);
+  copy_elements("reformer_copy_stream", state.x2, state.x1);
 }
 
 template <class T>

@@ -1,6 +1,7 @@
 #include "reformer/ops/cross_entropy.hpp"
 
 #include "ops/column_sums.hpp"
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/instantiate.hpp"
 #include "reformer/core/shape.hpp"
 #include "reformer/ops/embedding.hpp"
@@ -196,7 +197,7 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
   CrossEntropyResult result;
   result.tokens = count_tokens(targets, pad);
   if (result.tokens == 0) {
-    if constexpr (kGradient) Kokkos::deep_copy(dh, store<T>(C(0)));
+    if constexpr (kGradient) fill_elements("cross_entropy_zero_dh", dh, store<T>(C(0)));
     return result;
   }
   const C inv_tokens = static_cast<C>(options.gradient_scale / static_cast<double>(result.tokens));
