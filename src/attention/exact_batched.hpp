@@ -24,6 +24,7 @@
 
 #include "attention/chunked_kernels.hpp"
 #include "reformer/attention/exact.hpp"
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/lane_rows.hpp"
 #include "reformer/ops/gemm.hpp"
 
@@ -104,14 +105,25 @@ KOKKOS_INLINE_FUNCTION void masked_row_stats(const TeamMember& team, const Chunk
     return in.mask_score(b, bh, i, t, s[t], constant);
   };
   top = C(-1e30);
-  Kokkos::parallel_reduce(
-      Kokkos::ThreadVectorRange(team, keys),
-      [&](Index t, C& most) {
-        const C x = masked(t);
-        if (kStore) s[t] = x;
-        most = x > most ? x : most;
-      },
-      Kokkos::Max<C>(top));
+  if (kStore)
+    // In place: each lane's loads ahead of its stores (core/lane_rows.hpp).
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, kRowLanes),
+        [&](Index lane, C& most) {
+          load_then_store_lane_columns<C>(lane, keys, masked, [&](Index t, C x) {
+            s[t] = x;
+            most = x > most ? x : most;
+          });
+        },
+        Kokkos::Max<C>(top));
+  else
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, keys),
+        [&](Index t, C& most) {
+          const C x = masked(t);
+          most = x > most ? x : most;
+        },
+        Kokkos::Max<C>(top));
   sum = lane_sum<C>(team, keys,
                     [&](Index t) { return softmax_weight((kStore ? s[t] : masked(t)) - top); });
 }
@@ -150,22 +162,33 @@ void exact_score_rows(const ExactBatchedInputs<T>& x, Index b, Index q0, Index r
         const C inverse = C(1) / sum;
         // (A plain `if`: nvcc's device lambdas may not capture a variable
         // first inside an `if constexpr` branch.)
+        // Rows updated in place, each lane's loads ahead of its stores
+        // (core/lane_rows.hpp, lane_map).
         if (kBackward) {
           C* g = grads + e * keys;
           const C d_i = delta(b, i, h);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
-            bool constant = true;
-            const C p =
-                softmax_weight(input.mask_score(b, bh, i, t, s[t], constant) - top) * inverse;
-            const C drop = input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
-            g[t] = constant ? C(0) : p * (drop * g[t] - d_i);
-            s[t] = p * drop;
-          });
+          using Pair = Kokkos::pair<C, C>;
+          lane_map<Pair>(
+              team, keys,
+              [&](Index t) {
+                bool constant = true;
+                const C p =
+                    softmax_weight(input.mask_score(b, bh, i, t, s[t], constant) - top) * inverse;
+                const C drop = input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
+                return Pair(p * drop, constant ? C(0) : p * (drop * g[t] - d_i));
+              },
+              [&](Index t, const Pair& x) {
+                s[t] = x.first;
+                g[t] = x.second;
+              });
         } else {
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, keys), [&](Index t) {
-            s[t] = softmax_weight(s[t] - top) * inverse *
-                   input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
-          });
+          lane_map<C>(
+              team, keys,
+              [&](Index t) {
+                return softmax_weight(s[t] - top) * inverse *
+                       input.dropout.template factor<C>(bh, heads, i, t, lq, lk);
+              },
+              [&](Index t, C x) { s[t] = x; });
           Kokkos::single(Kokkos::PerThread(team), [&] { lse(b, i, h) = top + compat::log(sum); });
         }
       });
@@ -206,8 +229,8 @@ void exact_batched_backward(const ExactBatchedInputs<T>& x, ItemScalars<const co
   using C = compute_t<T>;
   using ops::Trans;
   static_assert(std::is_same<T, C>::value, "the batched shape reads its tensors in place");
-  Kokkos::deep_copy(dk, T(0));
-  Kokkos::deep_copy(dv, T(0));
+  fill_elements("exact_batched_zero_dk", dk, T(0));
+  fill_elements("exact_batched_zero_dv", dv, T(0));
   const Index heads = x.in.heads, batch = dout.extent(0);
   const auto slices = exact_slices(heads, x.lq, x.lk, sizeof(C), chunk_slice_budget());
   const Index slice = slices.backward_rows;

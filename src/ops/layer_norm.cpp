@@ -205,17 +205,28 @@ void layer_norm_backward(In2<T> x, In1<param_t<T>> gamma, In1<compute_t<T>> mean
             });
           });
           team.team_barrier();
+          // kLaneGroup rows' loads before their stores: a store to dx may
+          // not move above the next row's loads of dy (dx may be dy), so one
+          // row at a time left each lane one load in flight.
           for_each_feature(team, d, lanes, [&](Index j) {
             P part_g = 0, part_b = 0;
-            for (Index r = 0; r < rows; ++r) {
-              const Index i = g0 + r;
-              const C rs = rstd(i);
-              const C dyj = load(dy(i, j));
-              const C xhat = (load(x(i, j)) - mean(i)) * rs;
-              part_g += dyj * xhat;
-              part_b += dyj;
-              dx(i, j) =
-                  store<T>(rs * (dyj * gamma(j) - row_sums[2 * r] - xhat * row_sums[2 * r + 1]));
+            for (Index r0 = 0; r0 < rows; r0 += kLaneGroup) {
+              C dyv[kLaneGroup], xhat[kLaneGroup], rs[kLaneGroup];
+              for (Index k = 0; k < kLaneGroup; ++k) {
+                if (r0 + k >= rows) break;
+                const Index i = g0 + r0 + k;
+                rs[k] = rstd(i);
+                dyv[k] = load(dy(i, j));
+                xhat[k] = (load(x(i, j)) - mean(i)) * rs[k];
+              }
+              for (Index k = 0; k < kLaneGroup; ++k) {
+                if (r0 + k >= rows) break;
+                const Index r = r0 + k;
+                part_g += dyv[k] * xhat[k];
+                part_b += dyv[k];
+                dx(g0 + r, j) = store<T>(
+                    rs[k] * (dyv[k] * gamma(j) - row_sums[2 * r] - xhat[k] * row_sums[2 * r + 1]));
+              }
             }
             blocks(b, j) += part_g;
             blocks(b, d + j) += part_b;
