@@ -169,6 +169,10 @@ void BM_ElementwiseStorage(benchmark::State& state) {
 }
 void storage_sizes(benchmark::internal::Benchmark* b) {
   for (int kind : {0, 1, 2}) b->Args({16384, 256, kind});
+  // GPUs: [65536, 1024] tensors (256 MiB in float), far past a GPU's L2, as the
+  // 64K step's feed-forward chunks are (core/element_map.hpp's maps).
+  if (!kHostMemory)
+    for (int kind : {0, 1}) b->Args({65536, 1024, kind});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 BENCHMARK_TEMPLATE(BM_ElementwiseStorage, float)->Apply(storage_sizes);

@@ -149,8 +149,8 @@ fi
 # and reformer-pytorch, the 6-layer step against reformer-pytorch, cached
 # generation; then the choices to make (tilings, loops, shapes, team sizes),
 # profiles, and the rest.
-parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step products bf16 generate tiles loops shape profile gemm team memory} "
-known=" sgemm gemm sdpa team shape loops tiles lsh_peer memory step peer_step products bf16 profile generate "
+parts=" ${BENCH_PARTS:-sgemm sdpa lsh_peer step peer_step products bf16 generate tiles loops shape profile elementwise gemm team memory} "
+known=" sgemm gemm elementwise sdpa team shape loops tiles lsh_peer memory step peer_step products bf16 profile generate "
 for name in $parts; do
   if [[ "$known" != *" $name "* ]]; then
     echo "gpu_run.sh: BENCH_PARTS names '$name' but the parts are:$known" >&2
@@ -217,6 +217,11 @@ part_gemm() {
   timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" | tee "$out/gemm_ours.txt"
   REFORMER_DEVICE_BLAS=off timeout 60 "$pkg/run/bench_ops" --benchmark_filter="$gemm_filter" |
     tee "$out/gemm_portable.txt"
+}
+part_elementwise() {
+  echo "== element-wise maps (core/element_map.hpp) and layer norm's backward: bytes/s"
+  timeout 60 "$pkg/run/bench_ops" --benchmark_filter='^BM_ElementwiseStorage<(float|bf16)>/65536/|^BM_LayerNormBackward/(16384|65536)/256/|^BM_FeedForwardProducts/rows:16384/' |
+    tee "$out/elementwise.txt"
 }
 part_sdpa() {
   echo "== attention layers against PyTorch's fused SDPA layer (forward + backward, L x 256, causal)"
