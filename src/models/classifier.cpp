@@ -1,5 +1,6 @@
 #include "reformer/models/classifier.hpp"
 
+#include "reformer/core/element_map.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/initializers.hpp"
 #include "reformer/core/matrix_policy.hpp"
@@ -220,7 +221,7 @@ void Classifier<T>::forward(IdMatrix ids, const ModelCall& call, ClassifierState
   encoder.first_row = call.first_row * config_.documents;
   input_.forward(state.input, encoder,
                  {call.key.seed, stream_id(call.key.stream, kEmbeddingDropout)}, state.x1);
-  Kokkos::deep_copy(state.x2, state.x1);
+  copy_elements("classifier_copy_stream", state.x2, state.x1);
   const Save save = e.reversible || !call.training ? Save::PlanOnly : Save::All;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const layers::BlockCall block{

@@ -477,7 +477,7 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   ops::token_embedding_forward<T>(input_.embedding->matrix(), ids, false, generation.x1,
                                   ops::IdCheck::AlreadyChecked);
   add_positions(generation.x1, generation.positions, last + 1);
-  Kokkos::deep_copy(generation.x2, generation.x1);
+  copy_elements("reformer_copy_stream", generation.x2, generation.x1);
   for (std::size_t i = 0; i < blocks_.size(); ++i)
     blocks_[i]->step(generation.x1, generation.x2, generation.caches[i], generation.positions, last,
                      generation.workspace);
