@@ -10,6 +10,8 @@
 #include "reformer/ops/dropout.hpp"
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "reformer/ops/layer_norm.hpp"
+#include "reformer/ops/rows_linear.hpp"
 #include "reformer/ops/softmax.hpp"
 
 #include <algorithm>
@@ -72,27 +74,53 @@ struct RowPositions {
   }
 };
 
+// The new position's key and value of a decoding step, written into the
+// caches by the kernel that attends (one launch fewer a layer; LSH's step
+// writes them in its hashing launch, lsh_attention_step): k_cache(b,
+// positions(b), :) = k(b, :) and the same for v. shared: k holds the projected
+// queries, and each head's key is its query normalised (shared_qk.hpp, the
+// same bits as shared_keys). Empty k: nothing to write.
+template <class T>
+struct CacheWrite {
+  Kokkos::View<const T**, Layout, MemSpace> k, v;
+  View3<T> k_cache, v_cache;
+  bool shared = false;
+};
+
 // Cached attention of one query per sequence (decoding):
 //   a(b, h) = sum_{j = first(b)..last(b)} softmax_j(scale q(b, h) . k(b, j, h)) v(b, j, h)
 // with first(b) = first_cached(last(b), chunk, n_before), over the positions
 // whose key_valid is 1 (all when key_valid is empty); with self_mask (shared q
 // and k) position last(b), the query's own, scores MaskValues::self. `widest`
-// bounds last(b) - first(b) + 1.
+// bounds last(b) - first(b) + 1. With `write`, each team first writes its
+// head's new key and value at last(b) (CacheWrite).
 template <class T>
 void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before, RowPositions last,
                    Index widest, Kokkos::View<const int**, Layout, MemSpace> key_valid,
                    bool self_mask, Index heads, Index d_head, T scale, View2<T> a,
-                   Workspace& workspace) {
+                   Workspace& workspace, const CacheWrite<T>& write = {}) {
+  using C = compute_t<T>;
   const Index batch = q.extent(0);
-  const bool masked = key_valid.extent(0) > 0;
+  const bool masked = key_valid.extent(0) > 0, writes = write.k.extent(0) > 0;
   Workspace::Frame frame(workspace);
   auto scores = frame.take<View2<T>>(batch * heads, widest);
-  // One team per (batch, head), one launch: scores, softmax, values.
+  // One team per (batch, head), one launch: the cache write, scores, softmax, values.
   Kokkos::parallel_for(
       "attend_cached", TeamPolicy(batch * heads, Kokkos::AUTO),
       KOKKOS_LAMBDA(const TeamMember& team) {
         const Index bh = team.league_rank(), b = bh / heads, h = bh % heads;
         const Index first = first_cached(last(b), chunk, n_before), n = last(b) - first + 1;
+        if (writes) {
+          const Index p = last(b), o = h * d_head;
+          const T* from = &write.k(b, o);
+          const C f = write.shared ? detail::shared_key_factor(from, d_head) : C(1);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d_head), [&](Index x) {
+            write.k_cache(b, p, o + x) = write.shared ? store<T>(load(from[x]) * f) : from[x];
+            write.v_cache(b, p, o + x) = write.v(b, o + x);
+          });
+          // The scores below read the key just written (the team's own writes).
+          team.team_barrier();
+        }
         T* row = &scores(bh, 0);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](Index j) {
           const Index pos = first + j;
@@ -115,27 +143,6 @@ void attend_cached(In2<T> q, In3<T> k, In3<T> v, Index chunk, Index n_before, Ro
           for (Index j = 0; j < n; ++j) sum += row[j] * v(b, first + j, h * d_head + x);
           a(b, h * d_head + x) = sum;
         });
-      });
-}
-
-// k_cache(b, positions(b), :) = k(b, :) and the same for v, caches [batch,
-// capacity, heads * d_head]: one launch for both, a thread per (row, head).
-// shared: k holds the projected queries, and each head's key is its query
-// normalised (shared_qk.hpp, the same bits as shared_keys) in the same launch.
-template <class T>
-void write_cached(In2<T> k, In2<T> v, RowPositions positions, Index heads, bool shared,
-                  View3<T> k_cache, View3<T> v_cache) {
-  using C = compute_t<T>;
-  const Index dh = k.extent(1) / heads;
-  Kokkos::parallel_for(
-      "attention_write_cache", range(Index(k.extent(0)) * heads), KOKKOS_LAMBDA(Index bh) {
-        const Index b = bh / heads, h = bh % heads, p = positions(b);
-        const T* from = &k(b, h * dh);
-        const C s = shared ? detail::shared_key_factor(from, dh) : C(1);
-        for (Index d = 0; d < dh; ++d) {
-          k_cache(b, p, h * dh + d) = shared ? store<T>(load(from[d]) * s) : from[d];
-          v_cache(b, p, h * dh + d) = v(b, h * dh + d);
-        }
       });
 }
 
@@ -536,6 +543,42 @@ void AttentionLayer<T>::project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> 
 }
 
 template <class T>
+void AttentionLayer<T>::step_projections(In2<T> x, const ops::RowNorm<T>& norm, View2<T> q,
+                                         View2<T> k, View2<T> v, Workspace& workspace) const {
+  const Index rows = x.extent(0);
+  if (ops::fused_step_rows(rows)) {
+    // One launch: the layer norm and every projection (shared q/k: the cache
+    // write normalises the keys from q, as project_keys leaves them).
+    std::vector<ops::RowProduct<T>> products{{w_q_->matrix(), {}, q}};
+    if (k.extent(0) > 0) products.push_back({w_k_->matrix(), {}, k});
+    if (v.extent(0) > 0) products.push_back({w_v_->matrix(), {}, v});
+    ops::rows_linear<T>(x, norm, products, std::nullopt, T(0));
+    return;
+  }
+  Workspace::Frame frame(workspace);
+  In2<T> input = x;
+  if (norm.active()) {
+    auto normed = frame.take<View2<T>>(rows, x.extent(1));
+    auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
+    ops::layer_norm_forward<T>(x, norm.gamma, norm.beta, norm.eps, normed, mean, rstd);
+    input = normed;
+  }
+  if (v.extent(0) == 0) {
+    ops::matmul<T>(input, Trans::No, w_q_->matrix(), Trans::No, q);
+    return;
+  }
+  project_keys(input, q, k, v, workspace);
+}
+
+template <class T>
+void AttentionLayer<T>::step_output(In2<T> a, View2<T> y, T beta) const {
+  if (ops::fused_step_rows(a.extent(0)))
+    ops::rows_linear<T>(a, {}, {{w_o_->matrix(), {}, y}}, std::nullopt, beta);
+  else
+    ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
+}
+
+template <class T>
 void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
                                     AttentionCache<T>& cache, Workspace& workspace) const {
   const char* op = "AttentionLayer::start_cache";
@@ -585,7 +628,8 @@ void AttentionLayer<T>::start_cache(In3<T> x, const AttentionLayerCall& call, In
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
                              Kokkos::View<const Index*, Layout, MemSpace> positions,
-                             Index max_position, View2<T> y, Workspace& workspace, T beta) const {
+                             Index max_position, View2<T> y, Workspace& workspace, T beta,
+                             const ops::RowNorm<T>& norm) const {
   const char* op = "AttentionLayer::step";
   const Index batch = x.extent(0), h = config_.heads, d = config_.d_head, inner = h * d;
   require_extent(op, "x", x, 1, config_.d_model);
@@ -609,12 +653,13 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
   auto k = shared_qk ? View2<T>() : frame.take<View2<T>>(batch, inner);
   auto v = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  project_keys(x, q, k, v, workspace);
-  write_cached<T>(shared_qk ? q : k, v, rows, h, shared_qk, cache.k, cache.v);
+  step_projections(x, norm, q, k, v, workspace);
+  const CacheWrite<T> write{shared_qk ? q : k, v, cache.k, cache.v, shared_qk};
   if (lsh) {
-    // One launch: the query's buckets into the cache, then its windows among
-    // the cached buckets.
-    lsh_attention_step<T>(View3<T>(q.data(), batch, h, d), cache.rotations, cache.k, cache.v,
+    // (LSH always shares q and k.) One small launch hashes the query into the
+    // cache's buckets and writes its key and value; then the sort and the
+    // windows among the cached buckets.
+    lsh_attention_step<T>(View3<T>(q.data(), batch, h, d), v, cache.rotations, cache.k, cache.v,
                           cache.buckets, positions, max_position, config_.lsh,
                           View3<T>(a.data(), batch, h, d), workspace);
   } else {
@@ -626,14 +671,15 @@ void AttentionLayer<T>::step(In2<T> x, AttentionCache<T>& cache,
         local ? std::min(max_position + 1, (n_before + 1) * chunk) : max_position + 1;
     const T scale = detail::dense_score_scale<T>(full_config(shared_qk), d);
     attend_cached<T>(q, cache.k, cache.v, chunk, n_before, rows, widest, {}, shared_qk, h, d, scale,
-                     a, workspace);
+                     a, workspace, write);
   }
-  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
+  step_output(a, y, beta);
 }
 
 template <class T>
 void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position,
-                             View2<T> y, Workspace& workspace, T beta) const {
+                             View2<T> y, Workspace& workspace, T beta,
+                             const ops::RowNorm<T>& norm) const {
   require<ConfigError>(config_.kind != AttentionKind::Lsh, "AttentionLayer::step",
                        ": an LSH layer decodes with a cache from start_cache (its buckets and "
                        "rotations)");
@@ -641,13 +687,14 @@ void AttentionLayer<T>::step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index
   cache.k = k_cache;
   cache.v = v_cache;
   // Every row at `position`: no positions view (and no launch to fill one).
-  step(x, cache, {}, position, y, workspace, beta);
+  step(x, cache, {}, position, y, workspace, beta, norm);
 }
 
 template <class T>
 void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
                                    Kokkos::View<const int**, Layout, MemSpace> key_valid,
-                                   View2<T> y, Workspace& workspace, T beta) const {
+                                   View2<T> y, Workspace& workspace, T beta,
+                                   const ops::RowNorm<T>& norm) const {
   const char* op = "AttentionLayer::step_cross";
   require_cacheable(op);
   const Index batch = x.extent(0), inner = config_.heads * config_.d_head;
@@ -657,13 +704,13 @@ void AttentionLayer<T>::step_cross(In2<T> x, In3<T> k, In3<T> v,
   Workspace::Frame frame(workspace);
   auto q = frame.take<View2<T>>(batch, inner);
   auto a = frame.take<View2<T>>(batch, inner);
-  ops::matmul<T>(x, Trans::No, w_q_->matrix(), Trans::No, q);
+  step_projections(x, norm, q, View2<T>(), View2<T>(), workspace);
   const T scale = detail::dense_score_scale<T>(full_config(false), config_.d_head);
   // Every row's query sees every memory position: the last one is Lk - 1.
   const RowPositions last{{}, Index(k.extent(1)) - 1};
   attend_cached<T>(q, k, v, 0, 0, last, Index(k.extent(1)), key_valid, false, config_.heads,
                    config_.d_head, scale, a, workspace);
-  ops::matmul<T>(a, Trans::No, w_o_->matrix(), Trans::No, y, T(1), beta);
+  step_output(a, y, beta);
 }
 
 template <class T>

@@ -295,6 +295,12 @@ struct StepKernel {
   IntView3 query_buckets;
   View2<T> projections;
   Index factors = 1, b1 = 0, b2 = 1;
+  // With write_keys (the caches, writable, the same as keys and values): the
+  // Hash pass also writes the query's key (the query normalised,
+  // shared_qk.hpp) and its value new_values [batch, heads * d_head] at its
+  // position, so that the step needs no launch for its cache write.
+  View3<T> write_keys, write_values;
+  Kokkos::View<const T**, Layout, MemSpace> new_values;
 
   struct Hash {};
   KOKKOS_INLINE_FUNCTION void operator()(Hash, const TeamMember& team) const {
@@ -306,6 +312,14 @@ struct StepKernel {
       accumulate_rows(p, &rotations(h, 0, r, 0), Index(rotations.stride(1)), &q(b, h, 0), 1, dh,
                       width);
       query_buckets(bh, r, t) = combined_bucket(p, factors, b1, b2);
+    });
+    if (write_keys.extent(0) == 0) return;
+    // The key is the query normalised (shared_qk.hpp), as attend_cached writes it.
+    const T* from = &q(b, h, 0);
+    const compute_t<T> f = detail::shared_key_factor(from, dh);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](Index x) {
+      write_keys(b, t, h * dh + x) = store<T>(load(from[x]) * f);
+      write_values(b, t, h * dh + x) = new_values(b, h * dh + x);
     });
   }
 
@@ -707,7 +721,8 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                   Kokkos::View<const int***, Layout, MemSpace> buckets, IntView3 query_buckets,
                   Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
                   const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
-                  Index sort_slices) {
+                  Index sort_slices, In2<T> new_values = {}, View3<T> write_keys = {},
+                  View3<T> write_values = {}) {
   const char* op = "lsh_attention_step";
   config.validate();
   require<ConfigError>(!config.n_buckets.empty(), op,
@@ -749,6 +764,15 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
     check_rotations(op, rotations, heads, dh, rounds, width);
     kernel.rotations = rotations;
     kernel.query_buckets = query_buckets;
+    if (new_values.extent(0) > 0) {
+      require<ShapeError>(
+          Index(new_values.extent(0)) == batch && Index(new_values.extent(1)) == heads * dh, op,
+          ": the new values have shape ", shape_string(new_values), " but must be [", batch, ", ",
+          heads * dh, "]");
+      kernel.write_keys = write_keys;
+      kernel.write_values = write_values;
+      kernel.new_values = new_values;
+    }
     kernel.projections = frame.take<View2<T>>(rows, rounds * width);
     kernel.factors = Index(factors.size());
     kernel.b1 = factors[0];
@@ -814,12 +838,31 @@ void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                   out, workspace, sort_slices);
 }
 
+template <class T>
+void lsh_attention_step(In3<T> q, In2<T> new_values, In4<T> rotations, View3<T> keys,
+                        View3<T> values, Kokkos::View<int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices) {
+  require<ShapeError>(rotations.extent(0) > 0, "lsh_attention_step",
+                      ": the rotations are empty; fill them with lsh_random_rotations (the "
+                      "layer's start_cache does)");
+  require<ShapeError>(new_values.extent(0) > 0, "lsh_attention_step",
+                      ": new_values is empty; the form that writes the caches needs the values");
+  run_lsh_step<T>(q, rotations, keys, values, buckets, buckets, positions, max_position, config,
+                  out, workspace, sort_slices, new_values, keys, values);
+}
+
 #define REFORMER_INSTANTIATE_STEP(T)                                                           \
   template void lsh_attention_step<T>(In3<T>, In3<T>, In3<T>,                                  \
                                       Kokkos::View<const int***, Layout, MemSpace>,            \
                                       Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
                                       const LshAttentionConfig&, View3<T>, Workspace&, Index); \
   template void lsh_attention_step<T>(In3<T>, In4<T>, In3<T>, In3<T>,                          \
+                                      Kokkos::View<int***, Layout, MemSpace>,                  \
+                                      Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
+                                      const LshAttentionConfig&, View3<T>, Workspace&, Index); \
+  template void lsh_attention_step<T>(In3<T>, In2<T>, In4<T>, View3<T>, View3<T>,              \
                                       Kokkos::View<int***, Layout, MemSpace>,                  \
                                       Kokkos::View<const Index*, Layout, MemSpace>, Index,     \
                                       const LshAttentionConfig&, View3<T>, Workspace&, Index); \

@@ -130,27 +130,18 @@ void PreNormAttention<T>::backward(In3<T> x, In3<T> dy, View3<T> dx, const Atten
   backward(x, normed, mean, rstd, dy, dx, state, workspace, memory, dmemory);
 }
 
-// y += attend(LayerNorm(x)) for rows [n, d_model], attend(normed, f) writing f.
+// The layer norm that a decoding step's attention applies to its rows.
 template <class T>
-template <class Attend>
-void PreNormAttention<T>::residual_step(In2<T> x, View2<T> y, Workspace& workspace,
-                                        const Attend& attend) const {
-  Workspace::Frame frame(workspace);
-  const Index rows = x.extent(0), d = x.extent(1);
-  auto normed = frame.take<View2<T>>(rows, d);
-  auto mean = frame.take<View1<compute_t<T>>>(rows), rstd = frame.take<View1<compute_t<T>>>(rows);
-  ops::layer_norm_forward<T>(x, gamma_->value, beta_->value, compute_t<T>(eps_), normed, mean,
-                             rstd);
-  // The attention adds its output into y (x, if y is x, is read no more).
-  attend(normed, y);
+ops::RowNorm<T> PreNormAttention<T>::row_norm() const {
+  return {gamma_->value, beta_->value, compute_t<T>(eps_)};
 }
 
 template <class T>
 void PreNormAttention<T>::step(In2<T> x, View2<T> y, View3<T> k_cache, View3<T> v_cache,
                                Index position, Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
-    attention_.step(normed, k_cache, v_cache, position, sum, workspace, T(1));
-  });
+  // y += Attention(LayerNorm(x)): the output projection adds into y (x, if y
+  // is x, is read no more).
+  attention_.step(x, k_cache, v_cache, position, y, workspace, T(1), row_norm());
 }
 
 template <class T>
@@ -169,18 +160,14 @@ template <class T>
 void PreNormAttention<T>::step(In2<T> x, View2<T> y, attention::AttentionCache<T>& cache,
                                Kokkos::View<const Index*, Layout, MemSpace> positions,
                                Index max_position, Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
-    attention_.step(normed, cache, positions, max_position, sum, workspace, T(1));
-  });
+  attention_.step(x, cache, positions, max_position, y, workspace, T(1), row_norm());
 }
 
 template <class T>
 void PreNormAttention<T>::step_cross(In2<T> x, View2<T> y, In3<T> k, In3<T> v,
                                      Kokkos::View<const int**, Layout, MemSpace> key_valid,
                                      Workspace& workspace) const {
-  residual_step(x, y, workspace, [&](View2<T> normed, View2<T> sum) {
-    attention_.step_cross(normed, k, v, key_valid, sum, workspace, T(1));
-  });
+  attention_.step_cross(x, k, v, key_valid, y, workspace, T(1), row_norm());
 }
 
 template <class T>
@@ -479,7 +466,7 @@ void DecoderBlock<T>::step(View2<T> x1, View2<T> x2, View3<T> k_cache, View3<T> 
     g_input = frame.take<View2<T>>(x2.extent(0), x2.extent(1));
     Kokkos::deep_copy(g_input, x2);
   }
-  feed_forward_.forward(g_input, x1, {{}, false}, workspace, 1);
+  feed_forward_.step(g_input, x1, workspace, 1);
 }
 
 template <class T>
@@ -495,7 +482,7 @@ void ReversibleBlock<T>::step(View2<T> x1, View2<T> x2, attention::AttentionCach
                               Index max_position, Workspace& workspace) const {
   // y1 = x1 + F(x2), y2 = x2 + G(y1), one row per sequence.
   f_.step(x2, x1, cache, positions, max_position, workspace);
-  feed_forward_.forward(x1, x2, {{}, false}, workspace, 1);
+  feed_forward_.step(x1, x2, workspace, 1);
 }
 
 template struct DecoderBlockState<float>;

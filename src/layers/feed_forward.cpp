@@ -8,6 +8,7 @@
 #include "reformer/ops/elementwise.hpp"
 #include "reformer/ops/layer_norm.hpp"
 #include "reformer/ops/linear.hpp"
+#include "reformer/ops/rows_linear.hpp"
 
 namespace reformer::layers {
 namespace {
@@ -88,6 +89,26 @@ In2<T> FeedForward<T>::hidden_chunk(In2<T> xc, Index r0, const FeedForwardCall& 
                             ops::dropout_offset(call.first_row + r0, config_.d_ff),
                             as_vector(hidden));
   return input;
+}
+
+template <class T>
+void FeedForward<T>::step(In2<T> x, View2<T> y, Workspace& workspace, compute_t<T> beta) const {
+  const Index rows = x.extent(0);
+  if constexpr (!is_reduced_precision<T>) {
+    if (ops::fused_step_rows(rows)) {
+      require_extent("FeedForward::step", "x", x, 1, config_.d_model);
+      require_same_shape("FeedForward::step", "x", x, "y", y);
+      Workspace::Frame frame(workspace);
+      auto hidden = frame.take<View2<T>>(rows, config_.d_ff);
+      ops::RowNorm<T> norm;
+      if (gamma_) norm = {gamma_->value, beta_->value, compute_t<T>(config_.layer_norm_eps)};
+      // hidden = f(LN(x) W1 + b1); y = (hidden W2 + b2) + beta y.
+      ops::rows_linear<T>(x, norm, {{w1_->matrix(), b1_->value, hidden}}, config_.activation, 0);
+      ops::rows_linear<T>(hidden, {}, {{w2_->matrix(), b2_->value, y}}, std::nullopt, beta);
+      return;
+    }
+  }
+  forward(x, y, {{}, false}, workspace, beta);
 }
 
 template <class T>

@@ -34,6 +34,19 @@ void VocabularyHead<T>::logits(In2<T> hidden, View2<T> logits) const {
 }
 
 template <class T>
+bool VocabularyHead<T>::step_logits(In2<T> hidden, const ops::RowNorm<T>& norm,
+                                    View2<T> logits) const {
+  if constexpr (is_reduced_precision<T>) {
+    return false;
+  } else {
+    if (tied_ || !ops::fused_step_rows(hidden.extent(0))) return false;
+    ops::rows_linear<T>(hidden, norm, {{weight_->matrix(), bias_->value, logits}}, std::nullopt,
+                        T(0));
+    return true;
+  }
+}
+
+template <class T>
 ops::CrossEntropyOptions VocabularyHead<T>::options(Index rows, int ignore_id, double loss_scale,
                                                     Workspace* workspace) const {
   ops::CrossEntropyOptions options;

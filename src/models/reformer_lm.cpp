@@ -115,9 +115,8 @@ void ReformerGeneration<T>::release() {
   next.clear();
   caches.clear();
   x1 = x2 = View2<T>();
-  positions = Kokkos::View<Index*, Layout, MemSpace>();
-  host_ids = Kokkos::View<int*, Layout, HostSpace>();
-  host_positions = decltype(host_positions)();
+  positions = staged = Kokkos::View<Index*, Layout, MemSpace>();
+  host_staged = decltype(host_staged)();
   workspace.release();
 }
 
@@ -436,7 +435,9 @@ void ReformerLM<T>::start_generation(IdMatrix ids, const std::vector<Index>& len
   generation.key = key;
   ensure_view(generation.x1, "generation_x1", batch, d);
   ensure_view(generation.x2, "generation_x2", batch, d);
-  ensure_view(generation.positions, "generation_positions", batch);
+  ensure_view(generation.staged, "generation_staged", 2 * batch);
+  generation.host_staged = Kokkos::create_mirror_view(generation.staged);
+  generation.positions = Kokkos::subview(generation.staged, Kokkos::make_pair(Index(0), batch));
 }
 
 template <class T>
@@ -449,12 +450,8 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   require<ShapeError>(Index(tokens.size()) == batch, op, ": ", tokens.size(),
                       " tokens for a batch of ", batch);
   Index last = 0;
-  if (Index(generation.host_ids.extent(0)) != batch) {
-    generation.host_ids = Kokkos::View<int*, Layout, HostSpace>("generation_ids", batch);
-    generation.host_positions = Kokkos::create_mirror_view(generation.positions);
-  }
-  const auto host_ids = generation.host_ids;
-  const auto host_positions = generation.host_positions;
+  const auto host_positions = generation.host_staged;
+  int* const host_ids = reinterpret_cast<int*>(generation.host_staged.data() + batch);
   for (Index b = 0; b < batch; ++b) {
     const Index p = generation.next[std::size_t(b)];
     require<ConfigError>(p < generation.capacity, op, ": row ", b, " is at position ", p,
@@ -463,14 +460,16 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
     require<ConfigError>(tokens[std::size_t(b)] >= 0 && tokens[std::size_t(b)] < config_.vocab, op,
                          ": token ", tokens[std::size_t(b)], " of row ", b,
                          " is outside the vocabulary [0, ", config_.vocab, ")");
-    host_ids(b) = tokens[std::size_t(b)];
+    host_ids[b] = tokens[std::size_t(b)];
     host_positions(b) = p;
     last = std::max(last, p);
   }
-  Kokkos::deep_copy(generation.positions, host_positions);
+  // One copy on the execution space's stream: no fence before or after (the
+  // last step's kernels that read the positions run before it in the stream;
+  // Kokkos::deep_copy without a space fenced twice, and there were two).
+  Kokkos::deep_copy(ExecSpace(), generation.staged, generation.host_staged);
   Workspace::Frame frame(generation.workspace);
-  auto ids = frame.take<Kokkos::View<int*, Layout, MemSpace>>(batch);
-  Kokkos::deep_copy(ids, host_ids);
+  const In1<int> ids(reinterpret_cast<const int*>(generation.staged.data() + batch), batch);
   // The token's embedding and position, in both streams, then every layer on
   // this one position, then the head.
   // (The tokens were checked above, on the host: no device check that waits.)
@@ -484,9 +483,12 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
   auto hidden = frame.take<View2<T>>(batch, 2 * d);
   auto mean = frame.take<View1<compute_t<T>>>(batch), rstd = frame.take<View1<compute_t<T>>>(batch);
   concat_streams<T>(generation.x1, generation.x2, RowList(), hidden);
-  ops::layer_norm_forward<T>(hidden, out_gamma_->value, out_beta_->value,
-                             compute_t<T>(config_.layer_norm_eps), hidden, mean, rstd);
-  project(hidden, logits, generation.workspace);
+  const ops::RowNorm<T> norm{out_gamma_->value, out_beta_->value,
+                             compute_t<T>(config_.layer_norm_eps)};
+  if (!head_->step_logits(hidden, norm, logits)) {
+    ops::layer_norm_forward<T>(hidden, norm.gamma, norm.beta, norm.eps, hidden, mean, rstd);
+    project(hidden, logits, generation.workspace);
+  }
   for (auto& p : generation.next) ++p;
 }
 

@@ -1,4 +1,5 @@
 #include "reformer/attention/lsh.hpp"
+#include "reformer/attention/shared_qk.hpp"
 #include "reformer/core/error.hpp"
 #include "reformer/core/workspace.hpp"
 #include "support/attention_reference.hpp"
@@ -826,6 +827,65 @@ TEST(LshAttention, StepHashingItsQueryEqualsHashThenStep) {
                                               got, workspace);
       },
       {"rotations have shape", "n_hashes"});
+}
+
+// The form that also writes the caches (AttentionLayer::step's) writes the
+// query's key (the query normalised: shared_keys' bits) and its value at its
+// position, and gives the hashing form's output on caches written beforehand,
+// bit for bit; new values of the wrong shape are refused by name.
+TEST(LshAttention, StepWritingTheCachesEqualsWriteThenStep) {
+  const Index batch = 2, heads = 3, dh = 8, capacity = 600, rounds = 2;
+  LshAttentionConfig config;
+  config.chunk = 16;
+  config.n_hashes = rounds;
+  config.n_before = 1;
+  config.n_buckets = {16, 8};  // 128 buckets, as fill_pattern's
+  const std::vector<Index> positions = {590, 301};
+  const Index width = attention::lsh_rotation_width(config, capacity);
+  View4<double> q4("q", batch, 1, heads, dh), keys4("keys", batch, 1, heads, dh);
+  View4<double> rotations("rotations", heads, dh, rounds, width);
+  View3<double> q(q4.data(), batch, heads, dh), k("k", batch, capacity, heads * dh),
+      v("v", batch, capacity, heads * dh);
+  View2<double> values("values", batch, heads * dh);
+  fill_uniform(q4, 51);
+  fill_uniform(k, 52);
+  fill_uniform(v, 53);
+  fill_uniform(values, 54);
+  attention::lsh_random_rotations<double>({55, 1}, rotations);
+  Kokkos::View<int***, Layout, MemSpace> buckets("buckets", batch * heads, rounds, capacity);
+  fill_pattern(buckets);
+  Kokkos::View<int***, Layout, MemSpace> buckets2("buckets2", batch * heads, rounds, capacity);
+  Kokkos::deep_copy(buckets2, buckets);
+  View3<double> k2("k2", batch, capacity, heads * dh), v2("v2", batch, capacity, heads * dh);
+  Kokkos::deep_copy(k2, k);
+  Kokkos::deep_copy(v2, v);
+  Kokkos::View<Index*, Layout, MemSpace> pos("pos", batch);
+  Kokkos::deep_copy(pos, Kokkos::View<const Index*, Layout, HostSpace>(positions.data(), batch));
+  Workspace workspace;
+  // The caches written first (the key by shared_keys), then the hashing form.
+  attention::shared_keys<double>(q4, keys4);
+  const Index inner = heads * dh;
+  Kokkos::parallel_for(
+      "test_write_cache", range(batch * inner), KOKKOS_LAMBDA(Index i) {
+        const Index b = i / inner, x = i % inner;
+        k(b, pos(b), x) = keys4(b, 0, x / dh, x % dh);
+        v(b, pos(b), x) = values(b, x);
+      });
+  View3<double> want("want", batch, heads, dh), got("got", batch, heads, dh);
+  attention::lsh_attention_step<double>(q, rotations, k, v, buckets, pos, positions[0], config,
+                                        want, workspace);
+  attention::lsh_attention_step<double>(q, values, rotations, k2, v2, buckets2, pos, positions[0],
+                                        config, got, workspace);
+  EXPECT_EQ(to_host(got), to_host(want));
+  EXPECT_EQ(to_host(k2), to_host(k));
+  EXPECT_EQ(to_host(v2), to_host(v));
+  View2<double> wrong("wrong", batch, inner - 1);
+  expect_error<ShapeError>(
+      [&] {
+        attention::lsh_attention_step<double>(q, wrong, rotations, k2, v2, buckets2, pos,
+                                              positions[0], config, got, workspace);
+      },
+      {"new values have shape", "[2, 24]"});
 }
 
 // A reversible network rebuilds a layer's input by subtraction, which is not

@@ -8,6 +8,7 @@
 #include "support/batch_share.hpp"
 #include "support/checks.hpp"
 #include "support/gradcheck.hpp"
+#include "support/kernel_settings.hpp"
 
 #include <gtest/gtest.h>
 
@@ -299,13 +300,19 @@ void expect_cache_equals_rerun(AttentionKind decoder, AttentionKind cross, doubl
   expect_error<ConfigError>([&] { model.decode_step(tokens, cache, cached); }, {"capacity"});
 }
 
+// In both places a step's products run (REFORMER_STEP_PRODUCTS: the vendor's
+// products with their own layer norms and epilogues, or rows_linear).
 TEST(TransformerDecoding, CacheEqualsRerunningThePrefix) {
-  for (const auto decoder : {AttentionKind::Full, AttentionKind::Exact, AttentionKind::Local}) {
-    expect_cache_equals_rerun<double>(decoder, AttentionKind::Full, 1e-12);
-    expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12);
-    expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6);
-    expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12, /*reversible=*/true);
-    expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6, /*reversible=*/true);
+  for (const auto products : {ops::StepProducts::vendor, ops::StepProducts::fused}) {
+    SCOPED_TRACE(std::string("step products ") + ops::step_products_name(products));
+    const ScopedStepProducts scoped(products);
+    for (const auto decoder : {AttentionKind::Full, AttentionKind::Exact, AttentionKind::Local}) {
+      expect_cache_equals_rerun<double>(decoder, AttentionKind::Full, 1e-12);
+      expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12);
+      expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6);
+      expect_cache_equals_rerun<double>(decoder, AttentionKind::Exact, 1e-12, /*reversible=*/true);
+      expect_cache_equals_rerun<float>(decoder, AttentionKind::Full, 1e-6, /*reversible=*/true);
+    }
   }
 }
 
@@ -315,38 +322,47 @@ TEST(TransformerDecoding, CacheEqualsRerunningThePrefix) {
 // cross-attention's cached attention and the feed-forward's two epilogues (8),
 // and 6 for the token check, embedding, positions, final layer norm, output
 // bias and log-softmax. Products on the host BLAS are not Kokkos launches.
+// With the fused step products the layer norms and epilogues ride in the
+// products' launches, which are Kokkos launches: 9 a layer and no product
+// (self-attention: q/k/v, cache write, attention, output; cross: q,
+// attention, output; the feed-forward's two).
 // And no copy or fill of Kokkos' own: step_cross and the fixed-position step
 // filled a positions view per layer before.
 TEST(TransformerDecoding, FewLaunchesAndNoAllocationsPerStep) {
-  for (const auto decoder : {AttentionKind::Full, AttentionKind::Local}) {
-    SCOPED_TRACE(attention::to_string(decoder));
-    auto config = tiny(AttentionKind::Full, decoder, AttentionKind::Full);
-    ParameterSet<float> params;
-    EncoderDecoder<float> model(config, params);
-    model.init({9, 9});
-    const Pairs pairs;
-    const Index capacity = 12, batch = 2;
-    models::DecodeCache<float> cache;
-    model.start_decoding(pairs.source, pairs.source_valid, capacity, cache);
-    Kokkos::View<int*, Layout, MemSpace> tokens("tokens", batch);
-    Kokkos::deep_copy(tokens, kStart);
-    View2<float> log_probs("log_probs", batch, config.target_vocab);
-    model.decode_step(tokens, cache, log_probs);
-    auto& tracker = MemoryTracker::instance();
-    const auto allocations = [&] {
-      return tracker.space(MemSpace::name()).allocations +
-             tracker.space(HostSpace::name()).allocations;
-    };
-    const std::int64_t before = allocations();
-    tracker.reset_launches();
-    const Index steps = capacity - 1;
-    for (Index t = 1; t < capacity; ++t) model.decode_step(tokens, cache, log_probs);
-    EXPECT_EQ(allocations() - before, 0) << "allocations in " << steps << " decoding steps";
-    EXPECT_GT(tracker.launches().parallel_for, 0) << "the launch counter did not count";
-    const double per_step = double(tracker.launches().ours()) / double(steps);
-    EXPECT_LE(per_step, 8.0 * config.decoder_layers + 6) << "kernel launches per decoding step";
-    EXPECT_EQ(tracker.launches().internal, 0) << "copies and fills in " << steps << " steps";
-  }
+  for (const auto products : {ops::StepProducts::vendor, ops::StepProducts::fused})
+    for (const auto decoder : {AttentionKind::Full, AttentionKind::Local}) {
+      SCOPED_TRACE(attention::to_string(decoder) + std::string(", step products ") +
+                   ops::step_products_name(products));
+      const ScopedStepProducts scoped(products);
+      const double per_layer = products == ops::StepProducts::fused ? 9.0 : 8.0;
+      auto config = tiny(AttentionKind::Full, decoder, AttentionKind::Full);
+      ParameterSet<float> params;
+      EncoderDecoder<float> model(config, params);
+      model.init({9, 9});
+      const Pairs pairs;
+      const Index capacity = 12, batch = 2;
+      models::DecodeCache<float> cache;
+      model.start_decoding(pairs.source, pairs.source_valid, capacity, cache);
+      Kokkos::View<int*, Layout, MemSpace> tokens("tokens", batch);
+      Kokkos::deep_copy(tokens, kStart);
+      View2<float> log_probs("log_probs", batch, config.target_vocab);
+      model.decode_step(tokens, cache, log_probs);
+      auto& tracker = MemoryTracker::instance();
+      const auto allocations = [&] {
+        return tracker.space(MemSpace::name()).allocations +
+               tracker.space(HostSpace::name()).allocations;
+      };
+      const std::int64_t before = allocations();
+      tracker.reset_launches();
+      const Index steps = capacity - 1;
+      for (Index t = 1; t < capacity; ++t) model.decode_step(tokens, cache, log_probs);
+      EXPECT_EQ(allocations() - before, 0) << "allocations in " << steps << " decoding steps";
+      EXPECT_GT(tracker.launches().parallel_for, 0) << "the launch counter did not count";
+      const double per_step = double(tracker.launches().ours()) / double(steps);
+      EXPECT_LE(per_step, per_layer * config.decoder_layers + 6)
+          << "kernel launches per decoding step";
+      EXPECT_EQ(tracker.launches().internal, 0) << "copies and fills in " << steps << " steps";
+    }
 }
 
 TEST(TransformerDecoding, BeamOfOneIsGreedyAndBeamsEndOnEnd) {

@@ -2,10 +2,11 @@
 // (core/team_scratch.hpp), so that host tests run what GPUs run by default:
 // the streamed shape of the chunked kernels (LSH and local attention), a
 // thread per element in the passes inside tiles, exact attention's GPU
-// tilings, and rows on vector lanes.
+// tilings, rows on vector lanes, and a decoding step's fused products.
 #pragma once
 
 #include "reformer/core/team_scratch.hpp"
+#include "reformer/ops/rows_linear.hpp"
 
 namespace reformer::testing {
 
@@ -30,5 +31,7 @@ using ScopedExactTiles = ScopedSetting<ExactTiles, exact_tiles, set_exact_tiles>
 using ScopedRowKernels = ScopedSetting<RowKernels, row_kernels, set_row_kernels>;
 using ScopedColumnSumBlockRows =
     ScopedSetting<Index, column_sum_block_rows, set_column_sum_block_rows>;
+using ScopedStepProducts =
+    ScopedSetting<ops::StepProducts, ops::step_products, ops::set_step_products>;
 
 }  // namespace reformer::testing

@@ -27,6 +27,7 @@
 #include "reformer/attention/lsh.hpp"
 #include "reformer/core/parameter_set.hpp"
 #include "reformer/core/workspace.hpp"
+#include "reformer/ops/rows_linear.hpp"
 
 #include <optional>
 #include <string>
@@ -162,16 +163,20 @@ class AttentionLayer {
   // step_cross: over keys and values from project_memory, leaving out
   // positions where key_valid is 0. With beta, y = beta y + the output (a
   // residual added by the output projection's product: no launch of its own).
+  // With `norm` (a pre-norm block's layer norm), the steps attend from
+  // LayerNorm(x) instead of x; a few rows take the layer norm and the q, k and
+  // v projections in one launch and the output projection in another
+  // (ops/rows_linear.hpp, REFORMER_STEP_PRODUCTS).
   void start_cache(In3<T> x, const AttentionLayerCall& call, Index capacity,
                    AttentionCache<T>& cache, Workspace& workspace) const;
   void step(In2<T> x, AttentionCache<T>& cache,
             Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position, View2<T> y,
-            Workspace& workspace, T beta = T(0)) const;
+            Workspace& workspace, T beta = T(0), const ops::RowNorm<T>& norm = {}) const;
   void step(In2<T> x, View3<T> k_cache, View3<T> v_cache, Index position, View2<T> y,
-            Workspace& workspace, T beta = T(0)) const;
+            Workspace& workspace, T beta = T(0), const ops::RowNorm<T>& norm = {}) const;
   void step_cross(In2<T> x, In3<T> k, In3<T> v,
                   Kokkos::View<const int**, Layout, MemSpace> key_valid, View2<T> y,
-                  Workspace& workspace, T beta = T(0)) const;
+                  Workspace& workspace, T beta = T(0), const ops::RowNorm<T>& norm = {}) const;
   // k = memory W_k, v = memory W_v, each [batch, Lk, heads * d_head].
   void project_memory(In3<T> memory, View3<T> k, View3<T> v) const;
 
@@ -184,6 +189,12 @@ class AttentionLayer {
   // Shared q/k with k empty: only q (the decoding step's cache write forms
   // the keys from it).
   void project_keys(In2<T> x, View2<T> q, View2<T> k, View2<T> v, Workspace& workspace) const;
+  // A decoding step's q (and k, v when not empty) from LayerNorm(x) (x when
+  // norm is empty), and y = a W_o + beta y: rows_linear for a few rows when
+  // REFORMER_STEP_PRODUCTS is fused, else the layer norm and vendor products.
+  void step_projections(In2<T> x, const ops::RowNorm<T>& norm, View2<T> q, View2<T> k, View2<T> v,
+                        Workspace& workspace) const;
+  void step_output(In2<T> a, View2<T> y, T beta) const;
   void run(In3<T> x, In3<T> memory, View3<T> y, AttentionState<T>& state, Workspace& workspace,
            Save save, bool reuse_plan) const;
   double attention_rate(const AttentionLayerCall& call) const;  // 0 unless training

@@ -146,4 +146,15 @@ void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                         const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
                         Index sort_slices = 0);
 
+// The same, writing position t's key (q normalised, shared_qk.hpp: the same
+// bits as the layer's cache write) and value new_values [batch, heads *
+// d_head] into the caches keys and values in the hashing launch: a decoding
+// step's cache write needs no launch of its own.
+template <class T>
+void lsh_attention_step(In3<T> q, In2<T> new_values, In4<T> rotations, View3<T> keys,
+                        View3<T> values, Kokkos::View<int***, Layout, MemSpace> buckets,
+                        Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
+                        const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
+                        Index sort_slices = 0);
+
 }  // namespace reformer::attention

@@ -96,10 +96,8 @@ class PreNormAttention {
   const attention::AttentionLayer<T>& attention() const { return attention_; }
 
  private:
-  // y += attend(LayerNorm(x)) on rows [n, d_model] (the decoding steps): attend(normed, y)
-  // adds its output into y.
-  template <class Attend>
-  void residual_step(In2<T> x, View2<T> y, Workspace& workspace, const Attend& attend) const;
+  // The layer norm's parameters for the attention's decoding steps.
+  ops::RowNorm<T> row_norm() const;
   double eps_;
   Parameter<param_t<T>>* gamma_ = nullptr;
   Parameter<param_t<T>>* beta_ = nullptr;

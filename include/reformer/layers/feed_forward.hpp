@@ -60,6 +60,11 @@ class FeedForward {
   // x [rows, d_model] -> y [rows, d_model]; y = beta * y + G(x).
   void forward(In2<T> x, View2<T> y, const FeedForwardCall& call, Workspace& workspace,
                compute_t<T> beta = compute_t<T>(0)) const;
+  // A decoding step's rows (no dropout): y = beta * y + G(x). A few rows take
+  // the layer norm, W1, its bias and activation in one launch and W2 with its
+  // bias and the residual in another (ops/rows_linear.hpp,
+  // REFORMER_STEP_PRODUCTS); else forward. y may not alias x.
+  void step(In2<T> x, View2<T> y, Workspace& workspace, compute_t<T> beta) const;
   // Recomputes G chunk by chunk and accumulates the parameter gradients;
   // dx = beta * dx + dG/dx^T dy. When `recomputed` is not empty it receives
   // G(x) (the reversible backward needs it to rebuild its input). dx and

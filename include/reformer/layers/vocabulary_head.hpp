@@ -23,6 +23,7 @@
 #include "reformer/core/precision.hpp"
 #include "reformer/core/random.hpp"
 #include "reformer/ops/cross_entropy.hpp"
+#include "reformer/ops/rows_linear.hpp"
 
 #include <string>
 
@@ -46,6 +47,11 @@ class VocabularyHead {
   void init(RandomKey key);
   // logits [rows, vocab] = hidden [rows, d_in] W + b.
   void logits(In2<T> hidden, View2<T> logits) const;
+  // A decoding step's logits = LN(hidden) W + b in one launch
+  // (ops/rows_linear.hpp), for a head of its own weight and a few rows: true
+  // when it ran, false (nothing done) when the caller must take the layer norm
+  // and logits() (a tied head, the vendor step products or too many rows).
+  bool step_logits(In2<T> hidden, const ops::RowNorm<T>& norm, View2<T> logits) const;
   // Loss (mean over the rows whose target is not ignore_id; -1: every row
   // counts unless its target is -1), token count and correct predictions.
   // The chunk's logits come from `workspace` when given (the caller's, idle

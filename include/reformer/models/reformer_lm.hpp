@@ -62,11 +62,13 @@ struct ReformerGeneration {
   std::vector<Index> next;  // per row: the position the next token takes
   std::vector<attention::AttentionCache<T>> caches;
   View2<T> x1, x2;  // [batch, d_model]
+  // A step's row positions [0, batch) and tokens (as ints, in the slots from
+  // batch on), staged on the host and moved in one copy that does not wait for
+  // the device (made by start_generation, then reused: a generation step
+  // allocates nothing); positions views the first part.
+  Kokkos::View<Index*, Layout, MemSpace> staged;
+  typename Kokkos::View<Index*, Layout, MemSpace>::HostMirror host_staged;
   Kokkos::View<Index*, Layout, MemSpace> positions;
-  // A step's tokens and positions staged on the host (made by the first step,
-  // then reused: a generation step allocates nothing).
-  Kokkos::View<int*, Layout, HostSpace> host_ids;
-  typename Kokkos::View<Index*, Layout, MemSpace>::HostMirror host_positions;
   RandomKey key{};
   Workspace workspace{"reformer_generation"};
   void release();
