@@ -13,6 +13,7 @@
 #include "reformer/core/types.hpp"
 #include "reformer/ops/device_blas.hpp"
 #include "reformer/ops/gemm.hpp"
+#include "reformer/ops/rows_linear.hpp"
 
 #include <hdf5.h>
 
@@ -117,6 +118,14 @@ int run_info(const GlobalOptions& global) {
         format_bytes(std::int64_t(attention::chunk_slice_budget())).c_str());
   else
     std::printf("  exact products     fused (in the tiled kernels' teams)\n");
+  // Where a decoding step's products run (REFORMER_STEP_PRODUCTS).
+  if (ops::step_products() == ops::StepProducts::fused)
+    std::printf(
+        "  step products      fused (a decoding step of up to %d rows: each sublayer's layer norm, "
+        "products, bias and activation in one launch)\n",
+        int(ops::kRowsLinearMaxRows));
+  else
+    std::printf("  step products      vendor (layer norms, the BLAS's products, epilogues)\n");
   std::string device_blas;
   try {
     device_blas = ops::device_blas_info().description;

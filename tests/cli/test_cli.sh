@@ -37,6 +37,11 @@ REFORMER_EXACT_PRODUCTS=batched REFORMER_CHUNK_SLICE_MIB=8 expect info_exact_pro
 expect info_exact_products_default 0 "exact products     fused" -- info
 REFORMER_EXACT_PRODUCTS=vendor expect bad_exact_products 2 \
   "REFORMER_EXACT_PRODUCTS is 'vendor' but must be 'fused' or 'batched'" -- info
+REFORMER_STEP_PRODUCTS=fused expect info_step_products 0 \
+  "step products      fused (a decoding step of up to 16 rows" -- info
+expect info_step_products_default 0 "step products      vendor" -- info
+REFORMER_STEP_PRODUCTS=batched expect bad_step_products 2 \
+  "REFORMER_STEP_PRODUCTS is 'batched' but must be 'vendor' or 'fused'" -- info
 expect no_subcommand 2 "subcommand" --
 expect unknown_subcommand 2 "bogus" -- bogus
 expect unknown_option 2 "--frobnicate" -- --frobnicate info
