@@ -813,6 +813,14 @@ void run_lsh_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
   Kokkos::parallel_for("lsh_attention_step", TeamPolicy(batch * heads, threads), kernel);
 }
 
+// The forms that hash their query need the cache's rotations.
+template <class R>
+void require_step_rotations(const R& rotations) {
+  require<ShapeError>(rotations.extent(0) > 0, "lsh_attention_step",
+                      ": the rotations are empty; fill them with lsh_random_rotations (the "
+                      "layer's start_cache does)");
+}
+
 }  // namespace
 
 template <class T>
@@ -831,9 +839,7 @@ void lsh_attention_step(In3<T> q, In4<T> rotations, In3<T> keys, In3<T> values,
                         Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
                         const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
                         Index sort_slices) {
-  require<ShapeError>(rotations.extent(0) > 0, "lsh_attention_step",
-                      ": the rotations are empty; fill them with lsh_random_rotations (the "
-                      "layer's start_cache does)");
+  require_step_rotations(rotations);
   run_lsh_step<T>(q, rotations, keys, values, buckets, buckets, positions, max_position, config,
                   out, workspace, sort_slices);
 }
@@ -844,9 +850,7 @@ void lsh_attention_step(In3<T> q, In2<T> new_values, In4<T> rotations, View3<T> 
                         Kokkos::View<const Index*, Layout, MemSpace> positions, Index max_position,
                         const LshAttentionConfig& config, View3<T> out, Workspace& workspace,
                         Index sort_slices) {
-  require<ShapeError>(rotations.extent(0) > 0, "lsh_attention_step",
-                      ": the rotations are empty; fill them with lsh_random_rotations (the "
-                      "layer's start_cache does)");
+  require_step_rotations(rotations);
   require<ShapeError>(new_values.extent(0) > 0, "lsh_attention_step",
                       ": new_values is empty; the form that writes the caches needs the values");
   run_lsh_step<T>(q, rotations, keys, values, buckets, buckets, positions, max_position, config,
