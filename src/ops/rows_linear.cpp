@@ -14,6 +14,7 @@ namespace {
 constexpr Index kColumns = 32;  // output columns a team (a lane each on GPUs)
 constexpr Index kSplits = 8;    // input row k goes to split k % kSplits (a warp each on GPUs)
 constexpr int kMaxProducts = 3;
+constexpr Index kGroup = 4;  // weights a lane loads ahead
 
 StepProducts& step_products_setting() {
   static StepProducts products = detail::environment_choice(
@@ -95,17 +96,27 @@ struct RowsLinearKernel {
           mu[r] = normed && r < rows ? stats(r, 0) : C(0);
           rs[r] = normed && r < rows ? stats(r, 1) : C(1);
         }
-        for (Index k = s; k < in; k += kSplits) {
-          const C wk = load(w(k, j));
+        // acc[r] += LN(x)(r, k) w(k, j), with LN(x)_k = (x_k - mean) rstd
+        // gamma_k + beta_k. kGroup weights are loaded before the first is
+        // used, so that a GPU thread has that many loads in flight (in a
+        // plain loop each multiply-add waits for its load before the next
+        // load issues); the sums keep k's order either way.
+        const auto add = [&](Index k, C wk) {
           const C g = normed ? C(gamma(k)) : C(1), b = normed ? C(beta(k)) : C(0);
           for (Index r = 0; r < kRows; ++r) {
             if (r >= rows) break;
             C v = load(x(r, k));
-            // LN(x)_k = (x_k - mean) rstd gamma_k + beta_k
             if (normed) v = (v - mu[r]) * rs[r] * g + b;
             acc[r] += v * wk;
           }
+        };
+        Index k = s;
+        for (; k + (kGroup - 1) * kSplits < in; k += kGroup * kSplits) {
+          C wk[kGroup];
+          for (Index u = 0; u < kGroup; ++u) wk[u] = load(w(k + u * kSplits, j));
+          for (Index u = 0; u < kGroup; ++u) add(k + u * kSplits, wk[u]);
         }
+        for (; k < in; k += kSplits) add(k, load(w(k, j)));
         for (Index r = 0; r < kRows; ++r)
           if (r < rows) partial(s * kRows + r, c) = acc[r];
       });
