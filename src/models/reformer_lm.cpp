@@ -11,7 +11,9 @@
 #include "reformer/ops/embedding.hpp"
 #include "reformer/ops/layer_norm.hpp"
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace reformer::models {
 namespace {
@@ -451,7 +453,14 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
                       " tokens for a batch of ", batch);
   Index last = 0;
   const auto host_positions = generation.host_staged;
-  int* const host_ids = reinterpret_cast<int*>(generation.host_staged.data() + batch);
+  // The tokens go into the bytes of slots [batch, 2 batch) as ints.
+  auto* const host_ids = reinterpret_cast<unsigned char*>(generation.host_staged.data() + batch);
+  // The copy below does not wait: the host buffer may be refilled by the next
+  // step because a pageable host buffer is staged before the copy returns (a
+  // pinned one would need a buffer per step in flight).
+  static_assert(
+      std::is_same<typename decltype(generation.host_staged)::memory_space, HostSpace>::value,
+      "the staged tokens must live in pageable host memory");
   for (Index b = 0; b < batch; ++b) {
     const Index p = generation.next[std::size_t(b)];
     require<ConfigError>(p < generation.capacity, op, ": row ", b, " is at position ", p,
@@ -460,7 +469,7 @@ void ReformerLM<T>::generation_step(const std::vector<int>& tokens,
     require<ConfigError>(tokens[std::size_t(b)] >= 0 && tokens[std::size_t(b)] < config_.vocab, op,
                          ": token ", tokens[std::size_t(b)], " of row ", b,
                          " is outside the vocabulary [0, ", config_.vocab, ")");
-    host_ids[b] = tokens[std::size_t(b)];
+    std::memcpy(host_ids + b * sizeof(int), &tokens[std::size_t(b)], sizeof(int));
     host_positions(b) = p;
     last = std::max(last, p);
   }

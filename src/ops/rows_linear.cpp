@@ -17,9 +17,9 @@ constexpr int kMaxProducts = 3;
 constexpr Index kGroup = 4;  // weights a lane loads ahead
 
 StepProducts& step_products_setting() {
-  static StepProducts products = detail::environment_choice(
-      "REFORMER_STEP_PRODUCTS", {"vendor", "fused"}, {StepProducts::vendor, StepProducts::fused},
-      kHostMemory ? StepProducts::vendor : StepProducts::fused);
+  static StepProducts products =
+      detail::environment_choice("REFORMER_STEP_PRODUCTS", {"vendor", "fused"},
+                                 {StepProducts::vendor, StepProducts::fused}, StepProducts::vendor);
   return products;
 }
 
@@ -45,7 +45,7 @@ struct RowsLinearKernel {
   Index rows, in;
   bool activate;
   Activation activation;
-  C residual;  // the beta of out = f(...) + beta out
+  C residual;  // out = f(...) + residual out
 
   static std::size_t scratch_bytes() {
     return ScratchMatrix<C>::shmem_size(kRows, 2) +
@@ -140,6 +140,13 @@ struct RowsLinearKernel {
   }
 };
 
+// The largest team's scratch (double, 16 rows; with Kokkos' alignment of
+// each view) fits the level 0 that a GPU team can count on.
+static_assert(kSplits * kRowsLinearMaxRows * kColumns * sizeof(double) +
+                      2 * kRowsLinearMaxRows * sizeof(double) + 2 * 128 <=
+                  kLevel0ScratchBytes,
+              "rows_linear's team scratch exceeds level 0");
+
 template <class T, Index kRows>
 void launch_rows_linear(const RowsLinearKernel<T, kRows>& kernel) {
   using Kernel = RowsLinearKernel<T, kRows>;
@@ -153,7 +160,7 @@ void launch_rows_linear(const RowsLinearKernel<T, kRows>& kernel) {
 
 template <class T, Index kRows>
 void run_rows_linear(In2<T> x, const RowNorm<T>& norm, const RowsLinearProducts<T>& products,
-                     std::optional<Activation> activation, compute_t<T> beta) {
+                     std::optional<Activation> activation, compute_t<T> residual) {
   RowsLinearKernel<T, kRows> kernel{x,
                                     norm.gamma,
                                     norm.beta,
@@ -163,7 +170,7 @@ void run_rows_linear(In2<T> x, const RowNorm<T>& norm, const RowsLinearProducts<
                                     Index(x.extent(1)),
                                     activation.has_value(),
                                     activation.value_or(Activation::ReLU),
-                                    beta};
+                                    residual};
   launch_rows_linear(kernel);
 }
 
@@ -177,7 +184,7 @@ const char* step_products_name(StepProducts products) {
 
 template <class T>
 void rows_linear(In2<T> x, const RowNorm<T>& norm, const std::vector<RowProduct<T>>& products,
-                 std::optional<Activation> activation, compute_t<T> beta) {
+                 std::optional<Activation> activation, compute_t<T> residual) {
   const char* op = "rows_linear";
   const Index rows = x.extent(0), in = x.extent(1);
   require<ShapeError>(rows >= 1 && rows <= kRowsLinearMaxRows, op, ": x has ", rows,
@@ -205,8 +212,11 @@ void rows_linear(In2<T> x, const RowNorm<T>& norm, const std::vector<RowProduct<
                         shape_string(p.weight));
     if (p.bias.extent(0) > 0) require_extent(op, "bias", p.bias, 0, width);
     // Every team reads all of x while others write their outputs.
-    require<ShapeError>(p.out.data() != x.data(), op, ": output ", i,
-                        " is x itself; the products need a separate output");
+    const auto* out_begin = p.out.data();
+    const auto* x_begin = x.data();
+    const bool overlaps = out_begin < x_begin + x.span() && x_begin < out_begin + p.out.span();
+    require<ShapeError>(!overlaps, op, ": output ", i,
+                        " overlaps x; the products need an output of their own");
     all.weight[i] = p.weight;
     all.bias[i] = p.bias;
     all.out[i] = p.out;
@@ -214,11 +224,11 @@ void rows_linear(In2<T> x, const RowNorm<T>& norm, const std::vector<RowProduct<
   }
   all.count = int(products.size());
   if (rows == 1)
-    run_rows_linear<T, 1>(x, norm, all, activation, beta);
+    run_rows_linear<T, 1>(x, norm, all, activation, residual);
   else if (rows <= 4)
-    run_rows_linear<T, 4>(x, norm, all, activation, beta);
+    run_rows_linear<T, 4>(x, norm, all, activation, residual);
   else
-    run_rows_linear<T, kRowsLinearMaxRows>(x, norm, all, activation, beta);
+    run_rows_linear<T, kRowsLinearMaxRows>(x, norm, all, activation, residual);
 }
 
 #define REFORMER_INSTANTIATE(T)                                                              \

@@ -194,7 +194,14 @@ TEST(RowsLinear, RefusesShapesItCannotTakeByName) {
       [&] {
         ops::rows_linear<double>(in_place, {}, {{square, {}, in_place}}, std::nullopt, 0.0);
       },
-      {"output 0", "is x itself"});
+      {"output 0", "overlaps x"});
+  // An output inside x's rows (other teams would read what one writes).
+  const View2<double> inside(in_place.data() + 4, 2, 4);
+  expect_error<ShapeError>(
+      [&] {
+        ops::rows_linear<double>(in_place, {}, {{w, {}, inside}}, std::nullopt, 0.0);
+      },
+      {"output 0", "overlaps x"});
   expect_error<ShapeError>(
       [&] {
         ops::rows_linear<double>(x, {}, {{w, {}, out}, {w, {}, out}, {w, {}, out}, {w, {}, out}},

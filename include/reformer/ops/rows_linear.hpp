@@ -18,14 +18,16 @@
 // splits' sums are added in split order; a GPU runs the splits on 8 warps of
 // 32 lanes (a lane per column, so a warp reads 128 contiguous bytes of a
 // weight row), the host runs them in turn in one thread. So a host test checks
-// the GPU's sums bit for bit, up to the layer norm's row statistics (lane
-// sums on GPUs, a thread's loop on the host, as in ops::layer_norm_forward).
+// the GPU's order of sums, up to the compilers' contraction of multiply-adds
+// and the layer norm's row statistics (lane sums on GPUs, a thread's loop on
+// the host, as in ops::layer_norm_forward).
 //
 // REFORMER_STEP_PRODUCTS=fused|vendor picks where a decoding step's products
-// run: `fused` (this kernel; the GPUs' default, not yet timed on a GPU) or
-// `vendor` (the layer norm, the vendor's products and their epilogues; the
-// host's default, where the host BLAS is faster than this kernel's loops run
-// serially). Tests switch with set_step_products().
+// run: `fused` (this kernel) or `vendor` (the layer norm, the vendor's
+// products and their epilogues). `vendor` is the default everywhere until
+// `fused` is timed on a GPU (tests/gpu_run.sh times both); on the host the
+// BLAS is faster than this kernel's loops run serially. Tests switch with
+// set_step_products().
 #pragma once
 
 #include "reformer/core/precision.hpp"
@@ -59,7 +61,7 @@ struct RowNorm {
   bool active() const { return gamma.extent(0) > 0; }
 };
 
-// One weight of a rows_linear call: out = f(in W + b) + beta out. bias may be empty.
+// One weight of a rows_linear call: out = f(in W + b) + residual out. bias may be empty.
 template <class T>
 struct RowProduct {
   In2<T> weight;
@@ -67,11 +69,11 @@ struct RowProduct {
   View2<T> out;
 };
 
-// out_i = activation(LN(x) W_i + b_i) + beta out_i for every product i (at
-// most 3), x [rows, in] with 1 <= rows <= kRowsLinearMaxRows; out_i is not
-// read when beta is 0. float and double.
+// out_i = activation(LN(x) W_i + b_i) + residual out_i for every product i
+// (at most 3), x [rows, in] with 1 <= rows <= kRowsLinearMaxRows; out_i is
+// not read when residual is 0, and may not overlap x. float and double.
 template <class T>
 void rows_linear(In2<T> x, const RowNorm<T>& norm, const std::vector<RowProduct<T>>& products,
-                 std::optional<Activation> activation, compute_t<T> beta);
+                 std::optional<Activation> activation, compute_t<T> residual);
 
 }  // namespace reformer::ops
