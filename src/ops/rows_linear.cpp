@@ -17,9 +17,9 @@ constexpr int kMaxProducts = 3;
 constexpr Index kGroup = 4;  // weights a lane loads ahead
 
 StepProducts& step_products_setting() {
-  static StepProducts products =
-      detail::environment_choice("REFORMER_STEP_PRODUCTS", {"vendor", "fused"},
-                                 {StepProducts::vendor, StepProducts::fused}, StepProducts::vendor);
+  static StepProducts products = reformer::detail::environment_choice(
+      "REFORMER_STEP_PRODUCTS", {"vendor", "fused"}, {StepProducts::vendor, StepProducts::fused},
+      StepProducts::vendor);
   return products;
 }
 
