@@ -829,6 +829,19 @@ TEST(LshAttention, StepHashingItsQueryEqualsHashThenStep) {
       {"rotations have shape", "n_hashes"});
 }
 
+// k(b, pos(b), :) = keys(b, 0, :, :) and v(b, pos(b), :) = values(b, :).
+void write_cache_rows(View4<double> keys, View2<double> values,
+                      Kokkos::View<const Index*, Layout, MemSpace> pos, View3<double> k,
+                      View3<double> v) {
+  const Index inner = values.extent(1), dh = keys.extent(3);
+  Kokkos::parallel_for(
+      "test_write_cache", range(Index(values.extent(0)) * inner), KOKKOS_LAMBDA(Index i) {
+        const Index b = i / inner, x = i % inner;
+        k(b, pos(b), x) = keys(b, 0, x / dh, x % dh);
+        v(b, pos(b), x) = values(b, x);
+      });
+}
+
 // The form that also writes the caches (AttentionLayer::step's) writes the
 // query's key (the query normalised: shared_keys' bits) and its value at its
 // position, and gives the hashing form's output on caches written beforehand,
@@ -864,13 +877,8 @@ TEST(LshAttention, StepWritingTheCachesEqualsWriteThenStep) {
   Workspace workspace;
   // The caches written first (the key by shared_keys), then the hashing form.
   attention::shared_keys<double>(q4, keys4);
+  write_cache_rows(keys4, values, pos, k, v);
   const Index inner = heads * dh;
-  Kokkos::parallel_for(
-      "test_write_cache", range(batch * inner), KOKKOS_LAMBDA(Index i) {
-        const Index b = i / inner, x = i % inner;
-        k(b, pos(b), x) = keys4(b, 0, x / dh, x % dh);
-        v(b, pos(b), x) = values(b, x);
-      });
   View3<double> want("want", batch, heads, dh), got("got", batch, heads, dh);
   attention::lsh_attention_step<double>(q, rotations, k, v, buckets, pos, positions[0], config,
                                         want, workspace);
