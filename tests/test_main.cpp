@@ -2,11 +2,16 @@
 // A run whose every case was skipped exits 77, the SKIP_RETURN_CODE ctest
 // registers the cases with (tests/CMakeLists.txt): skips are told by the exit
 // code alone, so a LeakSanitizer report after GTEST_SKIP (exit 23) fails.
+// Like the CLI and the benchmarks, the tests run OpenBLAS's kernels for this CPU
+// where OpenBLAS fell back to a generic core (the products at a fifth of the
+// machine's rate otherwise).
 #include "reformer/core/runtime.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <gtest/gtest.h>
 
 int main(int argc, char** argv) {
+  reformer::ops::run_with_host_blas_core(argv);  // OpenBLAS's kernels for this CPU (ops/gemm.hpp)
   ::testing::InitGoogleTest(&argc, argv);
   reformer::Runtime runtime;
   const int failed = RUN_ALL_TESTS();

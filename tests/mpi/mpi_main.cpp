@@ -7,6 +7,7 @@
 // than 0 would print nothing.
 #include "reformer/core/distributed.hpp"
 #include "reformer/core/runtime.hpp"
+#include "reformer/ops/gemm.hpp"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,7 @@ class AbortOnFailure : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  reformer::ops::run_with_host_blas_core(argv);  // before MPI: OpenBLAS's kernels for this CPU
   // Listing needs neither MPI nor Kokkos (tests/harness/ctest_step.py lists the
   // cases of each filter without mpirun).
   for (int i = 1; i < argc; ++i)
