@@ -180,9 +180,17 @@ int run(int argc, char** argv) {
   }
   Runtime runtime(RuntimeOptions{-1, -1, /*track_memory=*/false});
   const BackendInfo info = backend_info();
+  // This file's own target and block, which are what it measures: the
+  // x86-64-v3 guard links the library built for the machine (whose
+  // backend_info().cpu_target names that build's target).
+  // (The words of core's cpu_target_description(), which the library compiled.)
+  using F = TileTraits<float>;
+  const std::string target =
+      std::string(CpuTarget::name) + ", " + std::to_string(CpuTarget::vector_bytes) +
+      "-byte vectors, " + std::to_string(CpuTarget::vector_registers) + " registers; " +
+      "float tile blocks " + std::to_string(F::block_rows) + " x " + std::to_string(F::block_cols);
   std::printf("tile_guard: %s, %d threads; %s; floor %.2f x BLAS\n",
-              info.default_execution_space.c_str(), info.concurrency, info.cpu_target.c_str(),
-              floor);
+              info.default_execution_space.c_str(), info.concurrency, target.c_str(), floor);
   std::printf("host BLAS: %s\n", ops::host_blas_description().c_str());
   std::printf("large sgemm (2048^3, host BLAS over the Kokkos threads): %.1f GFLOP/s\n",
               large_sgemm_rate());
