@@ -18,6 +18,7 @@
 // bad arguments. The test command runs it for the build's own target and for
 // an x86-64-v3 build (bench/CMakeLists.txt).
 #include "reformer/core/runtime.hpp"
+#include "reformer/core/target_description.hpp"
 #include "reformer/core/tile_multiply.hpp"
 #include "reformer/ops/gemm.hpp"
 
@@ -183,12 +184,10 @@ int run(int argc, char** argv) {
   // This file's own target and block, which are what it measures: the
   // x86-64-v3 guard links the library built for the machine (whose
   // backend_info().cpu_target names that build's target).
-  // (The words of core's cpu_target_description(), which the library compiled.)
   using F = TileTraits<float>;
   const std::string target =
-      std::string(CpuTarget::name) + ", " + std::to_string(CpuTarget::vector_bytes) +
-      "-byte vectors, " + std::to_string(CpuTarget::vector_registers) + " registers; " +
-      "float tile blocks " + std::to_string(F::block_rows) + " x " + std::to_string(F::block_cols);
+      describe_cpu_target(CpuTarget::name, CpuTarget::vector_bytes, CpuTarget::vector_registers,
+                          F::block_rows, F::block_cols);
   std::printf("tile_guard: %s, %d threads; %s; floor %.2f x BLAS\n",
               info.default_execution_space.c_str(), info.concurrency, target.c_str(), floor);
   std::printf("host BLAS: %s\n", ops::host_blas_description().c_str());

@@ -3,8 +3,8 @@
 // registers the cases with (tests/CMakeLists.txt): skips are told by the exit
 // code alone, so a LeakSanitizer report after GTEST_SKIP (exit 23) fails.
 // Like the CLI and the benchmarks, the tests run OpenBLAS's kernels for this CPU
-// where OpenBLAS fell back to a generic core (the products at a fifth of the
-// machine's rate otherwise).
+// where OpenBLAS fell back to a generic core (its products at a tenth of the
+// machine's rate on a Xeon it did not know, docs/testing.md).
 #include "reformer/core/runtime.hpp"
 #include "reformer/ops/gemm.hpp"
 

@@ -1,4 +1,5 @@
 #include "reformer/core/runtime.hpp"
+#include "reformer/core/target_description.hpp"
 
 #include "core/device.hpp"
 #include "reformer/core/distributed.hpp"
@@ -83,12 +84,17 @@ Runtime::~Runtime() {
   if (owns_kokkos_) Kokkos::finalize();
 }
 
+std::string describe_cpu_target(const char* name, int vector_bytes, int vector_registers,
+                                int block_rows, int block_cols) {
+  return std::string(name) + ", " + std::to_string(vector_bytes) + "-byte vectors, " +
+         std::to_string(vector_registers) + " registers; float tile blocks " +
+         std::to_string(block_rows) + " x " + std::to_string(block_cols);
+}
+
 std::string cpu_target_description() {
   using F = TileTraits<float>;
-  return std::string(CpuTarget::name) + ", " + std::to_string(CpuTarget::vector_bytes) +
-         "-byte vectors, " + std::to_string(CpuTarget::vector_registers) +
-         " registers; float tile blocks " + std::to_string(F::block_rows) + " x " +
-         std::to_string(F::block_cols);
+  return describe_cpu_target(CpuTarget::name, CpuTarget::vector_bytes, CpuTarget::vector_registers,
+                             F::block_rows, F::block_cols);
 }
 
 std::int64_t available_memory_bytes() { return device::free_memory_bytes(); }
