@@ -135,6 +135,8 @@ std::string default_out() {
 
 int run_memory(const GlobalOptions& global, MemoryArgs args) {
   std::unique_ptr<train::SweepModel> sweep;
+  std::string out;  // the folder of sweep.csv and sweep.json, made before any work
+  std::ofstream csv;
   try {
     const auto& family =
         train::model_family(config::parse_model_type(args.model, "memory: --model"));
@@ -219,14 +221,19 @@ int run_memory(const GlobalOptions& global, MemoryArgs args) {
                          "memory: --out \"", args.out,
                          "\" is a file, but --out names the folder that receives sweep.csv and "
                          "sweep.json (made if missing): give a folder");
+    out = args.out.empty() ? default_out() : args.out;
+    std::filesystem::create_directories(out, error);
+    csv.open(out + "/sweep.csv");
+    require<ConfigError>(!error && csv.is_open(), "memory: --out \"", out, "\" ",
+                         error ? "cannot be made (" + error.message() + ")"
+                               : std::string("takes no file sweep.csv (not writable)"),
+                         "; --out names the folder that receives sweep.csv and sweep.json "
+                         "(default runs/memory-<time>): give a folder you can write");
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "reformer: error: %s\n", e.what());
     return 2;
   }
   Runtime runtime({global.threads, -1, true});
-  const std::string out = args.out.empty() ? default_out() : args.out;
-  std::filesystem::create_directories(out);
-  std::ofstream csv(out + "/sweep.csv");
   csv << "variant,length,layers,batch,status,seconds_per_step,tokens_per_s,"
          "forward_MiB,loss_MiB,backward_MiB,optimizer_MiB,peak_MiB,"
          "predicted_forward_MiB,predicted_loss_MiB,predicted_backward_MiB,"

@@ -181,7 +181,9 @@ class TextTask : public ExampleTask {
       require<IoError>(!label.empty() && label.size() <= 9 &&
                            label.find_first_not_of("0123456789") == std::string::npos,
                        where, ": the label '", label,
-                       "' is not a non-negative integer (classes are 0, 1, ...)");
+                       "' is not a whole number below 10^9 (classes are 0, 1, ...)");
+      require<IoError>(tab + 1 < line.size(), where,
+                       ": the text after the tab is empty; every example needs at least one byte");
       rows_.emplace_back(std::stoi(label), line.substr(tab + 1));
       classes_ = std::max<Index>(classes_, rows_.back().first + 1);
     }

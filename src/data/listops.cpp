@@ -72,8 +72,10 @@ void ListOpsOptions::validate() const {
                        "; it must be at least 1 (LRA: 10)");
   require<ConfigError>(max_args >= 2, "data.listops.max_args is ", max_args,
                        "; an operator takes at least 2 arguments (LRA: 10)");
-  require<ConfigError>(min_length >= 0 && min_length + 1 < max_length, "data.listops: min_length ",
-                       min_length, " and max_length ", max_length,
+  require<ConfigError>(min_length >= 0, "data.listops.min_length is ", min_length,
+                       "; it must be at least 0 (a tree's length is above it; LRA: 500)");
+  require<ConfigError>(min_length + 1 < max_length, "data.listops: min_length ", min_length,
+                       " and max_length ", max_length,
                        " leave no length between them (a tree's length is above min_length and "
                        "below max_length; LRA: 500 and 2000)");
   require<ConfigError>(max_depth > 1 || min_length < 1,

@@ -165,6 +165,9 @@ class ParallelPairs final : public PairTask {
       const auto tab = line.find('\t');
       require<IoError>(tab != std::string::npos, where,
                        " has no tab; every line must be <source> TAB <target>");
+      require<IoError>(line.find('\t', tab + 1) == std::string::npos, where,
+                       " has more than one tab; every line must be <source> TAB <target>, with "
+                       "no tab inside either side");
       const std::string sides[2] = {line.substr(0, tab), line.substr(tab + 1)};
       std::vector<std::uint32_t> units[2];
       for (int s = 0; s < 2; ++s) {

@@ -76,11 +76,14 @@ Index count_tokens(const In1<int>& targets, int pad) {
 
 // For the chunk rows i (global row row0 + i) of the logits z [m, V]:
 //   log p_c = z_c - lse,  loss_i = -sum_c q_c log p_c,  correct_i = (argmax z == t_i),
+//   nll_i = -log p_{t_i} (into row_nll when it is not empty: with smoothing),
 // and if kGradient, z is overwritten with dz = (p - q) * inv_tokens (0 on pad rows).
 // T here is the compute type (the logits are never stored narrower).
 template <class T, bool kGradient>
 void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoothing smoothing,
-                        T inv_tokens, View1<double> row_loss, View1<int> row_correct) {
+                        T inv_tokens, View1<double> row_loss, View1<int> row_correct,
+                        View1<double> row_nll) {
+  const bool with_nll = row_nll.extent(0) > 0;
   const Index m = z.extent(0), vocab = z.extent(1);
   const T target_q = static_cast<T>(smoothing.target_q);
   const T other_q = static_cast<T>(smoothing.other_q);
@@ -95,6 +98,7 @@ void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoot
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             row_loss(row) = 0;
             row_correct(row) = 0;
+            if (with_nll) row_nll(row) = 0;
           });
           return;
         }
@@ -132,6 +136,7 @@ void chunk_rows_softmax(View2<T> z, In1<int> targets, Index row0, int pad, Smoot
         Kokkos::single(Kokkos::PerTeam(team), [&] {
           row_loss(row) = static_cast<double>(loss);
           row_correct(row) = argmax == t ? 1 : 0;
+          if (with_nll) row_nll(row) = -static_cast<double>(logp_target);
         });
       });
 }
@@ -208,6 +213,9 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
       frame ? frame->take<View2<C>>(chunk, vocab) : View2<C>("cross_entropy_logits", chunk, vocab);
   View1<double> row_loss("cross_entropy_row_loss", n);
   View1<int> row_correct("cross_entropy_row_correct", n);
+  // Without smoothing the loss is the negative log-likelihood: no rows of their own.
+  View1<double> row_nll;
+  if (options.smoothing > 0) row_nll = View1<double>("cross_entropy_row_nll", n);
   for (Index row0 = 0; row0 < n; row0 += chunk) {
     const auto rows = Kokkos::make_pair(row0, std::min(row0 + chunk, n));
     const In2<T> h_chunk = Kokkos::subview(h, rows, Kokkos::ALL);
@@ -215,7 +223,7 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
         Kokkos::subview(logits, Kokkos::make_pair(Index(0), rows.second - row0), Kokkos::ALL);
     chunk_logits<T>(h_chunk, weight, tied, bias, z);
     chunk_rows_softmax<C, kGradient>(z, targets, row0, pad, smoothing, inv_tokens, row_loss,
-                                     row_correct);
+                                     row_correct, row_nll);
     if constexpr (kGradient)
       chunk_gradients<T>(h_chunk, weight, tied, z, Kokkos::subview(dh, rows, Kokkos::ALL), dweight,
                          dbias);
@@ -228,6 +236,14 @@ CrossEntropyResult run_chunks(const char* op, In2<T> h, In2<param_t<T>> weight,
       "cross_entropy_correct", range(n),
       KOKKOS_LAMBDA(Index i, Index & sum) { sum += row_correct(i); }, result.correct);
   result.loss = loss_sum / static_cast<double>(result.tokens);
+  result.nll = result.loss;
+  if (row_nll.extent(0) > 0) {
+    double nll_sum = 0;
+    Kokkos::parallel_reduce(
+        "cross_entropy_nll", range(n), KOKKOS_LAMBDA(Index i, double& sum) { sum += row_nll(i); },
+        nll_sum);
+    result.nll = nll_sum / static_cast<double>(result.tokens);
+  }
   return result;
 }
 

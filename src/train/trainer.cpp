@@ -125,7 +125,9 @@ EvalResult evaluate_workload(Workload<T>& w, data::Split split, std::int64_t bat
   for (std::int64_t i = 0; i < batches; ++i) {
     const auto r = w.evaluate(split, std::uint64_t(i), batch_size,
                               {{seed, stream_id(kEval, std::uint64_t(i))}, false});
-    loss_sum += r.loss * double(r.tokens);
+    // The targets' negative log-likelihood: model.label_smoothing shapes the
+    // training objective, not what an evaluation reports.
+    loss_sum += r.nll * double(r.tokens);
     result.tokens += r.tokens;
     correct += r.correct;
     const auto [match, total] = w.exact_matches(split, std::uint64_t(i), batch_size);
@@ -505,9 +507,22 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
           << std::endl;
   }
 
+  // A run that fails before its first step (data the task refuses, a
+  // checkpoint this model does not fit) leaves no new run folder behind.
+  const auto discard_new_folder = [&] {
+    if (!made_folder) return;
+    run.lock.reset();
+    std::error_code ignored;
+    fs::remove_all(config.run_dir, ignored);
+  };
   const std::optional<ResumePoint> resumed = resume_point(run, options.resume);
   const std::string resume_from = resumed ? resumed->checkpoint : "";
-  run.workload = make_workload<T>(built);
+  try {
+    run.workload = make_workload<T>(built);
+  } catch (const std::exception&) {
+    discard_new_folder();
+    throw;
+  }
   Workload<T>& w = *run.workload;
   // More evaluation batches than the valid split holds would score its first
   // ones again (Transformer-XL's streams wrap around): the whole split instead.
@@ -524,12 +539,7 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
     try {
       io::load_checkpoint<T>(init.checkpoint, w.params, nullptr);  // refuses non-finite values
     } catch (const Error& e) {
-      // A checkpoint this model does not fit leaves no new run folder behind.
-      if (made_folder) {
-        run.lock.reset();
-        std::error_code ignored;
-        fs::remove_all(config.run_dir, ignored);
-      }
+      discard_new_folder();
       const auto* mismatch = dynamic_cast<const io::CheckpointMismatchError*>(&e);
       if (mismatch) throw init_mismatch(*mismatch, init, config);
       throw;
@@ -816,6 +826,31 @@ void write_checkpoint(TrainingRun<T>& run, std::int64_t step) {
   io::prune_checkpoints(run.config.run_dir, int(tc.keep_checkpoints));
 }
 
+// evaluate_run, but an evaluation that fails (a damaged validation file, a
+// split too short for the model) first saves the steps trained since the last
+// checkpoint, then lets the error go on: the run resumes from there once the
+// data is fixed. One process only: with several, the others may still be
+// waiting in the evaluation's sums, and the checkpoint gathers from all of them.
+template <class T>
+bool evaluate_saving_on_error(TrainingRun<T>& run, std::int64_t step) {
+  try {
+    return evaluate_run(run, step);
+  } catch (const std::exception&) {
+    if (run.ranks > 1) throw;
+    try {
+      write_checkpoint(run, step);
+      run.out << "the evaluation after step " << step << " failed (below); the step's weights "
+              << "were saved first: " << run.summary.checkpoint
+              << " (continue with --resume once the evaluation's data reads)\n";
+    } catch (const std::exception& save) {
+      run.out << "the evaluation after step " << step << " failed (below), and saving step " << step
+              << " failed as well: " << save.what() << '\n';
+    }
+    run.out.flush();
+    throw;
+  }
+}
+
 // After a step the optimizer took: the evaluation (every train.eval_every
 // steps and after the last) and the checkpoint (every train.checkpoint_every
 // steps, after the last, on reaching the target and on a stop). Returns
@@ -827,7 +862,7 @@ bool evaluate_and_checkpoint(TrainingRun<T>& run, bool stop) {
   TrainSummary& summary = run.summary;
   const bool last = step == tc.steps;
   const bool eval_now = (tc.eval_every > 0 && step % tc.eval_every == 0) || last;
-  if (eval_now && evaluate_run(run, step)) {
+  if (eval_now && evaluate_saving_on_error(run, step)) {
     summary.reached_target = true;
     run.out << "reached target accuracy " << tc.target_accuracy << " at step " << step << '\n';
   }
@@ -891,7 +926,8 @@ bool unread_by_eval(const std::string& key) {
                                                 "train.dtype"};
   const bool training_only = key.rfind("train.", 0) == 0 || key.rfind("run.", 0) == 0;
   return (training_only && std::find(read.begin(), read.end(), key) == read.end()) ||
-         key == "model.dropout" || key.find("attention_dropout") != std::string::npos;
+         key == "model.dropout" || key.find("attention_dropout") != std::string::npos ||
+         key == "model.label_smoothing";
 }
 
 // Keys that make the trained weights compute another function while every
@@ -901,7 +937,15 @@ bool unread_by_eval(const std::string& key) {
 // may differ on purpose.)
 // The families declare theirs (config::FamilyKey::changes_function).
 std::vector<std::string> function_keys() {
-  std::vector<std::string> keys = {"model.seq2seq.reversible", "model.ff_activation"};
+  // model.causal (a causal model read without its mask sees the tokens it
+  // predicts), the positions (none and sinusoidal hold no parameter) and the
+  // Transformer-XL switches that hold none either; not the attention settings
+  // (kinds, rounds, windows, Transformer-XL's memory and clamp lengths), which
+  // an evaluation may change on purpose.
+  std::vector<std::string> keys = {
+      "model.seq2seq.reversible", "model.ff_activation",  "model.causal",
+      "model.positions",          "model.layer_norm_eps", "model.xl.pre_norm",
+      "model.xl.scale_embedding"};
   for (const config::ModelSection* family : config::model_sections())
     for (const auto& key : family->own_keys())
       if (key.changes_function) keys.push_back(key.name);

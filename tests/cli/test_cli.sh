@@ -69,6 +69,9 @@ small="model.d_model=32 model.heads=2 model.d_head=16 model.d_ff=64 model.vocab=
 touch "$out/afile"
 expect memory_out_is_file 2 "--out \"$out/afile\" is a file" -- \
   memory --variants exact --lengths 64 --steps 0 --out "$out/afile"
+# A folder that cannot be made (below a file) is refused by name, before any work.
+expect memory_out_cannot_be_made 2 "--out \"$out/afile/sub\" cannot be made" -- \
+  memory --variants exact --lengths 64 --steps 0 --out "$out/afile/sub"
 # shellcheck disable=SC2086
 expect memory_sweep 0 "[2/2]" -- memory --variants lsh-2,exact --lengths 256 --steps 1 \
   --out "$out" $small

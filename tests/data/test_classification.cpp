@@ -502,8 +502,11 @@ TEST(ClassificationData, BadFilesAndConfigsAreNamedErrors) {
   write("0\tone\n1 two\n0\tthree\n");
   EXPECT_NE(error(c).find("line 2 has no tab"), std::string::npos) << error(c);
   write("0\tone\nyes\ttwo\n0\tthree\n");
-  EXPECT_NE(error(c).find("line 2: the label 'yes' is not a non-negative integer"),
+  EXPECT_NE(error(c).find("line 2: the label 'yes' is not a whole number below 10^9"),
             std::string::npos)
+      << error(c);
+  write("0\tone\n1\t\n0\tthree\n");  // a label with no text
+  EXPECT_NE(error(c).find("line 2: the text after the tab is empty"), std::string::npos)
       << error(c);
   write("0\tone\n0\ttwo\n0\tthree\n");
   EXPECT_NE(error(c).find("has one class"), std::string::npos) << error(c);

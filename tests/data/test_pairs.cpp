@@ -133,6 +133,10 @@ TEST(PairTasks, ClearErrors) {
   write_file(dir.file("notab.tsv"), "a\tb\nc d\ne\tf\n");
   config.path = dir.file("notab.tsv");
   expect_error<IoError>([&] { make_pair_task(config); }, {"notab.tsv", "line 2", "has no tab"});
+  write_file(dir.file("tabs.tsv"), "a\tb\nc\td\tx\ne\tf\n");  // a tab would be a symbol
+  config.path = dir.file("tabs.tsv");
+  expect_error<IoError>([&] { make_pair_task(config); },
+                        {"tabs.tsv", "line 2", "more than one tab"});
   write_file(dir.file("long.tsv"), "a\tb\nc\tdefghijkl\ne\tf\n");
   config.path = dir.file("long.tsv");
   expect_error<IoError>([&] { make_pair_task(config); },

@@ -65,6 +65,7 @@ struct CrossEntropyCase {
 
 struct Reference {
   double loss = 0;
+  double nll = 0;  // -(1 / N) sum_i log p_{t_i}
   Index tokens = 0, correct = 0;
   std::vector<double> dh, dw, db;
 };
@@ -96,6 +97,7 @@ Reference host_reference(const CrossEntropyCase& c) {
     double sum = 0;
     for (Index k = 0; k < V; ++k) sum += std::exp(z[k] - z[argmax]);
     const double lse = z[argmax] + std::log(sum);
+    r.nll -= z[t] - lse;
     for (Index k = 0; k < V; ++k) {
       const double q = k == t ? 1 - eps : (k == pad ? 0.0 : other_q);
       r.loss -= q * (z[k] - lse);
@@ -108,6 +110,7 @@ Reference host_reference(const CrossEntropyCase& c) {
     }
   }
   r.loss /= r.tokens;
+  r.nll /= r.tokens;
   return r;
 }
 
@@ -126,6 +129,9 @@ TEST(CrossEntropy, ForwardMatchesHostReference) {
     const auto result = c.forward();
     const auto expected = host_reference(c);
     EXPECT_NEAR(result.loss, expected.loss, 1e-12 * expected.loss) << "pad " << config.pad_id;
+    // The likelihood an evaluation reports, without the smoothing's terms.
+    EXPECT_NEAR(result.nll, expected.nll, 1e-12 * expected.nll) << "pad " << config.pad_id;
+    if (config.smoothing > 0) EXPECT_GT(std::abs(result.nll - result.loss), 1e-3 * result.loss);
     EXPECT_EQ(result.tokens, expected.tokens) << "pad " << config.pad_id;
     EXPECT_EQ(result.correct, expected.correct) << "pad " << config.pad_id;
   }
@@ -137,6 +143,7 @@ TEST(CrossEntropy, GradientsMatchHostReferenceAndFiniteDifferences) {
     const auto result = c.backward();
     const auto expected = host_reference(c);
     EXPECT_NEAR(result.loss, expected.loss, 1e-12 * expected.loss);
+    EXPECT_NEAR(result.nll, expected.nll, 1e-12 * expected.nll);
     EXPECT_LT(relative_error(to_host(c.dh), expected.dh), 1e-12) << "pad " << config.pad_id;
     EXPECT_LT(relative_error(to_host(c.dw), expected.dw), 1e-12) << "pad " << config.pad_id;
     // Finite differences at 24 elements of each tensor (each costs two forward passes).

@@ -81,6 +81,17 @@ TEST(ClassifierFamily, TasksAndFamiliesMustAgree) {
                             {"model.causal is true", "set model.causal = false"});
   expect_error<ConfigError>([&] { classifier_run(dir.path() + "/a", 2, {"model.vocab=4"}); },
                             {"model.vocab is 4", "model.vocab >= 8"});
+  // The ListOps generator's keys on another task would have no effect.
+  expect_error<ConfigError>(
+      [&] { classifier_run(dir.path() + "/a", 2, {"data.listops.max_args=0"}); },
+      {"data.listops.max_args is 0", "data.task matching_ends does not read it"});
+  expect_error<ConfigError>(
+      [&] {
+        classifier_run(dir.path() + "/a", 2,
+                       {"data.task=\"listops\"", "data.length=2000", "model.max_length=2000",
+                        "model.vocab=16", "data.listops.min_length=-5"});
+      },
+      {"data.listops.min_length is -5", "at least 0"});
   // The declared class count must be the task's: with the config where the
   // task's count is known without a file (matching_ends, ListOps), else when
   // the data opens.
@@ -204,6 +215,23 @@ TEST(ClassifierFamily, TrainsAndEvaluatesOnPathfinderImages) {
         train::run_training(classifier_run(dir.path() + "/short", 2, short_rows), quiet_options());
       },
       {"data.length is 32", "8 x 8 = 64 pixels"});
+  // An evaluation that fails (the valid split's one image damaged after the
+  // run began: it is read when evaluated) saves the steps trained since the
+  // last checkpoint before the error goes on: step 3, not only step 2.
+  const std::string damaged = dir.path() + "/damaged";
+  write_fake_pathfinder(damaged, 24, 8, {3, 20});
+  std::filesystem::resize_file(damaged + "/imgs/1/sample_19.png", 30);  // lines 19-20: valid
+  std::vector<std::string> damaged_rows = pathfinder;
+  damaged_rows[1] = "data.path=\"" + damaged + "\"";
+  expect_error<Error>(
+      [&] {
+        train::run_training(classifier_run(dir.path() + "/saved", 3, damaged_rows),
+                            quiet_options());
+      },
+      {"sample_19.png"});
+  const auto saved = io::latest_checkpoint(dir.path() + "/saved");
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(io::checkpoint_step(*saved), 3);
 }
 
 // LRA's Retrieval on miniature files (20 / 3 / 5 pairs): the two-tower model

@@ -267,6 +267,42 @@ std::vector<std::string> checkpoint_tensors(const config::RunConfig& config,
 // parameter and moment, at every thread count the suite runs (1, 2 and 4 on
 // OpenMP): the host BLAS is made sequential before the first step, so a
 // process's first step runs the same code as its later ones.
+// Evaluations report the targets' negative log-likelihood, whatever the
+// label smoothing: two runs whose weights stay at their (equal) initial values,
+// one trained with smoothing, evaluate to the same loss (the smoothed
+// cross-entropy of the same batches differs by about 0.1 nats). eval refuses to override
+// the smoothing (it would change nothing) and model.causal (the same weights
+// would see the tokens they predict).
+TEST(Trainer, EvaluationsReportTheLikelihoodWhateverTheSmoothing) {
+  TempDir dir;
+  const std::vector<std::string> frozen = {"train.learning_rate=1e-30"};
+  auto smoothed = frozen;
+  smoothed.push_back("model.label_smoothing=0.2");
+  const auto a =
+      train::run_training(tiny_run(dir.path() + "/plain", 2, true, frozen), quiet_options());
+  const auto b =
+      train::run_training(tiny_run(dir.path() + "/smoothed", 2, true, smoothed), quiet_options());
+  // Training reports the smoothed objective, which differs from the likelihood.
+  EXPECT_GT(std::abs(b.losses[0] - a.losses[0]), 0.01);
+  const auto plain = train::evaluate_checkpoint(dir.path() + "/plain", {}, data::Split::Valid, 2);
+  const auto with = train::evaluate_checkpoint(dir.path() + "/smoothed", {}, data::Split::Valid, 2);
+  EXPECT_GT(plain.loss, 1.0);  // about ln 8 for weights at their initial values
+  EXPECT_NEAR(with.loss, plain.loss, 1e-6 * plain.loss);
+  EXPECT_NEAR(with.bits_per_token, plain.loss / std::log(2.0), 1e-6);
+  EXPECT_NEAR(b.last_eval.loss, a.last_eval.loss, 1e-6 * a.last_eval.loss);  // the runs' own too
+  expect_error<ConfigError>(
+      [&] {
+        train::evaluate_checkpoint(dir.path() + "/smoothed", {"model.label_smoothing=0"},
+                                   data::Split::Valid, 1);
+      },
+      {"eval: model.label_smoothing:", "would have no effect"});
+  for (const std::string key :
+       {"model.causal=false", "model.positions=\"sinusoidal\"", "model.layer_norm_eps=0.001"})
+    expect_error<ConfigError>(
+        [&] { train::evaluate_checkpoint(dir.path() + "/plain", {key}, data::Split::Valid, 1); },
+        {key.substr(0, key.find('=')), "compute another function"});
+}
+
 TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
   TempDir dir;
   const std::string corpus = write_corpus(dir);

@@ -48,6 +48,9 @@ struct CrossEntropyOptions {
 
 struct CrossEntropyResult {
   double loss = 0.0;  // mean over the non-pad rows; 0 if there are none
+  // The targets' mean negative log-likelihood -(1 / N) sum_i log p_{t_i}: what
+  // an evaluation reports as bits per token. Equal to loss without smoothing.
+  double nll = 0.0;
   Index tokens = 0;   // number of non-pad rows N
   Index correct = 0;  // non-pad rows whose argmax logit (lowest index on ties) is the target
 };

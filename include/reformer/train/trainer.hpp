@@ -29,7 +29,8 @@ struct TrainOptions {
 };
 
 struct EvalResult {
-  double loss = 0;             // mean cross-entropy (nats) over the scored targets
+  double loss = 0;             // mean negative log-likelihood (nats) of the scored targets
+                               // (without model.label_smoothing, which shapes training only)
   double bits_per_token = 0;   // loss / ln 2
   double accuracy = 0;         // argmax == target over the scored targets
   std::int64_t tokens = 0;     // scored targets: tokens, or examples (sequence labels)
