@@ -111,7 +111,11 @@ int run_eval(const GlobalOptions& global, const RunArgs& args) {
     const auto checkpoint = train::resolve_checkpoint(args.target);
     const auto meta = io::read_target_meta(args.target, checkpoint);
     train::check_checkpoint_name(checkpoint, meta.step);
-    config::parse_run_config(meta.config, checkpoint, args.overrides).validate();
+    const auto config = config::parse_run_config(meta.config, checkpoint, args.overrides);
+    config.validate();
+    // The data as train checks it: a missing, special or malformed file exits
+    // with 2 here as there.
+    train::check_run_data(config);
   } catch (const ConfigError& e) {
     return config_error(e);
   } catch (const IoError& e) {

@@ -73,4 +73,7 @@ expect retrieval_train 0 "trained 4 steps" -- train "$work/ends.toml" "run.dir=\
   'data.task="retrieval"' "data.path=\"$work/aan\"" model.vocab=257 data.vocab=257 \
   train.steps=4 train.eval_every=4 train.checkpoint_every=4
 expect retrieval_eval 0 "(8 examples): loss" -- eval "$work/r" --batches 1 --split test
+# A missing data file exits with 2 in eval as in train, naming the file.
+expect retrieval_eval_missing_files 2 "missing.train.tsv" -- eval "$work/r" --batches 1 \
+  "data.path=\"$work/missing\""
 [ "$failures" -eq 0 ]
