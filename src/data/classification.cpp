@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -595,6 +596,19 @@ void ClassDataConfig::validate() const {
                          " but ListOps trees reach ", listops.max_length - 1,
                          " tokens (data.listops.max_length - 1); set data.length to at least ",
                          listops.max_length - 1, " or lower data.listops.max_length");
+  } else {
+    // The generator's settings are read by ListOps alone: set on another task,
+    // they would have no effect.
+    const decltype(listops) unset{};
+    const std::tuple<const char*, Index, Index> generator[] = {
+        {"max_depth", listops.max_depth, unset.max_depth},
+        {"max_args", listops.max_args, unset.max_args},
+        {"min_length", listops.min_length, unset.min_length},
+        {"max_length", listops.max_length, unset.max_length}};
+    for (const auto& [key, value, fallback] : generator)
+      require<ConfigError>(value == fallback, "data.listops.", key, " is ", value,
+                           " but data.task ", to_string(task),
+                           " does not read it (only data.task = \"listops\" does): leave it out");
   }
   if (task == ClassTaskKind::MatchingEnds)
     require<ConfigError>(vocab >= 3, "data.vocab is ", vocab,

@@ -263,16 +263,13 @@ std::vector<std::string> checkpoint_tensors(const config::RunConfig& config,
   return out;
 }
 
-// Resuming from step N equals the uninterrupted run bitwise, losses and every
-// parameter and moment, at every thread count the suite runs (1, 2 and 4 on
-// OpenMP): the host BLAS is made sequential before the first step, so a
-// process's first step runs the same code as its later ones.
 // Evaluations report the targets' negative log-likelihood, whatever the
 // label smoothing: two runs whose weights stay at their (equal) initial values,
 // one trained with smoothing, evaluate to the same loss (the smoothed
-// cross-entropy of the same batches differs by about 0.1 nats). eval refuses to override
-// the smoothing (it would change nothing) and model.causal (the same weights
-// would see the tokens they predict).
+// cross-entropy of the same batches differs by about 0.1 nats). eval refuses
+// to override the smoothing (it would change nothing) and model.causal, the
+// positions and layer_norm_eps (the same weights would compute another
+// function).
 TEST(Trainer, EvaluationsReportTheLikelihoodWhateverTheSmoothing) {
   TempDir dir;
   const std::vector<std::string> frozen = {"train.learning_rate=1e-30"};
@@ -303,6 +300,10 @@ TEST(Trainer, EvaluationsReportTheLikelihoodWhateverTheSmoothing) {
         {key.substr(0, key.find('=')), "compute another function"});
 }
 
+// Resuming from step N equals the uninterrupted run bitwise, losses and every
+// parameter and moment, at every thread count the suite runs (1, 2 and 4 on
+// OpenMP): the host BLAS is made sequential before the first step, so a
+// process's first step runs the same code as its later ones.
 TEST(Trainer, ResumeIsBitwiseOnDuplicationAndBytes) {
   TempDir dir;
   const std::string corpus = write_corpus(dir);

@@ -132,16 +132,6 @@ class ClassifierFamily final : public ModelFamily {
     for (const char* key : {"data.examples.train", "data.examples.valid", "data.examples.test"})
       require<ConfigError>(s.integer(key) >= 0, op, ": ", key, " is ", s.integer(key),
                            " but must be >= 0 (0: the task's)");
-    // The generator's settings, read by the ListOps task alone (set on another
-    // task they would have no effect).
-    if (c.data.task != data::TaskKind::ListOps)
-      for (const auto& key : own_keys())
-        if (key.name.rfind("data.listops.", 0) == 0)
-          require<ConfigError>(s.integer(key.name) == std::stoll(key.default_value), op, ": ",
-                               key.name, " is ", s.integer(key.name), " but data.task ",
-                               data::to_string(c.data.task),
-                               " does not read it (only data.task = \"listops\" does): leave it "
-                               "out");
     classifier::data_config(c).validate();
     // The tasks whose class count is known without a file are checked here,
     // with the config (the text and retrieval tasks' once their files are
