@@ -96,6 +96,34 @@ TEST(Matmul, HostBlasCoreOverrideOnlyReplacesAGenericCore) {
     unsetenv("OPENBLAS_CORETYPE");
 }
 
+// The core of a given vector width (the x86-64-v3 tile guard's reference,
+// ops/gemm.hpp): only SkylakeX for 64 bytes or Haswell for 32, never the core
+// already loaded, nothing for other widths, and never over the user's choice.
+TEST(Matmul, HostBlasCoreForVectorsNamesACoreOfThatWidth) {
+  using Name = const char* (*)();
+  const auto corename = reinterpret_cast<Name>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  for (int bytes : {0, 16, 128}) EXPECT_EQ(ops::host_blas_core_for_vectors(bytes), "") << bytes;
+  if (corename == nullptr) {
+    EXPECT_EQ(ops::host_blas_core_for_vectors(32), "");
+    GTEST_SKIP() << "no OpenBLAS in this process";
+  }
+  const std::string wide = ops::host_blas_core_for_vectors(64);
+  const std::string narrow = ops::host_blas_core_for_vectors(32);
+  EXPECT_TRUE(wide.empty() || wide == "SkylakeX") << wide;
+  EXPECT_TRUE(narrow.empty() || narrow == "Haswell") << narrow;
+  EXPECT_NE(wide, corename());
+  EXPECT_NE(narrow, corename());
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = set ? set : "";
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  EXPECT_EQ(ops::host_blas_core_for_vectors(32), "");  // the user's choice stands
+  EXPECT_EQ(ops::host_blas_core_for_vectors(64), "");
+  if (set)
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
 // Products large enough to be split over the host threads (one block of rows,
 // or of columns when C is wide, per thread; ops/tpls/host_blas.hpp) give the
 // plain product for every transpose combination.

@@ -162,5 +162,16 @@ std::string host_blas_core_override();
 // REFORMER_BLAS_CORE_SET naming it; returns when there is nothing to do or the
 // exec failed (the program then goes on with the generic kernels).
 void run_with_host_blas_core(char** argv);
+// A benchmark that compares code built for narrower vectors than the CPU has
+// (the x86-64-v3 tile guard, bench/tile_guard.cpp) with the BLAS should run
+// the BLAS's kernels of the same width, or it measures the instruction set,
+// not the code:
+//   host_blas_core_for_vectors(bytes): the OpenBLAS core whose kernels use
+//     x86 vectors of `bytes` bytes ("SkylakeX" for 64, "Haswell" for 32) when
+//     this CPU runs them, OpenBLAS is loaded, OPENBLAS_CORETYPE is not set and
+//     the loaded core is another; "" otherwise;
+//   run_with_host_blas_core(argv, core): as above with that core.
+std::string host_blas_core_for_vectors(int vector_bytes);
+void run_with_host_blas_core(char** argv, const std::string& core);
 
 }  // namespace reformer::ops

@@ -394,6 +394,22 @@ std::string host_blas_description() {
   return std::string(config()) + ", core " + core();
 }
 
+namespace {
+
+// OpenBLAS's x86 core for this CPU's widest vectors up to `vector_bytes`:
+// "SkylakeX" (64: AVX-512 F, BW, VL and DQ), "Haswell" (32: AVX2 and FMA), or
+// "" when the CPU has neither.
+std::string x86_core_up_to(int vector_bytes) {
+  const std::string flags = cpu_flags();
+  if (vector_bytes >= 64 && has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") &&
+      has_flag(flags, "avx512vl") && has_flag(flags, "avx512dq"))
+    return "SkylakeX";
+  if (vector_bytes >= 32 && has_flag(flags, "avx2") && has_flag(flags, "fma")) return "Haswell";
+  return "";
+}
+
+}  // namespace
+
 std::string host_blas_core_override() {
   const CoreName core = openblas_function("openblas_get_corename");
   if (!core || std::getenv("OPENBLAS_CORETYPE")) return "";
@@ -403,17 +419,22 @@ std::string host_blas_core_override() {
                                   "Atom",     "Katmai", "Coppermine", "Northwood",  "Banias"};
   bool fallback = false;
   for (const char* g : generic) fallback = fallback || strcasecmp(name.c_str(), g) == 0;
-  if (!fallback) return "";
-  const std::string flags = cpu_flags();
-  if (has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") && has_flag(flags, "avx512vl") &&
-      has_flag(flags, "avx512dq"))
-    return "SkylakeX";
-  if (has_flag(flags, "avx2") && has_flag(flags, "fma")) return "Haswell";
-  return "";
+  return fallback ? x86_core_up_to(64) : "";
+}
+
+std::string host_blas_core_for_vectors(int vector_bytes) {
+  const CoreName core = openblas_function("openblas_get_corename");
+  if (!core || std::getenv("OPENBLAS_CORETYPE") || (vector_bytes != 32 && vector_bytes != 64))
+    return "";
+  const std::string wanted = x86_core_up_to(vector_bytes);
+  return strcasecmp(wanted.c_str(), core()) == 0 ? "" : wanted;
 }
 
 void run_with_host_blas_core(char** argv) {
-  const std::string core = host_blas_core_override();
+  run_with_host_blas_core(argv, host_blas_core_override());
+}
+
+void run_with_host_blas_core(char** argv, const std::string& core) {
   if (core.empty() || std::getenv("REFORMER_BLAS_CORE_SET")) return;
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   setenv("REFORMER_BLAS_CORE_SET", core.c_str(), 1);
