@@ -404,6 +404,34 @@ void require_run_dir_is_a_folder(const config::RunConfig& config) {
                        "this run)");
 }
 
+// A new run into a folder where an earlier run left no checkpoint (it was
+// stopped before its first one, or failed there): that run's config.toml and
+// metrics are kept as "<name>.<n>", n the first number free for each of them,
+// instead of being written over. Returns the "<name> as <name>.<n>" moves.
+std::vector<std::string> keep_earlier_run_files(const std::string& run_dir) {
+  std::vector<std::string> present;
+  for (const char* name : {"config.toml", "metrics.csv", "metrics.jsonl"})
+    if (fs::exists(run_dir + "/" + name)) present.push_back(name);
+  int n = 1;
+  const auto number_is_free = [&] {
+    return std::none_of(present.begin(), present.end(), [&](const std::string& name) {
+      return fs::exists(run_dir + "/" + name + "." + std::to_string(n));
+    });
+  };
+  while (!present.empty() && !number_is_free()) ++n;
+  std::vector<std::string> moves;
+  for (const std::string& name : present) {
+    const std::string kept = name + "." + std::to_string(n);
+    std::error_code error;
+    fs::rename(run_dir + "/" + name, run_dir + "/" + kept, error);
+    if (error)
+      io::throw_write_error("train", "keep the earlier run's file as " + kept + ":",
+                            run_dir + "/" + name, error.value());
+    moves.push_back(name + " as " + kept);
+  }
+  return moves;
+}
+
 // The newest checkpoint of the run folder and its metadata, checked against
 // itself and the config (train --resume): IoError for a missing or damaged
 // checkpoint, ConfigError for a config that differs from the run's.
@@ -576,6 +604,9 @@ std::unique_ptr<TrainingRun<T>> setup_training(const config::RunConfig& config,
   }
   if (leader)
     write_run_folder(config.run_dir, [&] {
+      if (!options.resume)
+        for (const std::string& move : keep_earlier_run_files(config.run_dir))
+          out << "kept the earlier run's " << move << " (it saved no checkpoint)\n";
       io::write_file_atomically(config.run_dir + "/config.toml", run.resolved, "train");
       run.metrics.emplace(config.run_dir + "/metrics." + tc.metrics_format, tc.metrics_format,
                           options.resume ? summary.first_step : -1);

@@ -653,6 +653,54 @@ TEST(Trainer, LockedFolderAndStaleTemporaries) {
   }
 }
 
+// A new run into a folder whose earlier run saved no checkpoint (stopped
+// before its first one) keeps that run's config and metrics beside its own,
+// numbered, never written over; a folder with checkpoints is still refused.
+TEST(Trainer, NewRunKeepsTheMetricsOfAnEarlierRunWithoutCheckpoints) {
+  TempDir dir;
+  std::ostringstream out;
+  train::TrainOptions options = quiet_options(&out);
+  const auto config = tiny_run(dir.path() + "/run", 2, false);
+  const std::string metrics = config.run_dir + "/metrics." + config.train.metrics_format;
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  train::run_training(config, options);
+  expect_error<ConfigError>([&] { train::run_training(config, options); },
+                            {"already holds checkpoints"});
+  std::filesystem::remove_all(config.run_dir + "/checkpoints");
+  std::ofstream(metrics + ".2") << "a file of the user's";
+  for (const int n : {1, 3}) {  // .2 is taken by metrics, so the second keeps go to .3
+    const std::string earlier_metrics = read(metrics),
+                      earlier_config = read(config.run_dir + "/config.toml");
+    ASSERT_GE(std::count(earlier_metrics.begin(), earlier_metrics.end(), '\n'), 2)
+        << earlier_metrics;  // the rows of two steps
+    out.str("");
+    train::run_training(config, options);
+    const std::string kept = "." + std::to_string(n);
+    EXPECT_EQ(read(metrics + kept), earlier_metrics) << n;
+    EXPECT_EQ(read(config.run_dir + "/config.toml" + kept), earlier_config) << n;
+    EXPECT_NE(out.str().find("kept the earlier run's config.toml as config.toml" + kept),
+              std::string::npos)
+        << out.str();
+    EXPECT_TRUE(io::latest_checkpoint(config.run_dir).has_value());
+    std::filesystem::remove_all(config.run_dir + "/checkpoints");
+  }
+  EXPECT_EQ(read(metrics + ".2"), "a file of the user's");
+  EXPECT_FALSE(std::filesystem::exists(config.run_dir + "/config.toml.2"));
+  // A resumed run appends to its own metrics and keeps nothing aside.
+  train::run_training(config, options);
+  EXPECT_TRUE(std::filesystem::exists(metrics + ".4"));
+  auto more = config;
+  more.train.steps = 3;
+  options.resume = true;
+  out.str("");
+  train::run_training(more, options);
+  EXPECT_EQ(out.str().find("kept the earlier run's"), std::string::npos) << out.str();
+  EXPECT_FALSE(std::filesystem::exists(metrics + ".5"));
+}
+
 // The encoder-decoder through the same trainer, checkpoints and evaluation:
 // it trains on the reverse task, resumes to the same losses bitwise, and
 // reports the exact-match rate of greedy decoding (test_learning.cpp checks
