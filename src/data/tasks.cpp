@@ -181,11 +181,13 @@ std::vector<int> parse_token_ids(const std::string& text, const std::string& wha
     require<ConfigError>(
         std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }), what,
         " word '", word, "' is not a token id; give ids separated by spaces, e.g. \"0 5 17\"");
-    // Ids are ints on the device; a longer number cannot be one.
-    require<ConfigError>(word.size() <= 9, what, " token ", word,
-                         " is too large to be a token id (ids are below the vocabulary, at most ",
-                         INT_MAX, ")");
-    ids.push_back(std::stoi(word));
+    // Ids are ints on the device: a larger number cannot be one (the caller
+    // checks them against the vocabulary). Leading zeros do not count.
+    const std::string digits = word.substr(std::min(word.find_first_not_of('0'), word.size() - 1));
+    require<ConfigError>(digits.size() <= 10 && std::stoll(digits) <= INT_MAX, what, " token ",
+                         word, " is too large to be a token id (an id is below the vocabulary ",
+                         "and at most ", INT_MAX, ")");
+    ids.push_back(int(std::stoll(digits)));
     word.clear();
   };
   for (const char c : text) {

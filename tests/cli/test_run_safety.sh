@@ -150,6 +150,9 @@ expect axial_overflow 2 "[5, 3689348814741910336] but its product overflows" -- 
   train "$work/tiny.toml" 'model.positions="axial"' 'model.axial_shape=[5,3689348814741910336]'
 expect prompt_id_too_large 2 "token 99999999999 is too large to be a token id" -- \
   generate "$work/good" --prompt "1 99999999999"
+# Ten digits that fit an int are an id, refused by the vocabulary, not by size.
+expect prompt_id_ten_digits 2 "prompt token 1000000000 is outside the vocabulary" -- \
+  generate "$work/good" --prompt "1 1000000000"
 # An override after a multi-value option is an override (here a typo'd key, so
 # the message proves where it went), not a variant name or a length.
 expect memory_variants_then_override 2 "model.d_modle" -- memory --variants lsh-2 \

@@ -125,6 +125,21 @@ TEST(DataTasks, BatchSizeMustBePositive) {
   expect_error<ConfigError>([&] { task->batch(Split::Train, 0, 0); }, {"batch_size", "0", ">= 1"});
 }
 
+// Token ids given as text (generate's --prompt, the pair tasks' sources):
+// every int is read, leading zeros or not; a larger number is refused naming
+// it, as is a word that is not a number.
+TEST(DataTasks, TokenIdsAreReadUpToTheLargestInt) {
+  EXPECT_EQ(parse_token_ids("0 5,17  1000000000 0000000000012 2147483647", "ids"),
+            (std::vector<int>{0, 5, 17, 1000000000, 12, 2147483647}));
+  EXPECT_EQ(parse_token_ids("", "ids"), std::vector<int>{});
+  for (const std::string big : {"2147483648", "99999999999", "123456789012345678901234"})
+    expect_error<ConfigError>(
+        [&] { parse_token_ids("1 " + big, "ids"); },
+        {"ids token " + big + " is too large to be a token id", "at most 2147483647"});
+  expect_error<ConfigError>([&] { parse_token_ids("1 -2", "ids"); },
+                            {"ids word '-2' is not a token id"});
+}
+
 // ---------------------------------------------------------------- duplication
 
 TEST(DataTasks, DuplicationLayoutAtLength8) {
