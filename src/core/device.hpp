@@ -115,8 +115,19 @@ inline std::string description() {
   return out.str();
 }
 
+// Bytes the host can still allocate: MemAvailable from /proc/meminfo; -1 if
+// unknown.
+inline std::int64_t host_free_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  std::int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
 // Bytes that can still be allocated in the default memory space: free device
-// memory on GPUs, MemAvailable from /proc/meminfo on the host; -1 if unknown.
+// memory on GPUs, the host's otherwise; -1 if unknown.
 inline std::int64_t free_memory_bytes() {
 #if defined(KOKKOS_ENABLE_CUDA)
   size_t free_bytes = 0, total = 0;
@@ -125,11 +136,7 @@ inline std::int64_t free_memory_bytes() {
   size_t free_bytes = 0, total = 0;
   if (hipMemGetInfo(&free_bytes, &total) == hipSuccess) return std::int64_t(free_bytes);
 #else
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  std::int64_t kib = 0;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+  return host_free_memory_bytes();
 #endif
   return -1;
 }

@@ -76,4 +76,12 @@ expect retrieval_eval 0 "(8 examples): loss" -- eval "$work/r" --batches 1 --spl
 # A missing data file exits with 2 in eval as in train, naming the file.
 expect retrieval_eval_missing_files 2 "missing.train.tsv" -- eval "$work/r" --batches 1 \
   "data.path=\"$work/missing\""
+# The text task's classes are its largest label + 1: a label of 999,999,999
+# (a typo for 1) would make a head of 10^9 rows, refused by the memory check
+# before any allocation (it used to be killed for memory), naming the cause.
+printf '0\tgood film\n1\tbad film\n999999999\tfine film\n0\tdull film\n' >"$work/labels.tsv"
+expect text_label_head_refused 1 "the parameters alone do not fit" -- train "$work/ends.toml" \
+  "run.dir=\"$work/t\"" 'data.task="text"' "data.path=\"$work/labels.tsv\"" model.vocab=257 \
+  data.vocab=257
+[ ! -e "$work/t" ] && pass "nothing_written_on_a_huge_head" || fail "nothing_written_on_a_huge_head"
 [ "$failures" -eq 0 ]

@@ -74,6 +74,10 @@ expect generate_sampled 0 "generated:" -- generate "$work/run" --prompt "the mod
 # Bad input: each names the value and the rule.
 expect generate_bad_stop 2 "stop id 300 is outside the vocabulary [0, 256)" -- generate \
   "$work/run" --stop 300
+# A stream has no length limit: tokens whose ids alone exceed the host's free
+# memory are refused before any work, not met by an allocation failure.
+expect generate_tokens_beyond_memory 1 "ask for fewer tokens (--tokens)" -- generate \
+  "$work/run" --prompt "in" --tokens 1099511627776
 expect synthetic_task 2 "data.task is copy" -- train "$work/xl.toml" "run.dir=\"$work/x\"" \
   'data.task="copy"' data.vocab=10
 expect negative_memory 2 "eval.mem_len is -3" -- eval "$work/run" eval.mem_len=-3

@@ -4,6 +4,10 @@
 #include "reformer/data/listops.hpp"
 #include "train/memory_check.hpp"
 
+#include <filesystem>
+#include <map>
+#include <mutex>
+
 namespace reformer::train {
 
 using detail::concat;
@@ -48,6 +52,40 @@ models::ClassifierConfig model_config(const config::RunConfig& c, Index classes)
 }  // namespace classifier
 
 namespace {
+
+// The classes of the run's head as its workload will build it:
+// model.classifier.classes, or the task's. The text and retrieval tasks' come
+// from their files (the largest label + 1): a label of 16,000,000 makes a
+// head of 16,000,001 rows, which the memory check must see before the run
+// allocates it. A text file is read once per size and time (the check runs for
+// several chunk sizes); retrieval keeps its own index. A file that cannot be
+// read counts 2 classes here: check_data names it.
+Index head_classes(const config::RunConfig& c) {
+  const Index declared = c.settings.integer("model.classifier.classes");
+  if (declared > 0 ||
+      (c.data.task != data::TaskKind::Text && c.data.task != data::TaskKind::Retrieval))
+    return declared;  // 0: model_config's default for the task
+  std::string key;
+  if (c.data.task == data::TaskKind::Text) {
+    std::error_code error;
+    const auto size = std::filesystem::file_size(c.data.path, error);
+    const auto time = std::filesystem::last_write_time(c.data.path, error);
+    if (error) return 0;
+    key = concat(c.data.path, '\n', size, '\n', time.time_since_epoch().count());
+  }
+  static std::mutex mutex;
+  static std::map<std::string, Index> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!key.empty() && known.count(key)) return known[key];
+  Index classes = 0;
+  try {
+    classes = data::make_class_task(classifier::data_config(c))->classes();
+  } catch (const Error&) {
+    return 0;
+  }
+  if (!key.empty()) known[key] = classes;
+  return classes;
+}
 
 // The token ids a task's rows hold, known without reading a file.
 Index task_vocab(const config::RunConfig& c) {
@@ -163,8 +201,8 @@ class ClassifierFamily final : public ModelFamily {
   }
   RunMemory predict_run_memory(const config::RunConfig& config, Index batch,
                                bool training) const override {
-    return classifier::predict_run_memory(classifier::model_config(config), batch,
-                                          config.data.length, scalar_bytes(config), training,
+    return classifier::predict_run_memory(classifier::model_config(config, head_classes(config)),
+                                          batch, config.data.length, scalar_bytes(config), training,
                                           activation_bytes(config));
   }
   std::string summary(const config::RunConfig& config) const override {

@@ -159,6 +159,9 @@ GenerateResult generate_transformer_xl(const std::string& checkpoint,
   // Every row gets the same budget; a stream has no length limit.
   const Index budget =
       options.tokens > 0 ? Index(options.tokens) : std::max<Index>(1, length - longest);
+  // A stream has no length limit: the ids asked for must fit the host.
+  require_generated_ids_fit(std::int64_t(result.prompts.size()), std::int64_t(longest) + budget,
+                            op);
   // The largest batch decodes like an evaluation batch of its rows.
   std::size_t widest = 0;
   for (const auto& group : by_length) widest = std::max(widest, group.second.size());
