@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   // The BLAS rates it compares with are OpenBLAS's kernels for the vectors
   // this file is built for (ops/gemm.hpp): the x86-64-v3 guard on an AVX-512
   // CPU against the AVX2 kernels ("Haswell"), or it measures AVX-512 against
-  // AVX2 (0.34-0.49x, where the same-width ratio is 0.61-0.84x), never a
+  // AVX2 (0.34-0.57x on one machine, where the same-width ratio is 0.52-0.84x), never a
   // generic core's fallback.
   std::string core = reformer::ops::host_blas_core_for_vectors(reformer::CpuTarget::vector_bytes);
   if (core.empty()) core = reformer::ops::host_blas_core_override();

@@ -37,7 +37,7 @@ config::RunConfig require_memory_fits(const config::RunConfig& asked, Index batc
       " + the ", training ? "training step's" : "forward pass's", " peak ", gib(need.peak),
       " at batch ", batch, " and length ", length, ", as `reformer memory` predicts) but only ",
       gib(available), " are free in the ", MemSpace::name(), " memory space",
-      state_alone ? "; the parameters alone do not fit: a smaller model (model.layers, "
+      state_alone ? "; the model's state alone does not fit: a smaller model (model.layers, "
                     "model.d_model, model.d_ff, the vocabulary or the number of classes)"
                   : "; lower train.batch or data.length, use LSH, local or exact attention "
                     "(model.attention), reversible layers or a smaller model");

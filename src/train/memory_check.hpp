@@ -22,13 +22,13 @@ inline std::int64_t activation_bytes(const config::RunConfig& config) {
 // for this run (its family's, at `batch` rows; training: a step, else a
 // forward pass) does not fit the free memory of the device. `op` begins the
 // message ("train", "eval", "generate").
+[[nodiscard]] config::RunConfig require_memory_fits(const config::RunConfig& config, Index batch,
+                                                    bool training, const char* op);
+
 // MemoryError naming the ids and the free memory when `rows` generated rows of
 // up to `positions` token ids each (kept twice: the decoding buffer and the
 // result) do not fit the free host memory: a generation budget with no length
 // limit of its own (Transformer-XL's --tokens) is checked before any work.
 void require_generated_ids_fit(std::int64_t rows, std::int64_t positions, const char* op);
-
-[[nodiscard]] config::RunConfig require_memory_fits(const config::RunConfig& config, Index batch,
-                                                    bool training, const char* op);
 
 }  // namespace reformer::train

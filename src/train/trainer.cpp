@@ -405,9 +405,9 @@ void require_run_dir_is_a_folder(const config::RunConfig& config) {
 }
 
 // A new run into a folder where an earlier run left no checkpoint (it was
-// stopped before its first one, or failed there): that run's config.toml and
-// metrics are kept as "<name>.<n>", n the first number free for each of them,
-// instead of being written over. Returns the "<name> as <name>.<n>" moves.
+// killed or failed before its first one): that run's config.toml and metrics
+// are kept as "<name>.<n>", n the first number free for all of them, instead
+// of being written over. Returns the "<name> as <name>.<n>" moves.
 std::vector<std::string> keep_earlier_run_files(const std::string& run_dir) {
   std::vector<std::string> present;
   for (const char* name : {"config.toml", "metrics.csv", "metrics.jsonl"})
@@ -425,7 +425,7 @@ std::vector<std::string> keep_earlier_run_files(const std::string& run_dir) {
     std::error_code error;
     fs::rename(run_dir + "/" + name, run_dir + "/" + kept, error);
     if (error)
-      io::throw_write_error("train", "keep the earlier run's file as " + kept + ":",
+      io::throw_write_error("train", "rename to " + kept + " the earlier run's file",
                             run_dir + "/" + name, error.value());
     moves.push_back(name + " as " + kept);
   }

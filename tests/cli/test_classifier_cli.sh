@@ -80,7 +80,7 @@ expect retrieval_eval_missing_files 2 "missing.train.tsv" -- eval "$work/r" --ba
 # (a typo for 1) would make a head of 10^9 rows, refused by the memory check
 # before any allocation (it used to be killed for memory), naming the cause.
 printf '0\tgood film\n1\tbad film\n999999999\tfine film\n0\tdull film\n' >"$work/labels.tsv"
-expect text_label_head_refused 1 "the parameters alone do not fit" -- train "$work/ends.toml" \
+expect text_label_head_refused 1 "the model's state alone does not fit" -- train "$work/ends.toml" \
   "run.dir=\"$work/t\"" 'data.task="text"' "data.path=\"$work/labels.tsv\"" model.vocab=257 \
   data.vocab=257
 [ ! -e "$work/t" ] && pass "nothing_written_on_a_huge_head" || fail "nothing_written_on_a_huge_head"

@@ -97,8 +97,9 @@ TEST(Matmul, HostBlasCoreOverrideOnlyReplacesAGenericCore) {
 }
 
 // The core of a given vector width (the x86-64-v3 tile guard's reference,
-// ops/gemm.hpp): only SkylakeX for 64 bytes or Haswell for 32, never the core
-// already loaded, nothing for other widths, and never over the user's choice.
+// ops/gemm.hpp): only SkylakeX for 64 bytes (none on an AVX2-only CPU) or
+// Haswell for 32, never the core already loaded, nothing for other widths,
+// and never over the user's choice.
 TEST(Matmul, HostBlasCoreForVectorsNamesACoreOfThatWidth) {
   using Name = const char* (*)();
   const auto corename = reinterpret_cast<Name>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));

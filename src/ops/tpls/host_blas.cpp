@@ -426,8 +426,14 @@ std::string host_blas_core_for_vectors(int vector_bytes) {
   const CoreName core = openblas_function("openblas_get_corename");
   if (!core || std::getenv("OPENBLAS_CORETYPE") || (vector_bytes != 32 && vector_bytes != 64))
     return "";
-  const std::string wanted = x86_core_up_to(vector_bytes);
-  return strcasecmp(wanted.c_str(), core()) == 0 ? "" : wanted;
+  // Exactly that width: an AVX2-only CPU has no core for 64-byte vectors.
+  std::string wanted = x86_core_up_to(vector_bytes);
+  if (wanted != (vector_bytes == 64 ? "SkylakeX" : "Haswell")) return "";
+  // OpenBLAS's Zen cores run the Haswell kernels already.
+  const std::string loaded = core();
+  const bool same = strcasecmp(wanted.c_str(), loaded.c_str()) == 0 ||
+                    (wanted == "Haswell" && strcasecmp(loaded.c_str(), "Zen") == 0);
+  return same ? "" : wanted;
 }
 
 void run_with_host_blas_core(char** argv) {

@@ -64,13 +64,13 @@ Index head_classes(const config::RunConfig& c) {
   const Index declared = c.settings.integer("model.classifier.classes");
   if (declared > 0 ||
       (c.data.task != data::TaskKind::Text && c.data.task != data::TaskKind::Retrieval))
-    return declared;  // 0: model_config's default for the task
+    return declared;  // 0: model_config's default (2; ListOps' and Image's 10 are a small head)
   std::string key;
   if (c.data.task == data::TaskKind::Text) {
-    std::error_code error;
-    const auto size = std::filesystem::file_size(c.data.path, error);
-    const auto time = std::filesystem::last_write_time(c.data.path, error);
-    if (error) return 0;
+    std::error_code size_error, time_error;
+    const auto size = std::filesystem::file_size(c.data.path, size_error);
+    const auto time = std::filesystem::last_write_time(c.data.path, time_error);
+    if (size_error || time_error) return 0;
     key = concat(c.data.path, '\n', size, '\n', time.time_since_epoch().count());
   }
   static std::mutex mutex;
@@ -80,7 +80,7 @@ Index head_classes(const config::RunConfig& c) {
   Index classes = 0;
   try {
     classes = data::make_class_task(classifier::data_config(c))->classes();
-  } catch (const Error&) {
+  } catch (const std::exception&) {  // check_data names what is wrong with the files
     return 0;
   }
   if (!key.empty()) known[key] = classes;
