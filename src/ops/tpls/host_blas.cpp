@@ -396,15 +396,15 @@ std::string host_blas_description() {
 
 namespace {
 
-// OpenBLAS's x86 core for this CPU's widest vectors up to `vector_bytes`:
-// "SkylakeX" (64: AVX-512 F, BW, VL and DQ), "Haswell" (32: AVX2 and FMA), or
-// "" when the CPU has neither.
-std::string x86_core_up_to(int vector_bytes) {
+// OpenBLAS's x86 core for vectors of exactly `vector_bytes` when this CPU has
+// them: "SkylakeX" (64: AVX-512 F, BW, VL and DQ), "Haswell" (32: AVX2 and
+// FMA); "" otherwise.
+std::string x86_core_of_width(int vector_bytes) {
   const std::string flags = cpu_flags();
-  if (vector_bytes >= 64 && has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") &&
+  if (vector_bytes == 64 && has_flag(flags, "avx512f") && has_flag(flags, "avx512bw") &&
       has_flag(flags, "avx512vl") && has_flag(flags, "avx512dq"))
     return "SkylakeX";
-  if (vector_bytes >= 32 && has_flag(flags, "avx2") && has_flag(flags, "fma")) return "Haswell";
+  if (vector_bytes == 32 && has_flag(flags, "avx2") && has_flag(flags, "fma")) return "Haswell";
   return "";
 }
 
@@ -419,16 +419,16 @@ std::string host_blas_core_override() {
                                   "Atom",     "Katmai", "Coppermine", "Northwood",  "Banias"};
   bool fallback = false;
   for (const char* g : generic) fallback = fallback || strcasecmp(name.c_str(), g) == 0;
-  return fallback ? x86_core_up_to(64) : "";
+  if (!fallback) return "";
+  const std::string wide = x86_core_of_width(64);
+  return wide.empty() ? x86_core_of_width(32) : wide;
 }
 
 std::string host_blas_core_for_vectors(int vector_bytes) {
   const CoreName core = openblas_function("openblas_get_corename");
-  if (!core || std::getenv("OPENBLAS_CORETYPE") || (vector_bytes != 32 && vector_bytes != 64))
-    return "";
-  // Exactly that width: an AVX2-only CPU has no core for 64-byte vectors.
-  std::string wanted = x86_core_up_to(vector_bytes);
-  if (wanted != (vector_bytes == 64 ? "SkylakeX" : "Haswell")) return "";
+  if (!core || std::getenv("OPENBLAS_CORETYPE")) return "";
+  const std::string wanted = x86_core_of_width(vector_bytes);  // none on a CPU without them
+  if (wanted.empty()) return "";
   // OpenBLAS's Zen cores run the Haswell kernels already.
   const std::string loaded = core();
   const bool same = strcasecmp(wanted.c_str(), loaded.c_str()) == 0 ||
